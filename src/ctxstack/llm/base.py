@@ -1,0 +1,142 @@
+"""The provider protocol every engine talks to, and the usage arithmetic.
+
+An :class:`LLM` is anything with an async ``chat()`` (one complete answer, optionally with
+native tool calls) and ``stream_chat()`` (a :class:`ChatStream` of text deltas whose
+``usage`` is set once the stream is exhausted), plus the two numbers the budget layer needs:
+``context_size`` and ``max_output_tokens``. Usage lives on the stream, not on the LLM
+object, so concurrent streams through one client never read each other's figures.
+
+Usage is recorded for every call so a chat turn's total can include compaction, summaries
+and synthesis, not only the agent's own calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from ctxstack.messages import ChatMessage
+
+
+class Usage(BaseModel):
+    """Tokens a call (or a sum of calls) consumed. Supports ``+`` and ``sum()``.
+
+    ``estimated`` is true when any part of the figure came from ctxstack's estimator
+    because the provider did not report usage (streaming servers sometimes don't).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    calls: int = 0
+    estimated: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: object) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            calls=self.calls + other.calls,
+            estimated=self.estimated or other.estimated,
+        )
+
+    def __radd__(self, other: object) -> Usage:
+        # Lets sum(usages) start from the integer 0.
+        if other == 0:
+            return self
+        return self.__add__(other)
+
+
+class LLMResult(BaseModel):
+    """One non-streaming answer: the assistant message (text and/or tool calls) and usage."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: ChatMessage
+    usage: Usage = Usage()
+    finish_reason: str | None = None
+    model: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+
+class ChatStream(AsyncIterator[str]):
+    """Text deltas of one streamed answer; ``usage`` is final once iteration ends.
+
+    Wraps a source iterator that yields ``str`` deltas and, last, one :class:`Usage`
+    (providers report usage in the final chunk). A source that ends without a Usage
+    leaves ``usage`` at zero with ``estimated=True`` unless the producer fills it in.
+    """
+
+    def __init__(self, source: AsyncIterator[str | Usage]) -> None:
+        self._source = source
+        self.usage: Usage = Usage(estimated=True)
+        self.done = False
+
+    def __aiter__(self) -> ChatStream:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            try:
+                item = await self._source.__anext__()
+            except StopAsyncIteration:
+                self.done = True
+                raise
+            if isinstance(item, Usage):
+                self.usage = item
+                continue
+            return item
+
+    async def aclose(self) -> None:
+        """Stop the underlying stream early (closes the HTTP response, if any)."""
+        close = getattr(self._source, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def text(self) -> str:
+        """Drain the stream and return the whole text."""
+        return "".join([d async for d in self])
+
+
+ToolSpec = dict[str, Any]
+"""An OpenAI ``tools`` entry: ``{"type": "function", "function": {name, parameters, …}}``."""
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What ctxstack needs from a language model.
+
+    ``chat`` raises subclasses of :class:`ctxstack.errors.LLMError` on failure.
+    ``stream_chat`` returns a :class:`ChatStream`; after exhaustion its ``usage`` holds the
+    stream's usage (provider-reported, or estimated and flagged ``estimated=True``).
+    Errors surface from iteration, as :class:`~ctxstack.errors.LLMError` subclasses.
+    """
+
+    @property
+    def context_size(self) -> int: ...
+
+    @property
+    def max_output_tokens(self) -> int: ...
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        **opts: Any,
+    ) -> LLMResult: ...
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream: ...

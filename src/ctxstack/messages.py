@@ -1,0 +1,332 @@
+"""The chat message model every layer works on.
+
+A :class:`ChatMessage` is the OpenAI chat-completions message plus two things the wire
+format lacks: ``pinned`` (compaction must keep it) and ``metadata`` (what the message *is*
+to ctxstack: ``{"kind": "query" | "inject" | "summary" | "warning" | "checklist"}``,
+image attachment records, …). Neither is ever sent to a provider.
+
+Messages are frozen: code that "changes" a message builds a new one with
+:meth:`ChatMessage.replace`, so a caller's list is never altered behind its back and a
+per-message token estimate cached on the object can never go stale.
+
+Wire round-trip (:meth:`ChatMessage.from_openai` / :meth:`ChatMessage.to_openai`) is
+lossless at the JSON-value level: tool-call arguments travel as a JSON *string* on the wire
+and are a ``dict`` here; re-serialising may change insignificant whitespace, never values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ctxstack.errors import MessageError
+
+Role = Literal["system", "user", "assistant", "tool"]
+MessageKind = Literal["query", "inject", "summary", "warning", "checklist"]
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+
+class TextPart(BaseModel):
+    """A text content part: ``{"type": "text", "text": "..."}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageURL(BaseModel):
+    """The ``image_url`` object of an image part (an http(s) URL or a ``data:`` URL)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    type: Literal["image_url"] = "image_url"
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+"""One element of a multi-part message content (text or image)."""
+
+
+class ToolCall(BaseModel):
+    """A function call the assistant asked for. ``arguments`` is the decoded JSON object."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> ToolCall:
+        """Parse ``{"id", "type": "function", "function": {"name", "arguments": "<json>"}}``."""
+        if not isinstance(data, Mapping):
+            raise MessageError(f"tool_calls[]: expected an object, got {type(data).__name__}")
+        if data.get("type", "function") != "function":
+            raise MessageError(f"tool_calls[].type: unsupported tool call type {data['type']!r}")
+        fn = data.get("function")
+        if not isinstance(fn, Mapping):
+            raise MessageError("tool_calls[].function: missing or not an object")
+        call_id = data.get("id")
+        name = fn.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            raise MessageError("tool_calls[].id: missing or not a string")
+        if not isinstance(name, str) or not name:
+            raise MessageError("tool_calls[].function.name: missing or not a string")
+        return cls(id=call_id, name=name, arguments=parse_arguments(fn.get("arguments")))
+
+    def to_openai(self) -> dict[str, Any]:
+        """The wire form, with ``arguments`` as a compact JSON string."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_json},
+        }
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as the JSON text sent on the wire."""
+        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_arguments(raw: object) -> dict[str, Any]:
+    """Decode tool-call arguments: a JSON object string, a dict, or empty (→ ``{}``)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if not isinstance(raw, str):
+        raise MessageError(
+            f"tool_calls[].function.arguments: expected a JSON string, got {type(raw).__name__}"
+        )
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise MessageError(
+            f"tool_calls[].function.arguments: not valid JSON ({exc.msg} at {exc.pos})"
+        ) from exc
+    if not isinstance(value, dict):
+        raise MessageError(
+            "tool_calls[].function.arguments: must be a JSON object, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+class ChatMessage(BaseModel):
+    """One chat turn. Frozen: use :meth:`replace` to derive a changed copy.
+
+    Invariants checked on construction (each failure is a :class:`MessageError` naming
+    the field): a known ``role``; ``tool`` messages carry ``tool_call_id``; only
+    ``assistant`` messages carry ``tool_calls``; content is ``str``, a list of text/image
+    parts, or ``None``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    pinned: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    # Token estimates cached per counter (see ctxstack.tokens). Safe because the message
+    # is frozen; reset by replace()/model_copy() which may change the content.
+    _token_cache: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise MessageError(_describe_validation_error(exc)) from None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_type(cls, v: object) -> object:
+        if v is not None and not isinstance(v, str | list):
+            raise ValueError(
+                f"content: expected a string, a list of content parts or null, "
+                f"got {type(v).__name__}"
+            )
+        return v
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _empty_tool_calls_are_none(cls, v: list[ToolCall] | None) -> list[ToolCall] | None:
+        return v or None
+
+    @model_validator(mode="after")
+    def _check_role_fields(self) -> Self:
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("tool_call_id: a tool message must carry the id of its tool call")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls: only assistant messages may carry tool calls, "
+                             f"not {self.role!r}")
+        return self
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def system(cls, content: str, **kw: Any) -> ChatMessage:
+        return cls(role="system", content=content, **kw)
+
+    @classmethod
+    def user(cls, content: str | list[ContentPart], **kw: Any) -> ChatMessage:
+        return cls(role="user", content=content, **kw)
+
+    @classmethod
+    def assistant(
+        cls, content: str | None = None, tool_calls: list[ToolCall] | None = None, **kw: Any
+    ) -> ChatMessage:
+        return cls(role="assistant", content=content, tool_calls=tool_calls, **kw)
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, **kw: Any) -> ChatMessage:
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, **kw)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def kind(self) -> str | None:
+        """``metadata["kind"]`` if set (query, inject, summary, warning, checklist)."""
+        kind = self.metadata.get("kind")
+        return kind if isinstance(kind, str) else None
+
+    @property
+    def text(self) -> str:
+        """All text of the content (text parts joined by newlines); images omitted."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        """The image parts of the content, in order."""
+        if isinstance(self.content, list):
+            return [p for p in self.content if isinstance(p, ImagePart)]
+        return []
+
+    def replace(self, **changes: Any) -> ChatMessage:
+        """A validated copy with ``changes`` applied; the original is untouched."""
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(changes)
+        return type(self)(**data)
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> ChatMessage:
+        """As pydantic's, but never carries a cached token estimate into the copy."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._token_cache = {}
+        return copy
+
+    # ------------------------------------------------------------------ wire format
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> ChatMessage:
+        """Build from an OpenAI chat-completions message dict.
+
+        Keys the wire format has but ctxstack does not model (``refusal``, ``audio``,
+        ``annotations``, …) are ignored; malformed known keys raise :class:`MessageError`.
+        """
+        if not isinstance(data, Mapping):
+            raise MessageError(f"message: expected an object, got {type(data).__name__}")
+        role = data.get("role")
+        if role not in ROLES:
+            raise MessageError(f"role: unknown role {role!r} (expected one of {', '.join(ROLES)})")
+        raw_calls = data.get("tool_calls")
+        if raw_calls is not None and not isinstance(raw_calls, list):
+            raise MessageError("tool_calls: expected a list")
+        calls = [ToolCall.from_openai(c) for c in raw_calls] if raw_calls else None
+        content = data.get("content")
+        if isinstance(content, list):
+            content = [_parse_part(i, p) for i, p in enumerate(content)]
+        return cls(
+            role=role,
+            content=content,
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI wire dict (``pinned`` and ``metadata`` are never sent)."""
+        out: dict[str, Any] = {"role": self.role}
+        if isinstance(self.content, list):
+            out["content"] = [p.model_dump(exclude_none=True) for p in self.content]
+        else:
+            out["content"] = self.content
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+def _parse_part(index: int, part: object) -> TextPart | ImagePart:
+    if isinstance(part, TextPart | ImagePart):
+        return part
+    if not isinstance(part, Mapping):
+        raise MessageError(f"content[{index}]: expected an object, got {type(part).__name__}")
+    ptype = part.get("type")
+    try:
+        if ptype == "text":
+            return TextPart.model_validate(part)
+        if ptype == "image_url":
+            image_url = part.get("image_url")
+            # Some clients send the bare URL string; normalise to the object form.
+            if isinstance(image_url, str):
+                part = {**part, "image_url": {"url": image_url}}
+            return ImagePart.model_validate(part)
+    except ValidationError as exc:
+        raise MessageError(f"content[{index}]: {_describe_validation_error(exc)}") from None
+    raise MessageError(f"content[{index}].type: unsupported content part type {ptype!r}")
+
+
+def _describe_validation_error(exc: ValidationError) -> str:
+    """Turn pydantic's report into one line per problem, each naming its field."""
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
+        if err["type"] == "value_error":
+            loc = ""  # our own validators already name the field
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        lines.append(f"{loc}: {msg}" if loc and not msg.startswith(f"{loc}:") else msg)
+    return "; ".join(dict.fromkeys(lines))
+
+
+def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
+    """The wire form of a message list."""
+    return [m.to_openai() for m in messages]
+
+
+def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
+    """Parse a wire message list; errors name the index of the bad message."""
+    out = []
+    for i, item in enumerate(data):
+        try:
+            out.append(ChatMessage.from_openai(item))
+        except MessageError as exc:
+            raise MessageError(f"messages[{i}].{exc}") from None
+    return out
