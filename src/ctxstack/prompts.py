@@ -66,7 +66,7 @@ def check_hint(hint: str) -> Hint:
     """Return ``hint`` typed, or raise :class:`ConfigError` listing the valid hints."""
     if hint not in HINTS:
         raise ConfigError(f"hint: unknown hint {hint!r} (expected one of {', '.join(HINTS)})")
-    return hint  # type: ignore[return-value]
+    return hint
 
 
 def compaction_prompt(hint: str, custom: str | None = None) -> str:
