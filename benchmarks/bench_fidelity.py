@@ -1,0 +1,342 @@
+"""Fidelity: which planted facts survive compaction verbatim, per strategy and budget.
+
+For every generated conversation (English, Chinese, Japanese, mixed; ~40K tokens each,
+20 planted facts), every strategy (:mod:`benchmarks.fidelity.strategies`) and every budget
+(2K, 4K, 8K, 16K tokens) we measure: the share of planted facts still present verbatim,
+the tokens the result uses, whether the system prompt and the pinned query survived, and
+whether the result is a valid OpenAI message sequence.
+
+The summariser is deliberately lossy (first sentence of each message), so the figures show
+what ctxstack itself preserves. ``--llm`` (or ``CTXSTACK_BENCH_LLM=1``) summarises with the
+configured real endpoint instead (``OpenAICompatibleLLM.from_env("fast")``); without a
+configured endpoint that mode is skipped with a note, and no figures are reported.
+
+Run alone: ``python -m benchmarks.bench_fidelity [--quick] [--llm]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from benchmarks.common import BenchRow, print_table
+from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, Conversation, generate
+from benchmarks.fidelity.scorer import FactsScore, Validity, check_sequence, score_facts, survived
+from benchmarks.fidelity.strategies import CountingLLM, Strategy, all_strategies, lossy_summarizer
+from ctxstack.llm import LLM
+from ctxstack.tokens import HEURISTIC
+
+TITLE = "Fidelity: planted facts kept verbatim after compaction"
+BUDGETS = (2_000, 4_000, 8_000, 16_000)
+CONVERSATION_TOKENS = 40_000
+FACTS_PER_CONVERSATION = 20
+HEADLINE = ("smart_truncate", "llm_compact (general)")
+LLM_ENV = "CTXSTACK_BENCH_LLM"
+
+
+@dataclass
+class Run:
+    """One strategy on one conversation at one budget."""
+
+    strategy: str
+    budget: int
+    language: str
+    seed: int
+    facts: FactsScore | None = None
+    tokens: int = 0
+    system_kept: bool = False
+    query_kept: bool = False
+    validity: Validity | None = None
+    llm_calls: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.error is None and self.tokens <= self.budget
+
+
+@dataclass
+class FidelityResult:
+    quick: bool
+    mode: str
+    runs: list[Run] = field(default_factory=list)
+    strategies: list[Strategy] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    conversations: list[Conversation] = field(default_factory=list)
+    skipped: str | None = None
+
+
+_LAST: dict[bool, FidelityResult] = {}
+
+
+def conversations(quick: bool) -> list[Conversation]:
+    seeds = (1,) if quick else (1, 2, 3)
+    return [generate(seed, lang, target_tokens=CONVERSATION_TOKENS,
+                     n_facts=FACTS_PER_CONVERSATION)
+            for seed in seeds for lang in LANGUAGES]
+
+
+def real_llm() -> LLM | str:
+    """The configured fast endpoint, or the reason there is none."""
+    try:
+        from ctxstack.llm.openai import OpenAICompatibleLLM
+    except ImportError as exc:
+        return f"the OpenAI-compatible client is not available in this checkout ({exc})"
+    try:
+        llm: LLM = OpenAICompatibleLLM.from_env("fast")
+    except Exception as exc:  # ConfigError and friends: report, never crash the suite
+        return f"no endpoint configured ({type(exc).__name__}: {exc})"
+    return llm
+
+
+async def measure(conv: Conversation, strategy: Strategy, budget: int,
+                  shared_llm: LLM | None) -> Run:
+    run = Run(strategy.name, budget, conv.language, conv.seed)
+    llm = CountingLLM(shared_llm if shared_llm is not None else lossy_summarizer(conv.messages))
+    start = time.perf_counter()
+    try:
+        result = await strategy.run(list(conv.messages), budget, llm)
+    except Exception as exc:  # a strategy bug is a finding, not a reason to stop
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.seconds = time.perf_counter() - start
+        return run
+    run.seconds = time.perf_counter() - start
+    run.facts = score_facts(conv.facts, result)
+    run.tokens = HEURISTIC.count_messages(result)
+    run.system_kept = survived(conv.system_prompt, result)
+    run.query_kept = survived(conv.query, result)
+    run.validity = check_sequence(result)
+    run.llm_calls = llm.calls
+    return run
+
+
+async def evaluate(quick: bool, use_real_llm: bool) -> FidelityResult:
+    strategies, notes = all_strategies()
+    res = FidelityResult(quick=quick, mode="real endpoint" if use_real_llm else "scripted",
+                         strategies=strategies, notes=notes)
+    shared: LLM | None = None
+    if use_real_llm:
+        got = real_llm()
+        if isinstance(got, str):
+            res.skipped = f"--llm was given but {got}; nothing was measured."
+            return res
+        shared = got
+    res.conversations = conversations(quick)
+    for conv in res.conversations:
+        for budget in BUDGETS:
+            for strategy in strategies:
+                res.runs.append(await measure(conv, strategy, budget, shared))
+    return res
+
+
+def result_for(quick: bool) -> FidelityResult:
+    if quick not in _LAST:
+        use_llm = os.environ.get(LLM_ENV, "") not in ("", "0")
+        _LAST[quick] = asyncio.run(evaluate(quick, use_llm))
+    return _LAST[quick]
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def _ok(runs: Sequence[Run]) -> list[Run]:
+    return [r for r in runs if r.error is None]
+
+
+def kept_share(runs: Sequence[Run]) -> float | None:
+    """Mean share of facts kept, in percent (None if no successful run)."""
+    good = [r.facts.share for r in _ok(runs) if r.facts is not None]
+    return 100 * statistics.fmean(good) if good else None
+
+
+def _pct(runs: Sequence[Run], attr: str) -> float | None:
+    good = _ok(runs)
+    if not good:
+        return None
+    return 100 * sum(1 for r in good if bool(getattr(r, attr))) / len(good)
+
+
+def _valid_pct(runs: Sequence[Run]) -> float | None:
+    checks = [r.validity for r in _ok(runs) if r.validity is not None]
+    return 100 * sum(v.valid for v in checks) / len(checks) if checks else None
+
+
+def select(res: FidelityResult, strategy: str | None = None, budget: int | None = None,
+           language: str | None = None) -> list[Run]:
+    return [r for r in res.runs
+            if (strategy is None or r.strategy == strategy)
+            and (budget is None or r.budget == budget)
+            and (language is None or r.language == language)]
+
+
+def rows_from(res: FidelityResult) -> list[BenchRow]:
+    if res.skipped or not res.runs:
+        return []
+    names = [s.name for s in res.strategies]
+    baseline = next(s.name for s in res.strategies if s.baseline)
+    library = [s for s in res.strategies if not s.baseline]
+    rows: list[BenchRow] = []
+    for budget in BUDGETS:
+        base = kept_share(select(res, baseline, budget))
+        for name in HEADLINE if any(n in names for n in HEADLINE) else (baseline,):
+            if name not in names:
+                continue
+            value = kept_share(select(res, name, budget))
+            if value is None:
+                continue
+            is_base = name == baseline
+            rows.append(BenchRow(
+                name=f"facts kept @{budget // 1000}K, {name}", value=value, unit="%",
+                baseline=None if is_base else base,
+                ratio=(value / base) if (base and not is_base) else None,
+                target="" if is_base else "≥ naive drop-oldest",
+                met=None if is_base or base is None else value >= base,
+            ))
+    if not library:
+        return rows
+    lib_runs = [r for r in res.runs if r.strategy in {s.name for s in library}]
+    base_runs = select(res, baseline)
+    budgeted = [r for r in res.runs
+                if r.strategy in {s.name for s in library if s.budgeted}]
+
+    def pct_row(name: str, lib: float | None, base: float | None) -> BenchRow:
+        v = lib if lib is not None else 0.0
+        return BenchRow(name=name, value=v, unit="%", baseline=base,
+                        ratio=(v / base) if base else None, target="100%", met=v >= 100.0)
+
+    rows.append(pct_row("valid OpenAI sequence, ctxstack strategies",
+                        _valid_pct(lib_runs), _valid_pct(base_runs)))
+    rows.append(pct_row("pinned query kept, ctxstack strategies",
+                        _pct(lib_runs, attr="query_kept"), _pct(base_runs, attr="query_kept")))
+    rows.append(pct_row("system prompt kept, ctxstack strategies",
+                        _pct(lib_runs, attr="system_kept"), _pct(base_runs, attr="system_kept")))
+    rows.append(pct_row("within budget, budgeted ctxstack strategies",
+                        _pct(budgeted, attr="fits"), _pct(base_runs, attr="fits")))
+    errors = sum(1 for r in lib_runs if r.error)
+    rows.append(BenchRow(name="strategy errors (exceptions)", value=float(errors), unit="runs",
+                         target="0", met=errors == 0))
+    return rows
+
+
+def run(quick: bool) -> list[BenchRow]:
+    return rows_from(result_for(quick))
+
+
+def plot_data(quick: bool) -> dict[str, dict[str, object]]:
+    res = result_for(quick)
+    if res.skipped or not res.runs:
+        return {}
+    series = {s.name: [kept_share(select(res, s.name, b)) for b in BUDGETS]
+              for s in res.strategies}
+    return {"fidelity_facts_kept": {
+        "kind": "line", "x": [float(b) for b in BUDGETS], "series": series, "logx": True,
+        "title": f"Planted facts kept verbatim ({res.mode} summariser)",
+        "xlabel": "budget (tokens)", "ylabel": "facts kept (%)", "ymin": 0,
+    }}
+
+
+# ---------------------------------------------------------------------------- markdown
+
+
+def _f(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None else f"{v:.{digits}f}%"
+
+
+def _problems(runs: Sequence[Run]) -> str:
+    counts: dict[str, int] = {}
+    for r in runs:
+        if r.error:
+            counts["exception"] = counts.get("exception", 0) + 1
+        if r.validity:
+            for code in sorted(r.validity.codes):
+                counts[code] = counts.get(code, 0) + 1
+    return ", ".join(f"{k} ×{v}" for k, v in sorted(counts.items())) or "–"
+
+
+def budget_table(res: FidelityResult, budget: int) -> str:
+    kinds = list(FACT_KINDS)
+    head = ("| strategy | facts kept | " + " | ".join(kinds)
+            + " | tokens mean / max | within budget | system kept | query kept | valid "
+              "| summariser calls | ms | problems |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s in res.strategies:
+        runs = select(res, s.name, budget)
+        scores = [r.facts for r in _ok(runs) if r.facts is not None]
+        by_kind = []
+        for k in kinds:
+            kept = sum(f.kept_by_kind.get(k, 0) for f in scores)
+            total = sum(f.total_by_kind.get(k, 0) for f in scores)
+            by_kind.append(f"{kept}/{total}" if total else "–")
+        toks = [r.tokens for r in _ok(runs)]
+        tok = f"{statistics.fmean(toks):,.0f} / {max(toks):,}" if toks else "–"
+        within = _f(_pct(runs, attr="fits")) if s.budgeted else "n/a (no token budget)"
+        calls = sum(r.llm_calls for r in runs)
+        ms = statistics.median(r.seconds * 1000 for r in runs) if runs else 0.0
+        name = f"**{s.name}** (baseline)" if s.baseline else s.name
+        lines.append(
+            f"| {name} | {_f(kept_share(runs), 1)} | " + " | ".join(by_kind)
+            + f" | {tok} | {within} | {_f(_pct(runs, attr='system_kept'))} | "
+              f"{_f(_pct(runs, attr='query_kept'))} | {_f(_valid_pct(runs))} | {calls} | "
+              f"{ms:.1f} | {_problems(runs)} |"
+        )
+    return "\n".join(lines)
+
+
+def language_table(res: FidelityResult) -> str:
+    head = "| strategy | " + " | ".join(f"{b // 1000}K" for b in BUDGETS) + " |"
+    out = []
+    for lang in LANGUAGES:
+        lines = [f"**{lang}**", "", head, "|" + "---|" * (len(BUDGETS) + 1)]
+        for s in res.strategies:
+            cells = [_f(kept_share(select(res, s.name, b, lang))) for b in BUDGETS]
+            lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def report_markdown(quick: bool) -> str:
+    res = result_for(quick)
+    parts: list[str] = []
+    if res.skipped:
+        return f"**Skipped:** {res.skipped}"
+    convs = res.conversations
+    sizes = [c.tokens for c in convs]
+    parts.append(
+        f"{len(convs)} conversations ({', '.join(LANGUAGES)}; seeds "
+        f"{sorted({c.seed for c in convs})}), {min(sizes):,}–{max(sizes):,} tokens and "
+        f"{sum(len(c.messages) for c in convs) // len(convs)} messages on average, "
+        f"{FACTS_PER_CONVERSATION} planted facts each ({', '.join(FACT_KINDS)}; constraints "
+        "stated once by the user in the first tenth). Summariser: "
+        + ("the configured real endpoint." if res.mode == "real endpoint" else
+           "scripted and deliberately lossy (first sentence of each message; facts never "
+           "sit in a first sentence), so a kept fact was kept by the strategy itself.")
+        + " A fact counts only if its exact value is present as a whole token (a changed "
+        "digit or path segment does not count). Percentages are means over conversations."
+    )
+    for note in res.notes:
+        parts.append(f"**Not measured:** {note}")
+    for budget in BUDGETS:
+        parts.append(f"#### Budget {budget:,} tokens\n\n{budget_table(res, budget)}")
+    parts.append("#### Facts kept by language\n\n" + language_table(res))
+    return "\n\n".join(parts)
+
+
+def main(argv: Sequence[str]) -> int:
+    quick = "--quick" in argv
+    if "--llm" in argv:
+        os.environ[LLM_ENV] = "1"
+    rows = run(quick)
+    print_table(rows, TITLE)
+    print()
+    print(report_markdown(quick))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

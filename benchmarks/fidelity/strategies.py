@@ -1,0 +1,205 @@
+"""The context strategies the fidelity benchmark compares, and its lossy summariser.
+
+Every strategy takes the whole conversation (system prompt first, pinned query last), a
+token budget and a summariser LLM, and returns the messages it would send:
+
+* ``naive drop-oldest`` — the baseline a user writes in five minutes: keep the leading
+  system messages, drop the oldest other messages until the estimate fits. It knows
+  nothing of tool groups or pinned messages;
+* ``smart_truncate`` and ``llm_compact (<hint>)`` for each of the four hints — ctxstack's
+  :class:`~ctxstack.compact.CompactUtils`;
+* ``WindowMemory`` — sized in messages, as a user would size it: the budget divided by the
+  conversation's mean message size (it has no token budget, so it may overshoot);
+* ``SummaryMemory`` — with the budget as its threshold.
+
+The summariser is :func:`lossy_summarizer`: a ``ScriptedLLM`` whose "summary" is only the
+first sentence of each conversation message it was shown. The generator never puts a fact
+in a first sentence, so any fact that survives an LLM strategy was kept by ctxstack
+itself (recent messages kept verbatim, pinned messages, re-attached exact values), not by
+a clever model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.fidelity.scorer import first_sentence
+from ctxstack.llm import LLM, ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
+from ctxstack.messages import ChatMessage
+from ctxstack.prompts import HINTS, SUMMARY_PREFIX
+from ctxstack.tokens import HEURISTIC
+
+StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
+SUMMARY_MAX_TOKENS = 400
+"""The lossy summary stops growing here, like a real summary of bounded length."""
+PROBE_CHARS = 48
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    run: StrategyFn
+    budgeted: bool
+    """Takes a token budget (so "within budget" is a fair question)."""
+    uses_llm: bool
+    baseline: bool = False
+
+
+# ---------------------------------------------------------------------------- summariser
+
+
+def lossy_summary(received: Sequence[ChatMessage], conversation: Sequence[ChatMessage]) -> str:
+    """First sentences of the conversation messages whose text the summariser was shown.
+
+    A message counts as shown when its first ``PROBE_CHARS`` characters occur in what the
+    summariser received, whatever transcript format the caller chose. An earlier summary
+    (``[Conversation summary]``) in the input contributes its first sentence too.
+    """
+    haystack = "\n".join(m.text for m in received)
+    sentences: list[str] = []
+    at = haystack.find(SUMMARY_PREFIX)
+    if at >= 0:
+        previous = haystack[at + len(SUMMARY_PREFIX):].strip()
+        if previous:
+            sentences.append(first_sentence(previous))
+    for m in conversation:
+        text = m.text.strip()
+        if m.role == "system" or not text or text[:PROBE_CHARS] not in haystack:
+            continue
+        sentences.append(first_sentence(text))
+    out: list[str] = []
+    for s in dict.fromkeys(sentences):
+        if HEURISTIC.count_text(" ".join([*out, s])) > SUMMARY_MAX_TOKENS:
+            break
+        out.append(s)
+    return " ".join(out) or "Nothing notable was discussed."
+
+
+def lossy_summarizer(conversation: Sequence[ChatMessage]) -> ScriptedLLM:
+    """A ``ScriptedLLM`` answering every call with :func:`lossy_summary`."""
+    convo = list(conversation)
+
+    def handler(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
+        return lossy_summary(messages, convo)
+
+    return ScriptedLLM(handler=handler, name="lossy-first-sentence")
+
+
+class CountingLLM:
+    """Wraps an LLM to count calls and add up usage (for the real-endpoint mode)."""
+
+    def __init__(self, inner: LLM) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.usage = Usage()
+
+    @property
+    def context_size(self) -> int:
+        return self.inner.context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.inner.max_output_tokens
+
+    async def chat(self, messages: Sequence[ChatMessage], *,
+                   tools: Sequence[ToolSpec] | None = None, **opts: Any) -> LLMResult:
+        self.calls += 1
+        result = await self.inner.chat(messages, tools=tools, **opts)
+        self.usage = self.usage + result.usage
+        return result
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
+        self.calls += 1
+        stream = self.inner.stream_chat(messages, **opts)
+
+        async def relay() -> AsyncIterator[str | Usage]:
+            async for delta in stream:
+                yield delta
+            self.usage = self.usage + stream.usage
+            yield stream.usage
+
+        return ChatStream(relay())
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def naive_drop_oldest(messages: Sequence[ChatMessage], max_tokens: int) -> list[ChatMessage]:
+    """Keep leading system messages; drop the oldest others until the estimate fits."""
+    lead = 0
+    while lead < len(messages) and messages[lead].role == "system":
+        lead += 1
+    head, rest = list(messages[:lead]), list(messages[lead:])
+    total = HEURISTIC.count_messages(head) + HEURISTIC.count_messages(rest)
+    drop = 0
+    while total > max_tokens and drop < len(rest):
+        total -= HEURISTIC.count_message(rest[drop])
+        drop += 1
+    return head + rest[drop:]
+
+
+async def _naive(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+    return naive_drop_oldest(messages, budget)
+
+
+def window_size(messages: Sequence[ChatMessage], budget: int) -> int:
+    """Messages that fit ``budget`` at the conversation's mean message size (at least 1)."""
+    others = [m for m in messages if m.role != "system"]
+    mean = HEURISTIC.count_messages(others) / max(1, len(others))
+    return max(1, int(budget // mean))
+
+
+def library_strategies() -> tuple[list[Strategy], list[str]]:
+    """ctxstack's strategies that exist in this checkout, and notes on the missing ones."""
+    found: list[Strategy] = []
+    notes: list[str] = []
+    try:
+        from ctxstack.compact import CompactUtils
+    except ImportError as exc:
+        notes.append(f"smart_truncate and llm_compact not measured: {exc}")
+    else:
+        async def smart(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+            return list(CompactUtils.smart_truncate(messages, budget))
+
+        found.append(Strategy("smart_truncate", smart, budgeted=True, uses_llm=False))
+        for hint in HINTS:
+            found.append(Strategy(f"llm_compact ({hint})", _compact_with(CompactUtils, hint),
+                                  budgeted=True, uses_llm=True))
+    try:
+        from ctxstack.memory import SummaryMemory, WindowMemory
+    except ImportError as exc:
+        notes.append(f"WindowMemory and SummaryMemory not measured: {exc}")
+    else:
+        async def window(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+            memory = WindowMemory(window_size(messages, budget))
+            for m in messages:
+                await memory.add_message(m)
+            return list(await memory.get_messages())
+
+        async def summary(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+            memory = SummaryMemory(llm, budget, keep_recent=4)
+            for m in messages:
+                await memory.add_message(m)
+            return list(await memory.get_messages())
+
+        found.append(Strategy("WindowMemory", window, budgeted=False, uses_llm=False))
+        found.append(Strategy("SummaryMemory", summary, budgeted=False, uses_llm=True))
+    return found, notes
+
+
+def _compact_with(utils: Any, hint: str) -> StrategyFn:
+    async def compact(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+        return list(await utils.llm_compact(messages, llm, budget, keep_recent=4, hint=hint))
+
+    return compact
+
+
+NAIVE = Strategy("naive drop-oldest", _naive, budgeted=True, uses_llm=False, baseline=True)
+
+
+def all_strategies() -> tuple[list[Strategy], list[str]]:
+    """The baseline first, then every available ctxstack strategy; plus notes."""
+    found, notes = library_strategies()
+    return [NAIVE, *found], notes

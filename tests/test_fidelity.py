@@ -1,0 +1,304 @@
+"""The fidelity benchmark's parts: generator, verbatim scorer, validity check, strategies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from benchmarks import bench_fidelity
+from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, generate
+from benchmarks.fidelity.scorer import (
+    check_sequence,
+    context_text,
+    count_value,
+    find_value,
+    first_sentence,
+    near_misses,
+    score_facts,
+    survived,
+)
+from benchmarks.fidelity.strategies import (
+    NAIVE,
+    all_strategies,
+    lossy_summarizer,
+    lossy_summary,
+    naive_drop_oldest,
+    window_size,
+)
+
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.tokens import HEURISTIC
+
+
+def _dump(conv):  # type: ignore[no-untyped-def]
+    return json.dumps([m.to_openai() | {"pinned": m.pinned, "metadata": m.metadata}
+                       for m in conv.messages], ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------- generator
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_generator_is_deterministic_for_a_seed(language: str) -> None:
+    a = generate(11, language, target_tokens=6_000, n_facts=10)  # type: ignore[arg-type]
+    b = generate(11, language, target_tokens=6_000, n_facts=10)  # type: ignore[arg-type]
+    c = generate(12, language, target_tokens=6_000, n_facts=10)  # type: ignore[arg-type]
+    assert _dump(a) == _dump(b)
+    assert a.facts == b.facts
+    assert _dump(a) != _dump(c)
+    assert [f.value for f in a.facts] != [f.value for f in c.facts]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_every_fact_is_in_the_conversation_once_and_its_question_names_it(language: str) -> None:
+    conv = generate(3, language, target_tokens=12_000, n_facts=15)  # type: ignore[arg-type]
+    whole = context_text(conv.messages)
+    assert len(conv.facts) == 15
+    assert {f.kind for f in conv.facts} == set(FACT_KINDS)
+    for fact in conv.facts:
+        assert count_value(fact.value, whole) == 1, fact
+        message = conv.messages[fact.message_index]
+        assert fact.value in message.text
+        assert message.role == fact.role
+        assert fact.subject in fact.question
+        assert fact.value not in fact.question
+        # Never in the first sentence: the lossy summariser cannot carry it.
+        assert fact.value not in first_sentence(message.text)
+    # The uncompacted conversation keeps every fact.
+    assert score_facts(conv.facts, conv.messages).share == 1.0
+
+
+def test_conversation_shape_tools_system_prompt_and_pinned_query() -> None:
+    conv = generate(5, "mixed", target_tokens=20_000, n_facts=20)
+    assert conv.messages[0].role == "system"
+    assert conv.query.pinned
+    assert conv.query.kind == "query"
+    assert conv.query.role == "user"
+    assert 20_000 <= conv.tokens < 30_000
+    assert check_sequence(conv.messages).valid
+    tool_calls = [m for m in conv.messages if m.tool_calls]
+    assert tool_calls
+    assert all(m.content is None for m in tool_calls)
+    results = [m for m in conv.messages if m.role == "tool"]
+    assert max(len(m.text) for m in results) > 3_000  # large JSON tool results
+    json.loads(results[0].text)
+    # Mixed means all three languages occur.
+    text = context_text(conv.messages)
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in text)
+    assert any("\u3040" <= ch <= "\u30ff" for ch in text)
+    # Constraints are stated once, early, by the user.
+    constraints = [f for f in conv.facts if f.kind == "constraint"]
+    assert constraints
+    assert all(f.role == "user" for f in constraints)
+    assert all(f.message_index < len(conv.messages) * 0.2 for f in constraints)
+    # Facts come in every role.
+    assert {f.role for f in conv.facts} == {"user", "assistant", "tool"}
+
+
+def test_generator_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="language"):
+        generate(1, "fr")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_facts"):
+        generate(1, "en", n_facts=0)
+    with pytest.raises(ValueError, match="target_tokens"):
+        generate(1, "en", target_tokens=100)
+
+
+# ---------------------------------------------------------------------------- scorer
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("48213.75", "The total is 48213.75."),
+        ("48213.75", "预算是48213.75。"),
+        ("48213.75", '{"value": "48213.75", "x": 1}'),
+        ("/srv/osprey/exports/2021-q3/ledger_4411.csv", "file /srv/osprey/exports/2021-q3/ledger_4411.csv, ok"),
+        ("INV-2041-KX332", "発行済みの請求書はINV-2041-KX332です。"),
+        ("2021-03-17", "cut over on 2021-03-17 at noon"),
+        ("4750 rows", "keep it under 4750 rows."),
+    ],
+)
+def test_scorer_counts_a_verbatim_fact(value: str, text: str) -> None:
+    assert find_value(value, text)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("48213.75", "The total is 48213.76."),  # one digit changed
+        ("48213.75", "The total is 148213.75."),  # longer number
+        ("48213.75", "The total is 48213.751"),
+        ("48213.75", "version 48213.75.2"),
+        ("48213.75", "about 48,213.75"),  # reformatted is not verbatim
+        ("/srv/osprey/exports/2021-q3/ledger_4411.csv", "/srv/osprey/export/2021-q3/ledger_4411.csv"),
+        ("/srv/osprey/exports/2021-q3/ledger_4411.csv", "/x/srv/osprey/exports/2021-q3/ledger_4411.csv"),
+        ("/srv/osprey/exports/2021-q3/ledger_4411.csv", "/srv/osprey/exports/2021-q3/ledger_4411.csv.bak"),
+        ("INV-2041-KX332", "INV-2041-KX3321"),
+        ("2021-03-17", "2021-03-17T10:00:00Z"),
+        ("TCK-335100", "TCK-335100-B"),
+    ],
+)
+def test_scorer_does_not_count_a_near_miss(value: str, text: str) -> None:
+    assert not find_value(value, text)
+
+
+def test_no_generated_near_miss_counts_for_any_planted_fact() -> None:
+    conv = generate(2, "en", target_tokens=6_000, n_facts=15)
+    for fact in conv.facts:
+        misses = near_misses(fact.value)
+        assert misses
+        for miss in misses:
+            assert not find_value(fact.value, f"We noted {miss} yesterday.")
+            assert not find_value(fact.value, f"记录：{miss}。")
+
+
+def test_score_facts_after_removing_and_corrupting_messages() -> None:
+    conv = generate(4, "zh", target_tokens=8_000, n_facts=10)
+    dropped = conv.facts[0]
+    corrupted = conv.facts[1]
+    assert dropped.message_index != corrupted.message_index
+    messages = []
+    for i, m in enumerate(conv.messages):
+        if i == dropped.message_index:
+            continue
+        if i == corrupted.message_index:
+            m = m.replace(content=m.text.replace(corrupted.value, near_misses(corrupted.value)[0]))
+        messages.append(m)
+    score = score_facts(conv.facts, messages)
+    assert dropped.id not in score.kept
+    assert corrupted.id not in score.kept
+    assert len(score.kept) == len(conv.facts) - 2
+    assert score.share == pytest.approx((len(conv.facts) - 2) / len(conv.facts))
+    assert sum(score.total_by_kind.values()) == len(conv.facts)
+
+
+def test_facts_in_tool_call_arguments_count() -> None:
+    call = ToolCall(id="c1", name="lookup", arguments={"invoice": "INV-1234-AB567"})
+    messages = [ChatMessage.user("hi"), ChatMessage.assistant(None, tool_calls=[call]),
+                ChatMessage.tool("c1", "{}")]
+    assert find_value("INV-1234-AB567", context_text(messages))
+
+
+# ---------------------------------------------------------------------------- validity
+
+
+def _call(cid: str) -> ChatMessage:
+    return ChatMessage.assistant(None, tool_calls=[ToolCall(id=cid, name="t", arguments={})])
+
+
+def test_validity_accepts_a_proper_sequence() -> None:
+    seq = [ChatMessage.system("s"), ChatMessage.system("[Conversation summary] x"),
+           ChatMessage.user("q"), _call("a"), ChatMessage.tool("a", "r"),
+           ChatMessage.assistant("done")]
+    assert check_sequence(seq).valid
+
+
+def test_validity_flags_orphan_tool_results() -> None:
+    seq = [ChatMessage.system("s"), ChatMessage.user("q"), ChatMessage.tool("a", "r"),
+           ChatMessage.assistant("x")]
+    v = check_sequence(seq)
+    assert not v.valid
+    assert v.codes == {"orphan_tool_result"}
+    # A result after the conversation moved on is an orphan too.
+    seq = [ChatMessage.user("q"), _call("a"), ChatMessage.tool("a", "r"),
+           ChatMessage.user("more"), ChatMessage.tool("a", "r again")]
+    assert "orphan_tool_result" in check_sequence(seq).codes
+
+
+def test_validity_flags_unanswered_calls_bad_start_and_duplicates() -> None:
+    assert check_sequence([ChatMessage.user("q"), _call("a")]).codes == {"unanswered_tool_call"}
+    assert check_sequence([ChatMessage.user("q"), _call("a"), ChatMessage.user("x")]).codes == {
+        "unanswered_tool_call"}
+    v = check_sequence([ChatMessage.system("s"), ChatMessage.assistant("hello"),
+                        ChatMessage.user("q")])
+    assert v.codes == {"not_user_first"}
+    v = check_sequence([ChatMessage.user("q"), _call("a"), ChatMessage.tool("a", "1"),
+                        ChatMessage.tool("a", "2")])
+    assert v.codes == {"duplicate_tool_result"}
+    assert check_sequence([]).codes == {"empty"}
+    assert check_sequence([ChatMessage.system("s")]).codes == {"no_user"}
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def test_naive_baseline_fits_keeps_system_and_can_orphan_tool_results() -> None:
+    conv = generate(1, "en", target_tokens=12_000, n_facts=10)
+    for budget in (2_000, 4_000, 8_000):
+        out = naive_drop_oldest(conv.messages, budget)
+        assert HEURISTIC.count_messages(out) <= budget
+        assert out[0] == conv.system_prompt
+        assert out[-1] == conv.query
+        assert out[1:] == conv.messages[len(conv.messages) - len(out) + 1:]
+    # Cutting just after a tool call leaves its results orphaned: the baseline is naive.
+    i = next(i for i, m in enumerate(conv.messages) if m.tool_calls)
+    budget = HEURISTIC.count_messages([conv.messages[0], *conv.messages[i + 1:]])
+    assert "orphan_tool_result" in check_sequence(naive_drop_oldest(conv.messages, budget)).codes
+
+
+def test_lossy_summariser_never_carries_a_fact() -> None:
+    conv = generate(6, "ja", target_tokens=10_000, n_facts=12)
+    transcript = ChatMessage.user("\n\n".join(f"[{m.role}] {m.text}" for m in conv.messages[1:]))
+    summary = lossy_summary([ChatMessage.system("Summarise."), transcript], conv.messages)
+    assert summary
+    assert HEURISTIC.count_text(summary) <= 400
+    assert first_sentence(conv.messages[1].text) in summary
+    assert score_facts(conv.facts, [ChatMessage.system(summary)]).kept == []
+
+
+async def test_lossy_summarizer_is_a_scripted_llm() -> None:
+    conv = generate(6, "en", target_tokens=4_000, n_facts=3)
+    llm = lossy_summarizer(conv.messages)
+    result = await llm.chat([ChatMessage.system("Summarise."),
+                             ChatMessage.user(conv.messages[1].text)])
+    assert result.text == first_sentence(conv.messages[1].text)
+    assert len(llm.calls) == 1
+
+
+def test_window_size_follows_mean_message_size() -> None:
+    conv = generate(1, "en", target_tokens=8_000, n_facts=5)
+    mean = HEURISTIC.count_messages(conv.messages[1:]) / (len(conv.messages) - 1)
+    assert window_size(conv.messages, 4_000) == int(4_000 // mean)
+    assert window_size(conv.messages, 1) == 1
+
+
+async def test_measure_scores_a_strategy_run() -> None:
+    conv = generate(2, "en", target_tokens=8_000, n_facts=10)
+    run = await bench_fidelity.measure(conv, NAIVE, 4_000, None)
+    assert run.error is None
+    assert run.facts is not None
+    assert run.tokens <= 4_000
+    assert run.fits
+    assert run.system_kept
+    assert run.query_kept
+    expected = score_facts(conv.facts, naive_drop_oldest(conv.messages, 4_000))
+    assert run.facts.kept == expected.kept
+    assert survived(conv.query, naive_drop_oldest(conv.messages, 4_000))
+
+
+async def test_every_available_strategy_runs_on_a_conversation() -> None:
+    """Wiring check: each strategy the benchmark finds runs and is scored (no exceptions)."""
+    strategies, _ = all_strategies()
+    conv = generate(3, "mixed", target_tokens=8_000, n_facts=8)
+    for strategy in strategies:
+        run = await bench_fidelity.measure(conv, strategy, 2_000, None)
+        assert run.error is None, (strategy.name, run.error)
+        assert run.validity is not None
+        assert run.facts is not None
+
+
+def test_rows_compare_with_the_naive_baseline() -> None:
+    res = bench_fidelity.FidelityResult(quick=True, mode="scripted")
+    res.strategies, res.notes = [NAIVE], []
+    for budget in bench_fidelity.BUDGETS:
+        run = bench_fidelity.Run(NAIVE.name, budget, "en", 1)
+        conv = generate(1, "en", target_tokens=4_000, n_facts=4)
+        run.facts = score_facts(conv.facts, conv.messages[: len(conv.messages) // 2])
+        res.runs.append(run)
+    rows = bench_fidelity.rows_from(res)
+    assert [r.name for r in rows] == [f"facts kept @{b // 1000}K, naive drop-oldest"
+                                      for b in bench_fidelity.BUDGETS]
+    assert all(r.baseline is None and r.met is None for r in rows)
+    skipped = bench_fidelity.FidelityResult(quick=True, mode="real endpoint", skipped="no key")
+    assert bench_fidelity.rows_from(skipped) == []
