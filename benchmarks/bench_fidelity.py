@@ -319,6 +319,12 @@ def report_markdown(quick: bool) -> str:
         + " A fact counts only if its exact value is present as a whole token (a changed "
         "digit or path segment does not count). Percentages are means over conversations."
     )
+    if res.mode == "scripted" and sum(s.name.startswith("llm_compact") for s in res.strategies) > 1:
+        parts.append(
+            "The four `llm_compact` hints differ only in the prompt the summariser receives; "
+            "the scripted summariser ignores the prompt, so equal figures across hints are "
+            "expected here. `--llm` measures how a real model follows each hint."
+        )
     for note in res.notes:
         parts.append(f"**Not measured:** {note}")
     for budget in BUDGETS:

@@ -10,7 +10,8 @@ token budget and a summariser LLM, and returns the messages it would send:
   :class:`~ctxstack.compact.CompactUtils`;
 * ``WindowMemory`` — sized in messages, as a user would size it: the budget divided by the
   conversation's mean message size (it has no token budget, so it may overshoot);
-* ``SummaryMemory`` — with the budget as its threshold.
+* ``SummaryMemory`` — its message threshold sized like ``WindowMemory``'s window, and the
+  budget as its token budget.
 
 The summariser is :func:`lossy_summarizer`: a ``ScriptedLLM`` whose "summary" is only the
 first sentence of each conversation message it was shown. The generator never puts a fact
@@ -35,6 +36,7 @@ StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]
 SUMMARY_MAX_TOKENS = 400
 """The lossy summary stops growing here, like a real summary of bounded length."""
 PROBE_CHARS = 48
+KEEP_RECENT = 4
 
 
 @dataclass(frozen=True)
@@ -179,19 +181,21 @@ def library_strategies() -> tuple[list[Strategy], list[str]]:
             return list(await memory.get_messages())
 
         async def summary(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
-            memory = SummaryMemory(llm, budget, keep_recent=4)
+            threshold = max(KEEP_RECENT + 1, window_size(messages, budget))
+            memory = SummaryMemory(llm, threshold, keep_recent=KEEP_RECENT, budget=budget)
             for m in messages:
                 await memory.add_message(m)
             return list(await memory.get_messages())
 
         found.append(Strategy("WindowMemory", window, budgeted=False, uses_llm=False))
-        found.append(Strategy("SummaryMemory", summary, budgeted=False, uses_llm=True))
+        found.append(Strategy("SummaryMemory", summary, budgeted=True, uses_llm=True))
     return found, notes
 
 
 def _compact_with(utils: Any, hint: str) -> StrategyFn:
     async def compact(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
-        return list(await utils.llm_compact(messages, llm, budget, keep_recent=4, hint=hint))
+        return list(await utils.llm_compact(messages, llm, budget, keep_recent=KEEP_RECENT,
+                                            hint=hint))
 
     return compact
 
