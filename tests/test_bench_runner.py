@@ -211,3 +211,33 @@ def test_vocab_refuses_a_copy_with_the_wrong_hash(tmp_path: Path,
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
     assert "disabled" in (vocab.ensure_offline("cl100k_base") or "")
+
+
+# ---------------------------------------------------------------------------- token accuracy
+
+
+def test_error_statistics() -> None:
+    from benchmarks.bench_tokens_accuracy import rel_errors, stats
+
+    errors = rel_errors(["aaaa", "bbbbbbbb", "cc"], estimate=lambda t: len(t) / 2,
+                        exact=lambda t: {4: 4, 8: 2, 2: 0}[len(t)])
+    assert errors == [-0.5, 1.0]  # a zero exact count is skipped, not divided by
+    s = stats([-0.1, 0.2, -0.3, 0.05] * 5)
+    assert s.samples == 20
+    assert s.under_share == 50.0
+    assert s.median_abs == pytest.approx(15.0)
+    assert s.p95_abs == pytest.approx(30.0)
+    assert s.median_signed == pytest.approx(-2.5)
+
+
+def test_without_offline_vocabularies_the_module_says_so_and_reports_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import bench_tokens_accuracy as acc
+
+    monkeypatch.setattr(acc, "exact_counters",
+                        lambda: ({}, {"o200k_base": "no offline copy of o200k_base"}))
+    monkeypatch.setattr(acc, "_LAST", {})
+    assert acc.run(True) == []
+    text = acc.report_markdown(True)
+    assert "No exact tokenizer vocabulary is available offline" in text
+    assert "no offline copy of o200k_base" in text
