@@ -302,3 +302,32 @@ def test_rows_compare_with_the_naive_baseline() -> None:
     assert all(r.baseline is None and r.met is None for r in rows)
     skipped = bench_fidelity.FidelityResult(quick=True, mode="real endpoint", skipped="no key")
     assert bench_fidelity.rows_from(skipped) == []
+
+
+async def test_llm_mode_without_an_endpoint_is_skipped_with_a_clear_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_fidelity, "real_llm", lambda: "no endpoint configured (ConfigError)")
+    res = await bench_fidelity.evaluate(True, use_real_llm=True)
+    assert res.runs == []
+    assert res.skipped is not None
+    assert "--llm was given but no endpoint configured" in res.skipped
+    assert bench_fidelity.rows_from(res) == []
+
+
+async def test_llm_mode_sends_every_summary_through_the_configured_llm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxstack.llm import ScriptedLLM
+
+    endpoint = ScriptedLLM(handler=lambda messages, tools: "Short summary.")
+    monkeypatch.setattr(bench_fidelity, "real_llm", lambda: endpoint)
+    monkeypatch.setattr(bench_fidelity, "conversations",
+                        lambda quick: [generate(1, "en", target_tokens=6_000, n_facts=4)])
+    res = await bench_fidelity.evaluate(True, use_real_llm=True)
+    assert res.mode == "real endpoint"
+    assert res.skipped is None
+    llm_runs = [r for r in res.runs if r.llm_calls]
+    assert sum(r.llm_calls for r in res.runs) == len(endpoint.calls)
+    assert all(r.error is None for r in res.runs)
+    # Without ctxstack's LLM strategies nothing calls it; with them, something must.
+    if any(s.uses_llm for s in res.strategies):
+        assert llm_runs
