@@ -86,9 +86,9 @@ def load_settings(role: LLMRole = "main", env: Mapping[str, str] | None = None) 
             missing.append(" or ".join(candidates))
     if missing:
         raise ConfigError(
-            f"{role} LLM is not configured: set {', '.join(missing)} "
-            f"(an OpenAI-compatible endpoint, e.g. LLM_BASE_URL=http://localhost:11434/v1, "
-            f"LLM_API_KEY=<key, any value for local servers>, LLM_MODEL=<model name>)"
+            f"{role} LLM is not configured: set {', '.join(missing)}. Together the "
+            "*_BASE_URL, *_API_KEY and *_MODEL variables name an OpenAI-compatible endpoint "
+            "(base URL ending in /v1, API key — any value for local servers — and model)."
         )
     try:
         return LLMSettings(role=role, sources=sources, **values)

@@ -40,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -87,8 +87,13 @@ class StubReply:
             as the body's ``error`` object and ``headers`` as extra headers.
         chunk_size: characters per streamed content delta.
         chunk_delay: seconds between streamed chunks.
-        drop_after: when streaming, cut the connection after this many SSE events
-            (the role chunk counts), without ``[DONE]`` — a dropped stream.
+        pause_after / pause: when streaming, wait ``pause`` seconds once after this many
+            SSE events (a stream that stalls mid-answer).
+        drop_after: when streaming, stop after this many SSE events (the role chunk
+            counts), without ``finish_reason`` or ``[DONE]`` — a dropped stream.
+        drop_mode: "abort" closes the connection mid-body (what a crashed server or a
+            proxy cut looks like); "clean" ends the HTTP body properly, so only the
+            missing ``finish_reason`` / ``[DONE]`` tells the answer is incomplete.
         include_usage: ``False`` leaves usage out (JSON and stream), like servers that
             never report it.
         cached_tokens: reported as ``prompt_tokens_details.cached_tokens``.
@@ -103,7 +108,10 @@ class StubReply:
     headers: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 4
     chunk_delay: float = 0.0
+    pause_after: int | None = None
+    pause: float = 0.0
     drop_after: int | None = None
+    drop_mode: Literal["abort", "clean"] = "abort"
     include_usage: bool = True
     cached_tokens: int = 0
 
@@ -132,9 +140,10 @@ class StubReply:
         return cls(content='{"answer": "forty-two", "items": [1, 2', **kw)
 
     @classmethod
-    def dropped(cls, content: str, after: int = 2, **kw: Any) -> StubReply:
-        """A streamed answer whose connection is cut after ``after`` SSE events."""
-        return cls(content=content, drop_after=after, **kw)
+    def dropped(cls, content: str, after: int = 2, *,
+                mode: Literal["abort", "clean"] = "abort", **kw: Any) -> StubReply:
+        """A streamed answer cut after ``after`` SSE events (see ``drop_mode``)."""
+        return cls(content=content, drop_after=after, drop_mode=mode, **kw)
 
     # ------------------------------------------------------------------ faults
     @classmethod
@@ -428,16 +437,18 @@ def create_app(state: StubState) -> FastAPI:
         events = _sse_events(state, request, reply)
         if reply.drop_after is not None:
             events = events[: max(0, reply.drop_after)]
-        return _SSEResponse(_paced(state, events, reply.chunk_delay),
-                            complete=reply.drop_after is None)
+        return _SSEResponse(_paced(state, events, reply),
+                            complete=reply.drop_after is None or reply.drop_mode == "clean")
 
     return app
 
 
-async def _paced(state: StubState, events: list[str], delay: float) -> AsyncIterator[bytes]:
+async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
     for i, data in enumerate(events):
-        if delay and i:
-            await state.sleep(delay)
+        if reply.chunk_delay and i:
+            await state.sleep(reply.chunk_delay)
+        if reply.pause_after is not None and i == reply.pause_after:
+            await state.sleep(reply.pause)
         yield f"data: {data}\n\n".encode()
 
 
