@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import pytest
@@ -18,6 +19,7 @@ from ctxstack.errors import (
     LLMTimeoutError,
     MessageError,
     RateLimitError,
+    ServerError,
 )
 from ctxstack.llm import LLM, ChatStream, Usage
 from ctxstack.llm.openai import RAW_ARGUMENTS_KEY, OpenAICompatibleLLM
@@ -374,11 +376,64 @@ async def test_unreachable_endpoint_is_a_connection_error() -> None:
     await llm.aclose()
 
 
-async def test_response_without_choices_is_an_error(stub: StubServer,
-                                                    stub_client: OpenAICompatibleLLM) -> None:
-    # A rule can't produce an empty choices list, so check the parser directly.
-    with pytest.raises(LLMError, match="no choices"):
-        stub_client._result(object(), QUESTION)
+@pytest.mark.parametrize(("body", "error", "match"), [
+    ('{"id": "x", "object": "chat.completion", "choices": []}', LLMError, "no choices"),
+    ("<html>502 Bad Gateway</html>", LLMError, "not JSON"),
+    ('{"error": {"message": "This model\'s maximum context length is 4096 tokens.", '
+     '"code": "context_length_exceeded"}}', ContextOverflowError, "4096"),
+    ('{"choices": [{"message": {"role": "assistant", "tool_calls": [{"id": "c", '
+     '"type": "function", "function": {"arguments": "{}"}}]}}]}', LLMError, "function name"),
+])
+async def test_malformed_200_responses_are_typed_errors(
+    stub: StubServer, stub_client: OpenAICompatibleLLM, body: str, error: type[LLMError],
+    match: str,
+) -> None:
+    stub.push(StubReply.raw(body))
+    with pytest.raises(error, match=match):
+        await stub_client.chat(QUESTION)
+    assert len(stub.requests) == 1
+
+
+async def test_lenient_about_harmless_server_differences(
+    stub: StubServer, stub_client: OpenAICompatibleLLM
+) -> None:
+    # No tool-call id (older Ollama), content as parts, DeepSeek's cache field.
+    stub.push(StubReply.raw(json.dumps({"choices": [{"finish_reason": "stop", "message": {
+        "role": "assistant", "content": [{"type": "text", "text": "part one, "},
+                                          {"type": "text", "text": "part two"}],
+        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": None}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 4, "prompt_cache_hit_tokens": 6}})))
+    result = await stub_client.chat(QUESTION)
+    assert result.text == "part one, part two"
+    assert result.message.tool_calls is not None
+    assert result.message.tool_calls[0].id.startswith("call_")
+    assert result.message.tool_calls[0].arguments == {}
+    assert result.usage == Usage(input_tokens=10, output_tokens=4, cached_tokens=6, calls=1)
+    assert result.model == "stub-model"  # the server named none: ours
+
+
+async def test_hand_written_sse_with_comments_and_error_events(
+    stub: StubServer, stub_client: OpenAICompatibleLLM
+) -> None:
+    def event(delta: dict[str, object], finish: str | None = None) -> str:
+        return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta,
+                                                   "finish_reason": finish}]}) + "\n\n"
+
+    sse = (": OPENROUTER PROCESSING\n\n" + event({"role": "assistant"})
+           + event({"content": "Hel"}) + "event: message\n" + event({"content": "lo"})
+           + event({}, "stop") + "data: [DONE]\n\n")
+    stub.push(StubReply.raw(sse, content_type="text/event-stream"))
+    stream = stub_client.stream_chat(QUESTION)
+    assert [d async for d in stream] == ["Hel", "lo"]
+    assert stream.usage.estimated  # this server sent no usage
+
+    overloaded = 'data: {"error": {"message": "Overloaded", "type": "server_error"}}\n\n'
+    stub.push(StubReply.raw(event({"content": "partial"}) + overloaded,
+                            content_type="text/event-stream"))
+    received: list[str] = []
+    with pytest.raises(ServerError, match="Overloaded"):
+        await collect(stub_client.stream_chat(QUESTION), received)
+    assert received == ["partial"]
 
 
 # --------------------------------------------------------------------------- config
@@ -394,6 +449,7 @@ def test_budget_numbers_come_from_the_budget_or_overrides() -> None:
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"base_url": "localhost:8000/v1"}, "base_url"),
     ({"model": ""}, "model"),
+    ({"api_key": ""}, "api_key"),
     ({"timeout": 0}, "timeout"),
     ({"default_options": {"temp": 1}}, "'temp'"),
 ])

@@ -23,25 +23,43 @@ Contract highlights:
 * **Tool-call arguments** that are not a JSON object (models do emit broken JSON) do not
   fail the call: the :class:`~ctxstack.messages.ToolCall` gets ``{"_raw": "<the text>"}``
   so the agent can hand the model a readable tool error instead of crashing the turn.
+
+How the SDK is used: requests go through ``AsyncOpenAI.post`` (the SDK's documented call
+for raw requests) with the body built here and the raw HTTP response returned, instead of
+the typed ``chat.completions.create``. The SDK still does authentication, base URLs,
+headers, timeouts and status errors; what is skipped is its per-call recursive transform
+of the parameters and the pydantic model built for every response and every stream
+chunk, which on a fast local server cost more than the HTTP exchange itself (see
+``benchmarks/bench_llm.py``). Responses are read as plain JSON by
+:mod:`ctxstack.llm.wire`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import httpx2
 import openai
 
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.errors import ConfigError, LLMConnectionError, LLMError, LLMTimeoutError, MessageError
 from ctxstack.llm.base import ChatStream, LLMResult, ToolSpec, Usage
-from ctxstack.llm.classify import classify_status, describe_body, is_context_overflow
+from ctxstack.llm.classify import classify_status
 from ctxstack.llm.config import LLMRole, load_settings
 from ctxstack.llm.retry import RetryPolicy, retry_async
-from ctxstack.messages import ChatMessage, ToolCall, parse_arguments
+from ctxstack.llm.wire import (
+    RAW_ARGUMENTS_KEY,
+    StreamAccumulator,
+    estimate_usage,
+    parse_completion,
+    sse_data,
+)
+from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
 ResponseFormatSupport = Literal["json_schema", "json_object", "none"]
@@ -54,10 +72,9 @@ CALL_OPTIONS = frozenset({
 })
 """Per-call options ``chat()`` / ``stream_chat()`` accept (``None`` values are dropped)."""
 
-RAW_ARGUMENTS_KEY = "_raw"
-"""Key under which unparseable tool-call arguments are kept verbatim."""
+_PATH = "/chat/completions"
 
-_call_ids = itertools.count(1)
+__all__ = ["CALL_OPTIONS", "RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "ResponseFormatSupport"]
 
 
 class OpenAICompatibleLLM:
@@ -86,7 +103,9 @@ class OpenAICompatibleLLM:
             should be disabled).
 
     Raises:
-        ConfigError: empty ``base_url`` / ``model``, or an unknown default option.
+        ConfigError: an empty or non-http(s) ``base_url``, empty ``api_key`` / ``model``,
+            a non-positive ``timeout``.
+        TypeError: an unknown key in ``default_options``.
     """
 
     def __init__(
@@ -112,6 +131,10 @@ class OpenAICompatibleLLM:
             raise ConfigError(f"base_url: expected an http(s) URL, got {base_url!r}")
         if not model:
             raise ConfigError("model: a model name is required")
+        if not api_key:
+            # The SDK would silently fall back to OPENAI_API_KEY; be explicit instead.
+            raise ConfigError("api_key: required (any non-empty value for servers that "
+                              "ignore keys)")
         if timeout <= 0:
             raise ConfigError(f"timeout: expected a positive number of seconds, got {timeout!r}")
         self.base_url = base_url.rstrip("/")
@@ -125,7 +148,8 @@ class OpenAICompatibleLLM:
         self.retry_policy = retry_policy or RetryPolicy(
             max_attempts=max(0, max_retries) + 1, max_total_time=max_retry_time
         )
-        budget = budget or resolve_budget(role)
+        if budget is None:
+            budget = resolve_budget(role)
         self.budget = budget
         self._context_size = context_size or budget.context_size
         self._max_output_tokens = max_output_tokens or budget.max_output_tokens
@@ -189,36 +213,28 @@ class OpenAICompatibleLLM:
             LLMError: a subclass saying what failed, after retries where they apply.
             TypeError: an option this client does not know.
         """
-        params = self._params(messages, tools, opts)
-        timeout = float(params.pop("timeout", self.timeout))
+        request = self._request(messages, tools, opts)
 
         async def attempt(_: int) -> Any:
             try:
-                async with asyncio.timeout(timeout):
-                    return await self._client.chat.completions.create(**params, timeout=timeout)
+                async with asyncio.timeout(request.timeout):
+                    response = await self._client.post(
+                        _PATH, cast_to=httpx2.Response, body=request.body,
+                        options=request.options)
+                    return response.json()
+            except json.JSONDecodeError as exc:
+                raise LLMError(f"{self._where}: malformed response: the body is not JSON "
+                               f"({exc.msg})") from exc
             except Exception as exc:
-                raise self._translate(exc, timeout) from exc
+                raise self._translate(exc, request.timeout) from exc
 
-        completion = await retry_async(attempt, self.retry_policy)
-        return self._result(completion, messages)
-
-    def _result(self, completion: Any, messages: Sequence[ChatMessage]) -> LLMResult:
-        choices = getattr(completion, "choices", None) or []
-        if not choices:
-            raise LLMError(f"{self.base_url}: the response has no choices")
-        choice = choices[0]
-        raw = getattr(choice, "message", None)
-        content = getattr(raw, "content", None)
-        calls = [_tool_call(c) for c in (getattr(raw, "tool_calls", None) or [])]
-        message = ChatMessage.assistant(content if isinstance(content, str) else None,
-                                        tool_calls=calls or None)
-        usage = _usage(getattr(completion, "usage", None))
+        data = await retry_async(attempt, self.retry_policy)
+        message, usage, finish, model = parse_completion(data, self._where)
         if usage is None:
-            usage = _estimate(messages, HEURISTIC.count_message(message)
-                              - HEURISTIC.message_overhead)
-        return LLMResult(message=message, usage=usage,
-                         finish_reason=getattr(choice, "finish_reason", None),
-                         model=getattr(completion, "model", None) or self.model)
+            usage = estimate_usage(messages, HEURISTIC.count_message(message)
+                                   - HEURISTIC.message_overhead)
+        return LLMResult(message=message, usage=usage, finish_reason=finish,
+                         model=model or self.model)
 
     # ------------------------------------------------------------------ streaming
     def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
@@ -227,157 +243,126 @@ class OpenAICompatibleLLM:
         Options are checked now (``TypeError`` for unknown ones); HTTP errors surface
         when iterating. Close early with ``await stream.aclose()``.
         """
-        params = self._params(messages, None, opts)
-        return ChatStream(self._stream(messages, params))
+        request = self._request(messages, None, opts)
+        request.body["stream"] = True
+        request.body.setdefault("stream_options", {"include_usage": True})
+        return ChatStream(self._stream(messages, request))
 
     async def _stream(
-        self, messages: Sequence[ChatMessage], params: dict[str, Any]
+        self, messages: Sequence[ChatMessage], request: _Request
     ) -> AsyncIterator[str | Usage]:
-        timeout = float(params.pop("timeout", self.timeout))
-        params["stream"] = True
-        params.setdefault("stream_options", {"include_usage": True})
-        state = _StreamState()
+        state = StreamAccumulator(self._where)
+        timeout = request.timeout
 
-        async def open_until_first_text(_: int) -> tuple[Any, Any, bool]:
+        async def open_until_first_text(_: int) -> tuple[Any, AsyncIterator[str]]:
             # The retried unit: connect and read up to the first text delta. Until then
             # the caller has seen nothing, so a failure can be retried transparently.
             state.reset()
-            stream: Any = None
+            response: Any = None
             try:
-                stream = await self._client.chat.completions.create(**params, timeout=timeout)
-                iterator = stream.__aiter__()
-                while True:
-                    try:
-                        chunk = await anext(iterator)
-                    except StopAsyncIteration:
-                        state.check_complete(self.base_url)
-                        return stream, iterator, True
-                    if state.feed(chunk):
-                        return stream, iterator, False
+                response = await self._client.post(
+                    _PATH, cast_to=httpx2.Response, body=request.body, stream=True,
+                    options=request.options)
+                events = sse_data(response.aiter_lines())
+                async for data in events:
+                    if state.feed(data):
+                        return response, events
+                state.check_complete()
+                return response, events
             except Exception as exc:
-                if stream is not None:
-                    await stream.close()
+                if response is not None:
+                    await response.aclose()
                 if isinstance(exc, LLMError):
                     raise
                 raise self._translate(exc, timeout) from exc
 
-        stream, iterator, exhausted = await retry_async(open_until_first_text, self.retry_policy)
+        response, events = await retry_async(open_until_first_text, self.retry_policy)
         try:
             for text in state.take_pending():
                 yield text
-            while not exhausted:
-                try:
-                    chunk = await anext(iterator)
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    raise self._translate(exc, timeout, during_stream=state.chars) from exc
-                state.feed(chunk)
-                for text in state.take_pending():
-                    yield text
-            state.check_complete(self.base_url)
+            try:
+                async for data in events:
+                    if state.done:
+                        continue  # drain after [DONE] so the connection can be reused
+                    state.feed(data)
+                    for text in state.take_pending():
+                        yield text
+            except LLMError:
+                raise
+            except Exception as exc:
+                raise self._translate(exc, timeout, during_stream=state.chars) from exc
+            state.check_complete()
         finally:
-            await stream.close()
-        usage = state.usage or _estimate(messages, HEURISTIC.count_text("".join(state.parts)))
-        yield usage
+            await response.aclose()
+        yield state.final_usage(messages)
 
     # ------------------------------------------------------------------ helpers
-    def _params(
+    @property
+    def _where(self) -> str:
+        return f"{self.base_url} (model {self.model})"
+
+    def _request(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None,
         opts: Mapping[str, Any],
-    ) -> dict[str, Any]:
+    ) -> _Request:
+        """The JSON body and SDK request options of one call (options checked here)."""
         if not messages:
             raise MessageError("messages: at least one message is required")
-        merged = {**self.default_options, **opts}
+        merged = {**self.default_options, **opts} if self.default_options else opts
         _check_options(merged)
-        params: dict[str, Any] = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": [m.to_openai() for m in messages],
         }
         if tools:
-            params["tools"] = list(tools)
+            body["tools"] = list(tools)
+        timeout = self.timeout
+        options: openai.RequestOptions = {}
         for key, value in merged.items():
             if value is None:
                 continue
-            if key == "max_tokens":
-                key = self.max_tokens_param
-            params[key] = value
-        return params
+            if key == "timeout":
+                timeout = float(value)
+            elif key == "extra_body":
+                body.update(value)
+            elif key == "extra_headers":
+                options["headers"] = dict(value)
+            elif key == "extra_query":
+                options["params"] = dict(value)
+            else:
+                body[self.max_tokens_param if key == "max_tokens" else key] = value
+        options["timeout"] = timeout
+        options["max_retries"] = 0  # ours are the only retries, even with an injected client
+        return _Request(body=body, options=options, timeout=timeout)
 
     def _translate(
         self, exc: BaseException, timeout: float, *, during_stream: int | None = None
     ) -> LLMError:
-        """The ctxstack error for whatever the SDK (or the deadline) raised."""
+        """The ctxstack error for whatever the SDK, the transport or the deadline raised."""
         if isinstance(exc, LLMError):
             return exc
-        where = f"{self.base_url} (model {self.model})"
+        where = self._where
         cut = "" if during_stream is None else \
             f" after {during_stream} characters of the answer had streamed"
-        if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        if isinstance(exc, openai.APITimeoutError | TimeoutError | httpx2.TimeoutException):
             return LLMTimeoutError(f"{where}: no answer within {timeout:g}s{cut}")
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
+        if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
+            cause = exc.__cause__ or exc.__context__ if isinstance(exc, openai.APIError) else exc
             detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
             return LLMConnectionError(f"{where}: connection failed{cut} ({detail})")
         if isinstance(exc, openai.APIStatusError):
             headers = dict(exc.response.headers.items())
             return classify_status(exc.status_code, exc.body, headers, where=where)
-        if isinstance(exc, openai.APIError):
-            # An error event inside a 200 stream: no status, only a body.
-            body = exc.body if exc.body is not None else exc.message
-            text, _ = describe_body(body)
-            if is_context_overflow(None, body):
-                return classify_status(400, body, where=where)
-            return LLMError(f"{where}: the server reported an error{cut}: {text or exc}")
         if isinstance(exc, openai.OpenAIError):
             return LLMError(f"{where}: {type(exc).__name__}: {exc}")
-        if isinstance(exc, MessageError):
-            return LLMError(f"{where}: malformed response: {exc}")
         raise exc
 
 
-class _StreamState:
-    """What one streamed answer has produced so far."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.parts: list[str] = []
-        self.pending: list[str] = []
-        self.finish_reason: str | None = None
-        self.usage: Usage | None = None
-        self.chars = 0
-
-    def feed(self, chunk: Any) -> bool:
-        """Take one chunk; True when it carried text (or finished the answer)."""
-        usage = _usage(getattr(chunk, "usage", None))
-        if usage is not None:
-            self.usage = usage
-        got_text = False
-        for choice in getattr(chunk, "choices", None) or []:
-            delta = getattr(choice, "delta", None)
-            text = getattr(delta, "content", None)
-            if isinstance(text, str) and text:
-                self.pending.append(text)
-                self.parts.append(text)
-                self.chars += len(text)
-                got_text = True
-            finish = getattr(choice, "finish_reason", None)
-            if finish:
-                self.finish_reason = finish
-        return got_text or self.finish_reason is not None
-
-    def take_pending(self) -> list[str]:
-        out, self.pending = self.pending, []
-        return out
-
-    def check_complete(self, where: str) -> None:
-        if self.finish_reason is None:
-            raise LLMConnectionError(
-                f"{where}: the stream ended before the model finished (no finish_reason) "
-                f"after {self.chars} characters; the answer is incomplete"
-            )
+@dataclass
+class _Request:
+    body: dict[str, Any]
+    options: openai.RequestOptions
+    timeout: float
 
 
 def _check_options(opts: Mapping[str, Any]) -> None:
@@ -387,39 +372,3 @@ def _check_options(opts: Mapping[str, Any]) -> None:
             f"OpenAICompatibleLLM: unknown option(s) {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(sorted(CALL_OPTIONS))} (pass others in extra_body)"
         )
-
-
-def _tool_call(raw: Any) -> ToolCall:
-    fn = getattr(raw, "function", None)
-    name = getattr(fn, "name", None)
-    if not isinstance(name, str) or not name:
-        raise LLMError(f"malformed response: a tool call without a function name ({raw!r})")
-    call_id = getattr(raw, "id", None)
-    if not isinstance(call_id, str) or not call_id:
-        # Some servers (older Ollama, llama.cpp builds) omit ids; tool results need one.
-        call_id = f"call_{next(_call_ids)}"
-    arguments = getattr(fn, "arguments", None)
-    try:
-        parsed = parse_arguments(arguments)
-    except MessageError:
-        parsed = {RAW_ARGUMENTS_KEY: arguments if isinstance(arguments, str) else repr(arguments)}
-    return ToolCall(id=call_id, name=name, arguments=parsed)
-
-
-def _usage(raw: Any) -> Usage | None:
-    if raw is None:
-        return None
-    prompt = getattr(raw, "prompt_tokens", None)
-    completion = getattr(raw, "completion_tokens", None)
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
-    if not isinstance(cached, int):
-        cached = getattr(raw, "prompt_cache_hit_tokens", None)  # DeepSeek's spelling
-    return Usage(input_tokens=prompt, output_tokens=completion,
-                 cached_tokens=cached if isinstance(cached, int) else 0, calls=1)
-
-
-def _estimate(messages: Sequence[ChatMessage], output_tokens: int) -> Usage:
-    return Usage(input_tokens=HEURISTIC.count_messages(messages),
-                 output_tokens=max(0, output_tokens), calls=1, estimated=True)

@@ -97,6 +97,9 @@ class StubReply:
         include_usage: ``False`` leaves usage out (JSON and stream), like servers that
             never report it.
         cached_tokens: reported as ``prompt_tokens_details.cached_tokens``.
+        raw_body: sent verbatim (with ``status`` and ``content_type``) instead of a
+            generated answer — for malformed responses, error events inside a 200,
+            hand-written SSE.
     """
 
     content: str | None = None
@@ -114,6 +117,8 @@ class StubReply:
     drop_mode: Literal["abort", "clean"] = "abort"
     include_usage: bool = True
     cached_tokens: int = 0
+    raw_body: str | None = None
+    content_type: str = "application/json"
 
     # ------------------------------------------------------------------ answers
     @classmethod
@@ -189,6 +194,12 @@ class StubReply:
         return cls.failure(401, "Incorrect API key provided: sk-stub***. You can find your "
                            "API key at https://platform.openai.com/account/api-keys.",
                            code="invalid_api_key", **kw)
+
+    @classmethod
+    def raw(cls, body: str, *, status: int = 200, content_type: str = "application/json",
+            **kw: Any) -> StubReply:
+        """Exactly ``body`` as the response (malformed JSON, HTML from a proxy, …)."""
+        return cls(raw_body=body, status=status, content_type=content_type, **kw)
 
     @property
     def is_error(self) -> bool:
@@ -430,6 +441,9 @@ def create_app(state: StubState) -> FastAPI:
             return _error(400, "'model' and a non-empty 'messages' are required")
         reply = state.next_reply(request)
         await state.sleep(state.delay + reply.delay)
+        if reply.raw_body is not None:
+            return Response(reply.raw_body, status_code=reply.status,
+                            media_type=reply.content_type, headers=dict(reply.headers))
         if reply.is_error:
             return _reply_error(reply)
         if not request.stream:
