@@ -205,6 +205,9 @@ def classify_status(
 ) -> LLMError:
     """The ctxstack error for an HTTP error response (status, decoded body, headers).
 
+    ``where`` (endpoint and model) is appended to the message so a log line says which
+    endpoint failed; ``retry_after`` comes from the headers, else from the message.
+
     Order matters: authentication first, then rate limits (so a token-per-minute message
     is never an overflow), then overflow (any status, because some servers send it as
     500), then the status class.
