@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -512,3 +513,15 @@ async def test_from_env_client_talks_to_the_configured_endpoint(stub: StubServer
     assert stub.last_request.body["model"] == "mini"
     assert stub.last_request.headers["authorization"] == "Bearer env-key"
     await llm.aclose()
+
+
+# --------------------------------------------------------------------------- wire helpers
+async def test_sse_decoder_joins_multiline_data_and_skips_fields() -> None:
+    from ctxstack.llm.wire import sse_data
+
+    async def lines() -> AsyncIterator[str]:
+        for line in [": comment", "event: message", "id: 7", "data: {\"a\":", "data:  1}", "",
+                     "", "retry: 100", "data:[DONE]"]:
+            yield line
+
+    assert [d async for d in sse_data(lines())] == ['{"a":\n 1}', "[DONE]"]
