@@ -127,11 +127,16 @@ async def evaluate(quick: bool, use_real_llm: bool) -> FidelityResult:
             res.skipped = f"--llm was given but {got}; nothing was measured."
             return res
         shared = got
-    res.conversations = conversations(quick)
-    for conv in res.conversations:
-        for budget in BUDGETS:
-            for strategy in strategies:
-                res.runs.append(await measure(conv, strategy, budget, shared))
+    try:
+        res.conversations = conversations(quick)
+        for conv in res.conversations:
+            for budget in BUDGETS:
+                for strategy in strategies:
+                    res.runs.append(await measure(conv, strategy, budget, shared))
+    finally:
+        close = getattr(shared, "aclose", None)
+        if close is not None:
+            await close()
     return res
 
 

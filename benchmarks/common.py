@@ -18,7 +18,8 @@ class BenchRow:
 
     ``ratio`` is whatever comparison the module defines (usually ``value / baseline`` or
     ``baseline / value`` so that bigger is better; the ``target`` text says which).
-    ``met`` is ``None`` when the row has no target.
+    ``target`` is usually a short text (``"≤ 1.5x"``, ``"100%"``); a bare number is shown
+    as is. ``met`` is ``None`` when the row has no target.
     """
 
     name: str
@@ -26,7 +27,7 @@ class BenchRow:
     unit: str = ""
     baseline: float | None = None
     ratio: float | None = None
-    target: str = ""
+    target: str | float = ""
     met: bool | None = None
 
 
@@ -59,7 +60,14 @@ def met_mark(met: bool | None) -> str:
     return "yes" if met else "NO"
 
 
-def print_table(rows: Sequence[BenchRow], title: str) -> None:
+def fmt_target(target: object) -> str:
+    """The target as a table cell (``–`` when there is none)."""
+    if target is None or target == "":
+        return "–"
+    return fmt_number(target) if isinstance(target, int | float) else str(target)
+
+
+def print_table(rows: Sequence[BenchRow], title: str = "") -> None:
     """Print rows as an aligned plain-text table (for running one module by hand)."""
     header = ("figure", "ctxstack", "baseline", "ratio", "target", "met?")
     body = [
@@ -68,14 +76,15 @@ def print_table(rows: Sequence[BenchRow], title: str) -> None:
             f"{fmt_number(r.value)} {r.unit}".strip(),
             fmt_number(r.baseline) if r.baseline is not None else "–",
             f"{fmt_number(r.ratio)}x" if r.ratio is not None else "–",
-            r.target or "–",
+            fmt_target(r.target),
             met_mark(r.met),
         )
         for r in rows
     ]
     widths = [max(len(h), *(len(line[i]) for line in body)) if body else len(h)
               for i, h in enumerate(header)]
-    print(f"\n{title}")
+    if title:
+        print(f"\n{title}")
     print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for line in body:

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks.common import BenchRow, fmt_number, met_mark
+from benchmarks.common import BenchRow, fmt_number, fmt_target, met_mark
 from benchmarks.machine import MachineInfo, collect
 from benchmarks.plots import CANONICAL_PLOTS, PlotData, parse_plots, render
 
@@ -195,12 +195,12 @@ def rows_table(rows: Sequence[BenchRow]) -> str:
         "|---|---:|---:|---:|---|:---:|",
     ]
     for r in rows:
-        value = f"{fmt_number(r.value)} {r.unit}".strip()
+        value = f"{fmt_number(r.value)} {r.unit or ''}".strip()
         baseline = f"{fmt_number(r.baseline)} {r.unit}".strip() if r.baseline is not None else "–"
         ratio = f"{fmt_number(r.ratio)}×" if r.ratio is not None else "–"
         lines.append(
             f"| {_cell(r.name)} | {_cell(value)} | {_cell(baseline)} | {ratio} | "
-            f"{_cell(r.target or '–')} | {met_mark(r.met)} |"
+            f"{_cell(fmt_target(r.target))} | {met_mark(r.met)} |"
         )
     return "\n".join(lines)
 

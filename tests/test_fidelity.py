@@ -331,3 +331,28 @@ async def test_llm_mode_sends_every_summary_through_the_configured_llm(
     # Without ctxstack's LLM strategies nothing calls it; with them, something must.
     if any(s.uses_llm for s in res.strategies):
         assert llm_runs
+
+
+def test_real_llm_names_the_missing_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL", "FAST_LLM_BASE_URL",
+                "FAST_LLM_API_KEY", "FAST_LLM_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    reason = bench_fidelity.real_llm()
+    assert isinstance(reason, str)
+    assert "FAST_LLM_BASE_URL" in reason
+
+
+async def test_llm_mode_against_a_real_http_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--llm end to end over loopback HTTP: the configured client does every summary."""
+    from ctxstack.llm.stub import StubServer
+
+    with StubServer(rule=lambda request: "Earlier we discussed the rollout.") as stub:
+        monkeypatch.setenv("FAST_LLM_BASE_URL", stub.base_url)
+        monkeypatch.setenv("FAST_LLM_API_KEY", "test-key")
+        monkeypatch.setenv("FAST_LLM_MODEL", "stub-model")
+        monkeypatch.setattr(bench_fidelity, "conversations",
+                            lambda quick: [generate(2, "ja", target_tokens=6_000, n_facts=4)])
+        res = await bench_fidelity.evaluate(True, use_real_llm=True)
+        assert res.skipped is None
+        assert all(r.error is None for r in res.runs)
+        assert sum(r.llm_calls for r in res.runs) == len(stub.requests)
