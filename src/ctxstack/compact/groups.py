@@ -143,6 +143,8 @@ def choose_fold(
     fixed_tokens: int,
     target_tokens: int,
     limit_tokens: int,
+    limit_messages: int | None = None,
+    open_ended: bool = False,
 ) -> Fold:
     """Split the compactable units into a folded prefix and a verbatim suffix.
 
@@ -153,9 +155,13 @@ def choose_fold(
       can afford and the next iteration is not over budget again.
     * The kept part must open with a user turn (or follow a pinned message). If it would
       open with an assistant/tool unit the boundary moves, in order of preference: back to
-      the turn's user message, if the result stays within ``limit_tokens``; forward to the
-      next user turn; or, inside one long tool loop with no later user turn, the loop's
-      user message is kept as an ``anchor`` and the units between are folded.
+      the turn's user message, if the kept part then stays within ``limit_tokens`` (with
+      ``fixed_tokens``) and ``limit_messages``; forward to the next user turn; or, inside
+      one long tool loop with no later user turn, the loop's user message is kept as an
+      ``anchor`` and the units between are folded.
+    * ``open_ended`` (a memory that will receive more messages): the kept part must hold a
+      turn opener even if it would otherwise be empty, so that later assistant and tool
+      messages never follow the summary directly.
     """
     units = layout.units
     comp = layout.compactable()
@@ -170,13 +176,26 @@ def choose_fold(
         kept_tokens += unit.tokens
         kept_msgs += unit.size
 
+    def opens(kept: set[int]) -> bool:
+        if not valid_start(units, kept):
+            return False
+        return not open_ended or any(units[i].lead != "system" for i in kept)
+
     anchor: int | None = None
-    if not valid_start(units, pinned | set(comp[k:])):
+    if comp and not opens(pinned | set(comp[k:])):
         back = next((j for j in range(k - 1, -1, -1) if units[comp[j]].user_led), None)
         ahead = next((j for j in range(k + 1, len(comp)) if units[comp[j]].user_led), None)
-        widened = kept_tokens + sum(units[i].tokens for i in comp[back or 0 : k])
-        if back is not None and fixed_tokens + widened <= limit_tokens:
-            k = back
+        between = [units[i] for i in comp[back or 0 : k]] if back is not None else []
+        widen_ok = (
+            back is not None
+            and fixed_tokens + kept_tokens + sum(u.tokens for u in between) <= limit_tokens
+            and (
+                limit_messages is None
+                or kept_msgs + sum(u.size for u in between) <= limit_messages
+            )
+        )
+        if widen_ok:
+            k = back  # type: ignore[assignment]
         elif ahead is not None:
             k = ahead
         elif back is not None:
