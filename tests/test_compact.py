@@ -251,6 +251,22 @@ def test_summary_is_history_but_kept_before_older_messages() -> None:
     assert out == [SYS, msgs[-2], msgs[-1]]
 
 
+def test_summary_survives_when_the_newest_group_must_be_cut() -> None:
+    summary = summary_msg("Budget is 500; user prefers CSV.")
+    query = user("analyse the export", pinned=True, metadata={"kind": "query"})
+    msgs = [SYS, summary, query, *group("g", "ROW " * 5000)]
+    out = CompactUtils.smart_truncate(msgs, 500)
+    assert tok(out) <= 500
+    assert out[:3] == [SYS, summary, query]
+    assert [m.role for m in out[3:]] == ["assistant", "tool"]
+    assert "characters removed" in out[-1].text
+    # when the summary would leave the cut no useful room, the newest group wins
+    tight = tok([SYS, summary, query]) + 10
+    out = CompactUtils.smart_truncate(msgs, tight)
+    assert summary not in out
+    assert out[-1].role == "tool"
+
+
 def test_fixed_part_over_budget_returns_just_the_fixed_part() -> None:
     big_pin = user("pinned " * 400, pinned=True)
     msgs = [SYS, *chat(5)[1:], big_pin]

@@ -66,7 +66,7 @@ class CompactionResult(BaseModel):
     it is None for ``"none"`` and successful ``"llm"`` results.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True)
 
     messages: list[ChatMessage]
     method: Method
@@ -95,16 +95,24 @@ def summary_sizes(max_tokens: int, llm: LLM | None) -> tuple[int, int]:
     return answer, max(MIN_FACTS_TOKENS, int(max_tokens * FACTS_SHARE))
 
 
-def check_options(keep_recent: object, target_fill: object, timeout: object) -> None:
-    """Validate the tuning arguments; :class:`ConfigError` names the bad one."""
+def check_keep_recent(keep_recent: object) -> None:
+    """:class:`ConfigError` unless ``keep_recent`` is a non-negative int."""
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise ConfigError(f"keep_recent: must be a non-negative integer, got {keep_recent!r}")
+
+
+def check_target_fill(target_fill: object) -> None:
+    """:class:`ConfigError` unless ``target_fill`` is a number in (0, 1]."""
     if (
         isinstance(target_fill, bool)
         or not isinstance(target_fill, int | float)
         or not 0 < target_fill <= 1
     ):
         raise ConfigError(f"target_fill: must be a number in (0, 1], got {target_fill!r}")
+
+
+def check_timeout(timeout: object) -> None:
+    """:class:`ConfigError` unless ``timeout`` is None or a positive finite number."""
     if timeout is not None and (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
@@ -132,7 +140,9 @@ async def compact_detailed(
     """
     check_budget(max_tokens)
     check_hint(hint)
-    check_options(keep_recent, target_fill, timeout)
+    check_keep_recent(keep_recent)
+    check_target_fill(target_fill)
+    check_timeout(timeout)
     counter = counter or DEFAULT_COUNTER
     msgs = list(messages)
     before = counter.count_messages(msgs)

@@ -118,7 +118,8 @@ def _walk(
 ) -> int:
     """Keep units newest → oldest while they fit; cut the newest if it alone does not.
 
-    Summaries are reserved right after the newest unit. Returns the budget left.
+    Summaries are reserved right after the newest unit (before it, when it must be cut).
+    Returns the budget left.
     """
     for n, i in enumerate(newest_first):
         unit = units[i]
@@ -126,19 +127,28 @@ def _walk(
             kept[i] = None
             left -= unit.tokens
         elif n == 0 and left >= MIN_CUT_TOKENS:
-            cut = cut_group(msgs[unit.start : unit.stop], left, counter)
+            # The newest unit will be cut to fit. Summaries go first when the cut still
+            # gets a useful share: a summary condenses all older history, the cut only
+            # shortens one oversized output.
+            reserved = [j for j in summaries if j not in kept]
+            room = _reserve(units, summaries, kept, left)
+            if room < MIN_CUT_TOKENS:
+                for j in reserved:
+                    kept.pop(j, None)
+                room = left
+            cut = cut_group(msgs[unit.start : unit.stop], room, counter)
             if cut is None:
+                for j in reserved:
+                    kept.pop(j, None)
                 break
             kept[i] = cut
-            left -= counter.count_messages(cut)
+            left = room - counter.count_messages(cut)
         else:
             break
         if n == 0:
             left = _reserve(units, summaries, kept, left)
-    else:
-        if not newest_first:
-            left = _reserve(units, summaries, kept, left)
-    return left
+    # No history unit kept (or none at all): the summaries still get their chance.
+    return _reserve(units, summaries, kept, left)
 
 
 def _reserve(units: Sequence[Unit], summaries: Sequence[int], kept: Kept, left: int) -> int:

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import sys
 
-from ctxstack.compact.compaction import check_options, summary_sizes
+from ctxstack.compact.compaction import check_keep_recent, check_timeout, summary_sizes
 from ctxstack.compact.groups import choose_fold, split_layout
 from ctxstack.compact.summarize import build_summary_message, previous_text, run_summarizer
 from ctxstack.compact.truncate import check_budget, smart_truncate
@@ -78,7 +78,8 @@ class SummaryMemory(BaseMemory):
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise ConfigError(f"threshold: must be a positive integer, got {threshold!r}")
-        check_options(keep_recent, 0.6, timeout)
+        check_keep_recent(keep_recent)
+        check_timeout(timeout)
         if keep_recent >= threshold:
             raise ConfigError(
                 f"keep_recent: must be smaller than threshold ({threshold}), got {keep_recent}"
