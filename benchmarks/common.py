@@ -1,38 +1,82 @@
-"""What every benchmark module returns: rows of figures, each beside a baseline.
+"""Shared shape of benchmark results, so every benchmark module reports the same way.
 
-A :class:`BenchRow` is one figure ctxstack achieved (``value``, in ``unit``) next to the
-figure of the baseline a user would otherwise pick, measured in the same run (``baseline``),
-their ``ratio`` and the ``target`` the figure is judged against (``met``). Ratios rather
-than absolute times, because absolute times say more about the machine than the library.
+Each benchmark module exposes ``run(quick: bool) -> list[BenchRow]``; a runner can collect
+rows from all of them and print one table. Ratios compare against a baseline measured in
+the same run, never against absolute numbers from another machine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
 
 
 @dataclass(frozen=True)
 class BenchRow:
     """One measured figure.
 
-    ``ratio`` is whatever comparison the module defines (usually ``value / baseline`` or
-    ``baseline / value`` so that bigger is better; the ``target`` text says which).
-    ``target`` is usually a short text (``"≤ 1.5x"``, ``"100%"``); a bare number is shown
-    as is. ``met`` is ``None`` when the row has no target.
+    ``value`` is ctxstack's figure in ``unit``; ``baseline`` the comparison figure in the
+    same unit (None when there is none); ``ratio`` how many times better ctxstack is (or
+    the scaling factor, as the row's name says); ``target`` the goal in words; ``met``
+    whether it was reached (None for figures that are only reported).
     """
 
     name: str
     value: float
-    unit: str = ""
+    unit: str
     baseline: float | None = None
     ratio: float | None = None
-    target: str | float = ""
+    target: str = ""
     met: bool | None = None
 
 
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Garbage collection off while timing (as ``timeit`` does): pauses are noise here."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn()`` in seconds over ``repeats`` runs (GC paused)."""
+    times = []
+    with no_gc():
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def median_each(fn: Callable[[object], object], inputs: Sequence[object]) -> float:
+    """Median wall time of ``fn(x)`` over ``inputs`` (one run each, GC paused).
+
+    For cold measurements: each input is a fresh object nothing has been cached on.
+    """
+    times = []
+    with no_gc():
+        for x in inputs:
+            start = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def fmt_number(value: object) -> str:
-    """A compact human form of a figure: 3 significant digits, thousands separators."""
+    """A compact human form of a figure for reports: 3 significant digits, separators."""
     if value is None:
         return "–"
     if isinstance(value, bool):
@@ -53,6 +97,13 @@ def fmt_number(value: object) -> str:
     return str(value)
 
 
+def fmt_target(target: object) -> str:
+    """A row's target as a table cell; tolerates a bare number (``–`` when there is none)."""
+    if target is None or target == "":
+        return "–"
+    return fmt_number(target) if isinstance(target, int | float) else str(target)
+
+
 def met_mark(met: bool | None) -> str:
     """``yes`` / ``NO`` / ``–`` (no target): a miss stands out in a table."""
     if met is None:
@@ -60,32 +111,32 @@ def met_mark(met: bool | None) -> str:
     return "yes" if met else "NO"
 
 
-def fmt_target(target: object) -> str:
-    """The target as a table cell (``–`` when there is none)."""
-    if target is None or target == "":
-        return "–"
-    return fmt_number(target) if isinstance(target, int | float) else str(target)
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.4f}"
 
 
-def print_table(rows: Sequence[BenchRow], title: str = "") -> None:
-    """Print rows as an aligned plain-text table (for running one module by hand)."""
-    header = ("figure", "ctxstack", "baseline", "ratio", "target", "met?")
-    body = [
-        (
+def print_table(rows: Sequence[BenchRow], title: str = "", console: Console | None = None) -> None:
+    """Print ``rows`` as a rich table."""
+    table = Table(title=title)
+    console = console or Console(width=max(120, Console().width))
+    for col, justify in [("figure", "left"), ("ctxstack", "right"), ("baseline", "right"),
+                         ("ratio", "right"), ("target", "left"), ("met", "center")]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        met = "-" if r.met is None else ("[green]yes[/]" if r.met else "[red]no[/]")
+        ratio = "-" if r.ratio is None else f"{r.ratio:,.1f}x"
+        table.add_row(
             r.name,
-            f"{fmt_number(r.value)} {r.unit}".strip(),
-            fmt_number(r.baseline) if r.baseline is not None else "–",
-            f"{fmt_number(r.ratio)}x" if r.ratio is not None else "–",
+            f"{_fmt(r.value)} {r.unit}",
+            "-" if r.baseline is None else f"{_fmt(r.baseline)} {r.unit}",
+            ratio,
             fmt_target(r.target),
-            met_mark(r.met),
+            met,
         )
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(line[i]) for line in body)) if body else len(h)
-              for i, h in enumerate(header)]
-    if title:
-        print(f"\n{title}")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print("  ".join("-" * w for w in widths))
-    for line in body:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+    console.print(table)
