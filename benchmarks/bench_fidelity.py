@@ -104,7 +104,7 @@ def real_llm() -> LLM | str:
 async def measure(conv: Conversation, strategy: Strategy, budget: int,
                   shared_llm: LLM | None) -> Run:
     run = Run(strategy.name, budget, conv.language, conv.seed)
-    llm = CountingLLM(shared_llm if shared_llm is not None else lossy_summarizer(conv.messages))
+    llm = CountingLLM(shared_llm if shared_llm is not None else lossy_summarizer())
     start = time.perf_counter()
     try:
         result = await strategy.run(list(conv.messages), budget, llm)

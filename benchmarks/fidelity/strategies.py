@@ -14,7 +14,7 @@ token budget and a summariser LLM, and returns the messages it would send:
   budget as its token budget.
 
 The summariser is :func:`lossy_summarizer`: a ``ScriptedLLM`` whose "summary" is only the
-first sentence of each conversation message it was shown. The generator never puts a fact
+first sentence of each message in the transcript it is shown. The generator never puts a fact
 in a first sentence, so any fact that survives an LLM strategy was kept by ctxstack
 itself (recent messages kept verbatim, pinned messages, re-attached exact values), not by
 a clever model.
@@ -26,16 +26,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.fidelity.scorer import first_sentence
 from ctxstack.llm import LLM, ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
+from ctxstack.llm.scripted import first_sentence_summarizer
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import HINTS, SUMMARY_PREFIX
+from ctxstack.prompts import HINTS
 from ctxstack.tokens import HEURISTIC
 
 StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
-SUMMARY_MAX_TOKENS = 400
-"""The lossy summary stops growing here, like a real summary of bounded length."""
-PROBE_CHARS = 48
 KEEP_RECENT = 4
 
 
@@ -52,41 +49,15 @@ class Strategy:
 # ---------------------------------------------------------------------------- summariser
 
 
-def lossy_summary(received: Sequence[ChatMessage], conversation: Sequence[ChatMessage]) -> str:
-    """First sentences of the conversation messages whose text the summariser was shown.
+def lossy_summarizer() -> ScriptedLLM:
+    """The benchmark's summariser: ctxstack's shared deliberately lossy fake.
 
-    A message counts as shown when its first ``PROBE_CHARS`` characters occur in what the
-    summariser received, whatever transcript format the caller chose. An earlier summary
-    (``[Conversation summary]``) in the input contributes its first sentence too.
+    ``ScriptedLLM(handler=first_sentence_summarizer)`` keeps the first sentence of each
+    transcript entry of the compaction request and nothing else. The generator never puts
+    a fact in a first sentence, so this summariser never carries one (a test checks this
+    on the real compaction requests).
     """
-    haystack = "\n".join(m.text for m in received)
-    sentences: list[str] = []
-    at = haystack.find(SUMMARY_PREFIX)
-    if at >= 0:
-        previous = haystack[at + len(SUMMARY_PREFIX):].strip()
-        if previous:
-            sentences.append(first_sentence(previous))
-    for m in conversation:
-        text = m.text.strip()
-        if m.role == "system" or not text or text[:PROBE_CHARS] not in haystack:
-            continue
-        sentences.append(first_sentence(text))
-    out: list[str] = []
-    for s in dict.fromkeys(sentences):
-        if HEURISTIC.count_text(" ".join([*out, s])) > SUMMARY_MAX_TOKENS:
-            break
-        out.append(s)
-    return " ".join(out) or "Nothing notable was discussed."
-
-
-def lossy_summarizer(conversation: Sequence[ChatMessage]) -> ScriptedLLM:
-    """A ``ScriptedLLM`` answering every call with :func:`lossy_summary`."""
-    convo = list(conversation)
-
-    def handler(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
-        return lossy_summary(messages, convo)
-
-    return ScriptedLLM(handler=handler, name="lossy-first-sentence")
+    return ScriptedLLM(handler=first_sentence_summarizer, name="lossy-first-sentence")
 
 
 class CountingLLM:
