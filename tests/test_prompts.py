@@ -243,6 +243,19 @@ def test_unknown_markdown_sections_are_merged_as_lists() -> None:
     assert merged["Sources"] == ["https://a.example/1", "https://b.example/2"]
 
 
+def test_an_appended_facts_block_is_a_section_of_its_own() -> None:
+    prev = (
+        "## Goal\nG\n## Next step\nRead page 2\n\n"
+        "Facts kept verbatim:\n- INV-2024-0042\n- $1,234.50\n"
+    )
+    new = "## Next step\nRead page 3\n\nFacts kept verbatim:\n- 2024-05-01\n"
+    merged = finalize_summary("react_iteration", prev, new)
+    sections = parse_summary(merged).sections
+    assert sections["Next step"] == ["Read page 3"]
+    assert sections["Facts kept verbatim"] == ["INV-2024-0042", "$1,234.50", "2024-05-01"]
+    assert merged.rstrip().endswith("Facts kept verbatim:\n- INV-2024-0042\n- $1,234.50\n- 2024-05-01")
+
+
 def test_closing_marks_and_word_matching_helpers() -> None:
     assert closed_core("fetch it (done)") == "fetch it"
     assert closed_core("fetch it") is None

@@ -66,9 +66,15 @@ _ALIASES: dict[str, str] = {
     "next action": "Next step",
 }
 
+# Blocks other code appends to a summary, written "Name:" + bullets: recognised as list
+# sections (so they merge instead of leaking into the section above them) and rendered
+# back in the same form. ctxstack.compact appends "Facts kept verbatim:".
+_APPENDED_BLOCKS: dict[str, str] = {"facts kept verbatim": "Facts kept verbatim"}
+
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?P<name>.+?)\s*#*\s*$")
 _BOLD_HEADING = re.compile(r"^\s{0,3}\*\*(?P<name>[^*]+?)\s*:?\s*\*\*\s*:?\s*(?P<rest>.*)$")
 _COLON_HEADING = re.compile(r"^\s{0,3}(?P<name>[A-Za-z][A-Za-z &/]{1,40}?)\s*:\s*(?P<rest>.*)$")
+_APPENDED_NAMES = frozenset(_APPENDED_BLOCKS.values())
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+(?P<text>.*)$")
 _EMPTY_ITEMS = frozenset(
     {"none", "n/a", "na", "nothing", "-", "—", "(none)", "none yet", "なし", "无", "無", "없음"}
@@ -106,7 +112,7 @@ class ParsedSummary:
 
 def _canonical(name: str) -> str | None:
     key = re.sub(r"\s+", " ", name.strip().strip("*:#").strip()).lower()
-    return _ALIASES.get(key)
+    return _ALIASES.get(key) or _APPENDED_BLOCKS.get(key)
 
 
 def _heading(line: str) -> tuple[str, str] | None:
@@ -287,6 +293,7 @@ def merge_working_summaries(previous: str, new: str) -> str:
     names = list(SECTIONS)
     names += [n for n in prev_p.sections if n not in names]
     names += [n for n in new_p.sections if n not in names]
+    names.sort(key=lambda n: n in _APPENDED_NAMES)  # appended blocks stay last
     merged: dict[str, list[str]] = {}
     for name in names:
         prev_items = prev_p.sections.get(name, [])
@@ -303,6 +310,10 @@ def render_summary(parsed: ParsedSummary) -> str:
     """Markdown form: ``## Section`` headings, ``- item`` bullets, "none" for empty lists."""
     blocks: list[str] = [parsed.preamble] if parsed.preamble else []
     for name, items in parsed.sections.items():
+        if name in _APPENDED_NAMES:
+            if items:
+                blocks.append(f"{name}:\n" + "\n".join(f"- {item}" for item in items))
+            continue
         if name in SINGLE_VALUED:
             body = items[0] if items else "(none)"
         elif items:
