@@ -299,23 +299,27 @@ def _inject(i: int, chars: int) -> ChatMessage:
 
 async def test_pinned_cap_unpins_injected_messages_oldest_first_never_the_query() -> None:
     rec = Recorder()
-    guard = ContextGuard(default_budget=4_000, on_compact=rec)
-    msgs = conversation(4, tool_chars=400)
-    # Four injected messages of ~600 tokens each: 2,400 pinned > 2,000 (50% of 4,000).
+    guard = ContextGuard(default_budget=3_000, on_compact=rec)
+    msgs = conversation(6, tool_chars=800)
+    # Four injected messages of ~600 tokens each: ~2,400 pinned > 1,500 (50% of 3,000),
+    # so the two oldest must be unpinned (one is not enough).
     for i in range(4):
         msgs.append(_inject(i, 2_400))
         msgs.append(ChatMessage.assistant(f"noted {i}"))
+    assert tokens(msgs) > 3_000
     out = await guard.check_and_compact(msgs, hint="react_iteration")
-    assert tokens(out) <= 4_000
+    assert tokens(out) <= 3_000
     (event,) = rec.events
-    assert event.unpinned == 1
-    newest = [m for m in out if m.kind == "inject" and m.pinned]
-    assert [m.text[:10] for m in newest] == ["injected 1", "injected 2", "injected 3"]
-    oldest = next((m for m in out if m.text.startswith("injected 0")), None)
-    assert oldest is None or not oldest.pinned
+    assert event.unpinned == 2
+    still_pinned = [m.text[:10] for m in out if m.kind == "inject" and m.pinned]
+    assert still_pinned == ["injected 2", "injected 3"]
+    for old in ("injected 0", "injected 1"):
+        kept = [m for m in out if m.text.startswith(old)]
+        assert all(not m.pinned for m in kept)
     query = [m for m in out if m.kind == "query"]
     assert len(query) == 1
     assert query[0].pinned
+    assert query[0].text == msgs[3].text
 
 
 async def test_a_query_larger_than_the_budget_is_cut_not_dropped() -> None:
