@@ -35,20 +35,17 @@ except ImportError:  # benchmarks/common.py not merged yet: same fields, local c
         name: str
         value: float
         unit: str
-        baseline: float
-        ratio: float
-        target: float
-        met: bool
+        baseline: float | None = None
+        ratio: float | None = None
+        target: str = ""
+        met: bool | None = None
 
-    def print_table(rows: list[BenchRow], title: str = "") -> None:  # type: ignore[misc]
-        if title:
-            print(title)
-        print(f"{'benchmark':<52} {'value':>9} {'baseline':>9} {'unit':<4} "
-              f"{'ratio':>6} {'target':>7} met")
+    def print_table(rows: Sequence[BenchRow], title: str) -> None:  # type: ignore[misc]
+        print(title)
         for r in rows:
-            print(f"{r.name:<52} {r.value:>9.4f} {r.baseline:>9.4f} {r.unit:<4} "
-                  f"{r.ratio:>6.1f} {'<' + format(r.target, 'g'):>7} "
-                  f"{'yes' if r.met else 'NO'}")
+            print(f"{r.name:<52} {r.value:>9.4f} {r.baseline or 0:>9.4f} {r.unit:<4} "
+                  f"{r.ratio or 0:>6.1f}x {r.target:<10} {r.met}")
+
 
 BUDGET = 64_000
 MAX_CHARS = 50_000
@@ -120,12 +117,12 @@ def run(quick: bool) -> list[BenchRow]:
         BenchRow(
             name=f"check_and_compact under budget, median ({size} msgs)",
             value=med, unit="ms", baseline=base, ratio=base / med,
-            target=TARGET_MS, met=med < TARGET_MS,
+            target=f"< {TARGET_MS} ms", met=med < TARGET_MS,
         ),
         BenchRow(
             name="check_and_compact under budget, p95",
             value=p95, unit="ms", baseline=base95, ratio=base95 / p95,
-            target=TARGET_MS, met=p95 < TARGET_MS,
+            target=f"< {TARGET_MS} ms", met=p95 < TARGET_MS,
         ),
     ]
 
