@@ -10,7 +10,7 @@ Baseline, measured in the same run: the same check done without caches — an ov
 scan of every message's text and a fresh heuristic estimate of every message, which is
 what a guard without per-message caching pays on every iteration.
 
-Run: ``python -m benchmarks.bench_guard [--quick]``.
+Run: ``python benchmarks/bench_guard.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -18,34 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+
+if __package__ in (None, ""):
+    _root = Path(__file__).resolve().parent.parent
+    sys.path[:0] = [str(_root / "src"), str(_root)]
+
+from benchmarks.common import BenchRow, no_gc, print_table
 
 from ctxstack.guard import ContextGuard
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import MESSAGE_OVERHEAD, heuristic_text_tokens
-
-try:
-    from benchmarks.common import BenchRow, print_table
-except ImportError:  # benchmarks/common.py not merged yet: same fields, local copy
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class BenchRow:  # type: ignore[no-redef]
-        name: str
-        value: float
-        unit: str
-        baseline: float | None = None
-        ratio: float | None = None
-        target: str = ""
-        met: bool | None = None
-
-    def print_table(rows: Sequence[BenchRow], title: str) -> None:  # type: ignore[misc]
-        print(title)
-        for r in rows:
-            print(f"{r.name:<52} {r.value:>9.4f} {r.baseline or 0:>9.4f} {r.unit:<4} "
-                  f"{r.ratio or 0:>6.1f}x {r.target:<10} {r.met}")
-
 
 BUDGET = 64_000
 MAX_CHARS = 50_000
@@ -106,7 +92,8 @@ def run(quick: bool) -> list[BenchRow]:
     baseline: list[float] = []
     size = 0
     for _ in range(repeats):
-        g, b, size = asyncio.run(_measure(iterations))
+        with no_gc():
+            g, b, size = asyncio.run(_measure(iterations))
         guarded.extend(g[1:])  # "per call after the first"
         baseline.extend(b[1:])
     med = statistics.median(guarded) * 1e3
@@ -127,13 +114,16 @@ def run(quick: bool) -> list[BenchRow]:
     ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    args = parser.parse_args()
-    print_table(run(args.quick), title="ContextGuard per-iteration overhead "
-                "(baseline: uncached oversize scan + estimate; ratio = baseline / guard)")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    print_table(rows, "ContextGuard per-iteration overhead"
+                + (" (quick)" if args.quick else "")
+                + " — baseline: uncached oversize scan + estimate")
+    return 0 if all(r.met is not False for r in rows) else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
