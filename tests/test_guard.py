@@ -371,7 +371,17 @@ async def test_two_react_iteration_compactions_merge_their_working_summaries() -
     assert sections["Pending"] == ["compare with Q2"]  # closed item dropped
     assert sections["Errors still relevant"] == []
     assert sections["Next step"] == ["Compute the growth"]
+    assert summary.text.count("Facts kept verbatim:") <= 1  # merged, not stacked
     assert tokens(out) <= BUDGET
+
+
+async def test_scratchpad_blocks_never_reach_the_summary() -> None:
+    llm = summariser("<think>what matters here?</think>Pages 0-9 read; Q3 revenue $1.5M.")
+    out = await ContextGuard(llm, default_budget=BUDGET).check_and_compact(conversation(12))
+    (summary,) = [m for m in out if m.kind == "summary"]
+    assert "Q3 revenue $1.5M" in summary.text
+    assert "<think>" not in summary.text
+    assert "what matters" not in summary.text
 
 
 # ---------------------------------------------------------------------------- observability
