@@ -371,8 +371,24 @@ async def test_two_react_iteration_compactions_merge_their_working_summaries() -
     assert sections["Pending"] == ["compare with Q2"]  # closed item dropped
     assert sections["Errors still relevant"] == []
     assert sections["Next step"] == ["Compute the growth"]
-    assert summary.text.count("Facts kept verbatim:") <= 1  # merged, not stacked
     assert tokens(out) <= BUDGET
+
+
+async def test_repeated_compactions_keep_one_facts_list() -> None:
+    llm = ScriptedLLM(handler=lambda m, t: "## Goal\nFind the dates\n## Next step\nGo on\n")
+    guard = ContextGuard(llm, default_budget=BUDGET)
+    msgs = conversation(12)
+    for k in range(3):
+        msgs = await guard.check_and_compact(msgs, hint="react_iteration")
+        for i in range(12):
+            j = 100 * k + i
+            call = ToolCall(id=f"c{j}", name="search", arguments={"q": f"2024-05-{i + 1:02d}"})
+            msgs = [*msgs, ChatMessage.assistant(None, tool_calls=[call]),
+                    ChatMessage.tool(f"c{j}", f"INV-{j:04d} " + "more " * 400)]
+    assert len(llm.calls) == 3
+    (summary,) = [m for m in msgs if m.kind == "summary"]
+    assert summary.text.count("Facts kept verbatim:") == 1
+    assert "Find the dates" in summary.text
 
 
 async def test_scratchpad_blocks_never_reach_the_summary() -> None:

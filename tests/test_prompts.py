@@ -243,7 +243,7 @@ def test_unknown_markdown_sections_are_merged_as_lists() -> None:
     assert merged["Sources"] == ["https://a.example/1", "https://b.example/2"]
 
 
-def test_an_appended_facts_block_is_a_section_of_its_own() -> None:
+def test_an_appended_facts_block_is_left_to_the_appender() -> None:
     prev = (
         "## Goal\nG\n## Next step\nRead page 2\n\n"
         "Facts kept verbatim:\n- INV-2024-0042\n- $1,234.50\n"
@@ -251,9 +251,12 @@ def test_an_appended_facts_block_is_a_section_of_its_own() -> None:
     new = "## Next step\nRead page 3\n\nFacts kept verbatim:\n- 2024-05-01\n"
     merged = finalize_summary("react_iteration", prev, new)
     sections = parse_summary(merged).sections
-    assert sections["Next step"] == ["Read page 3"]
-    assert sections["Facts kept verbatim"] == ["INV-2024-0042", "$1,234.50", "2024-05-01"]
-    assert merged.rstrip().endswith("Facts kept verbatim:\n- INV-2024-0042\n- $1,234.50\n- 2024-05-01")
+    assert sections["Next step"] == ["Read page 3"]  # the facts did not leak into it
+    assert sections["Goal"] == ["G"]
+    assert "Facts kept verbatim" not in merged
+    # Other hints: a copied list is dropped too, the rest of the answer kept.
+    out = finalize_summary("general", None, "Paid.\n\nFacts kept verbatim:\n- $5\n\nMore text.")
+    assert out == "Paid.\n\nMore text."
 
 
 def test_closing_marks_and_word_matching_helpers() -> None:

@@ -18,7 +18,7 @@ import re
 from typing import Literal, get_args
 
 from ctxstack.errors import ConfigError
-from ctxstack.working_summary import SECTIONS, merge_working_summaries
+from ctxstack.working_summary import SECTIONS, drop_appended_blocks, merge_working_summaries
 
 Hint = Literal["react_iteration", "planner_input", "step_dependency", "general"]
 HINTS: tuple[Hint, ...] = get_args(Hint)
@@ -150,15 +150,17 @@ def strip_scratchpad(text: str) -> str:
 def finalize_summary(hint: str, previous: str | None, new: str) -> str:
     """Post-process a summariser answer given the summary it replaces.
 
-    Scratchpad blocks are stripped and a leading :data:`SUMMARY_PREFIX` removed (the
-    caller adds it once). For ``react_iteration`` the structured working summary is merged
-    with ``previous`` by :func:`~ctxstack.working_summary.merge_working_summaries`: items of
-    the previous summary survive unless the new one closes them. Other hints, a missing
+    Scratchpad blocks are stripped, a leading :data:`SUMMARY_PREFIX` removed (the caller
+    adds it once), and any "Facts kept verbatim:" list dropped (the caller re-attaches
+    one, derived from the folded messages and the previous summary). For
+    ``react_iteration`` the structured working summary is merged with ``previous`` by
+    :func:`~ctxstack.working_summary.merge_working_summaries`: items of the previous
+    summary survive unless the new one closes them. Other hints, a missing
     previous summary, or an answer without the section structure are returned as they are
     (the model was asked to fold the previous summary in itself).
     """
     checked = check_hint(hint)
-    text = _strip_prefix(strip_scratchpad(new))
+    text = drop_appended_blocks(_strip_prefix(strip_scratchpad(new)))
     if checked != "react_iteration" or not previous or not text:
         return text
     return merge_working_summaries(_strip_prefix(strip_scratchpad(previous)), text)

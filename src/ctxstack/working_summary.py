@@ -17,7 +17,10 @@ by code, with rules the prompt states to the model:
   taken to be restated (the new wording wins, in the old position);
 * new items are appended after the surviving previous ones, keeping chronology;
 * an unstructured answer (no recognised section) is accepted as it is: the merge never
-  turns a usable summary into an error.
+  turns a usable summary into an error;
+* a "Facts kept verbatim:" list (appended by :mod:`ctxstack.compact` after this merge,
+  from the folded messages and the previous summary) is left out, so the summary ends
+  with one such list, never a growing stack of them.
 
 Item matching is word-based (case-insensitive; numbers, paths and IDs are single words;
 CJK characters count one by one), so closing does not need verbatim repetition, while a
@@ -66,9 +69,11 @@ _ALIASES: dict[str, str] = {
     "next action": "Next step",
 }
 
-# Blocks other code appends to a summary, written "Name:" + bullets: recognised as list
-# sections (so they merge instead of leaking into the section above them) and rendered
-# back in the same form. ctxstack.compact appends "Facts kept verbatim:".
+# Blocks other code appends to a summary after it is finalised ("Name:" + bullets):
+# ctxstack.compact appends "Facts kept verbatim:", re-derived each time from the folded
+# messages *and the previous summary*. They are recognised as sections (so they do not
+# leak into the section above them) and left out of the merged summary, so that the
+# appender adds exactly one, bounded, list.
 _APPENDED_BLOCKS: dict[str, str] = {"facts kept verbatim": "Facts kept verbatim"}
 
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?P<name>.+?)\s*#*\s*$")
@@ -291,9 +296,9 @@ def merge_working_summaries(previous: str, new: str) -> str:
                 all_closings.append(closing)
 
     names = list(SECTIONS)
-    names += [n for n in prev_p.sections if n not in names]
-    names += [n for n in new_p.sections if n not in names]
-    names.sort(key=lambda n: n in _APPENDED_NAMES)  # appended blocks stay last
+    for name in [*prev_p.sections, *new_p.sections]:
+        if name not in names and name not in _APPENDED_NAMES:
+            names.append(name)
     merged: dict[str, list[str]] = {}
     for name in names:
         prev_items = prev_p.sections.get(name, [])
@@ -306,13 +311,33 @@ def merge_working_summaries(previous: str, new: str) -> str:
     return render_summary(ParsedSummary(preamble=new_p.preamble, sections=merged))
 
 
+def drop_appended_blocks(text: str) -> str:
+    """``text`` without blocks that are appended after finalising (see above).
+
+    A model that copies the previous summary's "Facts kept verbatim:" list into its answer
+    would otherwise leave two lists once the appender adds its own.
+    """
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        head = _heading(line)
+        if head is not None:
+            skipping = head[0] in _APPENDED_NAMES
+            if skipping:
+                continue
+        elif skipping and (not line.strip() or _BULLET.match(line)):
+            continue
+        else:
+            skipping = False
+        out.append(line)
+    return "\n".join(out).strip()
+
+
 def render_summary(parsed: ParsedSummary) -> str:
     """Markdown form: ``## Section`` headings, ``- item`` bullets, "none" for empty lists."""
     blocks: list[str] = [parsed.preamble] if parsed.preamble else []
     for name, items in parsed.sections.items():
         if name in _APPENDED_NAMES:
-            if items:
-                blocks.append(f"{name}:\n" + "\n".join(f"- {item}" for item in items))
             continue
         if name in SINGLE_VALUED:
             body = items[0] if items else "(none)"
