@@ -42,7 +42,7 @@ from ctxstack.store.messages import (
     append_messages,
     list_messages,
 )
-from ctxstack.store.migrate import current_revision, head_revision, upgrade
+from ctxstack.store.migrate import current_revision, downgrade, head_revision, upgrade
 from ctxstack.store.model_configs import (
     ModelConfigRecord,
     get_active_model_config,
@@ -72,6 +72,7 @@ __all__ = [
     "database_url",
     "default_database_url",
     "delete_conversation",
+    "downgrade",
     "get_active_model_config",
     "get_conversation",
     "get_user",

@@ -143,9 +143,17 @@ def create_engine_from_url(
         if schema:
             raise StorageError("a database schema can only be chosen on PostgreSQL, not SQLite")
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
-        if resolved == default_database_url() and parsed.database:
-            # The default location: make sure its directory exists.
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).expanduser().parent
+            if resolved == default_database_url():
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not folder.is_dir():
+                # Checked here because a failed aiosqlite connect leaves its worker thread
+                # calling back into the event loop later; and the message is clearer.
+                raise StorageError(
+                    f"the directory of the SQLite database {parsed.database!r} does not "
+                    f"exist: create it or fix {ENV_DATABASE_URL}"
+                )
     else:
         connect_args.setdefault("timeout", PG_CONNECT_TIMEOUT_S)
         if schema:

@@ -40,10 +40,10 @@ def head_revision() -> str:
     return head
 
 
-def _upgrade(connection: Connection, revision: str) -> str | None:
+def _migrate(connection: Connection, revision: str, down: bool) -> str | None:
     config = alembic_config()
     config.attributes["connection"] = connection
-    command.upgrade(config, revision)
+    (command.downgrade if down else command.upgrade)(config, revision)
     return MigrationContext.configure(connection).get_current_revision()
 
 
@@ -70,17 +70,35 @@ async def upgrade(
         StorageError: the database cannot be reached or a migration failed; the message
             names the database (password hidden) and the cause.
     """
+    return await _run(target, revision, schema, down=False)
+
+
+async def downgrade(
+    target: str | URL | AsyncEngine | None = None,
+    *,
+    revision: str,
+    schema: str | None = None,
+) -> str | None:
+    """Migrate the database back to ``revision`` (``"base"`` drops every table: data is
+    lost). For operators undoing a release; see :func:`upgrade` for the arguments."""
+    return await _run(target, revision, schema, down=True)
+
+
+async def _run(
+    target: str | URL | AsyncEngine | None, revision: str, schema: str | None, *, down: bool
+) -> str | None:
     own = not isinstance(target, AsyncEngine)
     engine = target if isinstance(target, AsyncEngine) else create_engine_from_url(
         target, schema=schema
     )
+    action = f"migrating to {revision!r}"
     try:
         async with engine.begin() as connection:
-            return await connection.run_sync(_upgrade, revision)
+            return await connection.run_sync(_migrate, revision, down)
     except CommandError as exc:
-        raise StorageError(f"migrating to {revision!r} failed: {exc}") from exc
+        raise StorageError(f"{action} failed: {exc}") from exc
     except DB_ERRORS as exc:
-        raise storage_error(f"migrating to {revision!r}", engine, exc) from exc
+        raise storage_error(action, engine, exc) from exc
     finally:
         if own:
             await engine.dispose()

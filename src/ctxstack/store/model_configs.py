@@ -9,6 +9,8 @@ for anything a row leaves NULL.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Literal
@@ -22,6 +24,8 @@ from ctxstack.budget import BudgetRole, ModelBudget, resolve_budget
 from ctxstack.errors import InputError, StorageError
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import MODEL_ROLES, ModelConfig, utcnow
+
+MAX_ATTEMPTS = 8
 
 
 class ModelConfigRecord(BaseModel):
@@ -69,17 +73,18 @@ async def set_model_config(
     """
     _check(role, model, context_size, max_output_tokens)
     action = f"setting the {role} model configuration"
-    for attempt in (1, 2):
+    for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             async with transaction(factory, action) as session:
                 return await _activate(session, role, model.strip(), context_size,
                                        max_output_tokens)
         except StorageError as exc:
-            # Two admins saving at once: the partial unique index let one win; the other
-            # deactivates the winner's row and tries once more (last writer wins).
-            if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
+            # Admins saving at once: the partial unique index lets one win per round; the
+            # others deactivate the winner's row and try again (last writer wins).
+            if attempt == MAX_ATTEMPTS or not isinstance(exc.__cause__, IntegrityError):
                 raise
-    raise AssertionError("unreachable")
+            await asyncio.sleep(random.uniform(0.001, 0.01) * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 async def _activate(
