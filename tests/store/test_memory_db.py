@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import event, text
 from tests.store.samples import GIF, png
 
@@ -452,3 +454,51 @@ async def test_a_checkpoint_never_covers_a_message_kept_verbatim(sf: SessionFact
     assert candidate is not None
     assert candidate.last_seq == 7
     assert mem._candidate(history, [history[0], history[2]], summary) is None
+
+
+# ---------------------------------------------------------------- property: nothing lost
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    turns=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 160)), min_size=6,
+                   max_size=30),
+    budget=st.integers(600, 1_500),
+)
+async def test_checkpoint_chain_never_drops_a_message_for_good(
+    sf: SessionFactory, alice: UserRecord, turns: list[tuple[int, int]], budget: int
+) -> None:
+    """Turn after turn, as the service runs it. Each load fits the budget and is the summary
+    (if any) then a contiguous run of the newest messages; a new checkpoint covers only
+    messages the summariser was actually shown; everything after the checkpoint is still
+    loaded next time. So no message is lost for good, and none is repeated."""
+    conv = (await create_conversation(sf, alice.id)).id
+    llm = summariser()
+    mem = memory(sf, conv, budget=budget, compact_llm=llm)
+    seq = 0
+    covered = 0  # what the saved checkpoint covers
+    for question_words, answer_words in turns:
+        seq += 1
+        await append_messages(sf, conv, [NewMessage(role="user",
+                                                    content=turn_text(seq, question_words))])
+        history = await mem.get_messages()
+        assert HEURISTIC.count_messages(history) <= budget
+        verbatim = [m.metadata["seq"] for m in history if m.kind != "summary"]
+        if verbatim:
+            assert verbatim == list(range(verbatim[0], seq))  # contiguous, newest last
+            assert verbatim[0] > covered
+        assert [m.kind for m in history].count("summary") <= 1
+        if covered and mem.method == "none":
+            assert history[0].kind == "summary"
+            assert verbatim == list(range(covered + 1, seq))  # nothing dropped
+        candidate = mem.checkpoint_candidate
+        if candidate is not None:
+            transcript = "\n".join(m.text for m in llm.calls[-1].messages)
+            for folded in range(covered + 1, candidate.last_seq + 1):
+                marker = f"{'question' if folded % 2 == 0 else 'answer'} {folded}:"
+                assert marker in transcript
+            assert not verbatim or verbatim[0] > candidate.last_seq
+            await mem.save_checkpoint()
+            covered = candidate.last_seq
+        seq += 1
+        await append_messages(sf, conv, [NewMessage(role="assistant",
+                                                    content=turn_text(seq, answer_words))])
