@@ -34,9 +34,11 @@ What one :meth:`~DbMemory.get_messages` call does:
    after the turn, so the next load starts from it — one summarisation per overflow,
    not one per request.
 
-Every message carries ``metadata["seq"]``. A database failure raises
+Every stored message comes back with ``metadata["seq"]`` (the summary carries
+``metadata["checkpoint_seq"]`` instead). A database failure raises
 :class:`~ctxstack.errors.StorageError` (the caller decides what to do); it is never turned
-into an empty history.
+into an empty history. One instance serves one load at a time: the statistics of a load
+are attributes, so create one ``DbMemory`` per request.
 """
 
 from __future__ import annotations
@@ -104,8 +106,11 @@ class DbMemory(BaseMemory):
     ``original_count`` (messages the loaded history stood for before compaction: the
     checkpoint summary counts as one, plus any older messages left outside the window),
     ``compacted_count``, ``usage`` (the summariser's), ``checkpoint`` (the one the load
-    started from), ``checkpoint_candidate``, ``trailing_message``, ``rows_read``,
-    ``omitted_count`` and ``warnings``.
+    started from), ``checkpoint_candidate``, ``trailing_message`` (text only: its images
+    are not rebuilt), ``rows_read``, ``omitted_count`` and ``warnings``.
+
+    Images are rebuilt from the owner's file rows; the ``mime_type`` written in a
+    message's metadata is not trusted — the type detected at upload is used.
     """
 
     def __init__(
