@@ -2,5 +2,7 @@
 
 from ctxstack.memory.base import BaseMemory
 from ctxstack.memory.db import DbMemory
+from ctxstack.memory.summary import SummaryMemory
+from ctxstack.memory.window import WindowMemory
 
-__all__ = ["BaseMemory", "DbMemory"]
+__all__ = ["BaseMemory", "DbMemory", "SummaryMemory", "WindowMemory"]
