@@ -39,9 +39,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.common import BenchRow, print_table
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -61,30 +61,6 @@ from ctxstack.store import (
     upgrade,
 )
 from ctxstack.store.db import create_engine_from_url
-
-try:
-    from benchmarks.common import BenchRow, print_table
-except ImportError:  # pragma: no cover - until benchmarks/common.py is on this branch
-
-    @dataclass(frozen=True)
-    class BenchRow:  # type: ignore[no-redef]
-        name: str
-        value: float
-        unit: str = ""
-        baseline: float | None = None
-        ratio: float | None = None
-        target: str = ""
-        met: bool | None = None
-
-    def print_table(rows: Sequence[BenchRow], title: str) -> None:  # type: ignore[misc]
-        print(f"\n{title}")
-        for r in rows:
-            base = "-" if r.baseline is None else f"{r.baseline:.3f}"
-            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-            met = "-" if r.met is None else ("yes" if r.met else "NO")
-            print(f"{r.name:<58} {r.value:>10.3f} {r.unit:<10} {base:>10} {ratio:>8} "
-                  f"{r.target:<12} {met}")
-
 
 TITLE = "DbMemory: load latency and summariser calls"
 PG_URL = os.environ.get(
