@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
-from tests.store.dbkit import Backend, postgres_backend
 
 from ctxstack.store import SessionFactory, UserRecord, create_user, session_factory, upgrade
+from tests.store.dbkit import Backend, postgres_backend
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.store.samples import GIF, JPEG, WEBP, png
 
 from ctxstack.errors import FileRejectedError, InputError, NotFoundError
 from ctxstack.files import ENV_FILES_DIR, FileStore, sniff_image_type, valid_file_id
 from ctxstack.store import SessionFactory, UserRecord
+from tests.store.samples import GIF, JPEG, WEBP, png
 
 
 @pytest.fixture

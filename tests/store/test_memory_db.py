@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, text
-from tests.store.samples import GIF, png
 
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import ConfigError, NotFoundError, StorageError
@@ -39,6 +38,7 @@ from ctxstack.store import (
 )
 from ctxstack.store.models import Message
 from ctxstack.tokens import HEURISTIC
+from tests.store.samples import GIF, png
 
 
 def turn_text(i: int, words: int = 30) -> str:

@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
-from tests.store.dbkit import PG_URL, Backend, postgres_backend
 
 import ctxstack.cli.db  # noqa: F401  (registers `ctxstack db`)
 from ctxstack.cli import main
@@ -35,6 +34,7 @@ from ctxstack.store.db import (
     parse_url,
 )
 from ctxstack.store.models import Base
+from tests.store.dbkit import PG_URL, Backend, postgres_backend
 
 TABLES = {"users", "conversations", "messages", "files", "model_configs",
           "compaction_checkpoints"}
