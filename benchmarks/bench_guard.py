@@ -28,7 +28,6 @@ if __package__ in (None, ""):
     sys.path[:0] = [str(_root / "src"), str(_root)]
 
 from benchmarks.common import BenchRow, no_gc, print_table
-
 from ctxstack.guard import ContextGuard
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import MESSAGE_OVERHEAD, heuristic_text_tokens
