@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
+
 from benchmarks import runner, vocab
 from benchmarks.common import BenchRow
 from benchmarks.machine import MachineInfo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from benchmarks import bench_fidelity
 from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, generate
 from benchmarks.fidelity.scorer import (
@@ -24,7 +25,6 @@ from benchmarks.fidelity.strategies import (
     naive_drop_oldest,
     window_size,
 )
-
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 

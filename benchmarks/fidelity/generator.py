@@ -31,11 +31,11 @@ import string
 from collections.abc import Callable
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from benchmarks.fidelity import phrases
 from benchmarks.fidelity.phrases import Lang
 from benchmarks.fidelity.scorer import count_value
-from pydantic import BaseModel, ConfigDict
-
 from ctxstack.messages import ChatMessage, Role, ToolCall
 from ctxstack.tokens import HEURISTIC
 
