@@ -339,7 +339,7 @@ Loader = Callable[[str], "ModuleType | ModuleResult"]
 def run_all(names: Sequence[str], *, quick: bool, repeat: int = 1,
             loader: Loader | None = None) -> list[ModuleResult]:
     """Import and run each named module in turn, with a progress bar on stderr."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     load = loader or import_module
     results: list[ModuleResult] = []

@@ -37,7 +37,7 @@ class _Captured(Exception):
 
 def tiktoken_source(encoding: str) -> tuple[str, str | None]:
     """(URL, expected SHA-256) tiktoken would download ``encoding`` from. Fetches nothing."""
-    import tiktoken_ext.openai_public as public
+    import tiktoken_ext.openai_public as public  # type: ignore[import-untyped]
 
     constructor = getattr(public, encoding)
     original = public.load_tiktoken_bpe
