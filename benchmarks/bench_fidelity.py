@@ -42,7 +42,8 @@ TARGET_SHARE_OF_NAIVE = {"smart_truncate": 0.9, "llm_compact (general)": 1.0}
 Truncation gets 10% of slack: the baseline's extra facts come from cutting inside tool
 groups and starting on an assistant turn — sequences a provider rejects — which
 ``smart_truncate`` refuses to do. Compaction must keep at least as much as the baseline."""
-LLM_ENV = "CTXSTACK_BENCH_LLM"
+LLM_ENV = "CTXSTACK_BENCH_LLM"  # set by benchmarks/run --llm
+SMOKE_ENV = "CTXSTACK_BENCH_SMOKE"  # set by benchmarks/run --smoke
 
 
 @dataclass
@@ -82,6 +83,8 @@ _LAST: dict[bool, FidelityResult] = {}
 
 
 def conversations(quick: bool) -> list[Conversation]:
+    if os.environ.get(SMOKE_ENV, "") not in ("", "0"):  # the test suite's smoke run
+        return [generate(1, lang, target_tokens=6_000, n_facts=5) for lang in ("en", "mixed")]
     seeds = (1,) if quick else (1, 2, 3)
     return [generate(seed, lang, target_tokens=CONVERSATION_TOKENS,
                      n_facts=FACTS_PER_CONVERSATION)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import random
 import statistics
 import sys
@@ -175,7 +176,8 @@ def measure(quick: bool) -> AccuracyResult:
     res.available, res.missing = exact_counters()
     if not res.available:
         return res
-    samples = corpus(60 if quick else 300)
+    smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")  # benchmarks/run --smoke
+    samples = corpus(12 if smoke else 60 if quick else 300)
     res.samples = min(len(v) for v in samples.values())
     for enc, counter in res.available.items():
         for kind in TEXT_TYPES:

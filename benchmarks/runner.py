@@ -6,6 +6,7 @@ Usage (from the repository root)::
     benchmarks/run --quick         # reduced sizes, under two minutes in total
     benchmarks/run --only fidelity --only guard --out /tmp/report
     benchmarks/run --llm           # the fidelity summariser is the configured real endpoint
+    benchmarks/run --smoke --out /tmp/x   # tiniest sizes, only to check the command works
 
 The module protocol (see ``benchmarks/README.md``): a module defines ``run(quick) ->
 list[BenchRow]`` (a coroutine function is awaited), and may define ``plot_data(quick) ->
@@ -45,6 +46,9 @@ DEFAULT_OUT = BENCH_DIR / "results"
 QUICK_LIMIT_SECONDS = 120.0
 LLM_ENV = "CTXSTACK_BENCH_LLM"
 """Set to ``1`` by ``--llm``; modules that can use a real endpoint read it."""
+SMOKE_ENV = "CTXSTACK_BENCH_SMOKE"
+"""Set to ``1`` by ``--smoke`` (implies ``--quick``): modules that honour it shrink to the
+least that exercises their code, for the test suite. Its figures mean nothing."""
 
 ROW_FIELDS = ("name", "value", "unit", "baseline", "ratio", "target", "met")
 
@@ -242,6 +246,8 @@ def write_report(
     failed = [r for r in results if not r.ok]
     lines: list[str] = ["# ctxstack benchmark report", ""]
     mode = "quick mode (reduced sizes)" if quick else "full mode"
+    if os.environ.get(SMOKE_ENV, "") not in ("", "0"):
+        mode = "SMOKE mode (tiniest sizes: these figures mean nothing)"
     lines.append(f"Command: `{command}` — {mode}, {total_seconds:.1f} s in total.")
     if quick and total_seconds > QUICK_LIMIT_SECONDS:
         lines.append(
@@ -322,6 +328,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"where REPORT.md and the PNGs go (default {DEFAULT_OUT})")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each module N times, keep the median run per figure")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiniest sizes, to check the command works (implies --quick; "
+                        "figures are meaningless)")
     p.add_argument("--llm", action="store_true",
                    help="fidelity: summarise with the configured real endpoint")
     p.add_argument("--strict", action="store_true",
@@ -330,6 +339,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
+    if args.smoke:
+        args.quick = True
     return args
 
 
@@ -376,6 +387,8 @@ def main(argv: Sequence[str] | None = None, *, loader: Loader | None = None,
     selected = select(known, args.only)
     if args.llm:
         os.environ[LLM_ENV] = "1"
+    if args.smoke:
+        os.environ[SMOKE_ENV] = "1"
 
     start = time.perf_counter()
     results = run_all(selected, quick=args.quick, repeat=args.repeat, loader=loader)

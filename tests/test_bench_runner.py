@@ -161,13 +161,14 @@ def test_benchmarks_run_quick_completes_and_writes_the_report(tmp_path: Path) ->
     env = {**os.environ, "PYTHON": sys.executable, "TIKTOKEN_CACHE_DIR": str(tmp_path / "tk")}
     out = tmp_path / "results"
     proc = subprocess.run(
-        [str(ROOT / "benchmarks" / "run"), "--quick", "--only", "fidelity",
+        [str(ROOT / "benchmarks" / "run"), "--quick", "--smoke", "--only", "fidelity",
          "--only", "tokens_accuracy", "--out", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (out / "REPORT.md").read_text()
     assert report.startswith("# ctxstack benchmark report")
+    assert "SMOKE mode" in report
     for field in ("| CPU |", "| cores |", "| RAM |", "| Python |", "| OS |", "| git commit |",
                   "| date (UTC) |"):
         assert field in report
