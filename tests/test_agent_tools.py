@@ -52,7 +52,8 @@ def test_schema_comes_from_type_hints_and_docstring() -> None:
     assert params["properties"]["b"]["default"] == 2
     assert params["properties"]["b"]["description"] == "the second number, which defaults to two."
     assert params["additionalProperties"] is False
-    assert "title" not in params and "title" not in params["properties"]["a"]
+    assert "title" not in params
+    assert "title" not in params["properties"]["a"]
     spec = add.spec()
     assert spec == {"type": "function", "function": {
         "name": "add", "description": "Add two integers.", "parameters": params}}
@@ -136,7 +137,8 @@ def test_registry_refuses_duplicates_and_wraps_functions() -> None:
 
     reg = ToolRegistry([add, shout])
     assert reg.names == ["add", "shout"]
-    assert "shout" in reg and len(reg) == 2
+    assert "shout" in reg
+    assert len(reg) == 2
     with pytest.raises(ToolError, match="duplicate tool name 'add'"):
         reg.register(add)
     with pytest.raises(ToolError, match="not a tool"):
@@ -206,13 +208,15 @@ async def test_timeout_becomes_a_result_per_tool_and_default() -> None:
         return "late"
 
     out = await ToolRegistry([sleepy]).execute(call("sleepy"), default_timeout=0.05)
-    assert out.error == "timeout" and "0.05s" in out.content
+    assert out.error == "timeout"
+    assert "0.05s" in out.content
 
 
 async def test_unknown_tool_lists_the_available_ones() -> None:
     out = await ToolRegistry([add]).execute(call("subtract", a=1))
     assert out.error == "unknown_tool"
-    assert "no tool named 'subtract'" in out.content and "add" in out.content
+    assert "no tool named 'subtract'" in out.content
+    assert "add" in out.content
 
 
 async def test_hand_written_schema_is_checked_structurally() -> None:
