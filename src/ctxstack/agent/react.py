@@ -147,8 +147,9 @@ class ReActAgent:
         guard: a :class:`~ctxstack.guard.ContextGuard` (its compaction usage is counted in
             the result; its ``on_compact`` callback keeps working).
         system_prompt: the first message of every run.
-        memory: where history comes from; the query and the brief answer are added to it
-            after a run (a read-only memory such as ``DbMemory`` ignores that).
+        memory: where history comes from. After a run the query and the answer (the
+            synthesis when ``run_events(synthesize=True)`` made one) are added to it; a
+            read-only memory such as ``DbMemory`` ignores that.
         budget: input tokens per call — an int, a :class:`ModelBudget` (ReAct uses the
             main budget), or ``None`` for the model's own window.
         max_iterations: model calls in the loop before the honest partial answer.
@@ -252,6 +253,9 @@ class ReActAgent:
                 async for event in self._synthesize(run.query, result):
                     await self._emit(event)
                     yield event
+            if self.memory is not None:
+                await self.memory.add_message(ChatMessage.user(run.query))
+                await self.memory.add_message(ChatMessage.assistant(result.final_answer))
             done = DoneEvent(result=result)
             await self._emit(done)
             yield done
@@ -357,9 +361,6 @@ class ReActAgent:
             stopped = "max_iterations"
             answer = decisions.partial_answer(self.max_iterations, run.trace, last_note)
 
-        if self.memory is not None:
-            await self.memory.add_message(ChatMessage.user(run.query))
-            await self.memory.add_message(ChatMessage.assistant(answer))
         yield DoneEvent(result=self._result(run, answer, messages, stopped))
 
     # ------------------------------------------------------------------ I/O helpers
