@@ -23,8 +23,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ctxstack.agent import ReActAgent, tool
 from ctxstack.guard import ContextGuard
+
+from ctxstack.agent import ReActAgent, tool
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec
 from ctxstack.llm.base import ChatStream
 from ctxstack.messages import ChatMessage
