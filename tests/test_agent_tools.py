@@ -266,3 +266,38 @@ def test_render_result() -> None:
     assert render_result(M(a=1)) == '{"a":1}'
     assert render_result({"é": [1, 2]}) == '{"é": [1, 2]}'
     assert render_result(datetime.date(2024, 5, 1)) == '"2024-05-01"'  # str() fallback
+
+
+# ----------------------------------------------------------------- demo tools
+
+
+def test_calculator_evaluates_arithmetic_only() -> None:
+    from ctxstack.agent.demo_tools import calculator, evaluate, word_count
+
+    assert evaluate("(12.5 + 7) * 3") == 58.5
+    assert evaluate("2^10") == 1024
+    assert evaluate("-sqrt(16) + max(1, 2)") == -2
+    for bad in ("__import__('os').system('true')", "x + 1", "open('f')", "2 ** 100000",
+                "1 +", "'a' * 3"):
+        with pytest.raises(ValueError):  # noqa: PT011 - each has its own message
+            evaluate(bad)
+    assert word_count.parameters["required"] == ["text"]
+    assert calculator.parameters["properties"]["expression"]["type"] == "string"
+
+
+async def test_demo_tools_through_the_registry() -> None:
+    from ctxstack.agent.demo_tools import demo_tools
+
+    reg = ToolRegistry(demo_tools())
+    assert reg.names == ["calculator", "clock", "word_count"]
+    assert (await reg.execute(call("calculator", expression="6*7"))).content == "42"
+    assert (await reg.execute(call("calculator", expression="1/4"))).content == "0.25"
+    bad = await reg.execute(call("calculator", expression="import os"))
+    assert bad.error == "exception: ValueError"
+    counted = await reg.execute(call("word_count", text="one two\nthree"))
+    assert counted.content == '{"words": 3, "characters": 13, "lines": 2}'
+    now = await reg.execute(call("clock"))
+    assert now.error is None
+    assert "UTC" in now.content
+    unknown = await reg.execute(call("clock", timezone="Mars/Olympus"))
+    assert "unknown time zone" in unknown.content
