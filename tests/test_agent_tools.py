@@ -301,3 +301,12 @@ async def test_demo_tools_through_the_registry() -> None:
     assert "UTC" in now.content
     unknown = await reg.execute(call("clock", timezone="Mars/Olympus"))
     assert "unknown time zone" in unknown.content
+
+
+async def test_unparseable_arguments_kept_raw_by_the_client_become_a_readable_result() -> None:
+    from ctxstack.llm.wire import RAW_ARGUMENTS_KEY
+
+    out = await ToolRegistry([add]).execute(call("add", **{RAW_ARGUMENTS_KEY: '{"a": 1, "b"'}))
+    assert out.error == "invalid_arguments"
+    assert "not a valid JSON object" in out.content
+    assert '{"a": 1, "b"' in out.content

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ctxstack.errors import ToolArgumentsError, ToolError
 from ctxstack.llm.base import ToolSpec
+from ctxstack.llm.wire import RAW_ARGUMENTS_KEY
 from ctxstack.messages import ToolCall
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -470,6 +471,15 @@ class ToolRegistry:
             return outcome(
                 f"Error: there is no tool named {call.name!r}. Available tools: {available}.",
                 "unknown_tool",
+            )
+        if set(call.arguments) == {RAW_ARGUMENTS_KEY}:
+            # The client keeps arguments that were not a JSON object under this key.
+            schema = json.dumps(found.parameters, ensure_ascii=False)
+            return outcome(
+                f"Error: the arguments for tool {call.name!r} were not a valid JSON object: "
+                f"{preview(str(call.arguments[RAW_ARGUMENTS_KEY]), 200)!r}. Send a JSON object "
+                f"matching this schema: {schema}",
+                "invalid_arguments",
             )
         timeout = found.timeout if found.timeout is not None else default_timeout
         try:
