@@ -29,8 +29,6 @@ from ctxstack.llm.stub import StubReply, StubServer, stub_usage
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
-pytest_plugins = ["tests.llm_fixtures"]
-
 WEATHER_TOOL = {
     "type": "function",
     "function": {

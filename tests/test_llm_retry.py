@@ -32,8 +32,6 @@ from ctxstack.llm.retry import RetryEvent, RetryPolicy, retry_async
 from ctxstack.llm.stub import StubReply, StubServer
 from ctxstack.messages import ChatMessage
 
-pytest_plugins = ["tests.llm_fixtures"]
-
 QUESTION = [ChatMessage.user("hello")]
 
 

@@ -21,8 +21,6 @@ from ctxstack.llm.structured import (
 from ctxstack.llm.stub import StubReply, StubServer, stub_usage
 from ctxstack.messages import ChatMessage, TextPart
 
-pytest_plugins = ["tests.llm_fixtures"]
-
 T = TypeVar("T")
 
 

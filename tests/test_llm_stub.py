@@ -17,8 +17,6 @@ from click.testing import CliRunner
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer, stub_usage
 from ctxstack.messages import ChatMessage
 
-pytest_plugins = ["tests.llm_fixtures"]
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 BODY = {"model": "stub-model", "messages": [{"role": "user", "content": "ping"}]}
 
