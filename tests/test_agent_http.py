@@ -15,7 +15,6 @@ from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint
 from ctxstack.tokens import HEURISTIC
 
-pytest_plugins = ["tests.llm_fixtures"]
 
 
 class _Totals:
