@@ -16,7 +16,6 @@ from ctxstack.prompts import Hint
 from ctxstack.tokens import HEURISTIC
 
 
-
 class _Totals:
     def __init__(self) -> None:
         from ctxstack.llm import Usage
