@@ -29,6 +29,7 @@ import contextvars
 import inspect
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -88,11 +89,24 @@ _collector: contextvars.ContextVar[list[CompactionEvent] | None] = contextvars.C
 )
 
 
+_taps: weakref.WeakKeyDictionary[object, Callable[[CompactionEvent], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _install_tap(guard: object) -> None:
-    """Chain a collector in front of the guard's ``on_compact`` callback (once per guard)."""
-    if not hasattr(guard, "on_compact") or getattr(guard, "_ctxstack_agent_tap", False):
+    """Chain a collector in front of the guard's ``on_compact`` callback.
+
+    Idempotent and self-healing: checked before every guard call, so a callback the user
+    assigns later is chained too rather than silently cutting the agent off from its
+    compaction events. A guard without ``on_compact`` simply reports none (usage is still
+    read from its totals).
+    """
+    if not hasattr(guard, "on_compact"):
         return
-    original = guard.on_compact
+    original: Callable[[CompactionEvent], Any] | None = guard.on_compact
+    if original is not None and original is _taps.get(guard):
+        return
 
     def tap(event: CompactionEvent) -> Any:
         sink = _collector.get()
@@ -100,8 +114,11 @@ def _install_tap(guard: object) -> None:
             sink.append(event)
         return original(event) if original is not None else None
 
+    try:
+        _taps[guard] = tap
+    except TypeError:  # not weak-referenceable: no events, but no leak either
+        return
     guard.on_compact = tap
-    guard._ctxstack_agent_tap = True  # type: ignore[attr-defined]
 
 
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
@@ -368,6 +385,7 @@ class ReActAgent:
         self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
     ) -> list[ChatMessage]:
         """One guard call; the compaction events it reports are appended to ``sink``."""
+        _install_tap(self.guard)
         token = _collector.set(sink)
         try:
             checked = await self.guard.check_and_compact(list(messages), budget=budget, hint=hint)

@@ -23,6 +23,7 @@ from rich.markup import escape
 from ctxstack.agent import ReActAgent
 from ctxstack.agent.demo_tools import demo_tools
 from ctxstack.agent.events import AgentEvent
+from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.cli import main
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
@@ -150,9 +151,9 @@ async def _session(
     max_iterations: int, synthesize: bool, system_prompt: str | None,
 ) -> bool:
     guard = ContextGuard(compact_llm=fast)
-    kwargs = {} if system_prompt is None else {"system_prompt": system_prompt}
     agent = ReActAgent(llm, demo_tools(), guard, memory=SessionMemory(), budget=budget,
-                       max_iterations=max_iterations, **kwargs)
+                       max_iterations=max_iterations,
+                       system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT)
     if once is not None:
         return await _turn(agent, console, once, synthesize)
     console.print(f"[bold]ctxstack chat[/] · budget {agent.budget:,} tokens · tools: "
