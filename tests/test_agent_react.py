@@ -4,10 +4,12 @@ cycle warnings, overflow recovery, usage accounting and streamed synthesis."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from ctxstack.guard import ContextGuard
 
 from ctxstack.agent import (
     AgentResult,
@@ -30,6 +32,7 @@ from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint
+from ctxstack.tokens import HEURISTIC
 
 
 class _Totals:
@@ -518,3 +521,128 @@ async def test_fast_llm_selects_tools_when_there_are_many() -> None:
     await agent_for(llm, tools=many, fast_llm=fast, tool_selection_threshold=3).run("q")
     assert llm.calls[0].tools is not None
     assert len(llm.calls[0].tools) == 5
+
+
+# ----------------------------------------------------------------- with the real ContextGuard
+
+
+class SpyGuard(ContextGuard):
+    """The real guard, recording each call's budget and hint."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[int | None, str]] = []
+
+    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
+                                hint: Any = "general") -> list[ChatMessage]:
+        self.seen.append((budget, hint))
+        return await super().check_and_compact(messages, budget, hint)
+
+
+def big_page(page: int) -> str:
+    row = f"page {page} row: sensor-{page:03d} reading {page * 7}.5 ok; "
+    size = 80_000 if page % 7 == 0 else 3_000 + 400 * page  # some over max_message_chars
+    return (row * (size // len(row) + 1))[:size]
+
+
+@tool
+async def read_page(page: int) -> str:
+    """Read one page of the log."""
+    return big_page(page)
+
+
+def paging_llm(pages: int, final: str = "All pages read.") -> ScriptedLLM:
+    """A model that reads pages 1..pages, one per call, then answers."""
+    step = itertools.count(1)
+
+    def reply(messages: Sequence[ChatMessage], tools: Any) -> ChatMessage | str:
+        n = next(step)
+        return final if n > pages else ScriptedLLM.tool_call("read_page", {"page": n})
+
+    return ScriptedLLM(handler=reply)
+
+
+QUERY = "Read every page of the sensor log and report the anomalies. (ref: Q-7731)"
+
+
+@pytest.mark.parametrize("summarise", [False, True], ids=["truncate", "llm-compaction"])
+async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: bool) -> None:
+    budget = 6_000
+    compact_llm = ScriptedLLM(handler=lambda m, t: "## Goal\nRead all pages (Q-7731).\n"
+                              "## Key data\nPages read so far look normal.") if summarise else None
+    guard = SpyGuard(compact_llm=compact_llm)
+    llm = paging_llm(30)
+    events: list[AgentEvent] = []
+    result = await agent_for(llm, guard, tools=[read_page], budget=budget, max_iterations=40,
+                             checklist_threshold=None, on_event=events.append).run(QUERY)
+    assert result.answer == "All pages read."
+    assert result.iterations == 31
+    # the guard ran before every model call, with the agent's budget and the ReAct hint
+    assert guard.seen == [(budget, "react_iteration")] * 31
+    for call in llm.calls:
+        msgs = list(call.messages)
+        assert HEURISTIC.count_messages(msgs) <= budget
+        # the pinned query survives every compaction, verbatim and still pinned
+        queries = [m for m in msgs if m.kind == "query"]
+        assert [(q.text, q.pinned) for q in queries] == [(QUERY, True)]
+        # no orphan tool results: every tool message answers a call present in the context
+        ids = {c.id for m in msgs for c in (m.tool_calls or [])}
+        assert all(m.tool_call_id in ids for m in msgs if m.role == "tool")
+    compactions = [e for e in events if e.type == "compaction"]
+    assert compactions, "a run this long must have compacted"
+    assert len(compactions) == len(result.compactions) == guard.totals.compactions
+    assert {c.compaction.method for c in compactions} == ({"llm"} if summarise else {"truncate"})
+    assert all(c.original_messages > c.kept_messages for c in compactions)
+    # usage: the agent's calls plus every compaction call, nothing else
+    expected = llm.total_usage + (compact_llm.total_usage if compact_llm else Usage())
+    assert result.usage == expected
+    if summarise:
+        assert compact_llm is not None and compact_llm.total_usage.calls == len(compactions)
+
+
+async def test_compaction_summary_is_visible_to_the_model_in_the_next_call() -> None:
+    compact_llm = ScriptedLLM(handler=lambda m, t: "Pages 1-3 were read; page 2 had reading 14.5.")
+    guard = ContextGuard(compact_llm=compact_llm)
+    llm = paging_llm(8)
+    events: list[AgentEvent] = []
+    await agent_for(llm, guard, tools=[read_page], budget=5_000, checklist_threshold=None,
+                    on_event=events.append).run(QUERY)
+    first = next(e for e in events if e.type == "compaction")
+    assert first.type == "compaction"
+    nxt = sent(llm, first.iteration - 1)  # the call made right after that compaction
+    summaries = [m for m in nxt if m.kind == "summary"]
+    assert len(summaries) == 1
+    assert summaries[0].text.startswith("[Conversation summary]")
+    assert "page 2 had reading 14.5" in summaries[0].text
+
+
+async def test_users_on_compact_callback_still_fires_and_synthesis_usage_counts() -> None:
+    seen: list[str] = []
+    compact_llm = ScriptedLLM(handler=lambda m, t: "summary of earlier pages")
+    guard = ContextGuard(compact_llm=compact_llm, on_compact=lambda e: seen.append(e.method))
+    llm = paging_llm(6, final="Nothing anomalous.")
+    agent = agent_for(llm, guard, tools=[read_page], budget=5_000, checklist_threshold=None)
+    result = await agent.run(QUERY)
+    assert seen == ["llm"] * len(result.compactions)
+    assert seen
+    llm.push("Synthesised: nothing anomalous across 6 pages.")
+    text = "".join([d async for d in agent.stream_answer(QUERY, result)])
+    assert text == "Synthesised: nothing anomalous across 6 pages."
+    assert result.usage == llm.total_usage + compact_llm.total_usage
+
+
+async def test_pinned_injections_survive_compaction_until_answered() -> None:
+    gate = {"n": 0}
+    llm = paging_llm(10)
+    agent = agent_for(llm, ContextGuard(), tools=[read_page], budget=5_000,
+                      checklist_threshold=None)
+
+    async def on_event(ev: AgentEvent) -> None:
+        if ev.type == "tool_result" and gate["n"] == 0:
+            gate["n"] = 1
+            agent.inject("Also flag readings above 50 (ref: INJ-42).")
+
+    agent.on_event = on_event
+    await agent.run(QUERY)
+    later = [list(c.messages) for c in llm.calls[1:]]
+    assert all(any(m.kind == "inject" and "INJ-42" in m.text for m in msgs) for msgs in later)
