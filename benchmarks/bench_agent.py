@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ctxstack.guard import ContextGuard
@@ -34,7 +35,6 @@ from ctxstack.tokens import HEURISTIC
 try:
     from benchmarks.common import BenchRow, print_table
 except ImportError:  # pragma: no cover - until benchmarks/common.py lands
-    from dataclasses import dataclass
 
     @dataclass
     class BenchRow:  # type: ignore[no-redef]
@@ -54,11 +54,12 @@ except ImportError:  # pragma: no cover - until benchmarks/common.py lands
 
 
 ITERATIONS = 50
-OBS_BASE = 400
-OBS_GROWTH = 160
+OBS_BASE = 1_000
+OBS_GROWTH = 300
 BUDGET = 16_000
 OVERHEAD_TARGET_MS = 2.0
-TOKEN_RATIO_TARGET = 0.5
+AGENT_ONLY_TARGET_MS = 0.5
+TOKEN_SAVING_TARGET = 2.0
 
 
 class TimedLLM:
@@ -121,24 +122,48 @@ def summariser() -> ScriptedLLM:
         "17 per page index.\n## Next step\nFetch the next page."))
 
 
-async def guarded_run(compaction: bool) -> tuple[float, float, int, int]:
-    """(overhead seconds, iterations, tokens sent incl. compaction, largest prompt)."""
+@dataclass(frozen=True)
+class Measure:
+    overhead_s: float  # wall - LLM time - tool time
+    agent_only_s: float  # overhead minus the guard's own CPU time
+    iterations: int
+    sent: int  # input tokens of every call, compaction included
+    largest: int  # the largest prompt the main model received
+
+
+class TimedGuard(ContextGuard):
+    """The real guard, timing its calls (LLM time inside is subtracted separately)."""
+
+    seconds = 0.0
+
+    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
+                                hint: Any = "general") -> list[ChatMessage]:
+        started = time.perf_counter()
+        try:
+            return await super().check_and_compact(messages, budget, hint)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+async def guarded_run(compaction: bool) -> Measure:
     llm = TimedLLM(scripted_model())
     compact = TimedLLM(summariser()) if compaction else None
-    guard = ContextGuard(compact_llm=compact, default_budget=BUDGET)
+    guard = TimedGuard(compact_llm=compact, default_budget=BUDGET)
     agent = ReActAgent(llm, [fetch], guard, budget=BUDGET, max_iterations=ITERATIONS,
                        checklist_threshold=None, cycle_threshold=None)
     started = time.perf_counter()
     result = await agent.run("Read the whole report and tell me if it is consistent.")
     wall = time.perf_counter() - started
-    tool_time = sum(e.duration_s for e in result.trace)
-    llm_time = llm.seconds + (compact.seconds if compact else 0.0)
     assert result.iterations == ITERATIONS, result.iterations
-    sent = result.usage.input_tokens
-    return wall - llm_time - tool_time, result.iterations, sent, max(llm.sent)
+    tool_time = sum(e.duration_s for e in result.trace)
+    compact_time = compact.seconds if compact else 0.0
+    overhead = wall - llm.seconds - compact_time - tool_time
+    guard_cpu = guard.seconds - compact_time
+    return Measure(overhead, overhead - guard_cpu, result.iterations,
+                   result.usage.input_tokens, max(llm.sent))
 
 
-async def baseline_run() -> tuple[float, float, int, int]:
+async def baseline_run() -> Measure:
     """The no-guard loop: full history every call."""
     llm = TimedLLM(scripted_model())
     messages = [ChatMessage.system("You are an agent."),
@@ -148,10 +173,9 @@ async def baseline_run() -> tuple[float, float, int, int]:
     started = time.perf_counter()
     for _ in range(ITERATIONS):
         reply = await llm.chat(messages, tools=specs)
-        if not reply.message.tool_calls:
-            messages.append(reply.message)
-            break
         messages.append(reply.message)
+        if not reply.message.tool_calls:
+            break
         for call in reply.message.tool_calls:
             t = time.perf_counter()
             out = await fetch.call(call.arguments)
@@ -160,18 +184,21 @@ async def baseline_run() -> tuple[float, float, int, int]:
     wall = time.perf_counter() - started
     total = sum(llm.sent)
     assert total == sum(HEURISTIC.count_messages(c.messages) for c in llm.inner.calls)
-    return wall - llm.seconds - tool_time, ITERATIONS, total, max(llm.sent)
+    overhead = wall - llm.seconds - tool_time
+    return Measure(overhead, overhead, ITERATIONS, total, max(llm.sent))
 
 
-def _median(runs: list[tuple[float, float, int, int]]) -> tuple[float, float, int, int]:
-    return (statistics.median(r[0] for r in runs), runs[0][1], runs[0][2], runs[0][3])
+def _median(runs: list[Measure]) -> Measure:
+    return Measure(statistics.median(r.overhead_s for r in runs),
+                   statistics.median(r.agent_only_s for r in runs),
+                   runs[0].iterations, runs[0].sent, runs[0].largest)
 
 
 def run(quick: bool) -> list[BenchRow]:
     repeats = 1 if quick else 5
 
-    async def measure() -> dict[str, tuple[float, float, int, int]]:
-        out: dict[str, list[tuple[float, float, int, int]]] = {"base": [], "trunc": [], "llm": []}
+    async def measure() -> dict[str, Measure]:
+        out: dict[str, list[Measure]] = {"base": [], "trunc": [], "llm": []}
         for _ in range(repeats):
             out["base"].append(await baseline_run())
             out["trunc"].append(await guarded_run(compaction=False))
@@ -179,24 +206,30 @@ def run(quick: bool) -> list[BenchRow]:
         return {k: _median(v) for k, v in out.items()}
 
     m = asyncio.run(measure())
-    base_ms = m["base"][0] / m["base"][1] * 1000
+    base = m["base"]
+    base_ms = base.overhead_s / base.iterations * 1000
     rows: list[BenchRow] = []
     for key, label in (("trunc", "truncate guard"), ("llm", "LLM-compaction guard")):
-        overhead, iterations, sent, largest = m[key]
-        ms = overhead / iterations * 1000
+        r = m[key]
+        ms = r.overhead_s / r.iterations * 1000
         rows.append(BenchRow(
-            name=f"agent loop overhead, {label}", value=ms, unit="ms/iter",
-            baseline=base_ms, ratio=ms / base_ms if base_ms else None,
-            target=f"<= {OVERHEAD_TARGET_MS} ms/iter", met=ms <= OVERHEAD_TARGET_MS))
-        ratio = sent / m["base"][2]
+            name=f"loop overhead per iteration, {label} (ratio: x bare loop)", value=ms,
+            unit="ms", baseline=base_ms, ratio=ms / base_ms if base_ms else None,
+            target=f"<= {OVERHEAD_TARGET_MS:g} ms", met=ms <= OVERHEAD_TARGET_MS))
+        agent_ms = r.agent_only_s / r.iterations * 1000
         rows.append(BenchRow(
-            name=f"tokens sent over {ITERATIONS} iterations, {label}", value=float(sent),
-            unit="tokens", baseline=float(m["base"][2]), ratio=ratio,
-            target=f"ratio <= {TOKEN_RATIO_TARGET}", met=ratio <= TOKEN_RATIO_TARGET))
+            name=f"  of which the agent itself (guard excluded), {label}", value=agent_ms,
+            unit="ms", baseline=base_ms, ratio=agent_ms / base_ms if base_ms else None,
+            target=f"<= {AGENT_ONLY_TARGET_MS:g} ms", met=agent_ms <= AGENT_ONLY_TARGET_MS))
+        saving = base.sent / r.sent
         rows.append(BenchRow(
-            name=f"largest prompt, {label}", value=float(largest), unit="tokens",
-            baseline=float(m["base"][3]), ratio=largest / m["base"][3],
-            target=f"<= budget {BUDGET}", met=largest <= BUDGET))
+            name=f"tokens sent in {ITERATIONS} iterations, {label} (ratio: x fewer)",
+            value=float(r.sent), unit="tok", baseline=float(base.sent), ratio=saving,
+            target=f">= {TOKEN_SAVING_TARGET:g}x fewer", met=saving >= TOKEN_SAVING_TARGET))
+        rows.append(BenchRow(
+            name=f"largest prompt, {label} (ratio: x smaller)", value=float(r.largest),
+            unit="tok", baseline=float(base.largest), ratio=base.largest / r.largest,
+            target=f"<= budget {BUDGET:,}", met=r.largest <= BUDGET))
     return rows
 
 
