@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -144,3 +145,73 @@ async def test_injected_message_reaches_the_model_over_http(stub: StubServer, st
     result, _ = await asyncio.gather(agent.run("Weather in Oslo?"), type_later())
     assert result.answer == "answered with: ['and in Celsius']"
     assert result.iterations == 2
+
+
+# ----------------------------------------------------------------- ctxstack chat
+
+
+def test_chat_cli_once_against_the_stub() -> None:
+    from click.testing import CliRunner
+
+    import ctxstack.cli.chat  # noqa: F401  (registers the command)
+    from ctxstack.cli import main
+
+    result = CliRunner().invoke(main, ["chat", "--stub", "--once", "What is 6*7?"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert '→ calculator({"expression": "6*7"})' in out
+    assert "← 42" in out
+    assert "The result is 42." in out  # the streamed synthesis
+    assert re.search(r"\d+\.\dk in / \d+\.\dk out · 2 iteration\(s\)", out)
+
+
+def test_chat_cli_interactive_session_keeps_history() -> None:
+    from click.testing import CliRunner
+
+    import ctxstack.cli.chat  # noqa: F401
+    from ctxstack.cli import main
+
+    result = CliRunner().invoke(
+        main, ["chat", "--stub", "--no-synthesis", "--budget", "4000"],
+        input="Count the words: one two three\nhello there\n/exit\n",
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "budget 4,000 tokens" in out
+    assert "→ word_count" in out and '"words": 3' in out
+    assert "(stub) You said: hello there" in out
+    assert out.count("k in / ") == 2
+
+
+def test_chat_cli_shows_compaction_notices() -> None:
+    from click.testing import CliRunner
+
+    import ctxstack.cli.chat  # noqa: F401
+    from ctxstack.cli import main
+
+    result = CliRunner().invoke(
+        main, ["chat", "--stub", "--no-synthesis", "--budget", "160"],
+        input="What is 1+1?\nWhat is 2+2?\nWhat is 3+3?\nWhat is 4+4?\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"⟲ context compacted \((llm|truncate)\): \d+ → \d+ messages", result.output)
+    assert "The result is 8." in result.output
+
+
+def test_chat_cli_reports_missing_configuration() -> None:
+    from click.testing import CliRunner
+
+    import ctxstack.cli.chat  # noqa: F401
+    from ctxstack.cli import main
+
+    result = CliRunner().invoke(main, ["chat", "--once", "hi"], env={
+        "LLM_BASE_URL": "", "LLM_API_KEY": "", "LLM_MODEL": ""})
+    assert result.exit_code != 0
+    assert "LLM_BASE_URL" in result.output
+
+
+def test_format_usage() -> None:
+    from ctxstack.cli.chat import format_usage
+    from ctxstack.llm import Usage
+
+    assert format_usage(Usage(input_tokens=1234, output_tokens=56)) == "1.2k in / 0.1k out"

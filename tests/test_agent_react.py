@@ -591,13 +591,18 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     compactions = [e for e in events if e.type == "compaction"]
     assert compactions, "a run this long must have compacted"
     assert len(compactions) == len(result.compactions) == guard.totals.compactions
-    assert {c.compaction.method for c in compactions} == ({"llm"} if summarise else {"truncate"})
+    methods = {c.compaction.method for c in compactions}
+    # with a summariser most compactions summarise (the guard still truncates when there
+    # is nothing left to summarise); without one, all truncate
+    assert ("llm" in methods) if summarise else (methods == {"truncate"})
     assert all(c.original_messages > c.kept_messages for c in compactions)
     # usage: the agent's calls plus every compaction call, nothing else
     expected = llm.total_usage + (compact_llm.total_usage if compact_llm else Usage())
     assert result.usage == expected
     if summarise:
-        assert compact_llm is not None and compact_llm.total_usage.calls == len(compactions)
+        assert compact_llm is not None
+        llm_compactions = [c for c in compactions if c.compaction.method == "llm"]
+        assert compact_llm.total_usage.calls == len(llm_compactions)
 
 
 async def test_compaction_summary_is_visible_to_the_model_in_the_next_call() -> None:

@@ -150,6 +150,22 @@ async def _session(
     llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
     max_iterations: int, synthesize: bool, system_prompt: str | None,
 ) -> bool:
+    try:
+        return await _converse(llm, fast, console, once=once, budget=budget,
+                               max_iterations=max_iterations, synthesize=synthesize,
+                               system_prompt=system_prompt)
+    finally:
+        # The HTTP clients belong to this event loop: close them before it ends.
+        for model in {id(m): m for m in (llm, fast)}.values():
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def _converse(
+    llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
+    max_iterations: int, synthesize: bool, system_prompt: str | None,
+) -> bool:
     guard = ContextGuard(compact_llm=fast)
     agent = ReActAgent(llm, demo_tools(), guard, memory=SessionMemory(), budget=budget,
                        max_iterations=max_iterations,
