@@ -178,7 +178,8 @@ def test_chat_cli_interactive_session_keeps_history() -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "budget 4,000 tokens" in out
-    assert "→ word_count" in out and '"words": 3' in out
+    assert "→ word_count" in out
+    assert '"words": 3' in out
     assert "(stub) You said: hello there" in out
     assert out.count("k in / ") == 2
 
