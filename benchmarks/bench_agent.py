@@ -11,47 +11,27 @@ Baseline, measured in the same run: a bare no-guard loop that appends every obse
 sends the full history on every call — the cheapest possible loop, and the token cost the
 guard exists to avoid.
 
-Run: ``python -m benchmarks.bench_agent`` (``--quick`` for one repetition).
+Run: ``python -m benchmarks.bench_agent`` (``--quick`` for one repetition); the exit
+status is non-zero when a target is missed.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxstack.guard import ContextGuard
-
+from benchmarks.common import BenchRow, print_table
 from ctxstack.agent import ReActAgent, tool
+from ctxstack.guard import ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec
 from ctxstack.llm.base import ChatStream
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
-
-try:
-    from benchmarks.common import BenchRow, print_table
-except ImportError:  # pragma: no cover - until benchmarks/common.py lands
-
-    @dataclass
-    class BenchRow:  # type: ignore[no-redef]
-        name: str
-        value: float
-        unit: str
-        baseline: float | None = None
-        ratio: float | None = None
-        target: str = ""
-        met: bool | None = None
-
-    def print_table(rows: Sequence[BenchRow], title: str = "") -> None:  # type: ignore[misc]
-        print(title)
-        for r in rows:
-            print(f"{r.name:<48} {r.value:>12.3f} {r.unit:<10} base={r.baseline} "
-                  f"ratio={r.ratio} target={r.target} met={r.met}")
-
 
 ITERATIONS = 50
 OBS_BASE = 1_000
@@ -233,5 +213,16 @@ def run(quick: bool) -> list[BenchRow]:
     return rows
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one repetition instead of five")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    print_table(rows, f"ReAct agent, {ITERATIONS} iterations with growing observations"
+                + (" (quick)" if args.quick else "")
+                + " — baseline: bare loop sending the full history")
+    return 0 if all(r.met is not False for r in rows) else 1
+
+
 if __name__ == "__main__":
-    print_table(run(quick="--quick" in sys.argv[1:]), title="ReAct agent")
+    raise SystemExit(main())

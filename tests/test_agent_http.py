@@ -4,39 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.errors import AgentError
+from ctxstack.guard import ContextGuard
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import Hint
 from ctxstack.tokens import HEURISTIC
 
 
-class _Totals:
-    def __init__(self) -> None:
-        from ctxstack.llm import Usage
+class SpyGuard(ContextGuard):
+    """The real guard, recording each call's message count, budget and hint."""
 
-        self.usage = Usage()
-
-
-class PassGuard:
-    """TEMPORARY pass-through with ContextGuard's signature (until the guard is on main)."""
-
-    def __init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int | None, str]] = []
-        self.on_compact = None
-        self.totals = _Totals()
 
-    async def check_and_compact(
-        self, messages: list[ChatMessage], budget: int | None = None, hint: Hint = "general"
-    ) -> list[ChatMessage]:
+    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
+                                hint: Any = "general") -> list[ChatMessage]:
         self.calls.append((len(messages), budget, hint))
-        return list(messages)
+        return await super().check_and_compact(messages, budget, hint)
 
 
 @tool
@@ -53,7 +45,7 @@ def lookup(key: str) -> str:
 
 def make_agent(llm: OpenAICompatibleLLM, guard: Any = None, **kw: Any) -> ReActAgent:
     kw.setdefault("tools", [add, lookup])
-    return ReActAgent(llm, guard=guard or PassGuard(), system_prompt="You are a test agent.",
+    return ReActAgent(llm, guard=guard or SpyGuard(), system_prompt="You are a test agent.",
                       **kw)
 
 
@@ -97,7 +89,7 @@ async def test_usage_and_streaming_synthesis_over_http(stub: StubServer, stub_cl
 
 
 async def test_overflow_from_the_server_is_retried_once_at_half_budget(stub: StubServer, stub_client: OpenAICompatibleLLM) -> None:
-    guard = PassGuard()
+    guard = SpyGuard()
     stub.push(StubReply.overflow(), "fits now")
     result = await make_agent(stub_client, guard, budget=8_000).run("q")
     assert result.answer == "fits now"
@@ -216,3 +208,58 @@ def test_format_usage() -> None:
     from ctxstack.llm import Usage
 
     assert format_usage(Usage(input_tokens=1234, output_tokens=56)) == "1.2k in / 0.1k out"
+
+
+# ----------------------------------------------------------------- long run, real guard, HTTP
+
+
+@tool
+async def read_page(page: int) -> str:
+    """Read one page of the log."""
+    row = f"page {page} row: sensor-{page:03d} reading {page * 7}.5 ok; "
+    size = 60_000 if page % 6 == 0 else 2_500 + 300 * page
+    return (row * (size // len(row) + 1))[:size]
+
+
+QUERY = "Read pages 1-18 of the sensor log and report anomalies (ticket Q-7731)."
+
+
+def paging_rule(pages: int) -> Any:
+    """Plays both models: the agent reads one page per call; summarisation requests (no
+    tools, the guard's compaction prompt) get a summary."""
+
+    def rule(request: StubRequest) -> StubReply | str:
+        if request.tools is None:
+            return "Pages read so far are normal; page 2 reading 14.5 (Q-7731)."
+        last_page = max((int(m.tool_calls[0].arguments["page"]) for m in request.messages
+                         if m.role == "assistant" and m.tool_calls), default=0)
+        if last_page >= pages:
+            return "No anomalies on pages 1-18."
+        return StubReply.tool_call("read_page", {"page": last_page + 1})
+
+    return rule
+
+
+async def test_long_run_over_http_stays_in_budget_and_keeps_query_and_summary(
+    stub: StubServer, stub_client: OpenAICompatibleLLM
+) -> None:
+    budget = 6_000
+    stub.rule = paging_rule(18)
+    guard = SpyGuard(compact_llm=stub_client)
+    result = await make_agent(stub_client, guard, tools=[read_page], budget=budget,
+                              max_iterations=40, checklist_threshold=None).run(QUERY)
+    assert result.answer == "No anomalies on pages 1-18."
+    agent_requests = [r for r in stub.requests if r.tools is not None]
+    summary_requests = [r for r in stub.requests if r.tools is None]
+    assert len(agent_requests) == result.iterations
+    assert [(b, h) for _, b, h in guard.calls] == [(budget, "react_iteration")] * result.iterations
+    for r in agent_requests:
+        # what went over the wire fits the budget and still carries the user's question
+        assert HEURISTIC.count_messages(r.messages) <= budget
+        assert sum(1 for m in r.messages if m.role == "user" and m.text == QUERY) == 1
+    assert summary_requests, "the run must have compacted with the LLM"
+    assert any(m.role == "system" and m.text.startswith("[Conversation summary]")
+               and "Q-7731" in m.text for r in agent_requests for m in r.messages)
+    # usage: every request the server answered, agent and summariser alike
+    assert result.usage.calls == len(stub.requests)
+    assert result.usage.input_tokens == prompt_tokens(stub.requests)

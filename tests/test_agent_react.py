@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from ctxstack.guard import ContextGuard
 
 from ctxstack.agent import (
     AgentResult,
@@ -28,31 +27,24 @@ from ctxstack.agent.events import AGENT_EVENT_ADAPTER, AgentEvent
 from ctxstack.agent.prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
+from ctxstack.guard import ContextGuard
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import Hint
 from ctxstack.tokens import HEURISTIC
 
 
-class _Totals:
-    def __init__(self) -> None:
-        self.usage = Usage()
+class SpyGuard(ContextGuard):
+    """The real guard, recording each call's message count, budget and hint."""
 
-
-class PassGuard:
-    """TEMPORARY pass-through with ContextGuard's signature (until the guard is on main)."""
-
-    def __init__(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int | None, str]] = []
-        self.on_compact = None
-        self.totals = _Totals()
 
-    async def check_and_compact(
-        self, messages: list[ChatMessage], budget: int | None = None, hint: Hint = "general"
-    ) -> list[ChatMessage]:
+    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
+                                hint: Any = "general") -> list[ChatMessage]:
         self.calls.append((len(messages), budget, hint))
-        return list(messages)
+        return await super().check_and_compact(messages, budget, hint)
 
 
 class ListMemory(BaseMemory):
@@ -97,7 +89,7 @@ def kinds(messages: Sequence[ChatMessage]) -> list[str | None]:
 
 def agent_for(llm: ScriptedLLM, guard: Any = None, **kw: Any) -> ReActAgent:
     kw.setdefault("tools", [add, search])
-    return ReActAgent(llm, guard=guard or PassGuard(), system_prompt="You are a test agent.", **kw)
+    return ReActAgent(llm, guard=guard or SpyGuard(), system_prompt="You are a test agent.", **kw)
 
 
 # ----------------------------------------------------------------- the basic loop
@@ -129,7 +121,7 @@ async def test_multi_step_tool_use_reaches_an_answer() -> None:
 
 
 async def test_guard_is_called_before_every_model_call_with_react_iteration() -> None:
-    guard = PassGuard()
+    guard = SpyGuard()
     llm = ScriptedLLM([tc("add", a=1, b=2), tc("add", a=3, b=4), "done"])
     result = await agent_for(llm, guard, budget=ModelBudget(context_size=20_000,
                                                             max_output_tokens=4_000),
@@ -365,7 +357,7 @@ async def test_tool_exception_bad_arguments_and_timeout_become_tool_results() ->
 
 
 async def test_overflow_compacts_to_half_the_budget_and_retries_once() -> None:
-    guard = PassGuard()
+    guard = SpyGuard()
     llm = ScriptedLLM([ContextOverflowError("too long", status_code=400), "fits now"])
     result = await agent_for(llm, guard, budget=10_000).run("q")
     assert result.answer == "fits now"
@@ -526,19 +518,6 @@ async def test_fast_llm_selects_tools_when_there_are_many() -> None:
 # ----------------------------------------------------------------- with the real ContextGuard
 
 
-class SpyGuard(ContextGuard):
-    """The real guard, recording each call's budget and hint."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.seen: list[tuple[int | None, str]] = []
-
-    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
-                                hint: Any = "general") -> list[ChatMessage]:
-        self.seen.append((budget, hint))
-        return await super().check_and_compact(messages, budget, hint)
-
-
 def big_page(page: int) -> str:
     row = f"page {page} row: sensor-{page:03d} reading {page * 7}.5 ok; "
     size = 80_000 if page % 7 == 0 else 3_000 + 400 * page  # some over max_message_chars
@@ -578,7 +557,7 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     assert result.answer == "All pages read."
     assert result.iterations == 31
     # the guard ran before every model call, with the agent's budget and the ReAct hint
-    assert guard.seen == [(budget, "react_iteration")] * 31
+    assert [(b, h) for _, b, h in guard.calls] == [(budget, "react_iteration")] * 31
     for call in llm.calls:
         msgs = list(call.messages)
         assert HEURISTIC.count_messages(msgs) <= budget

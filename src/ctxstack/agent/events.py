@@ -26,8 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
-from ctxstack.agent._pending_guard import CompactionEvent
 from ctxstack.agent.result import AgentResult
+from ctxstack.guard_events import CompactionEvent
 
 
 class _Event(BaseModel):

@@ -35,7 +35,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from ctxstack.agent import decisions
-from ctxstack.agent._pending_guard import CompactionEvent
 from ctxstack.agent.events import (
     AgentEvent,
     AnswerDeltaEvent,
@@ -54,6 +53,7 @@ from ctxstack.agent.result import AgentResult, StopReason, ToolTraceEntry
 from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
+from ctxstack.guard_events import CompactionEvent
 from ctxstack.llm.base import LLM, LLMResult, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxstack.agent._pending_guard import CompactionEvent
+from ctxstack.guard_events import CompactionEvent
 from ctxstack.llm.base import Usage
 from ctxstack.messages import ChatMessage
 
