@@ -456,7 +456,8 @@ async def test_event_stream_is_typed_ordered_and_ends_with_done() -> None:
 
 async def test_usage_sums_every_call_including_synthesis() -> None:
     llm = ScriptedLLM([tc("add", a=1, b=2), "3", "The sum of 1 and 2 is 3."], stream_chunk=4)
-    agent = agent_for(llm)
+    guard = SpyGuard()
+    agent = agent_for(llm, guard, budget=9_000)
     result = await agent.run("1+2?")
     loop_usage = llm.total_usage
     assert result.usage == loop_usage
@@ -467,6 +468,9 @@ async def test_usage_sums_every_call_including_synthesis() -> None:
     assert result.final_answer == result.synthesis
     assert result.usage == llm.total_usage
     assert result.usage.calls == 3
+    # the synthesis prompt went through the guard too, with the general hint
+    assert [(b, h) for _, b, h in guard.calls] == [(9_000, "react_iteration")] * 2 + [
+        (9_000, "general")]
     synth = llm.calls[-1]
     assert synth.kind == "stream"
     prompt = synth.messages[-1].text
