@@ -388,7 +388,7 @@ class ReActAgent:
         _install_tap(self.guard)
         token = _collector.set(sink)
         try:
-            checked = await self.guard.check_and_compact(list(messages), budget=budget, hint=hint)
+            checked = await self.guard.check_and_compact(messages, budget=budget, hint=hint)
         finally:
             _collector.reset(token)
         return list(checked)
