@@ -583,6 +583,10 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     expected = llm.total_usage + (compact_llm.total_usage if compact_llm else Usage())
     assert result.usage == expected
     if summarise:
+        # once summarised, the model keeps seeing one (rolling) summary in every later call
+        first = compactions[0].iteration
+        for call in llm.calls[first - 1:]:
+            assert [m.kind for m in call.messages].count("summary") == 1
         assert compact_llm is not None
         llm_compactions = [c for c in compactions if c.compaction.method == "llm"]
         assert compact_llm.total_usage.calls == len(llm_compactions)
