@@ -1,0 +1,171 @@
+"""The typed events of a DAG run, in the order a consumer sees them.
+
+A run of :meth:`ctxstack.dag.DAGEngine.run_events` yields::
+
+    query_enriched
+    ( plan_created  (step_started | step_finished)*  analysis  [replan] )+   one per round
+    answer_delta*  done
+
+or, when the run cannot go on, ``error`` as its last event. Every event is a frozen
+pydantic model with a ``type`` Literal tag; :data:`DAGEvent` is their discriminated union,
+so a consumer ``match``-es on the class (or on ``type`` after a JSON round trip through
+:data:`DAG_EVENT_ADAPTER`). ``round`` numbers start at 1; see :class:`ctxstack.dag.DAGEngine`
+for how rounds and replans are counted. Times are seconds since the run started.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ctxstack.dag.plan import Plan
+from ctxstack.dag.results import StepResult, StepStatus
+from ctxstack.llm.base import Usage
+
+EnrichMethod = Literal["none", "llm", "truncate"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class QueryEnriched(_Event):
+    """Phase 1–2 done: history and query combined; ``method`` says how it was bounded.
+
+    ``none``: it fitted the threshold; ``llm``: the history was summarised (``usage`` is
+    that call); ``truncate``: summarising failed and older history was dropped instead.
+    ``history_messages`` is how many history messages were loaded.
+    """
+
+    type: Literal["query_enriched"] = "query_enriched"
+    summarized: bool
+    method: EnrichMethod
+    history_messages: int
+    tokens_before: int
+    tokens_after: int
+    usage: Usage = Usage()
+
+
+class PlanCreated(_Event):
+    """A valid plan for ``round``; ``attempts`` is 2 when the planner had to be re-asked."""
+
+    type: Literal["plan_created"] = "plan_created"
+    round: int
+    plan: Plan
+    attempts: int = 1
+    usage: Usage = Usage()
+
+
+class StepStarted(_Event):
+    """A step's agent started (its dependencies are all done)."""
+
+    type: Literal["step_started"] = "step_started"
+    round: int
+    step_id: str
+    task: str
+    dependencies: list[str] = []
+    at: float
+
+
+class StepFinished(_Event):
+    """A step ended: done, failed (with ``error``) or skipped (``error`` says why).
+
+    A skipped step has no ``step_started`` event before it.
+    """
+
+    type: Literal["step_finished"] = "step_finished"
+    round: int
+    step_id: str
+    task: str
+    status: StepStatus
+    answer: str = ""
+    error: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration: float = 0.0
+    usage: Usage = Usage()
+    iterations: int = 0
+    compactions: int = 0
+    stopped_reason: str | None = None
+
+    @classmethod
+    def from_result(cls, round_number: int, result: StepResult) -> StepFinished:
+        return cls(round=round_number, **dict(result))
+
+    def to_result(self) -> StepResult:
+        """The :class:`StepResult` this event reports."""
+        return StepResult(**self.model_dump(exclude={"type", "round"}))
+
+
+class AnalysisCompleted(_Event):
+    """The analyzer's verdict on a round. ``error`` is set (and the verdict fields are
+    ``None``) when the analyzer call itself failed; the run then goes on to synthesis."""
+
+    type: Literal["analysis"] = "analysis"
+    round: int
+    achieved: bool | None
+    confidence: float | None
+    reasoning: str
+    usage: Usage = Usage()
+    error: str | None = None
+
+
+class ReplanStarted(_Event):
+    """The previous round was judged not achieved with low confidence; ``round`` is the
+    new round about to be planned."""
+
+    type: Literal["replan"] = "replan"
+    round: int
+    reason: str
+    confidence: float
+
+
+class AnswerDelta(_Event):
+    """A piece of the streamed final answer."""
+
+    type: Literal["answer_delta"] = "answer_delta"
+    text: str
+
+
+class DAGDone(_Event):
+    """The run finished. ``usage`` sums every LLM call of the run (enrichment summary,
+    planner incl. re-asks, every step incl. its compactions, analyzer, synthesis);
+    ``rounds`` is how many plan→execute→analyze rounds ran (1 + replans)."""
+
+    type: Literal["done"] = "done"
+    answer: str
+    usage: Usage
+    rounds: int
+    elapsed: float
+    achieved: bool | None = None
+
+
+class DAGError(_Event):
+    """The run stopped: ``error_type`` is the exception class (e.g. ``PlanError``).
+    ``usage`` is what the run had consumed until then."""
+
+    type: Literal["error"] = "error"
+    message: str
+    error_type: str
+    round: int
+    usage: Usage = Usage()
+    elapsed: float = 0.0
+
+
+DAGEvent = Annotated[
+    QueryEnriched
+    | PlanCreated
+    | StepStarted
+    | StepFinished
+    | AnalysisCompleted
+    | ReplanStarted
+    | AnswerDelta
+    | DAGDone
+    | DAGError,
+    Field(discriminator="type"),
+]
+"""Any event of a DAG run, discriminated by ``type``."""
+
+DAG_EVENT_ADAPTER: TypeAdapter[DAGEvent] = TypeAdapter(DAGEvent)
+"""Validates a JSON/dict event back into its class: ``DAG_EVENT_ADAPTER.validate_json(s)``."""
