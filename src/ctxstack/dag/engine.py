@@ -51,15 +51,15 @@ from ctxstack.dag.enrich import (
     build_enriched_query,
 )
 from ctxstack.dag.events import (
-    AnalysisCompleted,
-    AnswerDelta,
-    DAGDone,
-    DAGError,
+    AnalysisEvent,
+    AnswerDeltaEvent,
+    DAGDoneEvent,
+    DAGErrorEvent,
     DAGEvent,
-    PlanCreated,
-    QueryEnriched,
-    ReplanStarted,
-    StepFinished,
+    PlanCreatedEvent,
+    QueryEnrichedEvent,
+    ReplanEvent,
+    StepFinishedEvent,
 )
 from ctxstack.dag.executor import DAGExecutor
 from ctxstack.dag.metering import UsageMeter
@@ -244,7 +244,7 @@ class DAGEngine:
             async for event in self._events(run, query, memory=memory, history=history):
                 yield event
         except Exception as exc:
-            yield DAGError(
+            yield DAGErrorEvent(
                 message=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
                 round=run.round, usage=run.meter.usage, elapsed=self.clock() - run.t0,
             )
@@ -262,9 +262,9 @@ class DAGEngine:
             PlanError, StructuredOutputError, LLMError: as described in the module docstring.
         """
         run = _Run(meter=UsageMeter(), t0=self.clock())
-        done: DAGDone | None = None
+        done: DAGDoneEvent | None = None
         async for event in self._events(run, query, memory=memory, history=history):
-            if isinstance(event, DAGDone):
+            if isinstance(event, DAGDoneEvent):
                 done = event
         if done is None or run.enriched is None or run.plan is None:  # pragma: no cover
             raise RuntimeError("the DAG run ended without a done event")
@@ -291,7 +291,7 @@ class DAGEngine:
             threshold_tokens=self.summary_threshold_tokens, counter=self.counter,
         )
         run.enriched = enriched
-        yield QueryEnriched(
+        yield QueryEnrichedEvent(
             summarized=enriched.summarized, method=enriched.method,
             history_messages=enriched.history_messages, tokens_before=enriched.tokens_before,
             tokens_after=enriched.tokens_after, usage=_delta(run.meter.usage, before),
@@ -306,14 +306,14 @@ class DAGEngine:
             before = run.meter.usage
             planned = await planner.plan(enriched.text, previous=previous)
             plan = run.plan = planned.plan
-            yield PlanCreated(
+            yield PlanCreatedEvent(
                 round=run.round, plan=plan, attempts=planned.attempts,
                 usage=_delta(run.meter.usage, before),
             )
 
             results: dict[str, StepResult] = {}
             async for step_event in executor.run_events(plan, round_number=run.round):
-                if isinstance(step_event, StepFinished):
+                if isinstance(step_event, StepFinishedEvent):
                     results[step_event.step_id] = step_event.to_result()
                 yield step_event
             run.results = [results[s.id] for s in plan.steps]
@@ -323,7 +323,7 @@ class DAGEngine:
                 verdict = (await analyzer.analyze(enriched.text, plan, results)).analysis
             except LLMError as exc:
                 run.achieved = None
-                yield AnalysisCompleted(
+                yield AnalysisEvent(
                     round=run.round, achieved=None, confidence=None, reasoning="",
                     usage=_delta(run.meter.usage, before),
                     error=f"{type(exc).__name__}: {exc}",
@@ -331,7 +331,7 @@ class DAGEngine:
                 break
             run.analyses.append(verdict)
             run.achieved = verdict.achieved
-            yield AnalysisCompleted(
+            yield AnalysisEvent(
                 round=run.round, achieved=verdict.achieved, confidence=verdict.confidence,
                 reasoning=verdict.reasoning, usage=_delta(run.meter.usage, before),
             )
@@ -340,7 +340,7 @@ class DAGEngine:
             previous = ReplanContext(
                 round=run.round, plan=plan, results=results, reasoning=verdict.reasoning
             )
-            yield ReplanStarted(
+            yield ReplanEvent(
                 round=run.round + 1, reason=verdict.reasoning, confidence=verdict.confidence
             )
 
@@ -349,10 +349,10 @@ class DAGEngine:
         try:
             async for delta in stream:
                 parts.append(delta)
-                yield AnswerDelta(text=delta)
+                yield AnswerDeltaEvent(text=delta)
         finally:
             await stream.aclose()
-        yield DAGDone(
+        yield DAGDoneEvent(
             answer="".join(parts), usage=run.meter.usage, rounds=run.round,
             elapsed=self.clock() - run.t0, achieved=run.achieved,
         )

@@ -30,7 +30,7 @@ class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class QueryEnriched(_Event):
+class QueryEnrichedEvent(_Event):
     """Phase 1–2 done: history and query combined; ``method`` says how it was bounded.
 
     ``none``: it fitted the threshold; ``llm``: the history was summarised (``usage`` is
@@ -47,7 +47,7 @@ class QueryEnriched(_Event):
     usage: Usage = Usage()
 
 
-class PlanCreated(_Event):
+class PlanCreatedEvent(_Event):
     """A valid plan for ``round``; ``attempts`` is 2 when the planner had to be re-asked."""
 
     type: Literal["plan_created"] = "plan_created"
@@ -57,7 +57,7 @@ class PlanCreated(_Event):
     usage: Usage = Usage()
 
 
-class StepStarted(_Event):
+class StepStartedEvent(_Event):
     """A step's agent started (its dependencies are all done)."""
 
     type: Literal["step_started"] = "step_started"
@@ -68,7 +68,7 @@ class StepStarted(_Event):
     at: float
 
 
-class StepFinished(_Event):
+class StepFinishedEvent(_Event):
     """A step ended: done, failed (with ``error``) or skipped (``error`` says why).
 
     A skipped step has no ``step_started`` event before it.
@@ -90,7 +90,7 @@ class StepFinished(_Event):
     stopped_reason: str | None = None
 
     @classmethod
-    def from_result(cls, round_number: int, result: StepResult) -> StepFinished:
+    def from_result(cls, round_number: int, result: StepResult) -> StepFinishedEvent:
         return cls(round=round_number, **dict(result))
 
     def to_result(self) -> StepResult:
@@ -98,7 +98,7 @@ class StepFinished(_Event):
         return StepResult(**self.model_dump(exclude={"type", "round"}))
 
 
-class AnalysisCompleted(_Event):
+class AnalysisEvent(_Event):
     """The analyzer's verdict on a round. ``error`` is set (and the verdict fields are
     ``None``) when the analyzer call itself failed; the run then goes on to synthesis."""
 
@@ -111,7 +111,7 @@ class AnalysisCompleted(_Event):
     error: str | None = None
 
 
-class ReplanStarted(_Event):
+class ReplanEvent(_Event):
     """The previous round was judged not achieved with low confidence; ``round`` is the
     new round about to be planned."""
 
@@ -121,14 +121,14 @@ class ReplanStarted(_Event):
     confidence: float
 
 
-class AnswerDelta(_Event):
+class AnswerDeltaEvent(_Event):
     """A piece of the streamed final answer."""
 
     type: Literal["answer_delta"] = "answer_delta"
     text: str
 
 
-class DAGDone(_Event):
+class DAGDoneEvent(_Event):
     """The run finished. ``usage`` sums every LLM call of the run (enrichment summary,
     planner incl. re-asks, every step incl. its compactions, analyzer, synthesis);
     ``rounds`` is how many plan→execute→analyze rounds ran (1 + replans)."""
@@ -141,7 +141,7 @@ class DAGDone(_Event):
     achieved: bool | None = None
 
 
-class DAGError(_Event):
+class DAGErrorEvent(_Event):
     """The run stopped: ``error_type`` is the exception class (e.g. ``PlanError``).
     ``usage`` is what the run had consumed until then."""
 
@@ -154,15 +154,15 @@ class DAGError(_Event):
 
 
 DAGEvent = Annotated[
-    QueryEnriched
-    | PlanCreated
-    | StepStarted
-    | StepFinished
-    | AnalysisCompleted
-    | ReplanStarted
-    | AnswerDelta
-    | DAGDone
-    | DAGError,
+    QueryEnrichedEvent
+    | PlanCreatedEvent
+    | StepStartedEvent
+    | StepFinishedEvent
+    | AnalysisEvent
+    | ReplanEvent
+    | AnswerDeltaEvent
+    | DAGDoneEvent
+    | DAGErrorEvent,
     Field(discriminator="type"),
 ]
 """Any event of a DAG run, discriminated by ``type``."""

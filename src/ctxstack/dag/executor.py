@@ -29,7 +29,7 @@ from typing import Any
 from ctxstack.agent import ReActAgent, Tool
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
-from ctxstack.dag.events import StepFinished, StepStarted
+from ctxstack.dag.events import StepFinishedEvent, StepStartedEvent
 from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
@@ -46,7 +46,7 @@ GuardFactory = Callable[[LLM | None, ModelBudget, int], ContextGuard]
 ``compact_llm`` is already metered for the step: build the guard with it, so compaction
 usage is counted in the step's usage."""
 
-ExecutorEvent = StepStarted | StepFinished
+ExecutorEvent = StepStartedEvent | StepFinishedEvent
 
 
 def default_guard(compact_llm: LLM | None, budget: ModelBudget, max_chars: int) -> ContextGuard:
@@ -112,7 +112,7 @@ class DAGExecutor:
         start = self.clock()
         results: dict[str, StepResult] = {}
         async for event in self.run_events(plan):
-            if isinstance(event, StepFinished):
+            if isinstance(event, StepFinishedEvent):
                 results[event.step_id] = event.to_result()
         return ExecutionResult(
             results=[results[s.id] for s in plan.steps], elapsed=self.clock() - start
@@ -141,13 +141,13 @@ class DAGExecutor:
             else:
                 async with slots:
                     started = self.clock() - t0
-                    queue.put_nowait(StepStarted(
+                    queue.put_nowait(StepStartedEvent(
                         round=round_number, step_id=step.id, task=step.task,
                         dependencies=step.dependencies, at=started,
                     ))
                     result = await self._run_step(step, results, started, t0)
             results[step.id] = result
-            queue.put_nowait(StepFinished.from_result(round_number, result))
+            queue.put_nowait(StepFinishedEvent.from_result(round_number, result))
             finished[step.id].set()
 
         async def run_all() -> None:

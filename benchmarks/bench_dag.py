@@ -1,0 +1,135 @@
+"""DAG engine benchmarks: parallel step execution and the 16K planner-input bound.
+
+1. Wall time of a 12-step plan in 3 layers (4 independent steps per layer, each step
+   needing two steps of the previous layer) against a ScriptedLLM with a fixed latency per
+   call, run with ``max_concurrency=4`` versus the same plan with ``max_concurrency=1``
+   (sequential, the baseline measured in the same run). Target: within 25% of the
+   critical-path bound (3 layers × latency), i.e. the scheduler adds little beyond the
+   unavoidable waiting.
+2. Planner input tokens for a long conversation history, with the ``planner_input``
+   summary (threshold 16,000) versus without any bound (threshold effectively infinite).
+   Target: at most 16,000 tokens.
+
+Run: ``python -m benchmarks.bench_dag [--quick]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+
+from ctxstack.budget import ModelBudget
+from ctxstack.dag.enrich import build_enriched_query
+from ctxstack.dag.executor import DAGExecutor
+from ctxstack.dag.plan import Plan, PlanStep
+from ctxstack.llm import ScriptedLLM
+from ctxstack.llm.base import ToolSpec
+from ctxstack.messages import ChatMessage
+
+try:
+    from benchmarks.common import BenchRow, print_table
+except ImportError:  # pragma: no cover - until benchmarks/common.py lands
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class BenchRow:  # type: ignore[no-redef]
+        name: str
+        value: float
+        unit: str
+        baseline: float | None = None
+        ratio: float | None = None
+        target: str = ""
+        met: bool | None = None
+
+    def print_table(rows: Sequence[BenchRow], title: str = "") -> None:  # type: ignore[misc]
+        if title:
+            print(title)
+        for r in rows:
+            base = "" if r.baseline is None else f"{r.baseline:,.1f}"
+            ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+            met = "" if r.met is None else ("yes" if r.met else "NO")
+            print(f"{r.name:<48} {r.value:>12,.1f} {r.unit:<7} {base:>12} {ratio:>7} "
+                  f"{r.target:<14} {met}")
+
+
+FAST = ModelBudget(role="fast", context_size=128_000, max_output_tokens=64_000)
+
+
+def twelve_step_plan() -> Plan:
+    """3 layers × 4 steps; each step of layers 2 and 3 needs two steps of the layer before."""
+    steps: list[PlanStep] = []
+    for layer in range(3):
+        for i in range(4):
+            deps = [] if layer == 0 else [f"L{layer - 1}S{i}", f"L{layer - 1}S{(i + 1) % 4}"]
+            steps.append(PlanStep(id=f"L{layer}S{i}", task=f"compute item {layer}.{i}",
+                                  dependencies=deps))
+    return Plan(steps=steps)
+
+
+def _step_reply(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
+    return "value " + str(len(messages[-1].text))
+
+
+async def _wall(plan: Plan, latency: float, concurrency: int) -> float:
+    llm = ScriptedLLM(handler=_step_reply, delay=latency)
+    executor = DAGExecutor(llm, budget=FAST, max_concurrency=concurrency,
+                           compact_with_llm=False)
+    start = time.perf_counter()
+    result = await executor.run(plan)
+    elapsed = time.perf_counter() - start
+    if not result.all_done:
+        raise RuntimeError(f"benchmark plan did not complete: {result.results}")
+    return elapsed
+
+
+def _history(turns: int) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    for i in range(turns):
+        text = (f"turn {i}: we discussed option {i % 7} for the Lyon trip, costs {100 + i} EUR, "
+                "and the user asked about trains, hotels, museums and restaurants. ") * 6
+        out.append(ChatMessage.user(text) if i % 2 == 0 else ChatMessage.assistant(text))
+    return out
+
+
+async def _planner_tokens(turns: int) -> tuple[int, int]:
+    history = _history(turns)
+    summary = ("The user plans a trip to Lyon, compares 7 options, prefers trains; costs "
+               "range 100-" + str(100 + turns) + " EUR. ") * 20
+    fast = ScriptedLLM(handler=lambda messages, tools: summary)
+    bounded = await build_enriched_query("Plan the trip now", history=history, fast_llm=fast)
+    raw = await build_enriched_query("Plan the trip now", history=history,
+                                     threshold_tokens=10**12)
+    return bounded.tokens_after, raw.tokens_after
+
+
+async def _run(quick: bool) -> list[BenchRow]:
+    latency = 0.02 if quick else 0.1
+    plan = twelve_step_plan()
+    layers = len(plan.layers())
+    await _wall(plan, 0.0, 4)  # warm-up (imports, first pydantic validations)
+    parallel = await _wall(plan, latency, 4)
+    sequential = await _wall(plan, latency, 1)
+    bound = layers * latency
+    with_summary, without = await _planner_tokens(200 if quick else 600)
+    return [
+        BenchRow(name="12-step plan, 3 layers, parallel (4)", value=parallel * 1000, unit="ms",
+                 baseline=sequential * 1000, ratio=parallel / sequential,
+                 target="ratio <= 0.33", met=parallel / sequential <= 0.33),
+        BenchRow(name="parallel wall / critical-path bound", value=parallel / bound, unit="x",
+                 baseline=bound * 1000, ratio=parallel / bound, target="<= 1.25",
+                 met=parallel / bound <= 1.25),
+        BenchRow(name="planner input tokens, 16K summary vs raw", value=with_summary,
+                 unit="tokens", baseline=without, ratio=with_summary / without,
+                 target="<= 16,000", met=with_summary <= 16_000),
+    ]
+
+
+def run(quick: bool) -> list[BenchRow]:
+    """Run the DAG benchmarks; ``quick`` uses a shorter latency and history."""
+    return asyncio.run(_run(quick))
+
+
+if __name__ == "__main__":
+    print_table(run("--quick" in sys.argv), "DAG engine")
