@@ -20,8 +20,8 @@ from ctxstack.dag.context import (
 )
 from ctxstack.dag.events import (
     DAG_EVENT_ADAPTER,
-    PlanCreated,
-    StepFinished,
+    PlanCreatedEvent,
+    StepFinishedEvent,
 )
 from ctxstack.dag.plan import Plan, PlanDraft, PlanStep, find_cycle, plan_problems
 from ctxstack.dag.results import StepResult
@@ -255,12 +255,12 @@ def test_synthesis_input_lists_missing_steps() -> None:
 def test_events_round_trip_through_json() -> None:
     plan = Plan(steps=[step("a"), step("b", "a")])
     events = [
-        PlanCreated(round=1, plan=plan, attempts=2),
-        StepFinished.from_result(1, done("a", "ok").model_copy(update={"duration": 1.5})),
+        PlanCreatedEvent(round=1, plan=plan, attempts=2),
+        StepFinishedEvent.from_result(1, done("a", "ok").model_copy(update={"duration": 1.5})),
     ]
     for ev in events:
         back = DAG_EVENT_ADAPTER.validate_json(ev.model_dump_json())
         assert back == ev
     finished = events[1]
-    assert isinstance(finished, StepFinished)
+    assert isinstance(finished, StepFinishedEvent)
     assert finished.to_result() == done("a", "ok").model_copy(update={"duration": 1.5})

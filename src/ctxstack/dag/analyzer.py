@@ -22,7 +22,10 @@ from ctxstack.messages import ChatMessage
 class Analysis(BaseModel):
     """The analyzer's verdict (the schema of its structured answer)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_extra={"description": "Whether the step results achieve the request."},
+    )
 
     achieved: bool = Field(description="True if the results are enough to answer the request.")
     confidence: float = Field(

@@ -96,7 +96,10 @@ class PlanStep(BaseModel):
 class PlanDraft(BaseModel):
     """The planner's raw answer: steps with valid fields, graph not yet checked."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(
+        frozen=True,
+        json_schema_extra={"description": "A plan: steps that together answer the request."},
+    )
 
     steps: list[PlanStep] = Field(description="The steps of the plan, in any order.")
 
