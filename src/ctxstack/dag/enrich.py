@@ -138,7 +138,7 @@ async def _summarise(
     )
     if counter.count_messages(messages) > room:
         log.info("planner_input summary: history over the fast model's input, truncating first")
-        messages = CompactUtils.smart_truncate(messages, room)
+        messages = CompactUtils.smart_truncate(messages, room, counter=counter)
     body = "\n\n".join(format_message(m) for m in messages)
     request = [
         ChatMessage.system(prompt),
@@ -215,7 +215,7 @@ async def build_enriched_query(
         log.info("planner input over %d tokens and no fast LLM: truncating the history",
                  threshold_tokens)
 
-    kept = CompactUtils.smart_truncate(messages, room)
+    kept = CompactUtils.smart_truncate(messages, room, counter=counter)
     block = fit_text(format_history(kept), room, counter)
     return _result(base, block, "truncate", Usage(), counter)
 

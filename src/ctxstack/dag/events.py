@@ -3,13 +3,16 @@
 A run of :meth:`ctxstack.dag.DAGEngine.run_events` yields::
 
     query_enriched
-    ( plan_created  (step_started | step_finished)*  analysis  [replan] )+   one per round
+    ( plan_created  (step_started | step_activity | step_finished)*  analysis  [replan] )+
     answer_delta*  done
 
 or, when the run cannot go on, ``error`` as its last event. Every event is a frozen
 pydantic model with a ``type`` Literal tag; :data:`DAGEvent` is their discriminated union,
 so a consumer ``match``-es on the class (or on ``type`` after a JSON round trip through
-:data:`DAG_EVENT_ADAPTER`). ``round`` numbers start at 1; see :class:`ctxstack.dag.DAGEngine`
+:data:`DAG_EVENT_ADAPTER`). The design is the ReAct agent's (:mod:`ctxstack.agent.events`):
+``answer_delta`` *is* the agent's :class:`~ctxstack.agent.events.AnswerDeltaEvent`, and a
+step agent's tool calls, results, compactions and warnings arrive wrapped in
+``step_activity`` so the service can show them as it shows a ReAct run's. ``round`` numbers start at 1; see :class:`ctxstack.dag.DAGEngine`
 for how rounds and replans are counted. Times are seconds since the run started.
 """
 
@@ -19,9 +22,33 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from ctxstack.agent.events import (
+    AnswerDeltaEvent,
+    CompactionNoticeEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    WarningEvent,
+)
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.results import StepResult, StepStatus
 from ctxstack.llm.base import Usage
+
+__all__ = [
+    "DAG_EVENT_ADAPTER",
+    "AnalysisEvent",
+    "AnswerDeltaEvent",
+    "DAGDoneEvent",
+    "DAGErrorEvent",
+    "DAGEvent",
+    "EnrichMethod",
+    "PlanCreatedEvent",
+    "QueryEnrichedEvent",
+    "ReplanEvent",
+    "StepActivity",
+    "StepActivityEvent",
+    "StepFinishedEvent",
+    "StepStartedEvent",
+]
 
 EnrichMethod = Literal["none", "llm", "truncate"]
 
@@ -98,6 +125,23 @@ class StepFinishedEvent(_Event):
         return StepResult(**self.model_dump(exclude={"type", "round"}))
 
 
+StepActivity = Annotated[
+    ToolCallEvent | ToolResultEvent | CompactionNoticeEvent | WarningEvent,
+    Field(discriminator="type"),
+]
+"""What a step agent reports while it works (its own agent events)."""
+
+
+class StepActivityEvent(_Event):
+    """Something a running step agent did: a tool call, a tool result, a compaction of
+    its context, a repeated-call warning. ``activity`` is the agent's own event."""
+
+    type: Literal["step_activity"] = "step_activity"
+    round: int
+    step_id: str
+    activity: StepActivity
+
+
 class AnalysisEvent(_Event):
     """The analyzer's verdict on a round. ``error`` is set (and the verdict fields are
     ``None``) when the analyzer call itself failed; the run then goes on to synthesis."""
@@ -119,13 +163,6 @@ class ReplanEvent(_Event):
     round: int
     reason: str
     confidence: float
-
-
-class AnswerDeltaEvent(_Event):
-    """A piece of the streamed final answer."""
-
-    type: Literal["answer_delta"] = "answer_delta"
-    text: str
 
 
 class DAGDoneEvent(_Event):
@@ -158,6 +195,7 @@ DAGEvent = Annotated[
     | PlanCreatedEvent
     | StepStartedEvent
     | StepFinishedEvent
+    | StepActivityEvent
     | AnalysisEvent
     | ReplanEvent
     | AnswerDeltaEvent

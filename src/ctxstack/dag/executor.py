@@ -26,10 +26,18 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from ctxstack.agent import ReActAgent, Tool
+from ctxstack.agent import (
+    AgentEvent,
+    CompactionNoticeEvent,
+    ReActAgent,
+    Tool,
+    ToolCallEvent,
+    ToolResultEvent,
+    WarningEvent,
+)
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
-from ctxstack.dag.events import StepFinishedEvent, StepStartedEvent
+from ctxstack.dag.events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
 from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
@@ -46,7 +54,8 @@ GuardFactory = Callable[[LLM | None, ModelBudget, int], ContextGuard]
 ``compact_llm`` is already metered for the step: build the guard with it, so compaction
 usage is counted in the step's usage."""
 
-ExecutorEvent = StepStartedEvent | StepFinishedEvent
+ExecutorEvent = StepStartedEvent | StepActivityEvent | StepFinishedEvent
+AgentCallback = Callable[[AgentEvent], None]
 
 
 def default_guard(compact_llm: LLM | None, budget: ModelBudget, max_chars: int) -> ContextGuard:
@@ -124,7 +133,9 @@ class DAGExecutor:
         """Run ``plan``, yielding ``step_started`` / ``step_finished`` as they happen.
 
         Every step gets exactly one ``step_finished``; skipped steps get no
-        ``step_started``. Closing the iterator early cancels the running steps.
+        ``step_started``. Between the two, ``step_activity`` events relay what the step
+        agent does (tool calls and results, compactions, warnings). Closing the iterator
+        early cancels the running steps.
         """
         t0 = self.clock()
         queue: asyncio.Queue[ExecutorEvent | None] = asyncio.Queue()
@@ -145,7 +156,13 @@ class DAGExecutor:
                         round=round_number, step_id=step.id, task=step.task,
                         dependencies=step.dependencies, at=started,
                     ))
-                    result = await self._run_step(step, results, started, t0)
+                    def relay(event: AgentEvent, step_id: str = step.id) -> None:
+                        if isinstance(event, _RELAYED):
+                            queue.put_nowait(StepActivityEvent(
+                                round=round_number, step_id=step_id, activity=event
+                            ))
+
+                    result = await self._run_step(step, results, started, t0, relay)
             results[step.id] = result
             queue.put_nowait(StepFinishedEvent.from_result(round_number, result))
             finished[step.id].set()
@@ -169,27 +186,34 @@ class DAGExecutor:
                 with contextlib.suppress(asyncio.CancelledError):
                     await runner
 
-    def make_agent(self, llm: LLM, guard: ContextGuard) -> ReActAgent:
+    def make_agent(
+        self, llm: LLM, guard: ContextGuard, on_event: AgentCallback | None = None
+    ) -> ReActAgent:
         """A fresh step agent: no memory, its own guard, the fast budget."""
-        return ReActAgent(
-            llm,
-            self.tools,
-            guard,
-            system_prompt=self.system_prompt,
-            budget=self.budget,
-            max_iterations=self.max_iterations,
+        options: dict[str, Any] = {
+            "system_prompt": self.system_prompt,
+            "budget": self.budget,
+            "max_iterations": self.max_iterations,
             **self.agent_options,
-        )
+        }
+        if on_event is not None:
+            options["on_event"] = on_event
+        return ReActAgent(llm, self.tools, guard, memory=None, **options)
 
     async def _run_step(
-        self, step: PlanStep, results: dict[str, StepResult], started: float, t0: float
+        self,
+        step: PlanStep,
+        results: dict[str, StepResult],
+        started: float,
+        t0: float,
+        relay: AgentCallback | None = None,
     ) -> StepResult:
         meter = UsageMeter()
         compact = meter.wrap(self.compact_llm) if self.compact_llm is not None else None
         query = _build_step_context(step, results, self.max_message_chars)
         try:
             guard = self.guard_factory(compact, self.budget, self.max_message_chars)
-            agent = self.make_agent(meter.wrap(self.llm), guard)
+            agent = self.make_agent(meter.wrap(self.llm), guard, relay)
             outcome = await agent.run(query)
         except Exception as exc:  # a step's failure is data, not the run's failure
             return _finished(step, started, self.clock() - t0, meter, status="failed",
@@ -205,6 +229,9 @@ class DAGExecutor:
                              error="the step agent gave an empty answer", **common)
         return _finished(step, started, self.clock() - t0, meter, status="done",
                          answer=answer, **common)
+
+
+_RELAYED = (ToolCallEvent, ToolResultEvent, CompactionNoticeEvent, WarningEvent)
 
 
 def _count(compactions: object) -> int:
