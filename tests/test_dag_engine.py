@@ -207,17 +207,21 @@ async def test_step_agents_have_no_memory_and_their_own_guard() -> None:
     plan = Plan(steps=[PlanStep(id="a", task="task a"), PlanStep(id="b", task="task b")])
     router = Router()
     executor = DAGExecutor(ScriptedLLM(handler=router), budget=FAST)
-    guards = []
+    agents = []
     original = executor.make_agent
 
-    def spy(llm: Any, guard: Any) -> Any:
-        guards.append(guard)
-        return original(llm, guard)
+    def spy(*args: Any) -> Any:
+        agent = original(*args)
+        agents.append(agent)
+        return agent
 
     executor.make_agent = spy  # type: ignore[method-assign]
-    await executor.run(plan)
-    assert len(guards) == 2
-    assert guards[0] is not guards[1]
+    result = await executor.run(plan)
+    assert [r.status for r in result.results] == ["done", "done"]
+    assert len(agents) == 2
+    assert agents[0].guard is not agents[1].guard
+    assert all(a.memory is None for a in agents)
+    assert all(a.budget == FAST.usable_input_tokens for a in agents)
     for call in router.seen["step"]:
         # system prompt + the step's own task: nothing from elsewhere
         assert [m.role for m in call] == ["system", "user"]
