@@ -540,7 +540,7 @@ async def test_engine_summarises_long_history_before_planning() -> None:
 
 async def test_usage_totals_include_every_call() -> None:
     """Summary, planner + re-ask, steps (one failing, one compacting), analyzer, synthesis."""
-    big_payload = "data " * 6_000  # ~7,500 tokens: overflows a 4,000-token step budget
+    payload = "data " * 800  # ~1,000 tokens per result: six of them overflow 4,000 tokens
 
     @tool
     def fetch(name: str) -> str:
@@ -549,14 +549,14 @@ async def test_usage_totals_include_every_call() -> None:
         Args:
             name: record name.
         """
-        return big_payload
+        return payload
 
     calls: dict[str, int] = {}
 
     def compacting_step(messages: Sequence[ChatMessage]) -> Reply:
         calls["c"] = calls.get("c", 0) + 1
-        if calls["c"] == 1:
-            return ScriptedLLM.tool_call("fetch", {"name": "x"})
+        if calls["c"] <= 6:
+            return ScriptedLLM.tool_call("fetch", {"name": f"record {calls['c']}"})
         return "record fetched: 42"
 
     cyc = plan_json(("a", ["b"]), ("b", ["a"]))
