@@ -4,6 +4,7 @@ analysis, replanning, synthesis, events and usage."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ def of(events: list[DAGEvent], cls: type[Any]) -> list[Any]:
 
 async def test_diamond_runs_in_dependency_order_with_parallel_middle() -> None:
     router = Router(plans=[plan_json(("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"]))])
-    engine, llm = engine_for(router, delay=0.05)
+    engine, _ = engine_for(router, delay=0.05)
     events = await collect(engine, "Diamond please")
 
     finished = {e.step_id: e for e in of(events, StepFinishedEvent)}
@@ -160,7 +161,7 @@ async def test_concurrency_limit_of_one_runs_steps_one_at_a_time() -> None:
     executor = DAGExecutor(llm, budget=FAST, max_concurrency=1)
     result = await executor.run(plan)
     spans = sorted((r.started_at or 0, r.finished_at or 0) for r in result.results)
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end
     assert [r.status for r in result.results] == ["done"] * 4
 

@@ -12,8 +12,10 @@ so a consumer ``match``-es on the class (or on ``type`` after a JSON round trip 
 :data:`DAG_EVENT_ADAPTER`). The design is the ReAct agent's (:mod:`ctxstack.agent.events`):
 ``answer_delta`` *is* the agent's :class:`~ctxstack.agent.events.AnswerDeltaEvent`, and a
 step agent's tool calls, results, compactions and warnings arrive wrapped in
-``step_activity`` so the service can show them as it shows a ReAct run's. ``round`` numbers start at 1; see :class:`ctxstack.dag.DAGEngine`
-for how rounds and replans are counted. Times are seconds since the run started.
+``step_activity`` so the service can show them as it shows a ReAct run's.
+
+``round`` numbers start at 1; see :class:`ctxstack.dag.DAGEngine` for how rounds and
+replans are counted. Times are seconds since the run started.
 """
 
 from __future__ import annotations
