@@ -101,7 +101,7 @@ def _history(turns: int) -> list[ChatMessage]:
 async def _planner_tokens(turns: int) -> tuple[int, int]:
     history = _history(turns)
     summary = ("The user plans a trip to Lyon, compares 7 options, prefers trains; costs "
-               "range 100-" + str(100 + turns) + " EUR. ") * 20
+               "range 100-" + str(100 + turns) + " EUR. ") * 120
     fast = ScriptedLLM(handler=lambda messages, tools: summary)
     bounded = await build_enriched_query("Plan the trip now", history=history, fast_llm=fast)
     raw = await build_enriched_query("Plan the trip now", history=history,

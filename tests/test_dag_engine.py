@@ -607,3 +607,65 @@ async def test_closing_the_stream_early_cancels_running_steps() -> None:
     n = len(llm.calls)
     await asyncio.sleep(0.3)
     assert len(llm.calls) == n  # nothing kept running in the background
+
+
+# ---------------------------------------------------------------------------- over HTTP
+
+
+async def test_engine_over_the_openai_compatible_client(stub: Any, stub_client: Any) -> None:
+    """The whole pipeline through real loopback HTTP: JSON plans, a tool call, SSE synthesis."""
+    from ctxstack.llm.stub import StubReply, StubRequest, stub_usage
+
+    @tool
+    def lookup(city: str) -> str:
+        """Population of a city.
+
+        Args:
+            city: the city.
+        """
+        return {"Lyon": "522,250", "Nice": "348,085"}[city]
+
+    answered: list[tuple[StubRequest, str]] = []
+
+    def rule(request: StubRequest) -> StubReply:
+        role = role_of(request.messages)
+        if role == "planner":
+            text = plan_json(("lyon", [], "population of Lyon"), ("nice", [], "population of Nice"),
+                             ("sum", ["lyon", "nice"], "add both populations"))
+        elif role == "step" and not any(m.role == "tool" for m in request.messages):
+            city = step_task(request.messages).removeprefix("population of ")
+            if city in ("Lyon", "Nice"):
+                reply = StubReply.tool_call("lookup", {"city": city})
+                answered.append((request, ""))
+                return reply
+            text = "870,335"
+        elif role == "step":
+            text = next(m for m in reversed(request.messages) if m.role == "tool").text
+        elif role == "analyzer":
+            text = verdict(True, 0.9)
+        elif role == "synthesis":
+            text = "Lyon and Nice have 870,335 inhabitants together."
+        else:
+            raise AssertionError(role)
+        answered.append((request, text))
+        return StubReply.text(text)
+
+    stub.rule = rule
+    engine = DAGEngine(stub_client, [lookup], fast_budget=FAST)
+    events = await collect(engine, "How many people live in Lyon and Nice together?")
+    done = events[-1]
+    assert isinstance(done, DAGDoneEvent), done
+    assert done.answer == "Lyon and Nice have 870,335 inhabitants together."
+    finished = {e.step_id: e for e in of(events, StepFinishedEvent)}
+    assert finished["lyon"].answer == "522,250"
+    assert finished["nice"].answer == "348,085"
+    sum_call = next(r for r, _ in answered if role_of(r.messages) == "step"
+                    and step_task(r.messages) == "add both populations")
+    assert "### Step lyon: population of Lyon\n522,250" in sum_call.messages[1].text
+    activity = [e.activity.type for e in events if e.type == "step_activity"]
+    assert activity.count("tool_call") == 2
+    assert activity.count("tool_result") == 2
+    assert len(stub.requests) == len(answered)
+    assert any(r.stream for r in stub.requests)  # the synthesis was streamed over SSE
+    assert done.usage.calls == len(stub.requests)
+    assert done.usage.input_tokens == sum(stub_usage(r.messages, None)[0] for r in stub.requests)
