@@ -35,6 +35,7 @@ guard's compactions (failed steps too), the analyzer and the synthesis.
 from __future__ import annotations
 
 import time
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,8 +242,13 @@ class DAGEngine:
         """
         run = _Run(meter=UsageMeter(), t0=self.clock())
         try:
-            async for event in self._events(run, query, memory=memory, history=history):
-                yield event
+            # aclosing: closing this iterator early must close the inner ones *now* (and so
+            # cancel running steps), not whenever the garbage collector gets to them.
+            async with aclosing(
+                self._events(run, query, memory=memory, history=history)
+            ) as events:
+                async for event in events:
+                    yield event
         except Exception as exc:
             yield DAGErrorEvent(
                 message=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
@@ -263,9 +269,10 @@ class DAGEngine:
         """
         run = _Run(meter=UsageMeter(), t0=self.clock())
         done: DAGDoneEvent | None = None
-        async for event in self._events(run, query, memory=memory, history=history):
-            if isinstance(event, DAGDoneEvent):
-                done = event
+        async with aclosing(self._events(run, query, memory=memory, history=history)) as events:
+            async for event in events:
+                if isinstance(event, DAGDoneEvent):
+                    done = event
         if done is None or run.enriched is None or run.plan is None:  # pragma: no cover
             raise RuntimeError("the DAG run ended without a done event")
         return DAGResult(
@@ -312,10 +319,11 @@ class DAGEngine:
             )
 
             results: dict[str, StepResult] = {}
-            async for step_event in executor.run_events(plan, round_number=run.round):
-                if isinstance(step_event, StepFinishedEvent):
-                    results[step_event.step_id] = step_event.to_result()
-                yield step_event
+            async with aclosing(executor.run_events(plan, round_number=run.round)) as steps:
+                async for step_event in steps:
+                    if isinstance(step_event, StepFinishedEvent):
+                        results[step_event.step_id] = step_event.to_result()
+                    yield step_event
             run.results = [results[s.id] for s in plan.steps]
 
             before = run.meter.usage

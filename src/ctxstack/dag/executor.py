@@ -120,9 +120,10 @@ class DAGExecutor:
         """Run ``plan`` and return every step's result, in plan order."""
         start = self.clock()
         results: dict[str, StepResult] = {}
-        async for event in self.run_events(plan):
-            if isinstance(event, StepFinishedEvent):
-                results[event.step_id] = event.to_result()
+        async with contextlib.aclosing(self.run_events(plan)) as events:
+            async for event in events:
+                if isinstance(event, StepFinishedEvent):
+                    results[event.step_id] = event.to_result()
         return ExecutionResult(
             results=[results[s.id] for s in plan.steps], elapsed=self.clock() - start
         )
