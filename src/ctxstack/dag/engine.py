@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from contextlib import aclosing
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,7 +234,7 @@ class DAGEngine:
         *,
         memory: BaseMemory | None = None,
         history: Sequence[ChatMessage] | None = None,
-    ) -> AsyncIterator[DAGEvent]:
+    ) -> AsyncGenerator[DAGEvent, None]:
         """Run the pipeline for ``query``, yielding events (see :mod:`ctxstack.dag.events`).
 
         Never raises for a run failure: the last event is then ``error``. Closing the
@@ -288,7 +288,7 @@ class DAGEngine:
         *,
         memory: BaseMemory | None,
         history: Sequence[ChatMessage] | None,
-    ) -> AsyncIterator[DAGEvent]:
+    ) -> AsyncGenerator[DAGEvent, None]:
         main = run.meter.wrap(self.llm)
         fast = run.meter.wrap(self.fast_llm)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from ctxstack.agent import (
@@ -130,7 +130,7 @@ class DAGExecutor:
 
     async def run_events(
         self, plan: Plan, *, round_number: int = 1
-    ) -> AsyncIterator[ExecutorEvent]:
+    ) -> AsyncGenerator[ExecutorEvent, None]:
         """Run ``plan``, yielding ``step_started`` / ``step_finished`` as they happen.
 
         Every step gets exactly one ``step_finished``; skipped steps get no
