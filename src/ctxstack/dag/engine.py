@@ -35,8 +35,8 @@ guard's compactions (failed steps too), the analyzer and the synthesis.
 from __future__ import annotations
 
 import time
-from contextlib import aclosing
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
