@@ -669,3 +669,50 @@ async def test_engine_over_the_openai_compatible_client(stub: Any, stub_client: 
     assert any(r.stream for r in stub.requests)  # the synthesis was streamed over SSE
     assert done.usage.calls == len(stub.requests)
     assert done.usage.input_tokens == sum(stub_usage(r.messages, None)[0] for r in stub.requests)
+
+
+async def test_run_returns_the_whole_result() -> None:
+    router = Router(
+        plans=[plan_json(("a", [])), plan_json(("b", ["c"]), ("c", []))],
+        verdicts=[verdict(False, 0.2, "missing B"), verdict(True, 0.9, "complete")],
+    )
+    engine, llm = engine_for(router)
+    memory = ListMemory([ChatMessage.user("Earlier: use metric units."), ChatMessage.assistant("OK.")])
+    result = await engine.run("Report", memory=memory)
+    assert result.answer == "Final answer."
+    assert result.rounds == 2
+    assert result.achieved is True
+    assert result.plan.ids == ["b", "c"]
+    assert [r.step_id for r in result.results] == ["b", "c"]
+    assert [a.reasoning for a in result.analyses] == ["missing B", "complete"]
+    assert result.enriched.method == "none"
+    assert "use metric units" in result.enriched.text
+    assert "use metric units" in router.seen["planner"][0][1].text
+    assert result.usage == llm.total_usage
+
+
+async def test_step_activity_is_relayed_and_user_callbacks_still_fire() -> None:
+    @tool
+    def double(x: int) -> int:
+        """Double a number.
+
+        Args:
+            x: the number.
+        """
+        return 2 * x
+
+    replies = iter([ScriptedLLM.tool_call("double", {"x": 21}), "42"])
+    router = Router(steps={"task a": lambda messages: next(replies)})
+    seen: list[str] = []
+    executor = DAGExecutor(
+        ScriptedLLM(handler=router), [double], budget=FAST,
+        agent_options={"on_event": lambda event: seen.append(event.type)},
+    )
+    events = [e async for e in executor.run_events(Plan(steps=[PlanStep(id="a", task="task a")]))]
+    kinds = [e.type if e.type != "step_activity" else e.activity.type for e in events]  # type: ignore[union-attr]
+    assert kinds == ["step_started", "tool_call", "tool_result", "step_finished"]
+    assert events[-1].answer == "42"  # type: ignore[union-attr]
+    assert "tool_call" in seen
+    assert "done" in seen  # the user's callback sees everything, not only what is relayed
+    with pytest.raises(ValueError, match="no memory by design"):
+        DAGExecutor(ScriptedLLM(), budget=FAST, agent_options={"memory": ListMemory([])})

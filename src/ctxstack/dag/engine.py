@@ -34,6 +34,7 @@ guard's compactions (failed steps too), the analyzer and the synthesis.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -79,6 +80,8 @@ from ctxstack.llm.base import LLM, ChatStream, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import TokenCounter
+
+log = logging.getLogger(__name__)
 
 
 class DAGResult(BaseModel):
@@ -250,6 +253,7 @@ class DAGEngine:
                 async for event in events:
                     yield event
         except Exception as exc:
+            log.warning("DAG run failed in round %d: %s: %s", run.round, type(exc).__name__, exc)
             yield DAGErrorEvent(
                 message=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
                 round=run.round, usage=run.meter.usage, elapsed=self.clock() - run.t0,

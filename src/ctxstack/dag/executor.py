@@ -114,6 +114,9 @@ class DAGExecutor:
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
         self.agent_options = dict(agent_options or {})
+        if "memory" in self.agent_options:
+            raise ValueError("agent_options: step agents have no memory by design; "
+                             "remove 'memory'")
         self.clock = clock
 
     async def run(self, plan: Plan) -> ExecutionResult:
@@ -157,6 +160,7 @@ class DAGExecutor:
                         round=round_number, step_id=step.id, task=step.task,
                         dependencies=step.dependencies, at=started,
                     ))
+
                     def relay(event: AgentEvent, step_id: str = step.id) -> None:
                         if isinstance(event, _RELAYED):
                             queue.put_nowait(StepActivityEvent(
@@ -197,7 +201,14 @@ class DAGExecutor:
             "max_iterations": self.max_iterations,
             **self.agent_options,
         }
-        if on_event is not None:
+        user_callback = options.get("on_event")
+        if on_event is not None and user_callback is not None:
+            def both(event: AgentEvent) -> Any:
+                on_event(event)
+                return user_callback(event)
+
+            options["on_event"] = both
+        elif on_event is not None:
             options["on_event"] = on_event
         return ReActAgent(llm, self.tools, guard, memory=None, **options)
 
