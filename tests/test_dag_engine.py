@@ -438,8 +438,11 @@ def long_history(n: int = 120, chars: int = 700) -> list[ChatMessage]:
 
 
 class ListMemory(BaseMemory):
-    def __init__(self, messages: list[ChatMessage]) -> None:
+    """A memory that, like DbMemory, reports what its load cost in ``usage``."""
+
+    def __init__(self, messages: list[ChatMessage], usage: Usage | None = None) -> None:
         self.messages = list(messages)
+        self.usage = usage or Usage()
 
     async def add_message(self, message: ChatMessage) -> None:
         self.messages.append(message)
@@ -716,3 +719,18 @@ async def test_step_activity_is_relayed_and_user_callbacks_still_fire() -> None:
     assert "done" in seen  # the user's callback sees everything, not only what is relayed
     with pytest.raises(ValueError, match="no memory by design"):
         DAGExecutor(ScriptedLLM(), budget=FAST, agent_options={"memory": ListMemory([])})
+
+
+async def test_a_memorys_load_usage_counts_in_the_run() -> None:
+    spent = Usage(input_tokens=5_000, output_tokens=300, calls=1)
+    memory = ListMemory([ChatMessage.user("hi"), ChatMessage.assistant("hello")], usage=spent)
+    enriched = await build_enriched_query("q", memory=memory)
+    assert enriched.load_usage == spent
+    assert enriched.usage == spent
+    router = Router(plans=[plan_json(("a", []))])
+    engine, llm = engine_for(router)
+    events = await collect(engine, "q", memory=memory)
+    assert of(events, QueryEnrichedEvent)[0].usage == spent
+    done = events[-1]
+    assert isinstance(done, DAGDoneEvent)
+    assert done.usage == llm.total_usage + spent

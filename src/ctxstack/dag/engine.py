@@ -28,7 +28,8 @@ synthesis without replanning. A planner failure (:class:`~ctxstack.errors.PlanEr
 A step's failure is not a run failure: it is recorded and its dependants are skipped.
 
 Usage: every LLM handed to a phase is metered by the run, so ``done.usage`` is the sum of
-every call — the enrichment summary, the planner and its re-asks, every step with its
+every call — the memory's compaction on load (as ``DbMemory.usage`` reports it), the
+enrichment summary, the planner and its re-asks, every step with its
 guard's compactions (failed steps too), the analyzer and the synthesis.
 """
 
@@ -302,6 +303,8 @@ class DAGEngine:
             threshold_tokens=self.summary_threshold_tokens, counter=self.counter,
         )
         run.enriched = enriched
+        # A memory's own calls (DbMemory compacting on load) bypass the run's wrappers.
+        run.meter.add(enriched.load_usage)
         yield QueryEnrichedEvent(
             summarized=enriched.summarized, method=enriched.method,
             history_messages=enriched.history_messages, tokens_before=enriched.tokens_before,

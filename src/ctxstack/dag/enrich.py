@@ -52,8 +52,9 @@ class EnrichedQuery(BaseModel):
     """The planner's input and how it was obtained.
 
     ``summarized`` is true when an LLM summary replaced the history (``method="llm"``);
-    ``method="truncate"`` means older history was dropped instead; ``usage`` is the
-    summary call's (zero otherwise).
+    ``method="truncate"`` means older history was dropped instead. ``usage`` covers every
+    LLM call of phases 1–2: the summary call, plus ``load_usage`` — what the memory spent
+    loading the history, when it reports it (``DbMemory.usage``: its own compaction).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -64,6 +65,7 @@ class EnrichedQuery(BaseModel):
     summarized: bool = False
     method: EnrichMethod = "none"
     usage: Usage = Usage()
+    load_usage: Usage = Usage()
     history_messages: int = 0
     tokens_before: int = 0
     tokens_after: int = 0
@@ -118,12 +120,14 @@ class _EmptySummary(CtxstackError):
 
 async def _load_history(
     memory: BaseMemory | None, history: Sequence[ChatMessage] | None
-) -> list[ChatMessage]:
+) -> tuple[list[ChatMessage], Usage]:
     if memory is not None and history is not None:
         raise ValueError("build_enriched_query: pass either memory or history, not both")
     if memory is not None:
-        return list(await memory.get_messages())
-    return list(history or [])
+        messages = list(await memory.get_messages())
+        spent = getattr(memory, "usage", None)  # DbMemory reports its compaction's usage
+        return messages, spent if isinstance(spent, Usage) else Usage()
+    return list(history or []), Usage()
 
 
 async def _summarise(
@@ -181,13 +185,14 @@ async def build_enriched_query(
     if threshold_tokens <= 0:
         raise ValueError(f"threshold_tokens: must be positive, got {threshold_tokens}")
     counter = counter or HEURISTIC
-    messages = await _load_history(memory, history)
+    messages, load_usage = await _load_history(memory, history)
     block = format_history(messages)
     text = combine(block, query)
     tokens_before = counter.count_text(text)
     base = EnrichedQuery(
         text=text, query=query, history=block, history_messages=len(messages),
         tokens_before=tokens_before, tokens_after=tokens_before,
+        usage=load_usage, load_usage=load_usage,
     )
     if tokens_before <= threshold_tokens or not messages:
         return base
@@ -226,5 +231,5 @@ def _result(
     text = combine(block, base.query)
     return base.model_copy(update={
         "text": text, "history": block, "method": method, "summarized": method == "llm",
-        "usage": usage, "tokens_after": counter.count_text(text),
+        "usage": base.load_usage + usage, "tokens_after": counter.count_text(text),
     })
