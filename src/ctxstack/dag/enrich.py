@@ -44,6 +44,7 @@ PLANNER_INPUT_THRESHOLD_TOKENS = 16_000
 HISTORY_PREFIX = "Previous conversation:"
 QUERY_PREFIX = "Current request:"
 SUMMARISER_MIN_INPUT_TOKENS = 4_000
+_ROUNDING_MARGIN = 8
 
 _LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool result", "system": "System"}
 
@@ -197,8 +198,10 @@ async def build_enriched_query(
     if tokens_before <= threshold_tokens or not messages:
         return base
 
-    # Room for the history block once the query and the framing are in.
-    room = threshold_tokens - counter.count_text(combine(HISTORY_PREFIX + "\n", query))
+    # Room for the history block once the query and the framing are in (less a few tokens:
+    # counts of joined strings can exceed the sum of their parts' by rounding).
+    framing = counter.count_text(combine(HISTORY_PREFIX + "\n", query))
+    room = threshold_tokens - framing - _ROUNDING_MARGIN
     if room <= 0:
         log.warning(
             "planner input: the query alone (%d tokens) leaves no room under %d tokens; "
