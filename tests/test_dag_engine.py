@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxstack.agent import tool
 from ctxstack.budget import ModelBudget
@@ -734,3 +736,31 @@ async def test_a_memorys_load_usage_counts_in_the_run() -> None:
     done = events[-1]
     assert isinstance(done, DAGDoneEvent)
     assert done.usage == llm.total_usage + spent
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    turns=st.integers(0, 30),
+    words=st.integers(1, 200),
+    query_words=st.integers(1, 400),
+    summary_words=st.one_of(st.none(), st.integers(0, 2_000)),
+)
+async def test_enriched_query_fits_and_keeps_the_query(
+    turns: int, words: int, query_words: int, summary_words: int | None
+) -> None:
+    """Property: the query ends the text verbatim; the text fits the threshold unless the
+    query alone does not (then it is the query alone)."""
+    threshold = 600
+    history = [
+        (ChatMessage.user if i % 2 == 0 else ChatMessage.assistant)(f"m{i} " + "word " * words)
+        for i in range(turns)
+    ]
+    query = "Q: " + "ask " * query_words
+    fast = None if summary_words is None else ScriptedLLM(handler=lambda m, t: "sum " * summary_words)
+    enriched = await build_enriched_query(query, history=history, fast_llm=fast, threshold_tokens=threshold)
+    assert enriched.text.endswith(query)
+    if HEURISTIC.count_text(query) > threshold - 10:
+        assert enriched.tokens_after <= threshold or enriched.text == query
+    else:
+        assert enriched.tokens_after <= threshold
+    assert enriched.tokens_after == HEURISTIC.count_text(enriched.text)
