@@ -30,6 +30,7 @@ from ctxstack.dag import (
     PlanStep,
     QueryEnrichedEvent,
     ReplanEvent,
+    ReplanFailedEvent,
     StepFinishedEvent,
     StepStartedEvent,
 )
@@ -764,3 +765,25 @@ async def test_enriched_query_fits_and_keeps_the_query(
     else:
         assert enriched.tokens_after <= threshold
     assert enriched.tokens_after == HEURISTIC.count_text(enriched.text)
+
+
+async def test_a_failed_replan_answers_from_the_round_that_ran() -> None:
+    cyc = plan_json(("x", ["y"]), ("y", ["x"]))
+    router = Router(
+        plans=[plan_json(("a", [])), cyc, cyc],
+        verdicts=[verdict(False, 0.2, "thin")],
+        steps={"task a": "partial data 17"},
+    )
+    engine, llm = engine_for(router)
+    events = await collect(engine, "q")
+    kinds = [e.type for e in events if e.type not in ("answer_delta", "step_started", "step_finished")]
+    assert kinds == ["query_enriched", "plan_created", "analysis", "replan", "replan_failed", "done"]
+    failed = of(events, ReplanFailedEvent)[0]
+    assert failed.round == 2
+    assert failed.error_type == "PlanError"
+    assert failed.usage.calls == 2
+    done = events[-1]
+    assert isinstance(done, DAGDoneEvent)
+    assert done.rounds == 1
+    assert "partial data 17" in router.seen["synthesis"][0][-1].text
+    assert done.usage == llm.total_usage

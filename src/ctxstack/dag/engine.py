@@ -22,7 +22,9 @@ How rounds are counted (this is the contract the tests pin down):
 * the final answer is synthesised from the **last** round's step results.
 
 If the analyzer call fails, the run reports it in the ``analysis`` event and goes on to
-synthesis without replanning. A planner failure (:class:`~ctxstack.errors.PlanError`,
+synthesis without replanning. If a *re*plan fails (``PlanError`` or a provider error), a
+``replan_failed`` event says so and the answer is synthesised from the round that did run
+(``done.rounds`` counts only rounds that ran). A first-round planner failure (:class:`~ctxstack.errors.PlanError`,
 ``StructuredOutputError``) or a provider error outside the steps ends the run with an
 ``error`` event (:meth:`DAGEngine.run_events`) or the exception (:meth:`DAGEngine.run`).
 A step's failure is not a run failure: it is recorded and its dependants are skipped.
@@ -62,6 +64,7 @@ from ctxstack.dag.events import (
     PlanCreatedEvent,
     QueryEnrichedEvent,
     ReplanEvent,
+    ReplanFailedEvent,
     StepFinishedEvent,
 )
 from ctxstack.dag.executor import DAGExecutor
@@ -76,7 +79,7 @@ from ctxstack.dag.prompts import (
 )
 from ctxstack.dag.results import StepResult
 from ctxstack.dag.synthesis import stream_synthesize
-from ctxstack.errors import LLMError
+from ctxstack.errors import LLMError, PlanError
 from ctxstack.llm.base import LLM, ChatStream, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
@@ -318,7 +321,21 @@ class DAGEngine:
         while True:
             run.round += 1
             before = run.meter.usage
-            planned = await planner.plan(enriched.text, previous=previous)
+            try:
+                planned = await planner.plan(enriched.text, previous=previous)
+            except (PlanError, LLMError) as exc:
+                if previous is None:
+                    raise  # no plan at all: the run cannot go on
+                # A failed *re*plan must not throw away the round that did run: answer
+                # from it, and say so.
+                log.warning("replan for round %d failed (%s: %s); answering from round %d",
+                            run.round, type(exc).__name__, exc, previous.round)
+                yield ReplanFailedEvent(
+                    round=run.round, error_type=type(exc).__name__, message=str(exc),
+                    usage=_delta(run.meter.usage, before),
+                )
+                run.round -= 1
+                break
             plan = run.plan = planned.plan
             yield PlanCreatedEvent(
                 round=run.round, plan=plan, attempts=planned.attempts,

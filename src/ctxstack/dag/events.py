@@ -4,7 +4,7 @@ A run of :meth:`ctxstack.dag.DAGEngine.run_events` yields::
 
     query_enriched
     ( plan_created  (step_started | step_activity | step_finished)*  analysis  [replan] )+
-    answer_delta*  done
+    [replan_failed]  answer_delta*  done
 
 or, when the run cannot go on, ``error`` as its last event. Every event is a frozen
 pydantic model with a ``type`` Literal tag; :data:`DAGEvent` is their discriminated union,
@@ -46,6 +46,7 @@ __all__ = [
     "PlanCreatedEvent",
     "QueryEnrichedEvent",
     "ReplanEvent",
+    "ReplanFailedEvent",
     "StepActivity",
     "StepActivityEvent",
     "StepFinishedEvent",
@@ -167,6 +168,16 @@ class ReplanEvent(_Event):
     confidence: float
 
 
+class ReplanFailedEvent(_Event):
+    """Planning round ``round`` failed; the answer comes from the previous round."""
+
+    type: Literal["replan_failed"] = "replan_failed"
+    round: int
+    error_type: str
+    message: str
+    usage: Usage = Usage()
+
+
 class DAGDoneEvent(_Event):
     """The run finished. ``usage`` sums every LLM call of the run (enrichment summary,
     planner incl. re-asks, every step incl. its compactions, analyzer, synthesis);
@@ -200,6 +211,7 @@ DAGEvent = Annotated[
     | StepActivityEvent
     | AnalysisEvent
     | ReplanEvent
+    | ReplanFailedEvent
     | AnswerDeltaEvent
     | DAGDoneEvent
     | DAGErrorEvent,
