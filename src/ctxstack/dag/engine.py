@@ -24,9 +24,9 @@ How rounds are counted (this is the contract the tests pin down):
 If the analyzer call fails, the run reports it in the ``analysis`` event and goes on to
 synthesis without replanning. If a *re*plan fails (``PlanError`` or a provider error), a
 ``replan_failed`` event says so and the answer is synthesised from the round that did run
-(``done.rounds`` counts only rounds that ran). A first-round planner failure (:class:`~ctxstack.errors.PlanError`,
-``StructuredOutputError``) or a provider error outside the steps ends the run with an
-``error`` event (:meth:`DAGEngine.run_events`) or the exception (:meth:`DAGEngine.run`).
+(``done.rounds`` counts only rounds that ran). A first-round planner failure
+(:class:`~ctxstack.errors.PlanError`, ``StructuredOutputError``) or a provider error
+outside the steps ends the run with an ``error`` event (:meth:`DAGEngine.run_events`) or the exception (:meth:`DAGEngine.run`).
 A step's failure is not a run failure: it is recorded and its dependants are skipped.
 
 Usage: every LLM handed to a phase is metered by the run, so ``done.usage`` is the sum of
