@@ -26,13 +26,14 @@ synthesis without replanning. If a *re*plan fails (``PlanError`` or a provider e
 ``replan_failed`` event says so and the answer is synthesised from the round that did run
 (``done.rounds`` counts only rounds that ran). A first-round planner failure
 (:class:`~ctxstack.errors.PlanError`, ``StructuredOutputError``) or a provider error
-outside the steps ends the run with an ``error`` event (:meth:`DAGEngine.run_events`) or the exception (:meth:`DAGEngine.run`).
-A step's failure is not a run failure: it is recorded and its dependants are skipped.
+outside the steps ends the run with an ``error`` event (:meth:`DAGEngine.run_events`)
+or the exception (:meth:`DAGEngine.run`). A step's failure is not a run failure: it is
+recorded and its dependants are skipped.
 
 Usage: every LLM handed to a phase is metered by the run, so ``done.usage`` is the sum of
 every call — the memory's compaction on load (as ``DbMemory.usage`` reports it), the
-enrichment summary, the planner and its re-asks, every step with its
-guard's compactions (failed steps too), the analyzer and the synthesis.
+enrichment summary, the planner and its re-asks, every step with its guard's compactions
+(failed steps too), the analyzer and the synthesis.
 """
 
 from __future__ import annotations
