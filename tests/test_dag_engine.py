@@ -787,3 +787,54 @@ async def test_a_failed_replan_answers_from_the_round_that_ran() -> None:
     assert done.rounds == 1
     assert "partial data 17" in router.seen["synthesis"][0][-1].text
     assert done.usage == llm.total_usage
+
+
+async def test_history_from_a_real_dbmemory(tmp_path: Any) -> None:
+    """Phase 1 through DbMemory on SQLite: it compacts on load (its usage counts), drops the
+    stored current query, and the result is still bounded to 16K for the planner."""
+    from ctxstack.memory import DbMemory
+    from ctxstack.store import (
+        NewMessage,
+        append_messages,
+        create_conversation,
+        create_user,
+        session_factory,
+        upgrade,
+    )
+    from ctxstack.store.db import create_engine_from_url
+
+    db = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'dag.db'}")
+    try:
+        await upgrade(db)
+        sf = session_factory(db)
+        user, _ = await create_user(sf, "alice")
+        conversation = await create_conversation(sf, user.id)
+        query = "Now plan the Lyon trip within my budget."
+        stored = [
+            NewMessage(role="user" if i % 2 == 0 else "assistant",
+                       content=f"turn {i}: " + "details " * 150)
+            for i in range(160)
+        ]
+        await append_messages(sf, conversation.id, [*stored, NewMessage(role="user", content=query)])
+
+        db_summariser = ScriptedLLM(handler=lambda m, t: "Earlier: Lyon, budget 3,000 EUR.")
+        memory = DbMemory(conversation.id, session_factory=sf, budget=40_000,
+                          compact_llm=db_summariser, user_id=user.id)
+        router = Router(plans=[plan_json(("a", []))])
+        engine, llm = engine_for(router)
+        events = await collect(engine, query, memory=memory)
+    finally:
+        await db.dispose()
+
+    done = events[-1]
+    assert isinstance(done, DAGDoneEvent), done
+    assert memory.was_compacted
+    assert memory.trailing_message is not None
+    assert memory.trailing_message.text == query
+    enriched = of(events, QueryEnrichedEvent)[0]
+    assert enriched.method == "llm"  # DbMemory's 40K still exceeds the planner's 16K
+    planner_input = router.seen["planner"][0][1].text
+    assert planner_input.count(query) == 1  # the stored query was not loaded as history
+    assert HEURISTIC.count_text(planner_input) <= 16_000
+    assert db_summariser.total_usage.calls >= 1
+    assert done.usage == llm.total_usage + db_summariser.total_usage
