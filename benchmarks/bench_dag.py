@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 
 from benchmarks.common import BenchRow, print_table
-
 from ctxstack.budget import ModelBudget
 from ctxstack.dag.enrich import build_enriched_query
 from ctxstack.dag.executor import DAGExecutor
