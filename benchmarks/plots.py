@@ -63,7 +63,7 @@ class CanonicalPlot(BaseModel):
 CANONICAL_PLOTS: dict[str, CanonicalPlot] = {
     "estimator_throughput": CanonicalPlot(
         title="Token estimator throughput by text type",
-        xlabel="text type", ylabel="MB/s", provider="bench_foundation",
+        xlabel="text type", ylabel="MB/s", provider="bench_tokens_accuracy",
     ),
     "guard_overhead": CanonicalPlot(
         title="ContextGuard overhead vs conversation length",
