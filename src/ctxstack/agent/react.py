@@ -462,7 +462,7 @@ class ReActAgent:
             if not stream.done:
                 await stream.aclose()
             result.usage = (
-                result.usage + stream.usage + _usage_delta(self._guard_usage(), guard_start)
+                result.usage + stream.usage + (self._guard_usage() - guard_start)
             )
             result.synthesis = "".join(parts)
 
@@ -489,7 +489,7 @@ class ReActAgent:
     def _result(
         self, run: _Run, answer: str, messages: list[ChatMessage], stopped: StopReason
     ) -> AgentResult:
-        guard_usage = _usage_delta(self._guard_usage(), run.guard_usage_start)
+        guard_usage = self._guard_usage() - run.guard_usage_start
         final = [*messages]
         if stopped == "max_iterations" or not final or final[-1].role != "assistant":
             final.append(ChatMessage.assistant(answer))
@@ -500,12 +500,3 @@ class ReActAgent:
             elapsed_s=time.perf_counter() - run.started, query=run.query,
         )
 
-
-def _usage_delta(after: Usage, before: Usage) -> Usage:
-    return Usage(
-        input_tokens=after.input_tokens - before.input_tokens,
-        output_tokens=after.output_tokens - before.output_tokens,
-        cached_tokens=after.cached_tokens - before.cached_tokens,
-        calls=after.calls - before.calls,
-        estimated=after.estimated,
-    )

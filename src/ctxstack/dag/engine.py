@@ -312,7 +312,7 @@ class DAGEngine:
         yield QueryEnrichedEvent(
             summarized=enriched.summarized, method=enriched.method,
             history_messages=enriched.history_messages, tokens_before=enriched.tokens_before,
-            tokens_after=enriched.tokens_after, usage=_delta(run.meter.usage, before),
+            tokens_after=enriched.tokens_after, usage=run.meter.usage - before,
         )
 
         planner = self.make_planner(main)
@@ -333,14 +333,14 @@ class DAGEngine:
                             run.round, type(exc).__name__, exc, previous.round)
                 yield ReplanFailedEvent(
                     round=run.round, error_type=type(exc).__name__, message=str(exc),
-                    usage=_delta(run.meter.usage, before),
+                    usage=run.meter.usage - before,
                 )
                 run.round -= 1
                 break
             plan = run.plan = planned.plan
             yield PlanCreatedEvent(
                 round=run.round, plan=plan, attempts=planned.attempts,
-                usage=_delta(run.meter.usage, before),
+                usage=run.meter.usage - before,
             )
 
             results: dict[str, StepResult] = {}
@@ -358,7 +358,7 @@ class DAGEngine:
                 run.achieved = None
                 yield AnalysisEvent(
                     round=run.round, achieved=None, confidence=None, reasoning="",
-                    usage=_delta(run.meter.usage, before),
+                    usage=run.meter.usage - before,
                     error=f"{type(exc).__name__}: {exc}",
                 )
                 break
@@ -366,7 +366,7 @@ class DAGEngine:
             run.achieved = verdict.achieved
             yield AnalysisEvent(
                 round=run.round, achieved=verdict.achieved, confidence=verdict.confidence,
-                reasoning=verdict.reasoning, usage=_delta(run.meter.usage, before),
+                reasoning=verdict.reasoning, usage=run.meter.usage - before,
             )
             if not self.should_replan(verdict, run.round):
                 break
@@ -390,13 +390,3 @@ class DAGEngine:
             elapsed=self.clock() - run.t0, achieved=run.achieved,
         )
 
-
-def _delta(after: Usage, before: Usage) -> Usage:
-    """Usage added between two readings of a meter (phases run one at a time)."""
-    return Usage(
-        input_tokens=after.input_tokens - before.input_tokens,
-        output_tokens=after.output_tokens - before.output_tokens,
-        cached_tokens=after.cached_tokens - before.cached_tokens,
-        calls=after.calls - before.calls,
-        estimated=after.estimated,
-    )
