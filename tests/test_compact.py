@@ -689,3 +689,27 @@ async def test_user_facts_survive_rolling_compactions_despite_bulky_tool_output(
     assert len(summaries) == 1
     for fact in ("$48,250", "OPS-4471", "42名", "2026-03-14"):
         assert fact in text, fact
+
+
+def test_pinned_query_after_an_oversized_tool_turn_does_not_empty_the_window() -> None:
+    """Regression: the newest history was one user turn whose tool loop exceeded the
+    budget; dropping its orphaned answer left only the system prompt and the query."""
+    call = ToolCall(id="c1", name="search", arguments={})
+    msgs = [
+        ChatMessage.system("sys"),
+        ChatMessage.user("old question"),
+        ChatMessage.assistant("old answer"),
+        ChatMessage.user("look this up " + "x" * 2000),
+        ChatMessage.assistant(None, tool_calls=[call]),
+        ChatMessage.tool("c1", "y" * 8000),
+        ChatMessage.assistant("Here is what I found " + "z" * 400),
+        ChatMessage.user("final question", pinned=True, metadata={"kind": "query"}),
+    ]
+    out = CompactUtils.smart_truncate(msgs, 2000)
+    assert HEURISTIC.count_messages(out) <= 2000
+    roles = [m.role for m in out]
+    assert roles[0] == "system"
+    assert roles[1] == "user"  # never opens with an orphan assistant turn
+    assert out[1].text.startswith("look this up")  # the turn's own question anchors it
+    assert out[-2].text.startswith("Here is what I found")
+    assert out[-1].kind == "query"

@@ -12,10 +12,10 @@ Rules, in priority order (DESIGN §3 layer 2):
    prompt, but it condenses everything older than itself, so after the newest unit it is
    kept in preference to older verbatim messages, when it fits whole.
 5. The kept history never opens with an assistant or tool turn whose user turn was
-   dropped: leading orphan units are dropped. If that would leave no turn at all (the
-   whole budget went to one long tool loop), the user message that opened the loop is
-   kept as an *anchor* (cut if needed) followed by the newest units that fit — the only
-   case where the kept history is not contiguous.
+   dropped: leading orphan units are dropped. If that would leave no history turn at all
+   (the whole budget went to one long tool loop, or only the pinned query would remain),
+   the user message that opened the loop is kept as an *anchor* (cut if needed) followed
+   by the newest units that fit — the only case where the kept history is not contiguous.
 
 A pinned assistant or tool message may open the history: pinning is the caller's explicit
 choice and wins over rule 5.
@@ -88,11 +88,12 @@ def plan_truncation(
         return kept
     for i in orphans:
         left += _cost(units[i], kept.pop(i), counter)
-    if opened:
+    if opened and any(i in kept for i in history):
         _reserve(units, summaries, kept, left)
         return kept
 
-    # Nothing left but summaries: keep the loop's opening user message as an anchor.
+    # No history turn survived (only summaries, or a pinned query opening the window):
+    # keep the loop's opening user message as an anchor rather than an empty window.
     anchor = next(
         (
             i
@@ -102,8 +103,13 @@ def plan_truncation(
         None,
     )
     if anchor is None:
+        _reserve(units, summaries, kept, left)
         return kept
-    return _anchored(msgs, units, anchor, history, summaries, budget, counter) or kept
+    anchored = _anchored(msgs, units, anchor, history, summaries, budget, counter)
+    if anchored is None:
+        _reserve(units, summaries, kept, left)
+        return kept
+    return anchored
 
 
 def _walk(
