@@ -11,6 +11,11 @@ Baseline, measured in the same run: a bare no-guard loop that appends every obse
 sends the full history on every call — the cheapest possible loop, and the token cost the
 guard exists to avoid.
 
+The ``tokens_per_iteration`` plot shows, per iteration, the input tokens of that
+iteration's call to the main model; for the LLM-compaction guard a summariser call is
+counted in the iteration whose context it compacted (so each series sums to the run's
+"tokens sent" figure).
+
 Run: ``python -m benchmarks.bench_agent`` (``--quick`` for one repetition); the exit
 status is non-zero when a target is missed.
 """
@@ -43,12 +48,20 @@ TOKEN_SAVING_TARGET = 2.0
 
 
 class TimedLLM:
-    """Wraps a ScriptedLLM and records the time spent inside its calls (excluded)."""
+    """Wraps a ScriptedLLM and records the time spent inside its calls (excluded).
 
-    def __init__(self, inner: ScriptedLLM) -> None:
+    ``sent`` holds each call's input tokens. With ``follows`` (the main model, when this
+    is the guard's summariser), ``at`` holds for each call the 0-based iteration it
+    belongs to: the number of calls the main model had made when it happened (the guard
+    compacts just before the main model's next call).
+    """
+
+    def __init__(self, inner: ScriptedLLM, follows: TimedLLM | None = None) -> None:
         self.inner = inner
+        self.follows = follows
         self.seconds = 0.0
         self.sent: list[int] = []
+        self.at: list[int] = []
 
     @property
     def context_size(self) -> int:
@@ -64,6 +77,7 @@ class TimedLLM:
         try:
             result = await self.inner.chat(messages, tools=tools, **opts)
             self.sent.append(result.usage.input_tokens)
+            self.at.append(len(self.follows.sent) if self.follows else len(self.sent) - 1)
             return result
         finally:
             self.seconds += time.perf_counter() - started
@@ -109,6 +123,7 @@ class Measure:
     iterations: int
     sent: int  # input tokens of every call, compaction included
     largest: int  # the largest prompt the main model received
+    per_iteration: tuple[int, ...]  # input tokens sent in each iteration (sums to ``sent``)
 
 
 class TimedGuard(ContextGuard):
@@ -127,7 +142,7 @@ class TimedGuard(ContextGuard):
 
 async def guarded_run(compaction: bool) -> Measure:
     llm = TimedLLM(scripted_model())
-    compact = TimedLLM(summariser()) if compaction else None
+    compact = TimedLLM(summariser(), follows=llm) if compaction else None
     guard = TimedGuard(compact_llm=compact, default_budget=BUDGET)
     agent = ReActAgent(llm, [fetch], guard, budget=BUDGET, max_iterations=ITERATIONS,
                        checklist_threshold=None, cycle_threshold=None)
@@ -139,8 +154,14 @@ async def guarded_run(compaction: bool) -> Measure:
     compact_time = compact.seconds if compact else 0.0
     overhead = wall - llm.seconds - compact_time - tool_time
     guard_cpu = guard.seconds - compact_time
+    per_iteration = list(llm.sent)
+    if compact:
+        for index, tokens in zip(compact.at, compact.sent, strict=True):
+            per_iteration[index] += tokens
+    assert sum(per_iteration) == result.usage.input_tokens, (
+        sum(per_iteration), result.usage.input_tokens)
     return Measure(overhead, overhead - guard_cpu, result.iterations,
-                   result.usage.input_tokens, max(llm.sent))
+                   result.usage.input_tokens, max(llm.sent), tuple(per_iteration))
 
 
 async def baseline_run() -> Measure:
@@ -165,13 +186,20 @@ async def baseline_run() -> Measure:
     total = sum(llm.sent)
     assert total == sum(HEURISTIC.count_messages(c.messages) for c in llm.inner.calls)
     overhead = wall - llm.seconds - tool_time
-    return Measure(overhead, overhead, ITERATIONS, total, max(llm.sent))
+    return Measure(overhead, overhead, ITERATIONS, total, max(llm.sent), tuple(llm.sent))
 
 
 def _median(runs: list[Measure]) -> Measure:
     return Measure(statistics.median(r.overhead_s for r in runs),
                    statistics.median(r.agent_only_s for r in runs),
-                   runs[0].iterations, runs[0].sent, runs[0].largest)
+                   runs[0].iterations, runs[0].sent, runs[0].largest, runs[0].per_iteration)
+
+
+SERIES = {"base": "no guard (full history)", "trunc": "with ContextGuard (truncate)",
+          "llm": "with ContextGuard (LLM compaction)"}
+
+_LAST: dict[str, Measure] = {}
+"""The median measures of the latest ``run()`` by variant, for ``plot_data``."""
 
 
 def run(quick: bool) -> list[BenchRow]:
@@ -186,6 +214,8 @@ def run(quick: bool) -> list[BenchRow]:
         return {k: _median(v) for k, v in out.items()}
 
     m = asyncio.run(measure())
+    _LAST.clear()
+    _LAST.update(m)
     base = m["base"]
     base_ms = base.overhead_s / base.iterations * 1000
     rows: list[BenchRow] = []
@@ -211,6 +241,23 @@ def run(quick: bool) -> list[BenchRow]:
             unit="tok", baseline=float(base.largest), ratio=base.largest / r.largest,
             target=f"<= budget {BUDGET:,}", met=r.largest <= BUDGET))
     return rows
+
+
+def plot_data(quick: bool) -> dict[str, dict[str, Any]]:
+    """Tokens sent per iteration in the runs ``run`` measured (nothing before a run)."""
+    if not _LAST:
+        return {}
+    longest = max(len(m.per_iteration) for m in _LAST.values())
+    series: dict[str, list[float | None]] = {}
+    for key in ("trunc", "llm", "base"):
+        values: list[float | None] = [float(v) for v in _LAST[key].per_iteration]
+        series[SERIES[key]] = values + [None] * (longest - len(values))
+    return {"tokens_per_iteration": {
+        "kind": "line",
+        "x": list(range(1, longest + 1)),
+        "series": series,
+        "ymin": 0.0,
+    }}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,13 @@ Baseline, measured in the same run: the same check done without caches — an ov
 scan of every message's text and a fresh heuristic estimate of every message, which is
 what a guard without per-message caching pays on every iteration.
 
+A second measurement sweeps the conversation length (10 to 500 messages, the
+``guard_overhead`` plot): at each length the conversation's older messages have already
+been seen by the guard and a fresh tool round (two new messages) is appended before each
+timed call, which is the steady state of a long run. The sweep uses a 200K-token budget so
+that 500 messages (~116K tokens) still fit: the under-budget path does not depend on the
+budget's value, only on staying under it.
+
 Run: ``python benchmarks/bench_guard.py [--quick]``.
 """
 
@@ -17,11 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     _root = Path(__file__).resolve().parent.parent
@@ -35,6 +45,29 @@ from ctxstack.tokens import MESSAGE_OVERHEAD, heuristic_text_tokens
 BUDGET = 64_000
 MAX_CHARS = 50_000
 TARGET_MS = 0.1
+SWEEP_BUDGET = 200_000
+SWEEP_SIZES = (10, 50, 100, 250, 500)
+SMOKE_SWEEP_SIZES = (10, 50)
+SMOKE_ENV = "CTXSTACK_BENCH_SMOKE"  # set by benchmarks/run --smoke: tiniest sizes
+GUARD_SERIES = "ContextGuard (cached)"
+BASELINE_SERIES = "uncached estimate (baseline)"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Median ms per call at each conversation length: the guard and the baseline."""
+
+    sizes: tuple[int, ...]
+    guard_ms: tuple[float, ...]
+    baseline_ms: tuple[float, ...]
+
+
+_LAST: dict[str, Sweep] = {}
+"""The sweep of the latest ``run()``, for ``plot_data`` / ``report_markdown``."""
+
+
+def _smoke() -> bool:
+    return os.environ.get(SMOKE_ENV, "") not in ("", "0")
 
 
 def _round(i: int) -> list[ChatMessage]:
@@ -83,10 +116,65 @@ async def _measure(iterations: int) -> tuple[list[float], list[float], int]:
     return guarded, baseline, len(messages)
 
 
+def _conversation(size: int) -> list[ChatMessage]:
+    """A system prompt, the pinned query and tool rounds: ``size`` messages (even, >= 4)."""
+    if size < 4 or size % 2:
+        raise ValueError(f"conversation size must be even and at least 4, got {size}")
+    messages = [
+        ChatMessage.system("You are a research agent. " * 40),
+        ChatMessage.user("Summarise the pages.", pinned=True, metadata={"kind": "query"}),
+    ]
+    for i in range((size - 2) // 2):
+        messages.extend(_round(i))
+    return messages
+
+
+async def _measure_at(size: int, samples: int) -> tuple[float, float]:
+    """Median seconds per call at ``size`` messages: the guard, then the baseline.
+
+    The first ``size - 2`` messages are seen once (untimed); each timed call gets the same
+    prefix plus a fresh round it has never seen, so every sample is a "call after the
+    first" at exactly ``size`` messages.
+    """
+    guard = ContextGuard(default_budget=SWEEP_BUDGET, max_message_chars=MAX_CHARS)
+    prefix = _conversation(size)[:-2]
+    first = (size - 2) // 2
+    await guard.check_and_compact(prefix + _round(first), hint="react_iteration")
+    guarded: list[float] = []
+    baseline: list[float] = []
+    for k in range(samples):
+        messages = prefix + _round(first + 1 + k)
+        t0 = time.perf_counter()
+        out = await guard.check_and_compact(messages, hint="react_iteration")
+        t1 = time.perf_counter()
+        if out is not messages:
+            raise AssertionError(f"{size} messages: the conversation left the under-budget path")
+        fits = uncached_check(messages, SWEEP_BUDGET)
+        t2 = time.perf_counter()
+        if not fits:
+            raise AssertionError(f"{size} messages: over the sweep budget {SWEEP_BUDGET:,}")
+        guarded.append(t1 - t0)
+        baseline.append(t2 - t1)
+    return statistics.median(guarded), statistics.median(baseline)
+
+
+def sweep(sizes: Sequence[int], samples: int) -> Sweep:
+    """Median ms per under-budget call (guard and baseline) at each conversation length."""
+    guard_ms: list[float] = []
+    base_ms: list[float] = []
+    for size in sizes:
+        with no_gc():
+            g, b = asyncio.run(_measure_at(size, samples))
+        guard_ms.append(g * 1e3)
+        base_ms.append(b * 1e3)
+    return Sweep(tuple(sizes), tuple(guard_ms), tuple(base_ms))
+
+
 def run(quick: bool) -> list[BenchRow]:
     """Measure and return the table rows (see the module docstring)."""
-    iterations = 40 if quick else 110
-    repeats = 3 if quick else 7
+    smoke = _smoke()
+    iterations = 10 if smoke else 40 if quick else 110
+    repeats = 1 if smoke else 3 if quick else 7
     guarded: list[float] = []
     baseline: list[float] = []
     size = 0
@@ -99,6 +187,10 @@ def run(quick: bool) -> list[BenchRow]:
     base = statistics.median(baseline) * 1e3
     p95 = statistics.quantiles(guarded, n=20)[-1] * 1e3
     base95 = statistics.quantiles(baseline, n=20)[-1] * 1e3
+    samples = 5 if smoke else 41 if quick else 201
+    swept = sweep(SMOKE_SWEEP_SIZES if smoke else SWEEP_SIZES, samples)
+    _LAST["sweep"] = swept
+    largest, g_ms, b_ms = swept.sizes[-1], swept.guard_ms[-1], swept.baseline_ms[-1]
     return [
         BenchRow(
             name=f"check_and_compact under budget, median ({size} msgs)",
@@ -110,7 +202,43 @@ def run(quick: bool) -> list[BenchRow]:
             value=p95, unit="ms", baseline=base95, ratio=base95 / p95,
             target=f"< {TARGET_MS} ms", met=p95 < TARGET_MS,
         ),
+        BenchRow(
+            name=f"check_and_compact under budget, median at {largest} msgs (sweep)",
+            value=g_ms, unit="ms", baseline=b_ms, ratio=b_ms / g_ms,
+        ),
     ]
+
+
+def plot_data(quick: bool) -> dict[str, dict[str, Any]]:
+    """The sweep ``run`` measured, as the ``guard_overhead`` plot (nothing before a run)."""
+    swept = _LAST.get("sweep")
+    if swept is None:
+        return {}
+    return {"guard_overhead": {
+        "kind": "line",
+        "x": list(swept.sizes),
+        "series": {GUARD_SERIES: list(swept.guard_ms),
+                   BASELINE_SERIES: list(swept.baseline_ms)},
+        "logx": True,
+        "ymin": 0.0,
+    }}
+
+
+def report_markdown(quick: bool) -> str:
+    """The sweep as a table: ms per call and the ratio at each conversation length."""
+    swept = _LAST.get("sweep")
+    if swept is None:
+        return ""
+    lines = [
+        f"Conversation-length sweep (budget {SWEEP_BUDGET:,} tokens; median ms per "
+        "under-budget call, a fresh tool round before each):",
+        "",
+        "| messages | ContextGuard | uncached baseline | ratio |",
+        "|---:|---:|---:|---:|",
+    ]
+    for n, g, b in zip(swept.sizes, swept.guard_ms, swept.baseline_ms, strict=True):
+        lines.append(f"| {n:,} | {g:.4f} ms | {b:.4f} ms | {b / g:.1f}× |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
