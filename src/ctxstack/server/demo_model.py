@@ -19,12 +19,13 @@ only language detection needed here is "does the text contain kana or CJK ideogr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ctxstack.llm import ScriptedLLM, ToolSpec
+from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import LANGUAGE_INSTRUCTION, SUMMARY_PREFIX
 from ctxstack.server.tools import find_arithmetic
@@ -273,15 +274,53 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int) -
 """
 
 
+class DemoLLM:
+    """The demo model: a :class:`ScriptedLLM` whose streamed answers arrive at a readable
+    pace (``chunk_delay`` seconds between deltas), as a real model's would."""
+
+    def __init__(self, scripted: ScriptedLLM, *, chunk_delay: float = 0.0) -> None:
+        self.scripted = scripted
+        self.chunk_delay = chunk_delay
+        self.model = scripted.name
+
+    @property
+    def context_size(self) -> int:
+        return self.scripted.context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.scripted.max_output_tokens
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        **opts: Any,
+    ) -> LLMResult:
+        return await self.scripted.chat(messages, tools=tools, **opts)
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
+        return ChatStream(self._paced(self.scripted.stream_chat(messages, **opts)))
+
+    async def _paced(self, inner: ChatStream) -> AsyncIterator[str | Usage]:
+        async for delta in inner:
+            yield delta
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+        yield inner.usage
+
+
 def build_demo_llm(
     *,
     delay: float = 0.05,
+    chunk_delay: float = 0.0,
     context_size: int = 128_000,
     max_output_tokens: int = 64_000,
     name: str = DEMO_MODEL_NAME,
-) -> ScriptedLLM:
-    """The demo model (see the module docstring); one instance may serve many turns."""
-    return ScriptedLLM(
+) -> DemoLLM:
+    """The demo model (see the module docstring). Build one per turn: it records its calls."""
+    scripted = ScriptedLLM(
         handler=DemoHandler(),
         delay=delay,
         stream_chunk=24,
@@ -289,3 +328,4 @@ def build_demo_llm(
         max_output_tokens=max_output_tokens,
         name=name,
     )
+    return DemoLLM(scripted, chunk_delay=chunk_delay)

@@ -18,6 +18,8 @@ variable                         meaning                                        
 ``CTXSTACK_MAX_UPLOAD_BYTES``    largest accepted image                         10 MiB
 ``CTXSTACK_SSE_KEEPALIVE``       seconds between keep-alive comments            15
 ``CTXSTACK_DEMO_DELAY``          seconds the demo model waits per call          0.05
+``CTXSTACK_DEMO_CHUNK_DELAY``    seconds between the demo model's streamed      0.01
+                                 deltas
 ``CTXSTACK_MAX_ITERATIONS``      ReAct iteration cap per turn                   12
 ``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
                                  when unset the offline demo model answers
@@ -64,6 +66,7 @@ class Settings(BaseModel):
     max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0)
     keepalive_seconds: float = Field(15.0, gt=0)
     demo_delay: float = Field(0.05, ge=0)
+    demo_chunk_delay: float = Field(0.01, ge=0)
     max_iterations: int = Field(12, gt=0)
     llm_base_url: str | None = None
     llm_model: str | None = None
@@ -102,6 +105,7 @@ class Settings(BaseModel):
             "max_upload_bytes": "CTXSTACK_MAX_UPLOAD_BYTES",
             "keepalive_seconds": "CTXSTACK_SSE_KEEPALIVE",
             "demo_delay": "CTXSTACK_DEMO_DELAY",
+            "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
             "max_iterations": "CTXSTACK_MAX_ITERATIONS",
         }
         for field, var in names.items():
@@ -127,6 +131,7 @@ class Settings(BaseModel):
             "CTXSTACK_MAX_UPLOAD_BYTES": str(self.max_upload_bytes),
             "CTXSTACK_SSE_KEEPALIVE": str(self.keepalive_seconds),
             "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
+            "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
             "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
         }
         optional = {

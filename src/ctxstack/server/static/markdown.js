@@ -33,15 +33,19 @@ function renderInline(escaped) {
     return `\u0000${codes.length - 1}\u0000`;
   });
   const links = [];
-  text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, (whole, label, url) => {
+  text = text.replace(/\[([^\]\n]+)\]\(((?:[^()\s]|\([^()\s]*\))+)\)/g, (whole, label, url) => {
     const href = safeHref(url);
     if (href === null) return label;
     links.push(`<a href="${href}" target="_blank" rel="noopener noreferrer">${label}</a>`);
     return `\u0001${links.length - 1}\u0001`;
   });
-  text = text.replace(/(^|[\s(])(https?:\/\/[^\s<)]+[^\s<).,;:!?'"])/g, (_, pre, url) => {
-    links.push(`<a href="${url}" target="_blank" rel="noopener noreferrer">${url}</a>`);
-    return `${pre}\u0001${links.length - 1}\u0001`;
+  // Bare URLs end at whitespace, at an escaped quote or angle bracket, and never with
+  // trailing punctuation.
+  text = text.replace(/(^|[\s(])(https?:\/\/(?:(?!&quot;|&#39;|&lt;|&gt;)[^\s)])+)/g, (_, pre, url) => {
+    const trimmed = url.replace(/(?:[.,;:!?]|&amp;)+$/, "");
+    const rest = url.slice(trimmed.length);
+    links.push(`<a href="${trimmed}" target="_blank" rel="noopener noreferrer">${trimmed}</a>`);
+    return `${pre}\u0001${links.length - 1}\u0001${rest}`;
   });
   text = text
     .replace(/\*\*([^*\n][^*]*?)\*\*/g, "<strong>$1</strong>")
