@@ -78,7 +78,7 @@ def start_server(
     workdir: Path,
     env_extra: Mapping[str, str],
     *,
-    auth: bool = False,
+    auth: bool | None = False,
     workers: int = 1,
     startup_timeout: float = 40.0,
 ) -> ServerProcess:
@@ -91,7 +91,8 @@ def start_server(
     env.setdefault("CTXSTACK_DATABASE_URL", f"sqlite+aiosqlite:///{workdir / 'service.db'}")
     log_path = workdir / f"serve-{port}.log"
     args = ["serve", "--host", "127.0.0.1", "--port", str(port),
-            "--auth" if auth else "--no-auth", "--workers", str(workers),
+            *([] if auth is None else ["--auth" if auth else "--no-auth"]),
+            "--workers", str(workers),
             "--log-level", "warning"]
     with log_path.open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *args], env=env,
@@ -157,3 +158,99 @@ def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = 
             raise AssertionError(f"chat answered {response.status_code}: {response.text}")
         assert response.headers["content-type"].startswith("text/event-stream")
         return [e for e in parse_sse(response.iter_lines()) if isinstance(e, SSEEvent)]
+
+
+# --------------------------------------------------------------------------- stub LLM script
+class ServiceRule:
+    """A stub-LLM rule that plays every role a chat turn needs, and records usage.
+
+    * compaction calls (system prompt ending with the language instruction) → a summary;
+    * DAG planner / analyzer → a one-step plan / "achieved";
+    * agent calls (with tools): a tool call first, then a brief answer;
+    * everything else (synthesis, streamed) → ``answer``.
+
+    ``reported`` holds the (input, output) usage the stub reported for each successful
+    call, so a test can compare a turn's ``done.usage`` with the sum. ``fail_when`` makes a
+    matching request fail with a 400 (not retried) to break a turn mid-way.
+    """
+
+    def __init__(self, *, answer: str = "The answer is 42.", tool: str = "calculate",
+                 arguments: dict[str, Any] | None = None, summary: str = "Summary: earlier turns.",
+                 chunk_size: int = 8, chunk_delay: float = 0.0, stream_delay: float = 0.0,
+                 tool_delay: float = 0.0) -> None:
+        self.answer = answer
+        self.tool = tool
+        self.arguments = arguments if arguments is not None else {"expression": "6*7"}
+        self.summary = summary
+        self.chunk_size = chunk_size
+        self.chunk_delay = chunk_delay
+        self.stream_delay = stream_delay
+        self.tool_delay = tool_delay
+        self.fail_when: Any = None
+        self.reported: list[tuple[int, int]] = []
+        self.kinds: list[str] = []
+        import threading
+
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any) -> Any:
+        from ctxstack.llm.stub import StubReply, StubToolCall, stub_usage
+
+        kind, reply = self.decide(request)
+        if self.fail_when is not None and self.fail_when(kind, request):
+            with self._lock:
+                self.kinds.append(f"{kind}:failed")
+            return StubReply.failure(400, "stub: this call was told to fail", code="boom")
+        calls = tuple(reply.tool_calls) if reply.tool_calls else ()
+        usage = stub_usage(request.messages, reply.content,
+                           [StubToolCall(c.name, c.arguments) for c in calls])
+        with self._lock:
+            self.kinds.append(kind)
+            self.reported.append(usage)
+        return reply
+
+    def decide(self, request: Any) -> tuple[str, Any]:
+        from ctxstack.llm.stub import StubReply
+        from ctxstack.prompts import LANGUAGE_INSTRUCTION
+
+        system = "\n".join(m.text for m in request.messages if m.role == "system")
+        if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+            return "summary", StubReply.text(self.summary)
+        try:
+            from ctxstack.dag import prompts as dag_prompts
+        except ImportError:  # pragma: no cover - the DAG engine ships with ctxstack
+            dag_prompts = None
+        if dag_prompts is not None and system.startswith(dag_prompts.PLANNER_ROLE):
+            plan = {"steps": [{"id": "s1", "task": "Compute 6*7 with the calculator",
+                               "dependencies": [], "tool_hint": "calculate"}]}
+            return "planner", StubReply.text(json.dumps(plan))
+        if dag_prompts is not None and system.startswith(dag_prompts.ANALYZER_ROLE):
+            verdict = {"achieved": True, "confidence": 0.95, "reasoning": "the step computed it"}
+            return "analyzer", StubReply.text(json.dumps(verdict))
+        if request.tools:
+            since_user = []
+            for message in reversed(request.messages):
+                if message.role == "user":
+                    break
+                since_user.append(message)
+            if not any(m.role == "tool" for m in since_user):
+                return "tool_call", StubReply.tool_call(self.tool, self.arguments,
+                                                        delay=self.tool_delay)
+            return "brief", StubReply.text("Brief: the tool said " + since_user[0].text[:200])
+        return "answer", StubReply.text(self.answer, chunk_size=self.chunk_size,
+                                        chunk_delay=self.chunk_delay, delay=self.stream_delay)
+
+    def total(self) -> tuple[int, int]:
+        with self._lock:
+            return (sum(i for i, _ in self.reported), sum(o for _, o in self.reported))
+
+    def reset_usage(self) -> None:
+        with self._lock:
+            self.reported.clear()
+            self.kinds.clear()
+
+
+def llm_env(stub: Any, **extra: str) -> dict[str, str]:
+    """Environment pointing ``ctxstack serve`` at a stub server."""
+    return {"LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "stub-key", "LLM_MODEL": "stub-model",
+            **extra}

@@ -152,30 +152,29 @@ class DemoHandler:
         except ImportError:  # the DAG engine is optional for the demo
             return None
         question = _last_user_text(messages)
-        planner = getattr(dag_prompts, "PLANNER_SYSTEM_PROMPT", None)
-        analyzer = getattr(dag_prompts, "ANALYZER_SYSTEM_PROMPT", None)
-        if planner and system.startswith(planner[:200]):
+        planner = getattr(dag_prompts, "PLANNER_ROLE", None)
+        analyzer = getattr(dag_prompts, "ANALYZER_ROLE", None)
+        if planner and system.startswith(planner):
             return json.dumps(demo_plan(question), ensure_ascii=False)
-        if analyzer and system.startswith(analyzer[:200]):
+        if analyzer and system.startswith(analyzer):
             return json.dumps(
-                {"achieved": True, "confidence": 0.9, "reasoning": "demo: every step finished",
-                 "final_answer": ""},
+                {"achieved": True, "confidence": 0.9, "reasoning": "demo: every step finished"},
                 ensure_ascii=False,
             )
         return None
 
 
 def demo_plan(question: str) -> dict[str, Any]:
-    """A small plan: measure the question, then (if it holds arithmetic) calculate."""
+    """A small plan: measure the question and, if it holds arithmetic, calculate in parallel."""
     steps: list[dict[str, Any]] = [
-        {"id": "measure", "task": f"Measure the question with text_stats: {_quote(question, 200)}",
-         "depends_on": [], "tool_hint": "text_stats"},
+        {"id": "s1", "task": f"Measure this text with text_stats: {_quote(question, 200)}",
+         "dependencies": [], "tool_hint": "text_stats"},
     ]
     expression = find_arithmetic(question)
     if expression:
-        steps.append({"id": "compute", "task": f"Calculate {expression}", "depends_on": [],
+        steps.append({"id": "s2", "task": f"Calculate {expression}", "dependencies": [],
                       "tool_hint": "calculate"})
-    return {"goal": _quote(question, 200), "steps": steps}
+    return {"steps": steps}
 
 
 def _english_answer(question: str, finding: str, summary: bool, visible: int) -> str:

@@ -4,6 +4,7 @@
 // Everything the model or a user wrote reaches the DOM either as textContent or through
 // renderMarkdown(), which escapes HTML before formatting (see markdown.js).
 
+import { dividerText, fmtK, usageText } from "./format.js";
 import { renderMarkdown } from "./markdown.js";
 import { readEventStream } from "./sse.js";
 
@@ -20,21 +21,7 @@ const state = {
   attachments: [], // {id, url, name}
 };
 
-// ------------------------------------------------------------------ formatting helpers
-
-/** Tokens as thousands with one decimal: 1234 → "1.2k" (the done card's format). */
-export function fmtK(tokens) {
-  return `${(Number(tokens || 0) / 1000).toFixed(1)}k`;
-}
-
-/** The compact divider's text for a `compact` event payload. */
-export function dividerText(data) {
-  const n = Number(data?.original_messages ?? 0);
-  const noun = n === 1 ? "message" : "messages";
-  return data?.method === "truncate"
-    ? `Earlier context (${n} ${noun}) was trimmed.`
-    : `Earlier context (${n} ${noun}) was summarized by AI.`;
-}
+// ------------------------------------------------------------------ helpers
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -266,7 +253,7 @@ class AssistantTurn {
     else if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
     const usage = data?.usage || {};
     const card = el("div", "done-card");
-    card.append(el("span", "usage", `${fmtK(usage.input_tokens)} in / ${fmtK(usage.output_tokens)} out`));
+    card.append(el("span", "usage", usageText(usage)));
     if (data?.iterations != null) {
       card.append(el("span", "", `${data.iterations} iteration${data.iterations === 1 ? "" : "s"}`));
     }
