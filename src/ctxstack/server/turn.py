@@ -32,7 +32,7 @@ from typing import Any
 from ctxstack.agent import ReActAgent
 from ctxstack.agent import events as agent_events
 from ctxstack.budget import ModelBudget
-from ctxstack.dag import DAGEngine
+from ctxstack.dag.engine import DAGEngine
 from ctxstack.dag import events as dag_events
 from ctxstack.errors import CtxstackError
 from ctxstack.files import FileRecord
