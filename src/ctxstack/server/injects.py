@@ -27,14 +27,14 @@ import time
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, delete, select, update
+from sqlalchemy import ForeignKey, String, Text, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
 from ctxstack.errors import CtxstackError
 from ctxstack.store.db import SessionFactory, transaction
-from ctxstack.store.models import Base, UTCDateTime, utcnow
+from ctxstack.store.models import Base, BigIntId, UTCDateTime, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,10 @@ class PendingInject(Base):
 
     __tablename__ = "pending_injects"
 
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
     )
-    conversation_id: Mapped[str] = mapped_column(String(32), index=True)
     turn_id: Mapped[str] = mapped_column(String(32))
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
