@@ -74,6 +74,16 @@ def _has_summary(messages: Sequence[ChatMessage]) -> bool:
     return any(m.role == "system" and m.text.startswith(SUMMARY_PREFIX) for m in messages)
 
 
+def _sections(text: str) -> dict[str, str]:
+    """``"Header:\nbody"`` blocks of a synthesis prompt, by header (the engines' layout)."""
+    out: dict[str, str] = {}
+    for block in re.split(r"\n\n(?=[A-Z][^\n]{0,80}:\n)", text):
+        head, sep, body = block.partition(":\n")
+        if sep and "\n" not in head:
+            out[head.strip()] = body.strip()
+    return out
+
+
 def _system_text(messages: Sequence[ChatMessage]) -> str:
     return "\n".join(m.text for m in messages if m.role == "system")
 
@@ -108,20 +118,30 @@ class DemoHandler:
             if "text_stats" in names:
                 return ScriptedLLM.tool_call("text_stats", {"text": question[:4000]})
         found = "; ".join(_quote(r.text, 160) for r in results) or "no tool was needed"
+        history = [m for m in messages if m.role in ("user", "assistant")
+                   and m.kind not in ("query", "inject")]
+        summary = "yes" if _has_summary(messages) else "no"
+        # The synthesis step only sees this brief answer, so it carries what the agent saw.
+        context = f"Context: {len(history)} earlier messages; summary: {summary}."
         if is_japanese(question):
-            return f"ツールの結果: {found}"
-        return f"Tool findings: {found}"
+            return f"ツールの結果: {found}\n{context}"
+        return f"Tool findings: {found}\n{context}"
 
     # ------------------------------------------------------------------ synthesis
     def long_answer(self, messages: Sequence[ChatMessage]) -> str:
-        question = _query_text(messages)
-        transcript = "\n".join(m.text for m in messages if m.role != "system")
-        tool_lines = [line.strip() for line in transcript.splitlines()
-                      if " = " in line or line.strip().startswith(("characters:", "Tool findings",
-                                                                     "ツールの結果"))]
-        finding = _quote(tool_lines[-1], 300) if tool_lines else ""
-        summary = _has_summary(messages)
-        visible = len([m for m in messages if m.role != "system"])
+        prompt = _last_user_text(messages)
+        sections = _sections(prompt)
+        question = (sections.get("Request") or sections.get("User request")
+                    or _query_text(messages))
+        findings = [line.split("->", 1)[1].strip()
+                    for line in sections.get("Tool calls and results", "").splitlines()
+                    if "->" in line]
+        step_results = sections.get("Step results", "")
+        finding = _quote("; ".join(findings) or step_results, 300)
+        brief = next((v for k, v in sections.items() if k.startswith("Brief answer")), "")
+        match = re.search(r"Context: (\d+) earlier messages; summary: (yes|no)", brief)
+        visible = int(match.group(1)) if match else None
+        summary = bool(match and match.group(2) == "yes")
         if is_japanese(question):
             return _japanese_answer(question, finding, summary, visible)
         return _english_answer(question, finding, summary, visible)
@@ -177,7 +197,7 @@ def demo_plan(question: str) -> dict[str, Any]:
     return {"steps": steps}
 
 
-def _english_answer(question: str, finding: str, summary: bool, visible: int) -> str:
+def _english_answer(question: str, finding: str, summary: bool, visible: int | None) -> str:
     quoted = _quote(question)
     finding_line = (f"The tool step reported: `{finding}`." if finding
                     else "No tool result was needed for this question.")
@@ -199,7 +219,7 @@ usage card below are all real output of the service. Configure `LLM_BASE_URL`,
 `LLM_API_KEY` and `LLM_MODEL` to talk to a real model instead.
 
 ### What I could see
-- Messages from this conversation in my context: **{visible}**
+- Earlier messages of this conversation in my context: **{"not reported" if visible is None else visible}**
 - {memory_line}
 
 ### How ctxstack keeps a long conversation inside the window
@@ -228,7 +248,7 @@ token counts on each answer's card, which include the summariser's own calls.
 """
 
 
-def _japanese_answer(question: str, finding: str, summary: bool, visible: int) -> str:
+def _japanese_answer(question: str, finding: str, summary: bool, visible: int | None) -> str:
     quoted = _quote(question)
     finding_line = (f"ツールの結果: `{finding}`" if finding
                     else "この質問にはツールは必要ありませんでした。")
@@ -250,7 +270,7 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int) -
 `LLM_API_KEY`、`LLM_MODEL` を設定してください。
 
 ### 見えていたもの
-- コンテキスト内のこの会話のメッセージ数: **{visible}**
+- コンテキスト内のこの会話の過去メッセージ数: **{"不明" if visible is None else visible}**
 - {memory_line}
 
 ### ctxstack が長い会話をウィンドウ内に保つ方法
