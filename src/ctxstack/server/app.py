@@ -77,7 +77,10 @@ def _status_for(exc: CtxstackError) -> int:
 def _field_message(errors: list[dict[str, object]]) -> str:
     parts = []
     for err in errors:
-        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path")]  # type: ignore[attr-defined]
+        raw = list(err.get("loc", ()))  # type: ignore[call-overload]
+        if raw and raw[0] in ("body", "query", "path", "header", "cookie"):
+            raw = raw[1:]  # where the field was sent, not its name
+        loc = [str(x) for x in raw]
         msg = str(err.get("msg", "invalid"))
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
