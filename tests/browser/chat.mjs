@@ -158,6 +158,8 @@ try {
   expect(await page.locator(".compact-divider").count() === liveDividers, "reload lost compact dividers");
   expect(await page.locator(".injected").count() >= 1, "reload lost the inject");
   expect(DIVIDER.test(await page.locator(".compact-divider").first().innerText()), "reloaded divider text");
+  expect(await page.locator(".thinking").count() === 0, "a reloaded answer still shows 'Thinking…'");
+  expect(await page.locator("details.steps[open]").count() === 0, "reloaded tool steps should start collapsed");
   checks.reload_cards = liveCards;
   checks.reload_dividers = liveDividers;
 
@@ -180,6 +182,7 @@ try {
 
   // ---- phone width
   await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(400); // the sidebar slides away
   await page.locator("#conversation-list li").first().evaluate((li) => li.click());
   await page.locator(".done-card").first().waitFor({ timeout: 10000 });
   expect(await page.locator("#toggle-sidebar").isVisible(), "no menu button at phone width");
@@ -187,7 +190,7 @@ try {
   expect(overflow <= 1, `the page scrolls sideways at phone width (${overflow}px)`);
   await page.screenshot({ path: join(artifacts, "chat-phone.png") });
   await page.click("#toggle-sidebar");
-  await page.locator("#sidebar").evaluate((el) => new Promise((r) => setTimeout(r, 250)));
+  await page.waitForTimeout(400);
   await page.screenshot({ path: join(artifacts, "chat-phone-sidebar.png") });
   checks.phone_width = true;
 

@@ -11,6 +11,7 @@ import { readEventStream } from "./sse.js";
 const $ = (sel) => document.querySelector(sel);
 const TOKEN_KEY = "ctxstack.token";
 const MODE_KEY = "ctxstack.mode";
+const BANNER_KEY = "ctxstack.demo-banner";
 
 const state = {
   info: null,
@@ -116,6 +117,7 @@ class AssistantTurn {
     this.text = "";
     this.renderQueued = false;
     this.finished = false;
+    this.replay = false; // drawing stored history: steps start collapsed
   }
 
   append(node) {
@@ -125,7 +127,7 @@ class AssistantTurn {
   ensureSteps() {
     if (!this.steps) {
       this.steps = el("details", "steps");
-      this.steps.open = !this.finished;
+      this.steps.open = !this.finished && !this.replay;
       this.stepSummary = el("summary");
       this.stepList = el("div", "step-list");
       this.steps.append(this.stepSummary, this.stepList);
@@ -334,7 +336,7 @@ function renderHistory(messages) {
       renderUser(m.content, m.images || []);
     } else if (m.role === "assistant") {
       const turn = new AssistantTurn(messagesBox());
-      turn.finished = true;
+      turn.replay = true;
       const events = Array.isArray(m.events) ? m.events : [];
       const failed = m.status === "failed";
       let doneEvent = null;
@@ -618,8 +620,16 @@ function hideLogin() {
 
 function renderInfo(info) {
   const banner = $("#demo-banner");
-  if (info.demo_model) {
+  if (info.demo_model && sessionStorage.getItem(BANNER_KEY) !== "closed") {
     banner.replaceChildren();
+    const close = el("button", "btn btn-icon btn-small banner-close", "×");
+    close.type = "button";
+    close.setAttribute("aria-label", "Hide this notice");
+    close.addEventListener("click", () => {
+      banner.hidden = true;
+      sessionStorage.setItem(BANNER_KEY, "closed");
+    });
+    banner.append(close);
     banner.append(el("strong", "", "Demo model. "),
       document.createTextNode("Answers come from ctxstack's built-in offline demo model, not a real LLM. "
         + "To use a real endpoint, set "));
