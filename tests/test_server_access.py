@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from tests.service_support import ServerProcess, chat, run_cli, running_server
 
 PNG = base64.b64decode(
@@ -33,7 +32,8 @@ def make_user(server: ServerProcess, name: str) -> httpx.Client:
     done = run_cli("user", "create", name, env=server.env)
     assert done.returncode == 0, done.stderr
     token = done.stdout.strip()
-    assert token.startswith("ctx_") and len(token) > 30
+    assert token.startswith("ctx_")
+    assert len(token) > 30
     assert "cannot be shown again" in done.stderr
     return httpx.Client(base_url=server.url, timeout=30,
                         headers={"Authorization": f"Bearer {token}"})
@@ -58,20 +58,24 @@ def test_requests_without_a_valid_token_are_refused(server: ServerProcess) -> No
         assert "ctxstack user create" in response.json()["detail"]
         assert response.headers["www-authenticate"].startswith("Bearer")
         bad = anonymous.get("/api/conversations", headers={"Authorization": "Bearer nope"})
-        assert bad.status_code == 401 and "unknown API token" in bad.json()["detail"]
+        assert bad.status_code == 401
+        assert "unknown API token" in bad.json()["detail"]
         info = anonymous.get("/api/info")  # the page needs this before signing in
-        assert info.status_code == 200 and info.json()["auth_required"] is True
+        assert info.status_code == 200
+        assert info.json()["auth_required"] is True
         assert info.json()["demo_model"] is True
 
 
 def test_a_token_names_its_user(alice: httpx.Client) -> None:
     me = alice.get("/api/me").json()
-    assert me["name"] == "alice" and me["is_admin"] is False
+    assert me["name"] == "alice"
+    assert me["is_admin"] is False
 
 
 def test_duplicate_user_is_refused_clearly(server: ServerProcess, alice: httpx.Client) -> None:
     again = run_cli("user", "create", "alice", env=server.env)
-    assert again.returncode != 0 and "already exists" in again.stderr
+    assert again.returncode != 0
+    assert "already exists" in again.stderr
 
 
 def test_every_route_hides_other_users_data(alice: httpx.Client, bob: httpx.Client) -> None:
@@ -113,13 +117,16 @@ def test_uploads_are_checked_by_content(alice: httpx.Client) -> None:
     assert "PNG, JPEG, WebP and GIF" in fake.json()["detail"]
     big = alice.post("/api/files", files={"file": ("big.png", PNG + b"\0" * MAX_UPLOAD,
                                                    "image/png")})
-    assert big.status_code == 413 and "limit" in big.json()["detail"]
+    assert big.status_code == 413
+    assert "limit" in big.json()["detail"]
     empty = alice.post("/api/files", files={"file": ("e.png", b"", "image/png")})
     assert empty.status_code == 400
     good = alice.post("/api/files", files={"file": ("../../etc/passwd", PNG, "text/plain")})
-    assert good.status_code == 201 and good.json()["mime_type"] == "image/png"
+    assert good.status_code == 201
+    assert good.json()["mime_type"] == "image/png"
     fetched = alice.get(f"/api/files/{good.json()['id']}")
-    assert fetched.content == PNG and fetched.headers["content-type"] == "image/png"
+    assert fetched.content == PNG
+    assert fetched.headers["content-type"] == "image/png"
     assert alice.get("/api/files/..%2F..%2Fetc%2Fpasswd").status_code == 404
 
 
@@ -170,7 +177,8 @@ def test_markup_in_fields_is_stored_as_text(alice: httpx.Client) -> None:
 
 def test_only_admins_change_model_configs(server: ServerProcess, alice: httpx.Client) -> None:
     denied = alice.put("/api/admin/model-configs/main", json={"model": "m", "context_size": 9000})
-    assert denied.status_code == 403 and "admin" in denied.json()["detail"]
+    assert denied.status_code == 403
+    assert "admin" in denied.json()["detail"]
     with make_user(server, "admin") as admin:
         assert admin.get("/api/me").json()["is_admin"] is True
         ok = admin.put("/api/admin/model-configs/fast",
@@ -179,7 +187,8 @@ def test_only_admins_change_model_configs(server: ServerProcess, alice: httpx.Cl
         assert ok.json()["budget"]["usable_input_tokens"] == 24000
         assert ok.json()["budget"]["sources"]["context_size"] == "db"
         bad = admin.put("/api/admin/model-configs/fast", json={"model": "m", "context_size": -1})
-        assert bad.status_code == 422 and "context_size" in bad.json()["detail"]
+        assert bad.status_code == 422
+        assert "context_size" in bad.json()["detail"]
         assert admin.put("/api/admin/model-configs/huge", json={"model": "m"}).status_code == 422
     listed = alice.get("/api/admin/model-configs").json()
     assert [c["role"] for c in listed] == ["main", "fast"]
@@ -187,8 +196,9 @@ def test_only_admins_change_model_configs(server: ServerProcess, alice: httpx.Cl
 
 
 def test_no_auth_is_the_loopback_default(tmp_path: Path) -> None:
-    with running_server(tmp_path, {}, auth=None) as local:
-        with httpx.Client(base_url=local.url) as c:
-            me = c.get("/api/me").json()
-            assert me["name"] == "local" and me["is_admin"] is True
-            assert c.get("/api/info").json()["auth_required"] is False
+    with running_server(tmp_path, {}, auth=None) as local, \
+            httpx.Client(base_url=local.url) as c:
+        me = c.get("/api/me").json()
+        assert me["name"] == "local"
+        assert me["is_admin"] is True
+        assert c.get("/api/info").json()["auth_required"] is False

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
     ROOT,
@@ -89,9 +88,11 @@ def test_react_turn_streams_steps_then_answer_then_done(
     steps = [e.data for e in events if e.event == "step"]
     assert [s["kind"] for s in steps] == ["tool_call", "tool_result"]
     assert all(i < first_answer for i, n in enumerate(order) if n == "step")
-    assert steps[0]["tool"] == "calculate" and steps[0]["arguments"] == {"expression": "6*7"}
+    assert steps[0]["tool"] == "calculate"
+    assert steps[0]["arguments"] == {"expression": "6*7"}
     assert steps[1]["id"] == steps[0]["id"]
-    assert "6*7 = 42" in steps[1]["result"] and steps[1]["error"] is False
+    assert "6*7 = 42" in steps[1]["result"]
+    assert steps[1]["error"] is False
     assert "compact" not in order  # an empty history needs no compaction
 
     done = events[-1].data
@@ -105,8 +106,10 @@ def test_react_turn_streams_steps_then_answer_then_done(
     stored = messages(client, cid)
     assert [m["role"] for m in stored] == ["user", "assistant"]
     user, assistant = stored
-    assert user["content"] == "What is 6*7? Use the calculator." and user["kind"] == "query"
-    assert assistant["content"] == rule.answer and assistant["status"] == "ok"
+    assert user["content"] == "What is 6*7? Use the calculator."
+    assert user["kind"] == "query"
+    assert assistant["content"] == rule.answer
+    assert assistant["status"] == "ok"
     assert assistant["id"] == done["message_id"]
     assert assistant["usage"] == done["usage"]
     stored_names = [e["event"] for e in assistant["events"]]
@@ -130,10 +133,13 @@ def test_dag_turn_reports_plan_steps_and_usage(client: httpx.Client, rule: Servi
     done = events[-1].data
     assert done["answer"] == answer_text(events) == rule.answer
     assert done["iterations"] == 1  # one plan→execute→analyze round
-    assert "planner" in rule.kinds and "analyzer" in rule.kinds and "tool_call" in rule.kinds
+    assert "planner" in rule.kinds
+    assert "analyzer" in rule.kinds
+    assert "tool_call" in rule.kinds
     assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
     assistant = messages(client, cid)[-1]
-    assert assistant["mode"] == "dag" and assistant["status"] == "ok"
+    assert assistant["mode"] == "dag"
+    assert assistant["status"] == "ok"
 
 
 def _divider_text(compact: dict) -> str | None:
@@ -198,7 +204,8 @@ def test_failing_llm_mid_turn_gives_error_and_a_usable_conversation(
     rule.fail_when = lambda kind, request: kind == "brief"
     events = chat(client, cid, "What is 6*7?")
     order = names(events)
-    assert order[-1] == "error" and "done" not in order, order
+    assert order[-1] == "error", order
+    assert "done" not in order
     assert [e.data["kind"] for e in events if e.event == "step"] == ["tool_call", "tool_result"]
     error = events[-1].data
     assert error["kind"] == "failed"
@@ -247,7 +254,8 @@ def test_client_disconnect_stops_the_turn_and_saves_partial_work(
     assert [m["role"] for m in stored] == ["user", "assistant"], server.log()
     partial = stored[-1]
     assert partial["status"] == "stopped"
-    assert partial["content"] and LONG_ANSWER.startswith(partial["content"])
+    assert partial["content"]
+    assert LONG_ANSWER.startswith(partial["content"])
     assert len(partial["content"]) < len(LONG_ANSWER)
     assert partial["events"][-1]["event"] == "error"
     assert partial["events"][-1]["data"]["kind"] == "stopped"
@@ -275,10 +283,12 @@ def test_second_turn_while_one_runs_is_refused(client: httpx.Client, rule: Servi
 
 def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
     page = client.get("/")
-    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
     for asset in ("app.js", "markdown.js", "format.js", "sse.js", "style.css"):
         assert client.get(f"/static/{asset}").status_code == 200, asset
     info = client.get("/api/info").json()
-    assert info["demo_model"] is False and info["model"] == "stub-model"
+    assert info["demo_model"] is False
+    assert info["model"] == "stub-model"
     assert client.get("/openapi.json").json()["paths"]["/api/chat"]

@@ -201,6 +201,7 @@ def _english_answer(question: str, finding: str, summary: bool, visible: int | N
     quoted = _quote(question)
     finding_line = (f"The tool step reported: `{finding}`." if finding
                     else "No tool result was needed for this question.")
+    seen = "not reported" if visible is None else str(visible)
     memory_line = (
         "A **conversation summary** was part of my context this turn: earlier turns were "
         "compacted to fit the budget, and the dashed line above marks where."
@@ -219,7 +220,7 @@ usage card below are all real output of the service. Configure `LLM_BASE_URL`,
 `LLM_API_KEY` and `LLM_MODEL` to talk to a real model instead.
 
 ### What I could see
-- Earlier messages of this conversation in my context: **{"not reported" if visible is None else visible}**
+- Earlier messages of this conversation in my context: **{seen}**
 - {memory_line}
 
 ### How ctxstack keeps a long conversation inside the window

@@ -23,6 +23,7 @@ says the turn failed (status "failed"); the conversation stays usable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -32,8 +33,8 @@ from typing import Any
 from ctxstack.agent import ReActAgent
 from ctxstack.agent import events as agent_events
 from ctxstack.budget import ModelBudget
-from ctxstack.dag.engine import DAGEngine
 from ctxstack.dag import events as dag_events
+from ctxstack.dag.engine import DAGEngine
 from ctxstack.errors import CtxstackError
 from ctxstack.files import FileRecord
 from ctxstack.guard import ContextGuard
@@ -170,10 +171,8 @@ class Turn:
     async def _stop_poller(poller: asyncio.Task[None] | None) -> None:
         if poller is not None and not poller.done():
             poller.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await poller
-            except asyncio.CancelledError:
-                pass
 
     async def _deliver(self, text: str) -> None:
         self.forwarded.append(text)
