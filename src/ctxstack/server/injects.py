@@ -256,13 +256,13 @@ class RedisInjectQueue:
 
     async def heartbeat(self, conversation_id: str, turn_id: str) -> None:
         await self._redis.eval(self._BEAT, 1, self._turn_key(conversation_id), turn_id,
-                               int(self.stale_after * 1000))  # type: ignore[misc]
+                               int(self.stale_after * 1000))
 
     async def is_running(self, conversation_id: str) -> bool:
         return bool(await self._redis.exists(self._turn_key(conversation_id)))
 
     async def push(self, conversation_id: str, text: str) -> None:
-        turn = await self._redis.eval(  # type: ignore[misc]
+        turn = await self._redis.eval(
             self._PUSH, 1, self._turn_key(conversation_id), text, self._list_prefix(),
             int(self.stale_after * 4),
         )
@@ -270,12 +270,12 @@ class RedisInjectQueue:
             raise NoRunningTurnError("no turn is running in this conversation")
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._redis.eval(  # type: ignore[misc]
+        items = await self._redis.eval(
             self._TAKE, 1, self._list_prefix() + turn_id)
         return [str(i) for i in items or []]
 
     async def end(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._redis.eval(  # type: ignore[misc]
+        items = await self._redis.eval(
             self._END, 2, self._turn_key(conversation_id), self._list_prefix() + turn_id,
             turn_id)
         return [str(i) for i in items or []]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, HTTPException, Query, Request, UploadFile
 from fastapi.responses import Response
@@ -37,6 +37,7 @@ from ctxstack.server.schemas import (
     MessageOut,
     ModelConfigIn,
     ModelConfigOut,
+    StoredEvent,
     UsageOut,
 )
 from ctxstack.server.sse import EventStreamResponse, frames
@@ -48,7 +49,8 @@ from ctxstack.store.messages import MessageRecord, NewMessage, append_message, l
 
 router = APIRouter(prefix="/api")
 
-_404 = {404: {"model": ErrorOut, "description": "Not found (or not yours)."}}
+_404: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut, "description": "Not found (or not yours)."}}
 _TITLE_FROM_QUERY_CHARS = 60
 
 
@@ -146,7 +148,7 @@ def message_out(record: MessageRecord) -> MessageOut:
                 for i in record.image_refs],
         usage=UsageOut(input_tokens=record.usage.input_tokens,
                        output_tokens=record.usage.output_tokens) if record.usage else None,
-        events=stored_events(meta),  # type: ignore[arg-type]
+        events=[StoredEvent.model_validate(e) for e in stored_events(meta)]
         status=status if status in ("ok", "failed", "stopped") else None,
         mode=mode if mode in ("react", "dag") else None,
         created_at=record.created_at,
@@ -212,8 +214,12 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
                                 mode=body.mode, images=images))
     task = asyncio.create_task(turn.run(), name=f"ctxstack-turn-{turn_id}")
     state.track(task)
+
+    def stop_turn() -> None:
+        task.cancel()  # the turn saves what it produced, then ends
+
     return EventStreamResponse(frames(turn.queue, state.settings.keepalive_seconds),
-                               on_disconnect=task.cancel)
+                               on_disconnect=stop_turn)
 
 
 def _title_from(query: str) -> str:

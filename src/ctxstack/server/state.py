@@ -57,12 +57,13 @@ class LLMProvider:
     ) -> tuple[LLM, LLM]:
         """Metered (main, fast) models for one turn, sized to the resolved budgets."""
         if self._main is None or self._fast is None:
-            pace = {"delay": self.settings.demo_delay,
-                    "chunk_delay": self.settings.demo_chunk_delay}
-            main_llm: LLM = build_demo_llm(context_size=main.context_size,
-                                           max_output_tokens=main.max_output_tokens, **pace)
-            fast_llm: LLM = build_demo_llm(context_size=fast.context_size,
-                                           max_output_tokens=fast.max_output_tokens, **pace)
+            delay, chunk_delay = self.settings.demo_delay, self.settings.demo_chunk_delay
+            main_llm: LLM = build_demo_llm(delay=delay, chunk_delay=chunk_delay,
+                                           context_size=main.context_size,
+                                           max_output_tokens=main.max_output_tokens)
+            fast_llm: LLM = build_demo_llm(delay=delay, chunk_delay=chunk_delay,
+                                           context_size=fast.context_size,
+                                           max_output_tokens=fast.max_output_tokens)
         else:
             main_llm, fast_llm = self._main, self._fast
         return MeteredLLM(main_llm, meter), MeteredLLM(fast_llm, meter)
