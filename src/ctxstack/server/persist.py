@@ -27,6 +27,7 @@ from ctxstack.store.messages import NewMessage, _append_once
 from ctxstack.store.models import CompactionCheckpoint, utcnow
 
 MAX_ATTEMPTS = 5
+_EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
 _TRANSIENT = ("database is locked", "deadlock detected", "could not serialize")
 
 
@@ -118,5 +119,5 @@ def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(events, list):
         return []
     return [e for e in events
-            if isinstance(e, dict) and isinstance(e.get("event"), str)
+            if isinstance(e, dict) and e.get("event") in _EVENT_NAMES
             and isinstance(e.get("data"), dict)]

@@ -148,7 +148,7 @@ def message_out(record: MessageRecord) -> MessageOut:
                 for i in record.image_refs],
         usage=UsageOut(input_tokens=record.usage.input_tokens,
                        output_tokens=record.usage.output_tokens) if record.usage else None,
-        events=[StoredEvent.model_validate(e) for e in stored_events(meta)]
+        events=[StoredEvent.model_validate(e) for e in stored_events(meta)],
         status=status if status in ("ok", "failed", "stopped") else None,
         mode=mode if mode in ("react", "dag") else None,
         created_at=record.created_at,
