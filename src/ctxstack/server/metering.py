@@ -9,6 +9,7 @@ event's usage is the meter's total, so it includes every call by construction.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -17,10 +18,16 @@ from ctxstack.messages import ChatMessage
 
 
 class UsageMeter:
-    """The running total of one turn (single event loop, so no lock is needed)."""
+    """The running totals of one turn (single event loop, so no lock is needed).
+
+    ``llm_seconds`` is the time spent waiting on model calls, so the service can tell its
+    own overhead (``elapsed - llm_seconds``) from the model's latency. Calls that overlap
+    (parallel DAG steps) each count in full.
+    """
 
     def __init__(self) -> None:
         self.total = Usage()
+        self.llm_seconds = 0.0
 
     def add(self, usage: Usage) -> None:
         self.total = self.total + usage
@@ -57,7 +64,11 @@ class MeteredLLM:
         tools: Sequence[ToolSpec] | None = None,
         **opts: Any,
     ) -> LLMResult:
-        result = await self.inner.chat(messages, tools=tools, **opts)
+        started = time.perf_counter()
+        try:
+            result = await self.inner.chat(messages, tools=tools, **opts)
+        finally:
+            self.meter.llm_seconds += time.perf_counter() - started
         self.meter.add(result.usage)
         return result
 
@@ -68,7 +79,14 @@ class MeteredLLM:
     async def _relay(self, inner: ChatStream) -> AsyncIterator[str | Usage]:
         finished = False
         try:
-            async for delta in inner:
+            while True:
+                started = time.perf_counter()
+                try:
+                    delta = await inner.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    self.meter.llm_seconds += time.perf_counter() - started
                 yield delta
             finished = True
         finally:

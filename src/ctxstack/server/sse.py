@@ -136,10 +136,14 @@ class AnswerEvent(_Data):
 
 
 class DoneData(_Data):
+    """``elapsed`` is the turn's wall time in seconds; ``llm_seconds`` the part of it spent
+    waiting on the model (so ``elapsed - llm_seconds`` is the service's own overhead)."""
+
     answer: str
     usage: UsageData
     iterations: int
     elapsed: float
+    llm_seconds: float = 0.0
     message_id: int | None = None
 
 

@@ -334,7 +334,8 @@ class Turn:
         elapsed = round(time.perf_counter() - self.started, 3)
         done = DoneData(answer=answer, usage=UsageData(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
-            iterations=self.iterations, elapsed=elapsed)
+            iterations=self.iterations, elapsed=elapsed,
+            llm_seconds=round(self.meter.llm_seconds, 4))
         stored = list(self.events)
         if status == "ok":
             stored.append(DoneEvent(data=done))
