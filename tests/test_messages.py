@@ -132,3 +132,10 @@ def test_model_copy_drops_cached_estimate() -> None:
     m = ChatMessage.user("x" * 400)
     m._token_cache["k"] = 1
     assert m.model_copy(update={"content": "y"})._token_cache == {}
+
+
+def test_equality_ignores_cached_estimates() -> None:
+    a, b = ChatMessage.user("same"), ChatMessage.user("same")
+    a._token_cache["heuristic"] = 5
+    assert a == b
+    assert a != ChatMessage.user("other")

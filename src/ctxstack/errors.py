@@ -30,6 +30,11 @@ callers that validate generically (pydantic, FastAPI) already treat ``ValueError
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxstack.llm.base import Usage
+
 
 class CtxstackError(Exception):
     """Base class of every error ctxstack raises deliberately."""
@@ -90,7 +95,19 @@ class ServerError(LLMError):
 
 
 class StructuredOutputError(LLMError):
-    """The model did not produce output matching the requested schema, even after a re-ask."""
+    """The model did not produce output matching the requested schema, even after a re-ask.
+
+    ``raw`` is the model's last answer; ``usage`` the tokens of every attempt, so a turn's
+    total still counts calls whose output was thrown away.
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, raw: str | None = None,
+        usage: Usage | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code)
+        self.raw = raw
+        self.usage = usage
 
 
 class StorageError(CtxstackError):

@@ -152,6 +152,15 @@ class ChatMessage(BaseModel):
     # is frozen; reset by replace()/model_copy() which may change the content.
     _token_cache: dict[str, int] = PrivateAttr(default_factory=dict)
 
+    def __eq__(self, other: object) -> bool:
+        # Value equality over the declared fields only: the private token cache is an
+        # implementation detail and must not make equal messages compare unequal.
+        if not isinstance(other, ChatMessage):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # metadata is a dict: not hashable
+
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)

@@ -15,3 +15,11 @@ def main(verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
+
+
+def _register() -> None:
+    # Each sub-command module adds itself to ``main`` when imported.
+    from ctxstack.cli import stub  # noqa: F401
+
+
+_register()

@@ -1,0 +1,254 @@
+"""The stub's FastAPI app: script state, OpenAI wire format (JSON and SSE), fault replies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from ctxstack.errors import MessageError
+from ctxstack.llm.stub.replies import (
+    DEFAULT_MODEL,
+    ReplyLike,
+    Rule,
+    StubReply,
+    StubRequest,
+    ids,
+    stub_usage,
+)
+from ctxstack.messages import from_openai_messages
+
+
+class StubState:
+    """The script and the record of requests, shared by the server thread and the test."""
+
+    def __init__(self, *, model: str = DEFAULT_MODEL, api_key: str | None = None,
+                 replies: Iterable[ReplyLike] = (), rule: Rule | None = None,
+                 delay: float = 0.0) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.rule = rule
+        self.delay = delay
+        self.fault: StubReply | None = None
+        self._queue: deque[ReplyLike] = deque(replies)
+        self._requests: list[StubRequest] = []
+        self._lock = threading.Lock()
+        self.stopping: asyncio.Event | None = None
+
+    def push(self, *replies: ReplyLike) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def requests(self) -> list[StubRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def record(self, request: StubRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._requests.clear()
+        self.rule = None
+        self.fault = None
+        self.delay = 0.0
+
+    def next_reply(self, request: StubRequest) -> StubReply:
+        with self._lock:
+            item: ReplyLike | None = self.fault
+            if item is None and self._queue:
+                item = self._queue.popleft()
+        if item is None and self.rule is not None:
+            item = self.rule(request)
+        if item is None:
+            return StubReply.failure(400, "stub: no scripted reply queued and no rule set "
+                                     f"(request #{len(self.requests)})", code="stub_empty")
+        return StubReply.text(item) if isinstance(item, str) else item
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, but wake at once when the server stops (fast test teardown)."""
+        if seconds <= 0:
+            return
+        if self.stopping is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+
+
+# --------------------------------------------------------------------------- wire format
+def _completion_json(state: StubState, request: StubRequest, reply: StubReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id or f"call_stub_{next(ids)}", "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments_text}}
+            for c in reply.tool_calls
+        ]
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-stub-{next(ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(request.body.get("model") or state.model),
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": _finish(reply)}],
+    }
+    if reply.include_usage:
+        body["usage"] = _usage_json(request, reply)
+    return body
+
+
+def _finish(reply: StubReply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+def _usage_json(request: StubRequest, reply: StubReply) -> dict[str, Any]:
+    prompt, completion = stub_usage(request.messages, reply.content, reply.tool_calls)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
+    }
+
+
+def _sse_events(state: StubState, request: StubRequest, reply: StubReply) -> list[str]:
+    """Every ``data:`` payload of a streamed answer, in order (``[DONE]`` last)."""
+    include_usage = bool((request.body.get("stream_options") or {}).get("include_usage"))
+    base = {"id": f"chatcmpl-stub-{next(ids)}", "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": str(request.body.get("model") or state.model),
+            "system_fingerprint": None}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        data: dict[str, Any] = {**base, "choices": [
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        if include_usage and reply.include_usage:
+            data["usage"] = None
+        return json.dumps(data, ensure_ascii=False)
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    text = reply.content or ""
+    size = max(1, reply.chunk_size)
+    events += [chunk({"content": text[i:i + size]}) for i in range(0, len(text), size)]
+    for index, call in enumerate(reply.tool_calls):
+        events.append(chunk({"tool_calls": [{
+            "index": index, "id": call.id or f"call_stub_{next(ids)}", "type": "function",
+            "function": {"name": call.name, "arguments": ""}}]}))
+        args = call.arguments_text
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i:i + 16]}}]})
+            for i in range(0, len(args), 16)
+        ]
+    events.append(chunk({}, _finish(reply)))
+    if include_usage and reply.include_usage:
+        events.append(json.dumps({**base, "choices": [], "usage": _usage_json(request, reply)}))
+    events.append("[DONE]")
+    return events
+
+
+class _SSEResponse(Response):
+    """Server-Sent Events written straight to ASGI, so a stream can be cut mid-way.
+
+    A cut returns without the final empty body message: uvicorn then closes the socket
+    and the client sees an incomplete chunked body, as with a real dropped connection.
+    """
+
+    def __init__(self, events: AsyncIterator[bytes], *, complete: bool) -> None:
+        super().__init__(media_type="text/event-stream")
+        self._events = events
+        self._complete = complete
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache")]})
+        async for data in self._events:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        if self._complete:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+# --------------------------------------------------------------------------- app
+def create_app(state: StubState) -> FastAPI:
+    """The FastAPI app serving ``state``'s script (used by :class:`StubServer` and the CLI)."""
+    app = FastAPI(title="ctxstack stub LLM", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"id": state.model, "object": "model", "created": 0, "owned_by": "ctxstack-stub"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(http: Request) -> Response:
+        headers = {k.lower(): v for k, v in http.headers.items()}
+        raw = await http.body()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return _error(400, f"request body is not JSON: {exc.msg}")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        try:
+            messages = tuple(from_openai_messages(body.get("messages") or []))
+        except MessageError as exc:
+            state.record(StubRequest(http.url.path, body, headers))
+            return _error(400, f"invalid messages: {exc}", param="messages")
+        request = StubRequest(http.url.path, body, headers, messages)
+        state.record(request)
+        if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
+            return _reply_error(StubReply.unauthorized())
+        if not messages or not body.get("model"):
+            return _error(400, "'model' and a non-empty 'messages' are required")
+        reply = state.next_reply(request)
+        await state.sleep(state.delay + reply.delay)
+        if reply.raw_body is not None:
+            return Response(reply.raw_body, status_code=reply.status,
+                            media_type=reply.content_type, headers=dict(reply.headers))
+        if reply.is_error:
+            return _reply_error(reply)
+        if not request.stream:
+            return JSONResponse(_completion_json(state, request, reply))
+        events = _sse_events(state, request, reply)
+        if reply.drop_after is not None:
+            events = events[: max(0, reply.drop_after)]
+        return _SSEResponse(_paced(state, events, reply),
+                            complete=reply.drop_after is None or reply.drop_mode == "clean")
+
+    return app
+
+
+async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
+    for i, data in enumerate(events):
+        if reply.chunk_delay and i:
+            await state.sleep(reply.chunk_delay)
+        if reply.pause_after is not None and i == reply.pause_after:
+            await state.sleep(reply.pause)
+        yield f"data: {data}\n\n".encode()
+
+
+def _error(status: int, message: str, *, param: str | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {
+        "message": message, "type": "invalid_request_error", "param": param, "code": None}})
+
+
+def _reply_error(reply: StubReply) -> JSONResponse:
+    return JSONResponse(status_code=reply.status, content={"error": dict(reply.error or {})},
+                        headers=dict(reply.headers))
