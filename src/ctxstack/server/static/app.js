@@ -220,7 +220,12 @@ class AssistantTurn {
   }
 
   onInject(data) {
-    this.append(el("div", "injected", data?.text ?? ""));
+    const note = el("div", "injected", data?.text ?? "");
+    if (data?.consumed === false) {
+      note.classList.add("late");
+      note.title = "Arrived after the agent's last step: kept in the conversation for the next turn.";
+    }
+    this.append(note);
   }
 
   onAnswer(data) {
