@@ -211,7 +211,6 @@ class ServiceRule:
 
     def decide(self, request: Any) -> tuple[str, Any]:
         from ctxstack.llm.stub import StubReply
-
         from ctxstack.prompts import LANGUAGE_INSTRUCTION
 
         system = "\n".join(m.text for m in request.messages if m.role == "system")

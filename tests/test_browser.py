@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tests.service_support import ROOT, running_server
 
 pytestmark = pytest.mark.browser

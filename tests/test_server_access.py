@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from tests.service_support import ServerProcess, chat, run_cli, running_server
 
 PNG = base64.b64decode(

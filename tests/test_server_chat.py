@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
     ROOT,
@@ -292,3 +293,7 @@ def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
     assert info["demo_model"] is False
     assert info["model"] == "stub-model"
     assert client.get("/openapi.json").json()["paths"]["/api/chat"]
+    docs = client.get("/docs")
+    assert docs.status_code == 200
+    assert "openapi.json" in docs.text
+    assert "cdn" not in docs.text.lower()  # works without internet access

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
     ServerProcess,

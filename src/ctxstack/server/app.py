@@ -53,9 +53,6 @@ _CSP = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
-# /docs loads Swagger UI's assets from a CDN by FastAPI's default; keep its CSP loose
-# enough for that (it is the only page that is not ours).
-_DOCS_PATHS = ("/docs", "/redoc", "/openapi.json")
 
 
 def _status_for(exc: CtxstackError) -> int:
@@ -89,7 +86,7 @@ def _field_message(errors: list[dict[str, object]]) -> str:
 
 
 class SecurityHeaders:
-    """No sniffing, no framing, and a strict CSP for our own page.
+    """No sniffing, no framing, and a strict CSP (our pages load nothing from elsewhere).
 
     A plain ASGI middleware (not ``BaseHTTPMiddleware``): it must not buffer or re-wrap the
     SSE stream, or a client disconnect would no longer reach the turn.
@@ -102,16 +99,14 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        docs = str(scope.get("path", "")).startswith(_DOCS_PATHS)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 headers.setdefault("X-Content-Type-Options", "nosniff")
                 headers.setdefault("Referrer-Policy", "no-referrer")
-                if not docs:
-                    headers.setdefault("Content-Security-Policy", _CSP)
-                    headers.setdefault("X-Frame-Options", "DENY")
+                headers.setdefault("Content-Security-Policy", _CSP)
+                headers.setdefault("X-Frame-Options", "DENY")
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -138,6 +133,10 @@ def create_app(settings: Settings | None = None, *,
         version=__version__,
         summary="Chat with an agent whose context is kept inside the model's window.",
         lifespan=lifespan,
+        # FastAPI's own /docs loads Swagger UI from a CDN; the service must work offline,
+        # so /docs is a small page of ours that reads /openapi.json.
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
@@ -170,6 +169,10 @@ def create_app(settings: Settings | None = None, *,
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> FileResponse:
+        return FileResponse(STATIC_DIR / "docs.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
