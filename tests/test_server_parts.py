@@ -132,7 +132,7 @@ def test_demo_long_answer_quotes_the_request_in_its_language() -> None:
                        ChatMessage.user("Request:\nHow big is it?\n\nBrief answer:\nok")], None)
     assert isinstance(english, str)
     assert 'You asked: "How big is it?"' in english
-    assert len(english) > 2500  # long on purpose: compaction shows after a few turns
+    assert len(english) > 2000  # long on purpose: compaction shows after a few turns
     assert is_japanese("東京")
     assert not is_japanese("Tokyo")
 

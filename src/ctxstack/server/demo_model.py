@@ -118,8 +118,8 @@ class DemoHandler:
             if "text_stats" in names:
                 return ScriptedLLM.tool_call("text_stats", {"text": question[:4000]})
         found = "; ".join(_quote(r.text, 160) for r in results) or "no tool was needed"
-        history = [m for m in messages if m.role in ("user", "assistant")
-                   and m.kind not in ("query", "inject")]
+        query_at = next((i for i, m in enumerate(messages) if m.kind == "query"), len(messages))
+        history = [m for m in messages[:query_at] if m.role in ("user", "assistant")]
         summary = "yes" if _has_summary(messages) else "no"
         # The synthesis step only sees this brief answer, so it carries what the agent saw.
         context = f"Context: {len(history)} earlier messages; summary: {summary}."
