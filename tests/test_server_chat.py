@@ -40,7 +40,8 @@ def stub() -> Iterator[StubServer]:
 
 @pytest.fixture(scope="module")
 def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with running_server(tmp_path_factory.mktemp("serve"), llm_env(stub)) as proc:
+    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3")
+    with running_server(tmp_path_factory.mktemp("serve"), env) as proc:
         yield proc
 
 
@@ -276,8 +277,11 @@ def test_second_turn_while_one_runs_is_refused(client: httpx.Client, rule: Servi
         again = client.post("/api/chat", json={**body, "query": "second"})
         assert again.status_code == 409
         assert "already running" in again.json()["detail"]
-        events = [e for e in parse_sse(response.iter_lines()) if isinstance(e, SSEEvent)]
+        items = list(parse_sse(response.iter_lines()))
+    events = [e for e in items if isinstance(e, SSEEvent)]
     assert events[-1].event == "done"
+    # The quiet second while the slow tool call ran was bridged by keep-alive comments.
+    assert ": keep-alive" in [i for i in items if isinstance(i, str)]
     # Only the first question was stored: a refused turn leaves nothing half-written.
     assert [m["content"] for m in messages(client, cid) if m["role"] == "user"] == ["slow one"]
 
