@@ -58,3 +58,22 @@ def test_satisfies_protocol() -> None:
 
 def test_llm_result_text() -> None:
     assert LLMResult(message=ChatMessage.assistant("x")).text == "x"
+
+
+def test_first_sentence_summarizer_keeps_one_sentence_per_entry() -> None:
+    from ctxstack.llm.scripted import first_sentence, first_sentence_summarizer
+
+    request = ChatMessage.user(
+        "Conversation to fold in:\n\n"
+        "[user] Budget is $48,250. Please hurry.\n"
+        "[assistant] 参加者は42名です。よろしく。\n"
+        "[tool result: search] {\"a\": 1}\n"
+        "free text that is not an entry"
+    )
+    summary = first_sentence_summarizer([request])
+    assert summary.splitlines() == [
+        "- [user] Budget is $48,250.",
+        "- [assistant] 参加者は42名です。",
+        '- [tool result: search] {"a": 1}',
+    ]
+    assert first_sentence("x" * 500, limit=10) == "x" * 10

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -170,3 +171,33 @@ class ScriptedLLM:
         )
         finish = "tool_calls" if message.tool_calls else "stop"
         return LLMResult(message=message, usage=usage, finish_reason=finish, model=self.name)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|(?<=[。！？])")
+_ENTRY = re.compile(r"^\[(user|assistant|system note|tool result[^\]]*|assistant -> tool call)\]")
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of ``text`` (Latin or CJK punctuation), at most ``limit`` chars."""
+    text = " ".join(text.split())
+    head = _SENTENCE_END.split(text, maxsplit=1)[0]
+    return head[:limit].rstrip()
+
+
+def first_sentence_summarizer(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None = None
+) -> str:
+    """A deliberately lossy, deterministic summariser (a :class:`ScriptedLLM` handler).
+
+    Keeps only the first sentence of each transcript entry the compaction request carries
+    (lines starting ``[user]``, ``[assistant]``, ``[tool result: …]``). What survives beyond
+    that is what the library itself preserves (facts re-attached verbatim, pinned messages,
+    recent turns) — which is exactly what the demo and the fidelity benchmark want to show.
+    """
+    request = messages[-1].text if messages else ""
+    kept = [
+        f"- {first_sentence(line)}"
+        for line in request.splitlines()
+        if _ENTRY.match(line) and len(line) > 2
+    ]
+    return "\n".join(kept) or "- (nothing to summarise)"
