@@ -35,31 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-try:
-    from benchmarks.common import BenchRow, print_table
-except ImportError:  # pragma: no cover - until benchmarks/common.py lands
-
-    @dataclass(frozen=True)
-    class BenchRow:  # type: ignore[no-redef]
-        name: str
-        value: float
-        unit: str = ""
-        baseline: float | None = None
-        ratio: float | None = None
-        target: str | float = ""
-        met: bool | None = None
-
-    def print_table(rows: Sequence[BenchRow], title: str = "") -> None:  # type: ignore[misc]
-        if title:
-            print(f"\n{title}")
-        for r in rows:
-            base = "-" if r.baseline is None else f"{r.baseline:.3f}"
-            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-            met = "-" if r.met is None else ("yes" if r.met else "NO")
-            print(f"{r.name:<58} {r.value:>10.3f} {r.unit:<6} {base:>10} {ratio:>8} "
-                  f"{r.target!s:<7} {met}")
-
+from benchmarks.common import BenchRow, print_table
 
 ROOT = Path(__file__).resolve().parent.parent
 LATENCY = 0.05  # seconds per model call at the stub
