@@ -7,6 +7,11 @@ from collections.abc import Sequence
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from ctxstack.compact import CompactUtils
+from ctxstack.llm import ScriptedLLM
+from ctxstack.messages import ChatMessage
+from ctxstack.tokens import HEURISTIC
 from tests.conversations import (
     assert_opens_with_user,
     assert_subsequence,
@@ -17,11 +22,6 @@ from tests.conversations import (
     snapshot,
     system_prompt,
 )
-
-from ctxstack.compact import CompactUtils
-from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC
 
 SETTINGS = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]

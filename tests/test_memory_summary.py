@@ -8,12 +8,6 @@ import logging
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conversations import (
-    assert_opens_with_user,
-    assert_tool_pairing,
-    conversation,
-    is_summary,
-)
 
 from ctxstack.errors import ConfigError, LLMError
 from ctxstack.llm import ScriptedLLM
@@ -21,6 +15,12 @@ from ctxstack.memory import BaseMemory, SummaryMemory
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt
 from ctxstack.tokens import HEURISTIC
+from tests.conversations import (
+    assert_opens_with_user,
+    assert_tool_pairing,
+    conversation,
+    is_summary,
+)
 
 SYS = ChatMessage.system("You are helpful.")
 

@@ -7,12 +7,12 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conversations import assert_opens_with_user, assert_tool_pairing, conversation
 
 from ctxstack.errors import ConfigError
 from ctxstack.memory import BaseMemory, WindowMemory
 from ctxstack.memory.window import window_indices
 from ctxstack.messages import ChatMessage, ToolCall
+from tests.conversations import assert_opens_with_user, assert_tool_pairing, conversation
 
 SYS = ChatMessage.system("You are helpful.")
 

@@ -7,6 +7,9 @@ cases apart::
     CtxstackError
     ├── ConfigError                 bad or missing configuration (names the variable)
     ├── MessageError (ValueError)   a message or message list that breaks the format
+    ├── InputError (ValueError)     another value handed to ctxstack is invalid (a title,
+    │   │                           a token, a role…); the message names it
+    │   └── FileRejectedError       an upload is not an accepted image, empty or too large
     ├── TokenizerUnavailableError   an exact tokenizer asked for but not available offline
     ├── LLMError                    a provider call failed
     │   ├── AuthenticationError     401/403: the key is wrong or lacks access
@@ -24,13 +27,13 @@ cases apart::
     ├── PlanError                   a DAG plan is invalid after a re-ask
     └── AgentError                  the agent loop cannot go on (e.g. overflow twice)
 
-``MessageError`` is also a ``ValueError`` because invalid input is a value problem and
-callers that validate generically (pydantic, FastAPI) already treat ``ValueError`` so.
+``MessageError`` and ``InputError`` are also ``ValueError`` because invalid input is a value
+problem and callers that validate generically (pydantic, FastAPI) already treat it so.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ctxstack.llm.base import Usage
@@ -46,6 +49,22 @@ class ConfigError(CtxstackError):
 
 class MessageError(CtxstackError, ValueError):
     """A chat message (or its OpenAI wire form) is malformed; the message names the field."""
+
+
+class InputError(CtxstackError, ValueError):
+    """A value handed to ctxstack (other than a chat message) is invalid; names the field."""
+
+
+class FileRejectedError(InputError):
+    """An uploaded file was refused before anything was stored.
+
+    ``reason`` tells a service which status to answer: ``"type"`` (not a PNG, JPEG, WebP or
+    GIF by its magic bytes — 415), ``"size"`` (over the limit — 413) or ``"empty"`` (400).
+    """
+
+    def __init__(self, message: str, *, reason: Literal["type", "size", "empty"]) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class TokenizerUnavailableError(CtxstackError):

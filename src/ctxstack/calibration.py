@@ -1,0 +1,219 @@
+"""A token counter that learns how far its estimates are from what the provider bills.
+
+The heuristic counter (ASCII/4, non-ASCII/1.5) can be systematically off for a given
+model — code-heavy or punctuation-heavy prompts, a tokenizer with a small vocabulary, the
+provider's own chat-template overhead. A guard that under-counts by 30% lets a "fitting"
+prompt overflow the real window. :class:`CalibratingCounter` fixes that from evidence:
+after each LLM call it is told the estimate it made and the ``input_tokens`` the provider
+reported, and it learns a per-model correction factor applied to later estimates.
+
+The factor is:
+
+* **smoothed** — an exponential moving average (``smoothing`` is the weight of a new
+  sample), so one odd call does not swing it;
+* **bounded** — clamped to ``[min_factor, max_factor]`` (default 0.5–3.0), so a bad
+  stream of samples cannot make the guard wildly over- or under-count;
+* **robust** — samples whose ratio is not finite, whose estimate is too small to be
+  meaningful (``min_sample_tokens``), or whose ratio lies beyond twice the bounds (a
+  provider reporting a cached or a zero figure, a caller passing the wrong number) are
+  ignored and counted in :attr:`CalibratingCounter.rejected`;
+* **per model** — ``observe(..., model="gpt-4o")`` trains that model's factor; a model
+  with no samples yet uses the factor learnt without a model name, else 1.0.
+
+It is **off by default**: nothing in ctxstack calibrates unless you build one and feed it.
+To enable it::
+
+    from ctxstack.calibration import CalibratingCounter
+    from ctxstack.guard import ContextGuard
+
+    counter = CalibratingCounter(model="gpt-4o")          # wraps the heuristic counter
+    guard = ContextGuard(compact_llm=fast_llm, counter=counter)
+    ...
+    messages = await guard.check_and_compact(messages, hint="react_iteration")
+    result = await llm.chat(messages)
+    counter.observe_result(messages, result)              # learn from the provider's figure
+
+``observe_result`` computes the base estimate of exactly the messages sent and skips
+results whose usage was itself estimated. The lower-level
+``observe(estimated_input_tokens, reported_input_tokens, model=None)`` takes the *base*
+counter's figure (``counter.base_count(messages)``), never the calibrated one, or the
+factor would chase its own tail. Tool schemas sent with the call are billed by the
+provider but are not messages: a steady overhead of that kind is simply learnt into the
+factor.
+
+Caching: the per-message cache (see :class:`~ctxstack.tokens.TokenCounter`) holds the
+*base* counter's figures under the base key; the factor is applied on top, to totals.
+So learning never invalidates the cache, and this counter's own ``cache_key`` (which
+nothing is stored under) differs from the base's, so nobody reads an uncalibrated figure
+believing it calibrated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ctxstack.errors import ConfigError
+from ctxstack.llm.base import LLMResult
+from ctxstack.messages import ChatMessage
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+
+
+@dataclass
+class _State:
+    """Factors and sample counts, shared by every model view of one counter."""
+
+    factors: dict[str | None, float] = field(default_factory=dict)
+    samples: dict[str | None, int] = field(default_factory=dict)
+    rejected: int = 0
+
+
+class CalibratingCounter:
+    """A :class:`~ctxstack.tokens.TokenCounter` whose estimates carry a learnt factor.
+
+    Args:
+        base: the counter whose figures are corrected (default: the heuristic).
+        model: the model whose factor this view applies (``None``: the unnamed factor).
+        min_factor / max_factor: bounds of the factor.
+        smoothing: weight of a new sample in the moving average (0 < smoothing ≤ 1).
+        min_sample_tokens: estimates below this are too small to learn from.
+
+    Raises:
+        ConfigError: bounds or smoothing out of range.
+    """
+
+    def __init__(
+        self,
+        base: TokenCounter | None = None,
+        *,
+        model: str | None = None,
+        min_factor: float = 0.5,
+        max_factor: float = 3.0,
+        smoothing: float = 0.3,
+        min_sample_tokens: int = 32,
+    ) -> None:
+        if not (0 < min_factor <= 1.0 <= max_factor) or not math.isfinite(max_factor):
+            raise ConfigError(
+                f"min_factor/max_factor: need 0 < min_factor <= 1 <= max_factor < inf, "
+                f"got {min_factor!r} and {max_factor!r}"
+            )
+        if not (0 < smoothing <= 1):
+            raise ConfigError(f"smoothing: expected 0 < smoothing <= 1, got {smoothing!r}")
+        if min_sample_tokens < 1:
+            raise ConfigError(f"min_sample_tokens: expected >= 1, got {min_sample_tokens!r}")
+        self.base: TokenCounter = base or DEFAULT_COUNTER
+        self.model = model
+        self.min_factor = min_factor
+        self.max_factor = max_factor
+        self.smoothing = smoothing
+        self.min_sample_tokens = min_sample_tokens
+        self._state = _State()
+
+    def for_model(self, model: str | None) -> CalibratingCounter:
+        """A view applying ``model``'s factor; it shares what this counter has learnt."""
+        view = CalibratingCounter(
+            self.base,
+            model=model,
+            min_factor=self.min_factor,
+            max_factor=self.max_factor,
+            smoothing=self.smoothing,
+            min_sample_tokens=self.min_sample_tokens,
+        )
+        view._state = self._state
+        return view
+
+    # ------------------------------------------------------------------ learning
+    def factor(self, model: str | None = None) -> float:
+        """The correction for ``model`` (or this view's model): learnt, unnamed, or 1.0."""
+        key = self.model if model is None else model
+        factors = self._state.factors
+        if key in factors:
+            return factors[key]
+        return factors.get(None, 1.0)
+
+    def samples(self, model: str | None = None) -> int:
+        """How many accepted samples trained ``model``'s factor (this view's by default)."""
+        return self._state.samples.get(self.model if model is None else model, 0)
+
+    @property
+    def rejected(self) -> int:
+        """Samples ignored as absurd (see the module docstring)."""
+        return self._state.rejected
+
+    def observe(
+        self, estimated_input_tokens: int, reported_input_tokens: int, model: str | None = None
+    ) -> bool:
+        """Learn from one call: the base estimate and the provider-reported input tokens.
+
+        ``model`` defaults to this view's model. Returns whether the sample was used.
+        """
+        key = self.model if model is None else model
+        if estimated_input_tokens < self.min_sample_tokens or reported_input_tokens <= 0:
+            self._state.rejected += 1
+            return False
+        ratio = reported_input_tokens / estimated_input_tokens
+        if not math.isfinite(ratio) or not (
+            self.min_factor / 2 <= ratio <= self.max_factor * 2
+        ):
+            self._state.rejected += 1
+            return False
+        factors = self._state.factors
+        # A model's first sample starts from the unnamed factor (or 1.0): the best guess
+        # before any evidence about this model.
+        current = factors.get(key, factors.get(None, 1.0))
+        updated = current + self.smoothing * (ratio - current)
+        factors[key] = min(self.max_factor, max(self.min_factor, updated))
+        self._state.samples[key] = self._state.samples.get(key, 0) + 1
+        return True
+
+    def observe_messages(
+        self, messages: Sequence[ChatMessage], reported_input_tokens: int,
+        model: str | None = None,
+    ) -> bool:
+        """:meth:`observe` with the base estimate of ``messages`` computed here."""
+        return self.observe(self.base_count(messages), reported_input_tokens, model)
+
+    def observe_result(
+        self, messages: Sequence[ChatMessage], result: LLMResult, model: str | None = None
+    ) -> bool:
+        """Learn from a chat result (its usage and, unless given, its model name).
+
+        Results whose usage was estimated rather than reported are skipped: learning from
+        our own estimate would teach nothing.
+        """
+        if result.usage.estimated or result.usage.input_tokens <= 0:
+            return False
+        name = model if model is not None else (result.model or self.model)
+        return self.observe_messages(messages, result.usage.input_tokens, name)
+
+    def base_count(self, messages: Iterable[ChatMessage]) -> int:
+        """The base counter's (uncalibrated, cached) total for ``messages``."""
+        return self.base.count_messages(messages)
+
+    # ------------------------------------------------------------------ TokenCounter
+    @property
+    def cache_key(self) -> str:
+        return f"calibrated({self.base.cache_key})"
+
+    def _apply(self, tokens: int) -> int:
+        if tokens <= 0:
+            return tokens
+        # Round up: the factor protects a budget, so err on the side of fitting.
+        return math.ceil(tokens * self.factor())
+
+    def count_text(self, text: str) -> int:
+        return self._apply(self.base.count_text(text))
+
+    def count_message(self, message: ChatMessage) -> int:
+        return self._apply(self.base.count_message(message))
+
+    def count_messages(self, messages: Iterable[ChatMessage]) -> int:
+        """The calibrated total: the factor times the base total (one rounding)."""
+        return self._apply(self.base.count_messages(messages))
+
+    def __repr__(self) -> str:
+        return (
+            f"CalibratingCounter(base={self.base.cache_key!r}, model={self.model!r}, "
+            f"factor={self.factor():.3f}, samples={self.samples()})"
+        )

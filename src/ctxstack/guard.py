@@ -1,0 +1,330 @@
+"""Layer 3: ContextGuard, the per-iteration budget enforcer.
+
+Called at the top of every ReAct iteration (and inside every DAG step's agent), it is the
+last line of defence before messages reach the provider. Three stages:
+
+1. **Cut oversized messages.** Any single message whose text exceeds
+   ``max_message_chars`` (a runaway tool output, a pasted dump) is cut head+tail around a
+   ``[Truncated: N characters removed]`` marker; every other field is kept. A message that
+   passed once is remembered as vetted (on the frozen message object itself), so later
+   calls do not look at its text again.
+2. **Estimate.** Within budget → the input list itself is returned, at the cost of one
+   cached lookup per message. Most iterations end here: compaction is the exception.
+3. **Compact.** Over budget → first the pinned cap (pinned content above ``pinned_cap`` of
+   the budget unpins the oldest injected messages; the current query stays pinned, cut if
+   it alone is too large), then LLM compaction with the hint's prompt when a compact LLM is
+   set, else ``smart_truncate``. Any LLM failure — exception, timeout, empty or unusable
+   answer — ends in truncation: the agent never sees it. Each compaction is reported as a
+   :class:`~ctxstack.guard_events.CompactionEvent`.
+
+The pinned cap runs only when compaction is needed: it exists to leave room for history
+in a compaction, and within budget there is nothing to make room for (so the caller's list
+comes back untouched, pinned flags included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from ctxstack.budget import ModelBudget
+from ctxstack.compact import CompactUtils
+from ctxstack.errors import ConfigError, MessageError
+from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardTotals
+from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
+from ctxstack.llm.base import LLM, Usage
+from ctxstack.messages import ChatMessage
+from ctxstack.prompts import Hint, check_hint
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+
+log = logging.getLogger(__name__)
+
+OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
+"""A compaction callback: a plain function or a coroutine function."""
+
+DEFAULT_BUDGET = 64_000
+MIN_MESSAGE_CHARS = 200
+
+
+class ContextGuard:
+    """Keeps a message list within a token budget before each LLM call.
+
+    Args:
+        compact_llm: the model that writes summaries (usually the fast one); ``None``
+            means truncation only.
+        default_budget: tokens (or a :class:`~ctxstack.budget.ModelBudget`, whose
+            ``usable_input_tokens`` is used) when a call passes no budget.
+        max_message_chars: the size above which one message is cut head+tail.
+        keep_recent: compactable messages always kept verbatim by an LLM compaction.
+        on_compact: called with each :class:`CompactionEvent` (sync or async). A callback
+            that raises is logged and ignored: observability must not break the agent.
+        timeout: seconds the summariser may take before the guard falls back.
+        counter: the token counter (default: the heuristic; see
+            :mod:`ctxstack.calibration` for a self-correcting one).
+        prompt: a custom summariser prompt replacing the hint prompts (the language
+            instruction is still appended).
+        pinned_cap: share of the budget pinned messages may take before injected ones
+            are unpinned.
+        target_fill: share of the budget an LLM compaction fills (summary included), so
+            the next iterations have headroom and compaction does not recur at once.
+
+    Raises:
+        ConfigError: an argument out of range (the message names it).
+    """
+
+    def __init__(
+        self,
+        compact_llm: LLM | None = None,
+        default_budget: int | ModelBudget = DEFAULT_BUDGET,
+        max_message_chars: int = 50_000,
+        keep_recent: int = 4,
+        on_compact: OnCompact | None = None,
+        timeout: float = 10.0,
+        counter: TokenCounter | None = None,
+        prompt: str | None = None,
+        pinned_cap: float = 0.5,
+        target_fill: float = 0.6,
+    ) -> None:
+        self.compact_llm = compact_llm
+        self.default_budget = _budget_tokens(default_budget, "default_budget")
+        if isinstance(max_message_chars, bool) or not isinstance(max_message_chars, int) or (
+            max_message_chars < MIN_MESSAGE_CHARS
+        ):
+            raise ConfigError(
+                f"max_message_chars: expected an integer >= {MIN_MESSAGE_CHARS}, "
+                f"got {max_message_chars!r}"
+            )
+        if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
+            raise ConfigError(f"keep_recent: expected an integer >= 0, got {keep_recent!r}")
+        if not timeout > 0:
+            raise ConfigError(f"timeout: expected seconds > 0, got {timeout!r}")
+        if not 0 < pinned_cap <= 1:
+            raise ConfigError(f"pinned_cap: expected 0 < pinned_cap <= 1, got {pinned_cap!r}")
+        if not 0 < target_fill <= 1:
+            raise ConfigError(f"target_fill: expected 0 < target_fill <= 1, got {target_fill!r}")
+        if prompt is not None and not prompt.strip():
+            raise ConfigError("prompt: a custom compaction prompt must not be empty")
+        self.max_message_chars = max_message_chars
+        self.keep_recent = keep_recent
+        self.on_compact = on_compact
+        self.timeout = float(timeout)
+        self.counter: TokenCounter = counter or DEFAULT_COUNTER
+        self.prompt = prompt
+        self.pinned_cap = pinned_cap
+        self.target_fill = target_fill
+        # Stored on each vetted message (in its per-message cache, which dies with the
+        # frozen object): "this message was checked against this limit and fits".
+        self._vetted_key = f"ctxstack.guard.vetted:{max_message_chars}"
+        # Compaction totals; the two per-call counters are plain ints because the
+        # under-budget path must not pay for building a pydantic object.
+        self._totals = GuardTotals()
+        self._checks = 0
+        self._cuts = 0
+
+    # ------------------------------------------------------------------ public
+    @property
+    def totals(self) -> GuardTotals:
+        """Running totals since creation (or the last :meth:`reset_totals`)."""
+        return self._totals.model_copy(
+            update={"checks": self._checks, "cut_messages": self._cuts}
+        )
+
+    def reset_totals(self) -> GuardTotals:
+        """Start counting afresh (e.g. per chat turn); returns the totals so far."""
+        previous = self.totals
+        self._totals, self._checks, self._cuts = GuardTotals(), 0, 0
+        return previous
+
+    async def check_and_compact(
+        self,
+        messages: Sequence[ChatMessage],
+        budget: int | ModelBudget | None = None,
+        hint: Hint | str = "general",
+    ) -> list[ChatMessage]:
+        """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
+
+        Within budget and with no oversized message, the very list passed in is returned
+        (a list copy if a non-list sequence was passed). The input is never mutated.
+
+        Raises:
+            ConfigError: unknown ``hint`` or an invalid ``budget``.
+            MessageError: an element of ``messages`` is not a :class:`ChatMessage`.
+        """
+        checked = check_hint(hint)
+        limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
+        self._checks += 1
+        current, cut = self._cut_oversized(messages)
+        total = self.counter.count_messages(current)
+        if total <= limit:
+            return current
+        return await self._compact(current, total, limit, checked, cut)
+
+    # ------------------------------------------------------------------ stage 1
+    def _cut_oversized(self, messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], int]:
+        """Stage 1. Already-vetted messages cost one membership test each.
+
+        Only messages from the first unvetted one on are examined (a growing conversation
+        adds its new messages at the end); a new list is built only if one is cut.
+        """
+        key = self._vetted_key
+        first = len(messages)
+        try:
+            for i, m in enumerate(messages):
+                if key not in m.__pydantic_private__["_token_cache"]:  # type: ignore[index]
+                    first = i
+                    break
+        except (AttributeError, TypeError):
+            first = 0  # not a ChatMessage: reported with its index below
+        as_list = messages if isinstance(messages, list) else list(messages)
+        if first == len(as_list):
+            return as_list, 0
+        out: list[ChatMessage] | None = None
+        cut = 0
+        for i in range(first, len(as_list)):
+            m = as_list[i]
+            if not isinstance(m, ChatMessage):
+                raise MessageError(
+                    f"messages[{i}]: expected a ChatMessage, got {type(m).__name__}"
+                )
+            cache = _cache(m)
+            if key in cache:
+                continue
+            if is_oversized(m, self.max_message_chars):
+                replacement = cut_message(m, self.max_message_chars)
+                log.info(
+                    "guard: cut oversized %s message #%d from %d to %d characters",
+                    m.role, i, len(m.text), len(replacement.text),
+                )
+                if out is None:
+                    out = list(as_list)
+                out[i] = replacement
+                cut += 1
+                m = replacement
+            _cache(m)[key] = 1
+        if out is None:
+            return as_list, 0
+        self._cuts += cut
+        return out, cut
+
+    # ------------------------------------------------------------------ stage 3
+    async def _compact(
+        self, messages: list[ChatMessage], tokens_before: int, limit: int, hint: Hint,
+        cut_before: int,
+    ) -> list[ChatMessage]:
+        started = time.perf_counter()
+        counter = self.counter
+        pool, unpinned, cut_queries = apply_pinned_cap(messages, limit, self.pinned_cap, counter)
+        self._cuts += cut_queries
+        method: CompactionMethod = "truncate"
+        reason: str | None = None
+        usage = Usage()
+        summarized = 0
+        if self.compact_llm is None:
+            result = CompactUtils.smart_truncate(pool, limit, counter=counter)
+        else:
+            result, method, reason, usage, summarized = await self._llm_compact(
+                pool, limit, hint
+            )
+        tokens_after = counter.count_messages(result)
+        if tokens_after > limit:
+            # Defence in depth: whatever compaction returned, enforce the budget once more.
+            retried = CompactUtils.smart_truncate(result, limit, counter=counter)
+            retried_tokens = counter.count_messages(retried)
+            if retried_tokens < tokens_after:
+                result, tokens_after = retried, retried_tokens
+            if tokens_after > limit:
+                log.warning(
+                    "guard: still %d tokens over a %d-token budget after compaction: "
+                    "system and pinned messages alone exceed it",
+                    tokens_after - limit, limit,
+                )
+        event = CompactionEvent(
+            hint=hint,
+            method=method,
+            reason=reason,
+            budget=limit,
+            messages_before=len(messages),
+            messages_after=len(result),
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            summarized=summarized,
+            unpinned=unpinned,
+            cut_messages=cut_before + cut_queries,
+            usage=usage,
+            duration_s=time.perf_counter() - started,
+        )
+        self._totals = self._totals.add(event)
+        log.info(
+            "guard: compacted (%s, hint %s) %d→%d messages, %d→%d tokens, budget %d, "
+            "%.3fs%s",
+            event.method, hint, event.messages_before, event.messages_after,
+            event.tokens_before, event.tokens_after, limit, event.duration_s,
+            f"; fell back: {reason}" if reason else "",
+        )
+        await self._report(event)
+        return result
+
+    async def _llm_compact(
+        self, pool: list[ChatMessage], limit: int, hint: Hint
+    ) -> tuple[list[ChatMessage], CompactionMethod, str | None, Usage, int]:
+        """LLM compaction; every failure, even an unexpected one, ends in truncation."""
+        assert self.compact_llm is not None
+        # compact_detailed enforces `timeout` on the LLM call itself; this outer deadline
+        # only guards against a hang anywhere else (a misbehaving LLM wrapper).
+        deadline = self.timeout * 2 + 1.0
+        try:
+            async with asyncio.timeout(deadline):
+                detailed = await CompactUtils.compact_detailed(
+                    pool,
+                    self.compact_llm,
+                    limit,
+                    self.keep_recent,
+                    hint,
+                    prompt=self.prompt,
+                    target_fill=self.target_fill,
+                    timeout=self.timeout,
+                    counter=self.counter,
+                )
+        except TimeoutError:
+            reason = f"compaction did not finish within {deadline:.1f}s"
+        except Exception as exc:
+            log.warning("guard: compaction failed unexpectedly", exc_info=True)
+            reason = f"compaction error: {type(exc).__name__}: {exc}"
+        else:
+            if detailed.method == "llm":
+                return (detailed.messages, "llm", None, detailed.usage,
+                        len(detailed.summarized))
+            return (detailed.messages, "truncate",
+                    detailed.reason or "the summariser produced no summary",
+                    detailed.usage, 0)
+        fallback = CompactUtils.smart_truncate(pool, limit, counter=self.counter)
+        return fallback, "truncate", reason, Usage(), 0
+
+    async def _report(self, event: CompactionEvent) -> None:
+        if self.on_compact is None:
+            return
+        try:
+            outcome = self.on_compact(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            log.warning("guard: on_compact callback failed (ignored)", exc_info=True)
+
+
+def _cache(message: ChatMessage) -> dict[str, int]:
+    """The message's per-message cache, read directly: pydantic's private-attribute
+    ``__getattr__`` costs ~1 µs, more than everything else on the under-budget path."""
+    return message.__pydantic_private__["_token_cache"]  # type: ignore[index,no-any-return]
+
+
+def _budget_tokens(budget: int | ModelBudget, name: str) -> int:
+    if isinstance(budget, ModelBudget):
+        return budget.usable_input_tokens
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ConfigError(
+            f"{name}: expected a positive number of tokens or a ModelBudget, got {budget!r}"
+        )
+    return budget

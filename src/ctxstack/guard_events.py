@@ -1,0 +1,93 @@
+"""What the guard reports: one :class:`CompactionEvent` per compaction, running totals.
+
+Compaction is the one moment context management costs tokens and loses detail, so it is
+never silent: each one yields a frozen event (to the guard's ``on_compact`` callback and
+the ``ctxstack.guard`` logger at INFO), and :class:`GuardTotals` sums them so a caller can
+add compaction usage to the turn's usage (the ``done`` event's figures include it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ctxstack.llm.base import Usage
+from ctxstack.prompts import Hint
+
+CompactionMethod = Literal["llm", "truncate"]
+
+
+class CompactionEvent(BaseModel):
+    """One compaction by :class:`~ctxstack.guard.ContextGuard`.
+
+    ``method`` is what produced the result: ``"llm"`` (a summary) or ``"truncate"``
+    (``smart_truncate``). ``reason`` is set whenever the result is not what the guard was
+    configured to produce — why an LLM compaction fell back to truncation (exception,
+    timeout, empty or unusable answer) — and is ``None`` for truncation by configuration
+    (no compact LLM). ``usage`` is the compaction call's usage (zero for truncation, or
+    whatever a failed call reported). Token figures use the guard's counter.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["compaction"] = "compaction"
+    hint: Hint
+    method: CompactionMethod
+    reason: str | None = None
+    budget: int
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    summarized: int = 0
+    """Messages folded into the summary (``"llm"`` only)."""
+    unpinned: int = 0
+    """Injected messages the pinned cap unpinned before compacting."""
+    cut_messages: int = 0
+    """Messages cut head+tail in this call (oversized, or a query over the pinned cap)."""
+    usage: Usage = Usage()
+    duration_s: float = 0.0
+
+    @property
+    def fell_back(self) -> bool:
+        """True when an LLM compaction was attempted but truncation produced the result."""
+        return self.method == "truncate" and self.reason is not None
+
+    @property
+    def fits(self) -> bool:
+        """True when the result is within the budget (false only if pinned/system overflow)."""
+        return self.tokens_after <= self.budget
+
+
+class GuardTotals(BaseModel):
+    """Running totals of one guard (a snapshot; the guard keeps counting).
+
+    ``usage`` is the summed usage of every compaction call — add it to the turn's usage.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    checks: int = 0
+    compactions: int = 0
+    llm_compactions: int = 0
+    fallbacks: int = 0
+    truncations: int = 0
+    cut_messages: int = 0
+    unpinned: int = 0
+    usage: Usage = Usage()
+    duration_s: float = 0.0
+
+    def add(self, event: CompactionEvent) -> GuardTotals:
+        """These totals plus one compaction."""
+        return self.model_copy(
+            update={
+                "compactions": self.compactions + 1,
+                "llm_compactions": self.llm_compactions + (event.method == "llm"),
+                "fallbacks": self.fallbacks + event.fell_back,
+                "truncations": self.truncations + (event.method == "truncate"),
+                "unpinned": self.unpinned + event.unpinned,
+                "usage": self.usage + event.usage,
+                "duration_s": self.duration_s + event.duration_s,
+            }
+        )

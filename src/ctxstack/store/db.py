@@ -1,0 +1,252 @@
+"""Engine, sessions and error translation for the store.
+
+Which database: an explicit URL wins, then the environment variable
+``CTXSTACK_DATABASE_URL``, then a SQLite file ``ctxstack.db`` in the user's data directory
+(``platformdirs.user_data_dir("ctxstack")``). Only the async drivers are used:
+``sqlite+aiosqlite://`` and ``postgresql+asyncpg://``; the bare ``sqlite://`` and
+``postgresql://`` / ``postgres://`` forms are upgraded to them, any other driver is refused
+with a message saying what to write instead.
+
+``schema`` (PostgreSQL only) puts every table in that schema by setting the connection's
+``search_path``: that is how the tests run side by side in one database, and how an operator
+can share a database between deployments.
+
+SQLite gets foreign keys switched on, write-ahead logging (readers never block the writer)
+and a 30 s busy timeout, so concurrent writers queue up instead of failing at once.
+
+Every database failure leaves the store as a :class:`~ctxstack.errors.StorageError` whose
+message says what was being done and on which database (password hidden), never as a
+driver exception and never as an empty result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from ctxstack.errors import StorageError
+
+ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
+DEFAULT_DB_FILENAME = "ctxstack.db"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+PG_CONNECT_TIMEOUT_S = 10.0
+
+SessionFactory = async_sessionmaker[AsyncSession]
+
+_DRIVER_UPGRADES = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+_SUPPORTED = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+def data_dir() -> Path:
+    """ctxstack's per-user data directory (not created here)."""
+    return Path(platformdirs.user_data_dir("ctxstack"))
+
+
+def default_database_url() -> str:
+    """The SQLite file used when nothing else is configured."""
+    return f"sqlite+aiosqlite:///{data_dir() / DEFAULT_DB_FILENAME}"
+
+
+def database_url(url: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The URL to use: ``url`` if given, else ``CTXSTACK_DATABASE_URL``, else the default."""
+    if url:
+        return url
+    env = os.environ if env is None else env
+    return env.get(ENV_DATABASE_URL) or default_database_url()
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse and normalise a database URL to one of the async drivers.
+
+    Raises:
+        StorageError: the URL cannot be parsed or names an unsupported database/driver.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError as exc:
+        raise StorageError(
+            f"not a valid database URL: {_redact_text(str(url))!r} ({exc}); expected e.g. "
+            "sqlite+aiosqlite:///path/to/ctxstack.db or postgresql+asyncpg://user@host/db "
+            f"(set {ENV_DATABASE_URL})"
+        ) from None
+    driver = parsed.drivername
+    driver = _DRIVER_UPGRADES.get(driver, driver)
+    if driver not in _SUPPORTED:
+        raise StorageError(
+            f"unsupported database driver {parsed.drivername!r} in "
+            f"{parsed.render_as_string(hide_password=True)!r}: ctxstack uses the async drivers "
+            "only, write sqlite+aiosqlite://… or postgresql+asyncpg://…"
+        )
+    return parsed.set(drivername=driver)
+
+
+def _redact_text(url: str) -> str:
+    """Hide a password in a URL that could not even be parsed."""
+    head, sep, tail = url.partition("@")
+    if not sep or "://" not in head:
+        return url
+    scheme, _, userinfo = head.partition("://")
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{tail}" if ":" in userinfo else url
+
+
+def describe(engine: AsyncEngine) -> str:
+    """The engine's URL with the password hidden, for messages and logs."""
+    return engine.url.render_as_string(hide_password=True)
+
+
+def create_engine_from_url(
+    url: str | URL | None = None,
+    *,
+    schema: str | None = None,
+    echo: bool = False,
+    **engine_kwargs: Any,
+) -> AsyncEngine:
+    """Create the async engine for ``url`` (see :func:`database_url` for the default).
+
+    Creating an engine does not connect; the first query does, and a failure there is a
+    :class:`StorageError` from the repository function that ran it.
+
+    Args:
+        url: database URL; ``None`` → ``CTXSTACK_DATABASE_URL`` → the default SQLite file.
+        schema: PostgreSQL schema to work in (via ``search_path``); refused for SQLite.
+        echo: log every SQL statement.
+        engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
+
+    Raises:
+        StorageError: the URL is malformed or names an unsupported driver, or ``schema``
+            was given for SQLite.
+    """
+    resolved = url if isinstance(url, URL) else database_url(url)
+    parsed = parse_url(resolved)
+    connect_args: dict[str, Any] = dict(engine_kwargs.pop("connect_args", {}))
+    is_sqlite = parsed.drivername.startswith("sqlite")
+    if is_sqlite:
+        if schema:
+            raise StorageError("a database schema can only be chosen on PostgreSQL, not SQLite")
+        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).expanduser().parent
+            if resolved == default_database_url():
+                folder.mkdir(parents=True, exist_ok=True)
+            elif not folder.is_dir():
+                # Checked here because a failed aiosqlite connect leaves its worker thread
+                # calling back into the event loop later; and the message is clearer.
+                raise StorageError(
+                    f"the directory of the SQLite database {parsed.database!r} does not "
+                    f"exist: create it or fix {ENV_DATABASE_URL}"
+                )
+    else:
+        connect_args.setdefault("timeout", PG_CONNECT_TIMEOUT_S)
+        if schema:
+            settings = dict(connect_args.get("server_settings", {}))
+            settings["search_path"] = schema
+            connect_args["server_settings"] = settings
+    try:
+        engine = create_async_engine(parsed, echo=echo, connect_args=connect_args,
+                                     **engine_kwargs)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise StorageError(
+            f"cannot create a database engine for "
+            f"{parsed.render_as_string(hide_password=True)!r}: {exc}"
+        ) from None
+    if is_sqlite:
+        memory = parsed.database in (None, "", ":memory:")
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(memory))
+    return engine
+
+
+def _sqlite_pragmas(memory: bool) -> Any:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA foreign_keys=ON")
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+def session_factory(engine: AsyncEngine | str | URL | None = None) -> SessionFactory:
+    """An ``async_sessionmaker`` for ``engine`` (or for a URL, creating the engine).
+
+    Sessions do not expire objects on commit: repository functions return plain records,
+    never live ORM objects, so nothing needs reloading after a commit.
+    """
+    if not isinstance(engine, AsyncEngine):
+        engine = create_engine_from_url(engine)
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def engine_of(factory: SessionFactory) -> AsyncEngine:
+    """The engine a session factory is bound to."""
+    bind = factory.kw.get("bind")
+    if not isinstance(bind, AsyncEngine):
+        raise StorageError("the session factory is not bound to an async engine")
+    return bind
+
+
+def explain(exc: BaseException) -> str:
+    """A one-line reason for a database failure (the driver's message, not the SQL)."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        text = str(exc.orig) or type(exc.orig).__name__
+    else:
+        text = str(exc) or type(exc).__name__
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first[:300]
+
+
+def storage_error(action: str, engine: AsyncEngine, exc: BaseException) -> StorageError:
+    """Build the :class:`StorageError` for a failed ``action`` on ``engine``."""
+    return StorageError(
+        f"{action} failed on database {describe(engine)}: {explain(exc)} "
+        f"(check {ENV_DATABASE_URL} and that the database is reachable and migrated: "
+        "ctxstack db upgrade)"
+    )
+
+
+DB_ERRORS: tuple[type[BaseException], ...] = (SQLAlchemyError, OSError)
+
+
+@asynccontextmanager
+async def transaction(factory: SessionFactory, action: str) -> AsyncIterator[AsyncSession]:
+    """A session inside one transaction; commits on success, rolls back on error.
+
+    Database and connection errors leave as :class:`StorageError` naming ``action``;
+    ctxstack's own errors (``NotFoundError``, ``InputError``) pass through unchanged.
+    """
+    try:
+        async with factory() as session, session.begin():
+            yield session
+    except DB_ERRORS as exc:
+        raise storage_error(action, engine_of(factory), exc) from exc
+
+
+@asynccontextmanager
+async def reading(factory: SessionFactory, action: str) -> AsyncIterator[AsyncSession]:
+    """A session for reads only (no commit needed); errors as in :func:`transaction`."""
+    try:
+        async with factory() as session:
+            yield session
+    except DB_ERRORS as exc:
+        raise storage_error(action, engine_of(factory), exc) from exc

@@ -1,0 +1,329 @@
+"""Stored messages and how their sequence numbers are allocated.
+
+**Ordering.** A conversation's order is ``messages.seq`` (1, 2, 3, …), never a timestamp:
+two turns may save in the same microsecond, and clocks of several service processes
+disagree. Each append runs one transaction that *first* bumps the counter::
+
+    UPDATE conversations SET last_seq = last_seq + n, ... WHERE id = ? [AND owner_id = ?]
+    RETURNING last_seq
+
+and then inserts its ``n`` rows with ``last_seq - n + 1 … last_seq``. The UPDATE takes the
+conversation row's write lock (PostgreSQL) or the database write lock (SQLite) before
+anything else happens in the transaction, so concurrent appends serialise on it: numbers
+are never handed out twice, a batch gets consecutive numbers, and a committed message is
+never lost. Doing the UPDATE first matters on SQLite: a transaction that read first and
+then tries to write can fail at once with "database is locked" instead of waiting.
+
+The unique ``(conversation_id, seq)`` constraint backs this up. Should the counter ever
+lag the rows (restored backup, rows written by another tool), the insert violates it, the
+counter is re-synchronised to ``max(seq)`` and the append retried. Transient lock errors
+(SQLite busy, PostgreSQL deadlock / serialisation failure) are retried too, with a short
+back-off; anything else is a :class:`~ctxstack.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxstack.errors import InputError, NotFoundError
+from ctxstack.llm.base import Usage
+from ctxstack.messages import ChatMessage, Role
+from ctxstack.store.conversations import fetch_conversation, valid_public_id
+from ctxstack.store.db import (
+    DB_ERRORS,
+    SessionFactory,
+    engine_of,
+    reading,
+    storage_error,
+)
+from ctxstack.store.models import Conversation, Message, utcnow
+
+log = logging.getLogger(__name__)
+
+MAX_APPEND_ATTEMPTS = 8
+HISTORY_ROLES: tuple[Role, ...] = ("user", "assistant")
+
+
+class NewMessage(BaseModel):
+    """A message to store. Images are referenced, not embedded: upload them to the
+    :class:`~ctxstack.files.FileStore` and list them in ``metadata["images"]`` as
+    ``{"file_id", "mime_type"}``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage | None = None
+    created_at: datetime | None = None
+
+    @classmethod
+    def from_chat(cls, message: ChatMessage, *, usage: Usage | None = None) -> NewMessage:
+        """The storable form of a chat message (its text and metadata).
+
+        Raises:
+            InputError: the message embeds images or carries tool calls — store image
+                files and reference them in metadata instead; tool traffic is not history.
+        """
+        if message.images:
+            raise InputError(
+                "content: embedded images are not stored; save them with FileStore.save and "
+                'reference them in metadata["images"] as {"file_id", "mime_type"}'
+            )
+        if message.tool_calls:
+            raise InputError("tool_calls: tool traffic is not stored as conversation history")
+        meta = {k: v for k, v in message.metadata.items() if k != "seq"}
+        if message.tool_call_id is not None:
+            meta["tool_call_id"] = message.tool_call_id
+        content = message.content if isinstance(message.content, str) else (
+            message.text if message.content is not None else None
+        )
+        return cls(role=message.role, content=content, metadata=meta, usage=usage)
+
+
+class MessageRecord(BaseModel):
+    """A stored message. ``metadata`` is what was stored (``seq`` is its own field)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    conversation_id: str
+    seq: int
+    role: Role
+    content: str | None
+    kind: str | None
+    metadata: dict[str, Any]
+    usage: Usage | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Message) -> MessageRecord:
+        return cls(
+            id=row.id,
+            conversation_id=row.conversation_id,
+            seq=row.seq,
+            role=row.role,  # the CHECK constraint guarantees a Role
+            content=row.content,
+            kind=row.kind,
+            metadata=dict(row.meta or {}),
+            usage=Usage.model_validate(row.usage) if row.usage else None,
+            created_at=row.created_at,
+        )
+
+    @property
+    def image_refs(self) -> list[dict[str, Any]]:
+        """The ``metadata["images"]`` entries that are objects (malformed ones skipped)."""
+        images = self.metadata.get("images")
+        if not isinstance(images, list):
+            return []
+        return [i for i in images if isinstance(i, dict)]
+
+    def to_chat_message(self) -> ChatMessage:
+        """The text-only chat message, ``metadata["seq"]`` set (images are not rebuilt)."""
+        return ChatMessage(
+            role=self.role,
+            content=self.content,
+            tool_call_id=(str(self.metadata.get("tool_call_id") or "unknown")
+                          if self.role == "tool" else None),
+            metadata={**self.metadata, "seq": self.seq},
+        )
+
+
+def _row_values(conversation_id: str, seq: int, message: NewMessage) -> dict[str, Any]:
+    kind = message.metadata.get("kind")
+    return {
+        "conversation_id": conversation_id,
+        "seq": seq,
+        "role": message.role,
+        "content": message.content,
+        "kind": kind if isinstance(kind, str) else None,
+        "meta": message.metadata,
+        "usage": message.usage.model_dump() if message.usage else None,
+        "created_at": message.created_at or utcnow(),
+    }
+
+
+def _is_seq_collision(exc: IntegrityError) -> bool:
+    text = str(exc.orig)
+    return (
+        "uq_messages_conversation_id_seq" in text  # PostgreSQL names the constraint
+        or "messages.conversation_id, messages.seq" in text  # SQLite names the columns
+    )
+
+
+def _is_transient(exc: DBAPIError) -> bool:
+    text = str(exc.orig).lower()
+    return any(
+        marker in text
+        for marker in ("database is locked", "deadlock detected", "could not serialize")
+    )
+
+
+async def append_messages(
+    factory: SessionFactory,
+    conversation_id: str,
+    messages: Sequence[NewMessage | ChatMessage],
+    *,
+    owner_id: int | None = None,
+) -> list[MessageRecord]:
+    """Append ``messages`` to the conversation, in order, with consecutive sequence numbers.
+
+    Safe under concurrency (see the module docstring). Usage recorded on the messages is
+    added to the conversation's token totals; ``updated_at`` moves to now.
+
+    Raises:
+        NotFoundError: no such conversation (or not ``owner_id``'s).
+        InputError: a message cannot be stored (embedded images, tool calls).
+        StorageError: the database failed (after retrying transient lock errors).
+    """
+    items = [m if isinstance(m, NewMessage) else NewMessage.from_chat(m) for m in messages]
+    if not items:
+        return []
+    if not valid_public_id(conversation_id):
+        raise NotFoundError(f"conversation {conversation_id!r} not found")
+    action = f"appending {len(items)} message(s) to conversation {conversation_id!r}"
+    for attempt in range(1, MAX_APPEND_ATTEMPTS + 1):
+        try:
+            async with factory() as session, session.begin():
+                return await _append_once(session, conversation_id, owner_id, items)
+        except IntegrityError as exc:
+            if not _is_seq_collision(exc) or attempt == MAX_APPEND_ATTEMPTS:
+                raise storage_error(action, engine_of(factory), exc) from exc
+            log.warning("conversation %s: sequence counter behind its messages; "
+                        "re-synchronising and retrying", conversation_id)
+            await _resync_counter(factory, conversation_id, action)
+        except DBAPIError as exc:
+            if not _is_transient(exc) or attempt == MAX_APPEND_ATTEMPTS:
+                raise storage_error(action, engine_of(factory), exc) from exc
+            await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
+        except DB_ERRORS as exc:
+            raise storage_error(action, engine_of(factory), exc) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def append_message(
+    factory: SessionFactory,
+    conversation_id: str,
+    message: NewMessage | ChatMessage,
+    *,
+    owner_id: int | None = None,
+) -> MessageRecord:
+    """Append one message; see :func:`append_messages`."""
+    (record,) = await append_messages(factory, conversation_id, [message], owner_id=owner_id)
+    return record
+
+
+async def _append_once(
+    session: AsyncSession, conversation_id: str, owner_id: int | None, items: list[NewMessage]
+) -> list[MessageRecord]:
+    n = len(items)
+    input_tokens = sum(m.usage.input_tokens for m in items if m.usage)
+    output_tokens = sum(m.usage.output_tokens for m in items if m.usage)
+    bump = (
+        update(Conversation)
+        .where(Conversation.id == conversation_id)
+        .values(
+            last_seq=Conversation.last_seq + n,
+            input_tokens=Conversation.input_tokens + input_tokens,
+            output_tokens=Conversation.output_tokens + output_tokens,
+            updated_at=utcnow(),
+        )
+        .returning(Conversation.last_seq)
+        .execution_options(synchronize_session=False)
+    )
+    if owner_id is not None:
+        bump = bump.where(Conversation.owner_id == owner_id)
+    last = await session.scalar(bump)
+    if last is None:
+        raise NotFoundError(f"conversation {conversation_id!r} not found")
+    first = last - n + 1
+    rows = [_row_values(conversation_id, first + i, m) for i, m in enumerate(items)]
+    result = await session.scalars(insert(Message).returning(Message), rows)
+    return sorted((MessageRecord.from_row(r) for r in result), key=lambda r: r.seq)
+
+
+async def _resync_counter(factory: SessionFactory, conversation_id: str, action: str) -> None:
+    highest = (
+        select(func.coalesce(func.max(Message.seq), 0))
+        .where(Message.conversation_id == conversation_id)
+        .scalar_subquery()
+    )
+    stmt = (
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.last_seq < highest)
+        .values(last_seq=highest)
+        .execution_options(synchronize_session=False)
+    )
+    try:
+        async with factory() as session, session.begin():
+            await session.execute(stmt)
+    except DB_ERRORS as exc:
+        raise storage_error(action, engine_of(factory), exc) from exc
+
+
+def page_statement(
+    conversation_id: str,
+    *,
+    after_seq: int = 0,
+    before_seq: int | None = None,
+    roles: Sequence[str] | None = HISTORY_ROLES,
+    limit: int | None = None,
+    newest_first: bool = False,
+) -> Any:
+    """The SELECT for a slice of a conversation's messages (by ``seq``)."""
+    stmt = select(Message).where(Message.conversation_id == conversation_id,
+                                 Message.seq > after_seq)
+    if before_seq is not None:
+        stmt = stmt.where(Message.seq < before_seq)
+    if roles is not None:
+        stmt = stmt.where(Message.role.in_(tuple(roles)))
+    stmt = stmt.order_by(Message.seq.desc() if newest_first else Message.seq)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt
+
+
+async def read_page(
+    session: AsyncSession,
+    conversation_id: str,
+    *,
+    after_seq: int = 0,
+    before_seq: int | None = None,
+    roles: Sequence[str] | None = HISTORY_ROLES,
+    limit: int | None = None,
+    newest_first: bool = False,
+) -> list[MessageRecord]:
+    """One slice of messages inside an open session (see :func:`page_statement`)."""
+    stmt = page_statement(conversation_id, after_seq=after_seq, before_seq=before_seq,
+                          roles=roles, limit=limit, newest_first=newest_first)
+    return [MessageRecord.from_row(r) for r in await session.scalars(stmt)]
+
+
+async def list_messages(
+    factory: SessionFactory,
+    conversation_id: str,
+    *,
+    owner_id: int | None = None,
+    after_seq: int = 0,
+    limit: int | None = None,
+    roles: Sequence[str] | None = None,
+) -> list[MessageRecord]:
+    """Messages of a conversation in ``seq`` order (all roles unless ``roles`` is given).
+
+    Raises:
+        NotFoundError: no such conversation (or not ``owner_id``'s).
+    """
+    async with reading(factory, f"listing messages of conversation {conversation_id!r}") as s:
+        await fetch_conversation(s, conversation_id, owner_id)
+        return await read_page(s, conversation_id, after_seq=after_seq, roles=roles,
+                               limit=limit)

@@ -1,0 +1,122 @@
+"""Apply the schema migrations shipped inside the package.
+
+``await upgrade(url)`` brings a database (empty or older) to the newest schema; it is what
+``ctxstack db upgrade`` runs. No ``alembic.ini`` is needed: the Alembic configuration is
+built here and the migrations run on an async connection opened by ctxstack, so the same
+code serves SQLite and PostgreSQL and can be called from inside a running event loop
+(a service's start-up, a test).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ctxstack.errors import StorageError
+from ctxstack.store.db import DB_ERRORS, create_engine_from_url, storage_error
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def alembic_config() -> Config:
+    """The Alembic configuration pointing at the shipped migrations."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+def head_revision() -> str:
+    """The newest migration's revision id."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise StorageError("no migrations found in the ctxstack package")
+    return head
+
+
+def _migrate(connection: Connection, revision: str, down: bool) -> str | None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    (command.downgrade if down else command.upgrade)(config, revision)
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _current(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+async def upgrade(
+    target: str | URL | AsyncEngine | None = None,
+    *,
+    revision: str = "head",
+    schema: str | None = None,
+) -> str | None:
+    """Migrate the database to ``revision`` (default: the newest); return the revision now
+    applied.
+
+    Args:
+        target: an engine, or a URL (``None`` → ``CTXSTACK_DATABASE_URL`` → the default
+            SQLite file); an engine made here is disposed of afterwards.
+        revision: an Alembic revision id or ``"head"``.
+        schema: PostgreSQL schema to migrate (ignored when an engine is given).
+
+    Raises:
+        StorageError: the database cannot be reached or a migration failed; the message
+            names the database (password hidden) and the cause.
+    """
+    return await _run(target, revision, schema, down=False)
+
+
+async def downgrade(
+    target: str | URL | AsyncEngine | None = None,
+    *,
+    revision: str,
+    schema: str | None = None,
+) -> str | None:
+    """Migrate the database back to ``revision`` (``"base"`` drops every table: data is
+    lost). For operators undoing a release; see :func:`upgrade` for the arguments."""
+    return await _run(target, revision, schema, down=True)
+
+
+async def _run(
+    target: str | URL | AsyncEngine | None, revision: str, schema: str | None, *, down: bool
+) -> str | None:
+    own = not isinstance(target, AsyncEngine)
+    engine = target if isinstance(target, AsyncEngine) else create_engine_from_url(
+        target, schema=schema
+    )
+    action = f"migrating to {revision!r}"
+    try:
+        async with engine.begin() as connection:
+            return await connection.run_sync(_migrate, revision, down)
+    except CommandError as exc:
+        raise StorageError(f"{action} failed: {exc}") from exc
+    except DB_ERRORS as exc:
+        raise storage_error(action, engine, exc) from exc
+    finally:
+        if own:
+            await engine.dispose()
+
+
+async def current_revision(
+    target: str | URL | AsyncEngine | None = None, *, schema: str | None = None
+) -> str | None:
+    """The revision the database is at (``None`` for a database never migrated)."""
+    own = not isinstance(target, AsyncEngine)
+    engine = target if isinstance(target, AsyncEngine) else create_engine_from_url(
+        target, schema=schema
+    )
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(_current)
+    except DB_ERRORS as exc:
+        raise storage_error("reading the schema revision", engine, exc) from exc
+    finally:
+        if own:
+            await engine.dispose()

@@ -1,0 +1,152 @@
+"""Admin-set model limits per role, and the budget they give (DESIGN §3 layer 5).
+
+At most one row per role is active (a partial unique index enforces it). Setting a new
+configuration deactivates the old one in the same transaction, so a budget read never sees
+two active rows or none in between. :func:`load_budget` feeds the active rows into
+:func:`ctxstack.budget.resolve_budget`, which falls back to the environment and defaults
+for anything a row leaves NULL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxstack.budget import BudgetRole, ModelBudget, resolve_budget
+from ctxstack.errors import InputError, StorageError
+from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.models import MODEL_ROLES, ModelConfig, utcnow
+
+MAX_ATTEMPTS = 8
+
+
+class ModelConfigRecord(BaseModel):
+    """A model configuration row (what :func:`resolve_budget` reads as ``model_config``)."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+    id: int
+    role: Literal["main", "fast"]
+    model: str
+    context_size: int | None
+    max_output_tokens: int | None
+    active: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+def _check(role: str, model: str, context_size: int | None,
+           max_output_tokens: int | None) -> None:
+    if role not in MODEL_ROLES:
+        raise InputError(f"role: expected 'main' or 'fast', got {role!r}")
+    if not model.strip():
+        raise InputError("model: the model name must not be empty")
+    for field, value in (("context_size", context_size),
+                         ("max_output_tokens", max_output_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            raise InputError(f"{field}: expected a positive integer or None, got {value!r}")
+
+
+async def set_model_config(
+    factory: SessionFactory,
+    role: BudgetRole,
+    model: str,
+    *,
+    context_size: int | None = None,
+    max_output_tokens: int | None = None,
+) -> ModelConfigRecord:
+    """Make a new configuration the active one for ``role`` (the previous one is kept,
+    inactive, as history).
+
+    Raises:
+        InputError: unknown role, empty model name, or a limit that is not a positive int.
+        StorageError: the database failed.
+    """
+    _check(role, model, context_size, max_output_tokens)
+    action = f"setting the {role} model configuration"
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            async with transaction(factory, action) as session:
+                return await _activate(session, role, model.strip(), context_size,
+                                       max_output_tokens)
+        except StorageError as exc:
+            # Admins saving at once: the partial unique index lets one win per round; the
+            # others deactivate the winner's row and try again (last writer wins).
+            if attempt == MAX_ATTEMPTS or not isinstance(exc.__cause__, IntegrityError):
+                raise
+            await asyncio.sleep(random.uniform(0.001, 0.01) * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def _activate(
+    session: AsyncSession, role: str, model: str, context_size: int | None,
+    max_output_tokens: int | None,
+) -> ModelConfigRecord:
+    now = utcnow()
+    await session.execute(
+        update(ModelConfig)
+        .where(ModelConfig.role == role, ModelConfig.active.is_(True))
+        .values(active=False, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    row = ModelConfig(role=role, model=model, context_size=context_size,
+                      max_output_tokens=max_output_tokens, active=True,
+                      created_at=now, updated_at=now)
+    session.add(row)
+    await session.flush()
+    return ModelConfigRecord.model_validate(row)
+
+
+async def read_active_model_config(
+    session: AsyncSession, role: str
+) -> ModelConfigRecord | None:
+    """The active row for ``role`` inside an open session."""
+    row = await session.scalar(
+        select(ModelConfig).where(ModelConfig.role == role, ModelConfig.active.is_(True))
+    )
+    return ModelConfigRecord.model_validate(row) if row is not None else None
+
+
+async def get_active_model_config(
+    factory: SessionFactory, role: BudgetRole
+) -> ModelConfigRecord | None:
+    """The active configuration for ``role``, or ``None`` when an admin set none."""
+    async with reading(factory, f"loading the {role} model configuration") as session:
+        return await read_active_model_config(session, role)
+
+
+async def list_model_configs(factory: SessionFactory) -> list[ModelConfigRecord]:
+    """Every configuration ever set, newest first per role."""
+    stmt = select(ModelConfig).order_by(ModelConfig.role, ModelConfig.id.desc())
+    async with reading(factory, "listing model configurations") as session:
+        return [ModelConfigRecord.model_validate(r) for r in await session.scalars(stmt)]
+
+
+async def load_budget(
+    factory: SessionFactory,
+    role: BudgetRole = "main",
+    *,
+    env: Mapping[str, str] | None = None,
+) -> ModelBudget:
+    """The budget for ``role`` with the database as the first source.
+
+    For the fast role the main row is read too: a fast limit nobody set falls back to the
+    main role's resolved value (DESIGN §3 layer 5).
+
+    Raises:
+        ConfigError: a stored or environment value is not a positive integer.
+        StorageError: the database failed (the caller decides whether to fall back).
+    """
+    async with reading(factory, f"loading the {role} budget") as session:
+        main_row = await read_active_model_config(session, "main")
+        row = main_row if role == "main" else await read_active_model_config(session, role)
+    return resolve_budget(role, model_config=row, env=env, main_config=main_row)

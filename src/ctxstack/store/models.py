@@ -1,0 +1,241 @@
+"""The database tables (SQLAlchemy 2.x declarative, async-friendly).
+
+Portable by construction: the same models and migrations run on SQLite (aiosqlite, the
+default) and PostgreSQL (asyncpg). Hence no PostgreSQL ENUM types (closed value sets are
+``CHECK`` constraints), JSON columns that become ``JSONB`` on PostgreSQL, and timestamps
+stored as UTC and always handed back timezone-aware (SQLite forgets the zone).
+
+Ids a user can see in a URL (conversations, files) are random 32-hex strings so they
+cannot be enumerated; internal ids (users, messages, checkpoints, model configs) are
+integers.
+
+The order of a conversation is ``messages.seq``: a per-conversation sequence number
+allocated from ``conversations.last_seq`` inside the inserting transaction (see
+:mod:`ctxstack.store.messages`) and protected by the unique ``(conversation_id, seq)``
+constraint. Timestamps are informative only: two rows may share one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+STORED_ROLES = ("system", "user", "assistant", "tool")
+MODEL_ROLES = ("main", "fast")
+CHECKPOINT_METHODS = ("llm",)
+IMAGE_MIME_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
+
+# Stable constraint names, so later migrations can refer to them on both backends.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (the only kind stored)."""
+    return datetime.now(UTC)
+
+
+def new_public_id() -> str:
+    """A random 32-hex id for rows whose id appears in URLs (not guessable, not a counter)."""
+    return uuid.uuid4().hex
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always returned timezone-aware.
+
+    PostgreSQL keeps the zone (``timestamptz``); SQLite returns naive values, which are UTC
+    because only UTC is ever written.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column; pass an aware datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the shared naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class User(Base):
+    """A person (or API client). Only the SHA-256 of the API token is stored."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Conversation(Base):
+    """A chat thread owned by one user.
+
+    ``last_seq`` is the sequence counter: the highest ``messages.seq`` handed out so far.
+    ``input_tokens`` / ``output_tokens`` total the usage recorded on its messages.
+    """
+
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_public_id)
+    owner_id: Mapped[int] = mapped_column(
+        BigIntId, ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    title: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_seq: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+
+
+class Message(Base):
+    """One stored chat message. ``meta`` is the ``metadata`` JSON column.
+
+    ``meta`` holds what the message is to ctxstack, e.g. ``{"images": [{"file_id",
+    "mime_type"}]}``; ``kind`` repeats ``meta["kind"]`` as a column so it can be filtered.
+    """
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq"),
+        CheckConstraint(_in("role", STORED_ROLES), name="role"),
+        CheckConstraint("seq > 0", name="seq_positive"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[str | None] = mapped_column(Text, nullable=True)
+    kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonType, default=dict)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class StoredFile(Base):
+    """An uploaded image on disk. ``stored_name`` is derived from ``id``, never from a user."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(_in("mime_type", IMAGE_MIME_TYPES), name="mime_type"),
+        CheckConstraint("size > 0", name="size_positive"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(
+        BigIntId, ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    stored_name: Mapped[str] = mapped_column(String(64))
+    mime_type: Mapped[str] = mapped_column(String(32))
+    size: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    original_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ModelConfig(Base):
+    """Admin-set model limits per role; at most one active row per role (partial index).
+
+    ``context_size`` / ``max_output_tokens`` may be NULL: that number then comes from the
+    next source of :func:`ctxstack.budget.resolve_budget` (environment, defaults).
+    """
+
+    __tablename__ = "model_configs"
+    __table_args__ = (
+        CheckConstraint(_in("role", MODEL_ROLES), name="role"),
+        CheckConstraint("context_size IS NULL OR context_size > 0", name="context_size"),
+        CheckConstraint(
+            "max_output_tokens IS NULL OR max_output_tokens > 0", name="max_output_tokens"
+        ),
+        Index(
+            "uq_model_configs_active_role",
+            "role",
+            unique=True,
+            sqlite_where=text("active"),
+            postgresql_where=text("active"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    role: Mapped[str] = mapped_column(String(8))
+    model: Mapped[str] = mapped_column(String(200))
+    context_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    active: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class CompactionCheckpoint(Base):
+    """A persisted rolling summary of a conversation's messages up to ``last_seq``.
+
+    The newest checkpoint (highest ``last_seq``, then newest row) is where the next load
+    starts: its summary stands for every message with ``seq <= last_seq``.
+    """
+
+    __tablename__ = "compaction_checkpoints"
+    __table_args__ = (
+        Index("ix_compaction_checkpoints_conversation_seq", "conversation_id", "last_seq"),
+        CheckConstraint("last_seq > 0", name="last_seq_positive"),
+        CheckConstraint(_in("method", CHECKPOINT_METHODS), name="method"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    last_seq: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+    method: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,504 @@
+"""DbMemory (layer 4) on SQLite and PostgreSQL: loading, images, compaction, checkpoints."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event, text
+
+from ctxstack.budget import ModelBudget
+from ctxstack.errors import ConfigError, NotFoundError, StorageError
+from ctxstack.files import FileStore
+from ctxstack.llm import ScriptedLLM
+from ctxstack.memory import BaseMemory, DbMemory
+from ctxstack.messages import ChatMessage, ImagePart, TextPart
+from ctxstack.prompts import SUMMARY_PREFIX
+from ctxstack.store import (
+    CheckpointCandidate,
+    NewMessage,
+    SessionFactory,
+    UserRecord,
+    append_messages,
+    create_conversation,
+    latest_checkpoint,
+    list_messages,
+    load_budget,
+    save_checkpoint,
+    session_factory,
+    set_model_config,
+)
+from ctxstack.store.models import Message
+from ctxstack.tokens import HEURISTIC
+from tests.store.samples import GIF, png
+
+
+def turn_text(i: int, words: int = 30) -> str:
+    role = "question" if i % 2 == 0 else "answer"
+    return f"{role} {i}: " + " ".join(f"word{i}x{j}" for j in range(words))
+
+
+async def seed(sf: SessionFactory, conversation_id: str, n: int, *, start: int = 0,
+               words: int = 30, batch: int = 1000) -> None:
+    """Append ``n`` alternating user/assistant messages (user first when ``start`` is even)."""
+    for lo in range(start, start + n, batch):
+        hi = min(start + n, lo + batch)
+        await append_messages(sf, conversation_id, [
+            NewMessage(role="user" if i % 2 == 0 else "assistant", content=turn_text(i, words))
+            for i in range(lo, hi)
+        ])
+
+
+def summariser(label: str = "Summary") -> ScriptedLLM:
+    """A compact LLM whose summaries say how many messages they were shown."""
+
+    def reply(messages: Sequence[ChatMessage], _tools: Any) -> str:
+        return f"{label}: the user asked questions and got answers ({len(messages)} msgs)."
+
+    return ScriptedLLM(handler=reply, context_size=32_000, max_output_tokens=4_000)
+
+
+@contextmanager
+def count_message_rows() -> Iterator[list[int]]:
+    """Count ``messages`` rows materialised by the ORM (independently of DbMemory)."""
+    seen = [0]
+
+    def on_load(_target: Any, _context: Any) -> None:
+        seen[0] += 1
+
+    event.listen(Message, "load", on_load)
+    try:
+        yield seen
+    finally:
+        event.remove(Message, "load", on_load)
+
+
+@pytest.fixture
+async def conv(sf: SessionFactory, alice: UserRecord) -> str:
+    return (await create_conversation(sf, alice.id)).id
+
+
+@pytest.fixture
+def files(sf: SessionFactory, tmp_path: Path) -> FileStore:
+    return FileStore(sf, tmp_path / "files")
+
+
+def memory(sf: SessionFactory, conv: str, **kw: Any) -> DbMemory:
+    kw.setdefault("budget", 64_000)
+    return DbMemory(conv, session_factory=sf, **kw)
+
+
+# ---------------------------------------------------------------- loading
+async def test_loads_user_and_assistant_messages_in_order_and_drops_the_trailing_query(
+    sf: SessionFactory, conv: str, alice: UserRecord
+) -> None:
+    await append_messages(sf, conv, [
+        NewMessage(role="user", content="What is 2+2?"),
+        NewMessage(role="assistant", content="4"),
+        NewMessage(role="system", content="internal note"),
+        NewMessage(role="user", content="And 3+3?", metadata={"kind": "query"}),
+    ])
+    mem = memory(sf, conv, user_id=alice.id)
+    assert isinstance(mem, BaseMemory)
+    history = await mem.get_messages()
+    assert [(m.role, m.content) for m in history] == [("user", "What is 2+2?"),
+                                                      ("assistant", "4")]
+    assert [m.metadata["seq"] for m in history] == [1, 2]
+    assert mem.trailing_message is not None
+    assert mem.trailing_message.text == "And 3+3?"
+    assert mem.trailing_message.metadata["seq"] == 4
+    assert (mem.was_compacted, mem.method, mem.original_count, mem.compacted_count) == (
+        False, "none", 2, 2)
+    assert mem.checkpoint_candidate is None
+    # Every call is a fresh load returning a new list.
+    again = await mem.get_messages()
+    assert again == history
+    assert again is not history
+
+
+async def test_only_one_trailing_user_message_is_dropped(sf: SessionFactory, conv: str) -> None:
+    await append_messages(sf, conv, [
+        NewMessage(role="user", content="first try (no answer came)"),
+        NewMessage(role="user", content="second try"),
+    ])
+    mem = memory(sf, conv)
+    assert [m.text for m in await mem.get_messages()] == ["first try (no answer came)"]
+    await append_messages(sf, conv, [NewMessage(role="assistant", content="answer")])
+    history = await mem.get_messages()
+    assert [m.text for m in history] == ["first try (no answer came)", "second try", "answer"]
+    assert mem.trailing_message is None
+
+
+async def test_equal_timestamps_load_in_sequence_order(sf: SessionFactory, conv: str) -> None:
+    same = datetime(2024, 1, 1, tzinfo=UTC)
+    await append_messages(sf, conv, [
+        NewMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}", created_at=same)
+        for i in range(10)
+    ])
+    history = await memory(sf, conv).get_messages()
+    assert [m.text for m in history] == [f"m{i}" for i in range(10)]
+
+
+async def test_add_message_and_clear_change_nothing(sf: SessionFactory, conv: str) -> None:
+    await seed(sf, conv, 2)
+    mem = memory(sf, conv)
+    await mem.add_message(ChatMessage.user("not stored"))
+    await mem.clear()
+    assert len(await list_messages(sf, conv)) == 2
+    assert len(await mem.get_messages()) == 2
+
+
+async def test_another_users_conversation_is_not_found(
+    sf: SessionFactory, conv: str, bob: UserRecord
+) -> None:
+    with pytest.raises(NotFoundError):
+        await memory(sf, conv, user_id=bob.id).get_messages()
+    with pytest.raises(NotFoundError):
+        await memory(sf, "../" + conv).get_messages()
+
+
+async def test_database_errors_raise_instead_of_returning_nothing(
+    sf: SessionFactory, conv: str, tmp_path: Path
+) -> None:
+    await seed(sf, conv, 4)
+    async with sf() as session, session.begin():
+        await session.execute(text("DROP TABLE messages CASCADE"
+                                   if sf.kw["bind"].dialect.name == "postgresql"
+                                   else "DROP TABLE messages"))
+    with pytest.raises(StorageError, match="loading the history of conversation"):
+        await memory(sf, conv).get_messages()
+    broken = session_factory("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+    try:
+        with pytest.raises(StorageError, match=r"127\.0\.0\.1:1"):
+            await DbMemory(conv, session_factory=broken, budget=4000).get_messages()
+    finally:
+        await broken.kw["bind"].dispose()
+
+
+def test_bad_arguments_are_config_errors(sf: SessionFactory) -> None:
+    with pytest.raises(ConfigError, match="budget"):
+        DbMemory("c", session_factory=sf, budget=0)
+    with pytest.raises(ConfigError, match="load_window"):
+        DbMemory("c", session_factory=sf, budget=4000, load_window=0.5)
+
+
+# ---------------------------------------------------------------- images
+async def test_images_are_rebuilt_as_data_urls_from_the_owners_files(
+    sf: SessionFactory, conv: str, alice: UserRecord, files: FileStore
+) -> None:
+    image = await files.save(alice.id, png(2, 2))
+    gif = await files.save(alice.id, GIF)
+    await append_messages(sf, conv, [
+        NewMessage(role="user", content="What is in these?", metadata={"images": [
+            {"file_id": image.id, "mime_type": "image/png"},
+            {"file_id": gif.id, "mime_type": "image/gif"}]}),
+        NewMessage(role="assistant", content="A grey square and a dot."),
+        NewMessage(role="user", content="current question"),
+    ])
+    history = await memory(sf, conv, file_store=files).get_messages()
+    first = history[0]
+    assert isinstance(first.content, list)
+    assert first.content[0] == TextPart(text="What is in these?")
+    assert [p.image_url.url for p in first.images] == [
+        "data:image/png;base64," + base64.b64encode(png(2, 2)).decode(),
+        "data:image/gif;base64," + base64.b64encode(GIF).decode(),
+    ]
+    assert first.metadata["images"][0]["file_id"] == image.id
+    assert HEURISTIC.count_message(first) > 2 * 765
+
+
+async def test_missing_foreign_and_path_like_images_become_notes(
+    sf: SessionFactory, conv: str, alice: UserRecord, bob: UserRecord, files: FileStore,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    mine = await files.save(alice.id, png(seed=1))
+    gone = await files.save(alice.id, png(seed=2))
+    theirs = await files.save(bob.id, png(seed=3))
+    for path in files.directory.rglob(f"{gone.id}.*"):
+        path.unlink()
+    (tmp_path / "secret.png").write_bytes(png(seed=4))
+    refs = [
+        {"file_id": mine.id, "mime_type": "image/png"},
+        {"file_id": gone.id, "mime_type": "image/png"},
+        {"file_id": theirs.id, "mime_type": "image/png"},
+        {"file_id": "../secret", "mime_type": "image/png"},
+        {"file_id": "../../" + mine.id, "mime_type": "image/png"},
+        {"file_id": "0" * 32, "mime_type": "image/png"},
+        "not-an-object",
+    ]
+    await append_messages(sf, conv, [
+        NewMessage(role="user", content="look", metadata={"images": refs}),
+        NewMessage(role="assistant", content="ok"),
+    ])
+    caplog.set_level(logging.WARNING, logger="ctxstack.memory.db")
+    mem = memory(sf, conv, file_store=files)
+    history = await mem.get_messages()
+    parts = history[0].content
+    assert isinstance(parts, list)
+    assert [type(p).__name__ for p in parts] == ["TextPart", "ImagePart"] + ["TextPart"] * 6
+    assert all(p.text == "[image unavailable]" for p in parts[2:] if isinstance(p, TextPart))
+    image = parts[1]
+    assert isinstance(image, ImagePart)
+    assert image.image_url.url == "data:image/png;base64," + base64.b64encode(
+        png(seed=1)).decode()
+    # Nobody else's bytes, nor the file outside the store, ever appear.
+    everything = str([m.to_openai() for m in history])
+    for other in (png(seed=3), png(seed=4)):
+        assert base64.b64encode(other).decode() not in everything
+    assert len(mem.warnings) == 6
+    assert any(theirs.id in w and "not one of the conversation owner's files" in w
+               for w in mem.warnings)
+    assert any(gone.id in w and "missing" in w for w in mem.warnings)
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 6
+
+
+# ---------------------------------------------------------------- compaction
+async def test_over_budget_without_llm_is_smart_truncated(sf: SessionFactory, conv: str) -> None:
+    await seed(sf, conv, 41)  # ends with a user message: the current query
+    mem = memory(sf, conv, budget=800)
+    history = await mem.get_messages()
+    assert mem.was_compacted
+    assert mem.method == "truncate"
+    assert mem.original_count == 40
+    assert mem.compacted_count == len(history) < 40
+    assert HEURISTIC.count_messages(history) <= 800
+    assert history[0].role == "user"  # never starts with an orphan assistant turn
+    assert history[-1].metadata["seq"] == 40  # the newest kept, the query dropped
+    seqs = [m.metadata["seq"] for m in history]
+    assert seqs == list(range(seqs[0], 41))
+    assert mem.usage.calls == 0
+    assert mem.checkpoint_candidate is None
+
+
+async def test_over_budget_with_llm_summarises_and_offers_a_checkpoint(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 41)
+    llm = summariser()
+    mem = memory(sf, conv, budget=1200, compact_llm=llm)
+    history = await mem.get_messages()
+    assert (mem.was_compacted, mem.method) == (True, "llm")
+    assert len(llm.calls) == 1
+    assert mem.usage.calls == 1
+    assert mem.usage.input_tokens > 0
+    assert history[0].role == "system"
+    assert history[0].kind == "summary"
+    assert history[0].text.startswith(SUMMARY_PREFIX)
+    assert HEURISTIC.count_messages(history) <= 1200
+    assert (mem.original_count, mem.compacted_count) == (40, len(history))
+    candidate = mem.checkpoint_candidate
+    assert candidate is not None
+    kept = [m.metadata["seq"] for m in history[1:]]
+    # The checkpoint covers exactly what the summary replaced: everything before the
+    # first message kept verbatim.
+    assert candidate.last_seq == kept[0] - 1
+    assert kept == list(range(kept[0], 41))
+    assert candidate.summary == history[0].text
+    assert candidate.token_count == HEURISTIC.count_message(history[0])
+    assert candidate.method == "llm"
+
+
+async def test_llm_failure_falls_back_to_truncation_without_a_checkpoint(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 41)
+    llm = ScriptedLLM([RuntimeError("provider down")])
+    mem = memory(sf, conv, budget=800, compact_llm=llm)
+    history = await mem.get_messages()
+    assert mem.method == "truncate"
+    assert mem.was_compacted
+    assert mem.checkpoint_candidate is None
+    assert HEURISTIC.count_messages(history) <= 800
+    assert len(llm.calls) == 1
+
+
+async def test_budget_from_the_model_config_row(sf: SessionFactory, conv: str) -> None:
+    await set_model_config(sf, "main", "tiny", context_size=6_000, max_output_tokens=2_000)
+    budget = await load_budget(sf, "main", env={})
+    assert isinstance(budget, ModelBudget)
+    assert budget.usable_input_tokens == 4_000
+    await seed(sf, conv, 201)
+    mem = memory(sf, conv, budget=budget)
+    history = await mem.get_messages()
+    assert mem.method == "truncate"
+    assert 3_000 < HEURISTIC.count_messages(history) <= 4_000
+
+
+# ---------------------------------------------------------------- checkpoints
+async def test_checkpoint_is_written_then_reused_so_the_summariser_runs_once(
+    sf: SessionFactory, conv: str, alice: UserRecord
+) -> None:
+    await seed(sf, conv, 41)
+    llm = summariser("First summary")
+    mem = memory(sf, conv, budget=1200, compact_llm=llm, user_id=alice.id)
+    first = await mem.get_messages()
+    saved = await mem.save_checkpoint()
+    assert saved is not None
+    assert saved == await latest_checkpoint(sf, conv)
+    assert saved.last_seq == mem.checkpoint_candidate.last_seq  # type: ignore[union-attr]
+
+    # The next turns: the answer to the query and one more exchange arrive; each load
+    # starts from the checkpoint and needs no summariser.
+    await seed(sf, conv, 1, start=41, words=3)  # the answer to message 41
+    for turn in range(3):
+        await seed(sf, conv, 2, start=42 + 2 * turn, words=3)  # user, assistant
+        await seed(sf, conv, 1, start=48 + turn * 2, words=3)  # the new current query
+        history = await mem.get_messages()
+        assert mem.checkpoint == saved
+        assert history[0].kind == "summary"
+        assert history[0].text == saved.summary
+        assert history[0].metadata["checkpoint_seq"] == saved.last_seq
+        seqs = [m.metadata["seq"] for m in history[1:]]
+        assert seqs[0] == saved.last_seq + 1
+        assert mem.rows_read == len(seqs) + 1  # the rows after the checkpoint, no more
+        assert not mem.was_compacted
+        assert mem.checkpoint_candidate is None
+    assert len(llm.calls) == 1
+    assert first[0].text == history[0].text
+
+
+async def test_next_overflow_folds_the_checkpoint_into_a_new_one(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 41)
+    llm = summariser()
+    mem = memory(sf, conv, budget=1200, compact_llm=llm)
+    await mem.get_messages()
+    first = await mem.save_checkpoint()
+    assert first is not None
+    await seed(sf, conv, 40, start=41)  # far over budget again
+    history = await mem.get_messages()
+    assert mem.method == "llm"
+    assert len(llm.calls) == 2
+    # The summariser saw the old summary (rolling), and the new checkpoint goes further.
+    assert any("Summary: the user asked" in m.text for m in llm.calls[1].messages)
+    second = await mem.save_checkpoint()
+    assert second is not None
+    assert second.last_seq > first.last_seq
+    assert (await latest_checkpoint(sf, conv)) == second
+    assert HEURISTIC.count_messages(history) <= 1200
+
+
+async def test_load_after_a_checkpoint_reads_only_the_rows_after_it(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 10_000, words=8)
+    await save_checkpoint(sf, conv, _candidate(9_980))
+    executed: list[str] = []
+    engine = sf.kw["bind"]
+
+    def remember(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "FROM messages" in statement:
+            executed.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", remember)
+    try:
+        with count_message_rows() as rows:
+            mem = memory(sf, conv, budget=4_000)
+            history = await mem.get_messages()
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", remember)
+    assert rows[0] == 20  # seq 9,981 … 10,000
+    assert mem.rows_read == 20
+    assert all("LIMIT" in s for s in executed)
+    assert [m.metadata["seq"] for m in history[1:]] == list(range(9_981, 10_001))
+    assert mem.trailing_message is None  # the last message is an answer
+
+
+async def test_without_a_checkpoint_the_load_window_bounds_the_rows_read(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 3_001, words=8)
+    with count_message_rows() as rows:
+        mem = memory(sf, conv, budget=4_000)
+        history = await mem.get_messages()
+    assert rows[0] < 1_000
+    assert mem.rows_read == rows[0]
+    assert mem.omitted_count > 0
+    assert mem.original_count == 3_000  # everything before the query, read or not
+    assert mem.method == "truncate"
+    assert mem.warnings
+    assert "left out" in mem.warnings[0]
+    assert HEURISTIC.count_messages(history) <= 4_000
+    assert history[-1].metadata["seq"] == 3_000
+    # The seed's behaviour (read everything) is still available, and agrees on the result.
+    with count_message_rows() as all_rows:
+        full = memory(sf, conv, budget=4_000, load_window=None)
+        assert await full.get_messages() == history
+    assert all_rows[0] == 3_001
+
+
+def _candidate(last_seq: int) -> CheckpointCandidate:
+    return CheckpointCandidate(summary=f"{SUMMARY_PREFIX}\nEverything up to {last_seq}.",
+                               last_seq=last_seq, token_count=12)
+
+
+async def test_a_checkpoint_never_covers_a_message_kept_verbatim(sf: SessionFactory) -> None:
+    """If the summary skipped a message in the middle, the checkpoint stops before it."""
+    mem = DbMemory("0" * 32, session_factory=sf, budget=4000)
+    history = [ChatMessage.system(f"{SUMMARY_PREFIX} old", metadata={"kind": "summary"})] + [
+        ChatMessage(role="user" if s % 2 else "assistant", content=str(s), metadata={"seq": s})
+        for s in range(5, 12)
+    ]
+    summary = ChatMessage.system(f"{SUMMARY_PREFIX} new", metadata={"kind": "summary"})
+    folded = [history[0], *history[1:4], *history[5:7]]  # seq 5,6,7 and 9,10 (8 kept)
+    candidate = mem._candidate(history, folded, summary)
+    assert candidate is not None
+    assert candidate.last_seq == 7
+    assert mem._candidate(history, [history[0], history[2]], summary) is None
+
+
+# ---------------------------------------------------------------- property: nothing lost
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    turns=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 160)), min_size=6,
+                   max_size=30),
+    budget=st.integers(600, 1_500),
+)
+async def test_checkpoint_chain_never_drops_a_message_for_good(
+    sf: SessionFactory, alice: UserRecord, turns: list[tuple[int, int]], budget: int
+) -> None:
+    """Turn after turn, as the service runs it. Each load fits the budget and is the summary
+    (if any) then a contiguous run of the newest messages; a new checkpoint covers only
+    messages the summariser was actually shown; everything after the checkpoint is still
+    loaded next time. So no message is lost for good, and none is repeated."""
+    conv = (await create_conversation(sf, alice.id)).id
+    llm = summariser()
+    mem = memory(sf, conv, budget=budget, compact_llm=llm)
+    seq = 0
+    covered = 0  # what the saved checkpoint covers
+    for question_words, answer_words in turns:
+        seq += 1
+        await append_messages(sf, conv, [NewMessage(role="user",
+                                                    content=turn_text(seq, question_words))])
+        history = await mem.get_messages()
+        assert HEURISTIC.count_messages(history) <= budget
+        verbatim = [m.metadata["seq"] for m in history if m.kind != "summary"]
+        if verbatim:
+            assert verbatim == list(range(verbatim[0], seq))  # contiguous, newest last
+            assert verbatim[0] > covered
+        assert [m.kind for m in history].count("summary") <= 1
+        if covered and mem.method == "none":
+            assert history[0].kind == "summary"
+            assert verbatim == list(range(covered + 1, seq))  # nothing dropped
+        candidate = mem.checkpoint_candidate
+        if candidate is not None:
+            transcript = "\n".join(m.text for m in llm.calls[-1].messages)
+            for folded in range(covered + 1, candidate.last_seq + 1):
+                marker = f"{'question' if folded % 2 == 0 else 'answer'} {folded}:"
+                assert marker in transcript
+            assert not verbatim or verbatim[0] > candidate.last_seq
+            await mem.save_checkpoint()
+            covered = candidate.last_seq
+        seq += 1
+        await append_messages(sf, conv, [NewMessage(role="assistant",
+                                                    content=turn_text(seq, answer_words))])

@@ -1,0 +1,200 @@
+"""Engine configuration, error translation, migrations and the ``ctxstack db`` command."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from click.testing import CliRunner
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import ctxstack.cli.db  # noqa: F401  (registers `ctxstack db`)
+from ctxstack.cli import main
+from ctxstack.errors import StorageError
+from ctxstack.store import (
+    create_conversation,
+    create_user,
+    current_revision,
+    downgrade,
+    head_revision,
+    list_conversations,
+    session_factory,
+    upgrade,
+)
+from ctxstack.store.db import (
+    ENV_DATABASE_URL,
+    create_engine_from_url,
+    database_url,
+    default_database_url,
+    parse_url,
+)
+from ctxstack.store.models import Base
+from tests.store.dbkit import PG_URL, Backend, postgres_backend
+
+TABLES = {"users", "conversations", "messages", "files", "model_configs",
+          "compaction_checkpoints"}
+
+
+# ---------------------------------------------------------------- URL resolution
+def test_url_precedence_explicit_then_env_then_default() -> None:
+    env = {ENV_DATABASE_URL: "postgresql+asyncpg://u@h/db"}
+    assert database_url("sqlite+aiosqlite:///x.db", env) == "sqlite+aiosqlite:///x.db"
+    assert database_url(None, env) == "postgresql+asyncpg://u@h/db"
+    assert database_url(None, {}) == default_database_url()
+    assert default_database_url().startswith("sqlite+aiosqlite:///")
+    assert default_database_url().endswith("ctxstack.db")
+
+
+def test_sync_driver_names_are_upgraded_to_async_ones() -> None:
+    assert parse_url("postgresql://u@h/db").drivername == "postgresql+asyncpg"
+    assert parse_url("postgres://u@h/db").drivername == "postgresql+asyncpg"
+    assert parse_url("sqlite:///x.db").drivername == "sqlite+aiosqlite"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("not a url", "not a valid database URL"),
+        ("mysql://u:secret@h/db", "unsupported database driver 'mysql'"),
+        ("postgresql+psycopg2://u@h/db", "async drivers only"),
+    ],
+)
+def test_bad_url_is_a_storage_error_naming_the_problem(url: str, expected: str) -> None:
+    with pytest.raises(StorageError, match=expected) as info:
+        create_engine_from_url(url)
+    assert "secret" not in str(info.value)
+
+
+def test_schema_is_refused_for_sqlite(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="only be chosen on PostgreSQL"):
+        create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path}/x.db", schema="s")
+
+
+async def test_unreachable_postgres_is_a_clear_storage_error() -> None:
+    # Port 1 on loopback: nothing listens there, the connection is refused at once.
+    sf = session_factory("postgresql+asyncpg://postgres:hunter2@127.0.0.1:1/test")
+    try:
+        with pytest.raises(StorageError) as info:
+            await list_conversations(sf, 1)
+    finally:
+        await sf.kw["bind"].dispose()
+    message = str(info.value)
+    assert "listing conversations of user 1 failed" in message
+    assert "127.0.0.1:1" in message
+    assert "hunter2" not in message
+    assert ENV_DATABASE_URL in message
+
+
+async def test_sqlite_in_a_missing_directory_is_a_clear_storage_error(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/no/such/dir/x.db"
+    with pytest.raises(StorageError, match=r"directory of the SQLite database .* does not exist"):
+        await upgrade(url)
+
+
+async def test_unmigrated_database_is_a_storage_error_not_an_empty_result(
+    tmp_path: Path,
+) -> None:
+    sf = session_factory(f"sqlite+aiosqlite:///{tmp_path}/empty.db")
+    try:
+        with pytest.raises(StorageError, match=r"no such table.*ctxstack db upgrade"):
+            await list_conversations(sf, 1)
+    finally:
+        await sf.kw["bind"].dispose()
+
+
+@pytest.mark.postgres
+async def test_missing_postgres_database_is_a_clear_storage_error() -> None:
+    async for _ in postgres_backend():  # skips/fails like the other PostgreSQL tests
+        missing = PG_URL.rsplit("/", 1)[0] + f"/no_such_db_{uuid.uuid4().hex[:8]}"
+        with pytest.raises(StorageError, match="does not exist"):
+            await upgrade(missing)
+
+
+# ---------------------------------------------------------------- migrations
+def _tables(connection: Connection) -> set[str]:
+    return set(inspect(connection).get_table_names())
+
+
+def _diff(connection: Connection) -> list[object]:
+    return list(compare_metadata(MigrationContext.configure(connection), Base.metadata))
+
+
+async def test_migrations_from_empty_create_the_schema(backend: Backend) -> None:
+    engine = backend.engine()
+    try:
+        assert await current_revision(engine) is None
+        async with engine.connect() as conn:
+            assert not (await conn.run_sync(_tables)) & TABLES
+        assert await upgrade(engine) == head_revision()
+        assert await current_revision(engine) == head_revision()
+        async with engine.connect() as conn:
+            assert await conn.run_sync(_tables) >= TABLES | {"alembic_version"}
+            # The migrations build exactly what the models describe.
+            assert await conn.run_sync(_diff) == []
+        # Upgrading again is a no-op, and the schema is usable.
+        assert await upgrade(engine) == head_revision()
+        sf = session_factory(engine)
+        user, _ = await create_user(sf, "carol")
+        conv = await create_conversation(sf, user.id, "first")
+        assert [c.id for c in await list_conversations(sf, user.id)] == [conv.id]
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_to_base_removes_the_tables(engine: AsyncEngine) -> None:
+    assert await downgrade(engine, revision="base") is None
+    async with engine.connect() as conn:
+        assert not (await conn.run_sync(_tables)) & TABLES
+
+
+async def test_unknown_revision_is_a_storage_error(engine: AsyncEngine) -> None:
+    with pytest.raises(StorageError, match="migrating to 'nope' failed"):
+        await upgrade(engine, revision="nope")
+
+
+@pytest.mark.postgres
+async def test_postgres_schema_isolates_tables() -> None:
+    async for pg in postgres_backend():
+        engine = pg.engine()
+        try:
+            await upgrade(engine)
+            async with engine.connect() as conn:
+                where = await conn.scalar(text(
+                    "select table_schema from information_schema.tables "
+                    "where table_name = 'messages' and table_schema = current_schema()"
+                ))
+            assert where == pg.schema
+        finally:
+            await engine.dispose()
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_db_upgrade_then_current(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/cli.db"
+    runner = CliRunner()
+    before = runner.invoke(main, ["db", "current", "--url", url])
+    assert before.exit_code == 0, before.output
+    assert "not migrated" in before.output
+    assert "ctxstack db upgrade" in before.output
+    result = runner.invoke(main, ["db", "upgrade", "--url", url])
+    assert result.exit_code == 0, result.output
+    assert f"is at revision {head_revision()}" in result.output
+    after = runner.invoke(main, ["db", "current"], env={ENV_DATABASE_URL: url})
+    assert after.exit_code == 0, after.output
+    assert f"at revision {head_revision()}" in after.output
+    assert "run:" not in after.output
+
+
+def test_cli_db_upgrade_reports_a_broken_url_without_a_traceback() -> None:
+    result = CliRunner().invoke(
+        main, ["db", "upgrade", "--url", "postgresql+asyncpg://u:pw@127.0.0.1:1/x"]
+    )
+    assert result.exit_code == 1
+    assert "Error: migrating to 'head' failed on database" in result.output
+    assert "pw@" not in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,147 @@
+"""CalibratingCounter: learns a bounded, smoothed per-model factor from reported usage."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ctxstack.calibration import CalibratingCounter
+from ctxstack.errors import ConfigError
+from ctxstack.llm import LLMResult, ScriptedLLM, Usage
+from ctxstack.messages import ChatMessage
+from ctxstack.tokens import HEURISTIC, TokenCounter
+
+
+def _conversation(rng: random.Random, n: int) -> list[ChatMessage]:
+    return [
+        ChatMessage.user("".join(rng.choice("abcdefgh ") for _ in range(rng.randint(200, 2000))))
+        for _ in range(n)
+    ]
+
+
+def test_converges_toward_a_known_factor_on_synthetic_data() -> None:
+    rng = random.Random(7)
+    true_factor = 1.37
+    counter = CalibratingCounter()
+    errors = []
+    for _ in range(40):
+        msgs = _conversation(rng, rng.randint(1, 6))
+        base = counter.base_count(msgs)
+        reported = round(base * true_factor * rng.uniform(0.97, 1.03))  # provider noise
+        assert counter.observe(base, reported)
+        errors.append(abs(counter.factor() - true_factor))
+    assert errors[-1] < 0.05
+    assert errors[-1] < errors[0] / 5
+    # Estimates now carry the factor on top of the cached base figure.
+    msgs = _conversation(rng, 3)
+    base = HEURISTIC.count_messages(msgs)
+    assert counter.count_messages(msgs) == pytest.approx(base * true_factor, rel=0.05)
+    assert counter.samples() == 40
+
+
+def test_one_outlier_moves_the_factor_only_by_the_smoothing_share() -> None:
+    counter = CalibratingCounter(smoothing=0.3)
+    for _ in range(30):
+        counter.observe(1000, 1200)
+    settled = counter.factor()
+    counter.observe(1000, 2400)
+    assert counter.factor() == pytest.approx(settled + 0.3 * (2.4 - settled))
+
+
+@pytest.mark.parametrize(("ratio", "bound"), [(5.0, 3.0), (0.3, 0.5)])
+def test_factor_stays_within_bounds(ratio: float, bound: float) -> None:
+    counter = CalibratingCounter(min_factor=0.5, max_factor=3.0)
+    for _ in range(50):
+        assert counter.observe(1000, round(1000 * ratio))
+    assert counter.factor() == pytest.approx(bound)
+
+
+@pytest.mark.parametrize(
+    ("estimated", "reported"),
+    [
+        (1000, 0),  # provider reported nothing
+        (1000, 100_000),  # ratio 100: a wrong number, not a tokenizer difference
+        (1000, 100),  # ratio 0.1
+        (10, 30),  # too small to learn from
+        (0, 500),
+    ],
+)
+def test_absurd_samples_are_ignored(estimated: int, reported: int) -> None:
+    counter = CalibratingCounter()
+    counter.observe(1000, 1500)
+    before = counter.factor()
+    assert not counter.observe(estimated, reported)
+    assert counter.factor() == before
+    assert counter.rejected == 1
+
+
+def test_factors_are_per_model_with_the_unnamed_factor_as_fallback() -> None:
+    counter = CalibratingCounter()
+    for _ in range(30):
+        counter.observe(1000, 2000, model="small-vocab")
+        counter.observe(1000, 1100, model="gpt-x")
+    assert counter.factor("small-vocab") == pytest.approx(2.0, rel=0.01)
+    assert counter.factor("gpt-x") == pytest.approx(1.1, rel=0.01)
+    assert counter.factor("never-seen") == 1.0
+    counter.observe(1000, 1300)  # unnamed
+    assert counter.factor("never-seen") == pytest.approx(1.09)
+    view = counter.for_model("small-vocab")
+    msg = ChatMessage.user("x" * 4000)
+    assert view.count_message(msg) == 2 * HEURISTIC.count_message(msg)
+    # The view shares what the counter learns.
+    view.observe(1000, 2000)
+    assert counter.samples("small-vocab") == 31
+
+
+def test_learning_never_invalidates_the_per_message_cache() -> None:
+    counter = CalibratingCounter()
+    msg = ChatMessage.user("y" * 800)
+    first = counter.count_message(msg)
+    assert msg._token_cache[HEURISTIC.cache_key] == first  # base figure, cached once
+    assert counter.cache_key != HEURISTIC.cache_key
+    assert counter.cache_key not in msg._token_cache
+    for _ in range(20):
+        counter.observe(1000, 1500)
+    assert msg._token_cache[HEURISTIC.cache_key] == first
+    assert counter.count_message(msg) == -(-first * counter.factor() // 1)  # ceil
+    assert counter.count_text("") == 0
+    assert isinstance(counter, TokenCounter)
+
+
+async def test_observe_result_learns_from_reported_usage_and_skips_estimates() -> None:
+    counter = CalibratingCounter()
+    msgs = [ChatMessage.user("z" * 2000)]
+    base = counter.base_count(msgs)
+    reported = LLMResult(message=ChatMessage.assistant("ok"),
+                         usage=Usage(input_tokens=base * 2, calls=1), model="m1")
+    assert counter.observe_result(msgs, reported)
+    assert counter.samples("m1") == 1
+    assert counter.factor("m1") > 1.0
+    estimated = LLMResult(message=ChatMessage.assistant("ok"),
+                          usage=Usage(input_tokens=base * 2, estimated=True))
+    assert not counter.observe_result(msgs, estimated)
+    # ScriptedLLM reports the heuristic estimate itself: calibration stays at 1.0.
+    llm = ScriptedLLM(handler=lambda m, t: "fine")
+    plain = CalibratingCounter()
+    for _ in range(5):
+        result = await llm.chat(msgs)
+        assert plain.observe_result(msgs, result, model="scripted")
+    assert plain.factor("scripted") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_factor": 0},
+        {"min_factor": 1.5},
+        {"max_factor": 0.9},
+        {"max_factor": float("inf")},
+        {"smoothing": 0},
+        {"smoothing": 1.5},
+        {"min_sample_tokens": 0},
+    ],
+)
+def test_bad_settings_are_config_errors(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigError):
+        CalibratingCounter(**kwargs)  # type: ignore[arg-type]

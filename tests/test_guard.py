@@ -1,0 +1,519 @@
+"""ContextGuard: the per-iteration budget enforcer (DESIGN §3 layer 3)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from ctxstack.budget import ModelBudget
+from ctxstack.calibration import CalibratingCounter
+from ctxstack.errors import ConfigError, LLMError, MessageError
+from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import CompactionEvent
+from ctxstack.llm import LLMResult, ScriptedLLM, Usage
+from ctxstack.llm.base import ToolSpec
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.prompts import HINTS, LANGUAGE_INSTRUCTION, SUMMARY_PREFIX, compaction_prompt
+from ctxstack.tokens import HEURISTIC
+from ctxstack.working_summary import parse_summary
+
+MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
+BUDGET = 3_000
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def conversation(rounds: int, tool_chars: int = 2_000, *, query: str = "What is ACME's Q3 revenue?"
+                 ) -> list[ChatMessage]:
+    """System prompt, a pinned query, then ``rounds`` tool rounds (call + result)."""
+    msgs = [
+        ChatMessage.system("You are a careful research agent."),
+        ChatMessage.user("Earlier question about ACME."),
+        ChatMessage.assistant("Earlier answer: ACME makes widgets."),
+        ChatMessage.user(query, pinned=True, metadata={"kind": "query"}),
+    ]
+    for i in range(rounds):
+        call = ToolCall(id=f"call_{i}", name="search", arguments={"q": f"acme page {i}"})
+        msgs.append(ChatMessage.assistant(f"Looking at page {i}.", tool_calls=[call]))
+        msgs.append(ChatMessage.tool(f"call_{i}", f"page {i}: " + "data " * (tool_chars // 5)))
+    return msgs
+
+
+def summariser(text: str = "ACME's Q3 revenue search: pages 0-9 read, revenue $1.5M.",
+               **kw: float) -> ScriptedLLM:
+    return ScriptedLLM(handler=lambda msgs, tools: text, **kw)  # type: ignore[arg-type]
+
+
+def tokens(msgs: Sequence[ChatMessage]) -> int:
+    return HEURISTIC.count_messages(msgs)
+
+
+def assert_well_formed(out: Sequence[ChatMessage], original: Sequence[ChatMessage]) -> None:
+    """System prompt first, query pinned and present, order kept, tool groups whole."""
+    assert out[0].role == "system"
+    assert out[0].text == original[0].text
+    queries = [m for m in out if m.kind == "query"]
+    assert len(queries) == 1
+    assert queries[0].pinned
+    # Messages kept verbatim appear in their original order.
+    positions = {id(m): i for i, m in enumerate(original)}
+    kept = [positions[id(m)] for m in out if id(m) in positions]
+    assert kept == sorted(kept)
+    # Every tool result follows the assistant message that called it, and every call's
+    # result is present (no split group).
+    open_calls: set[str] = set()
+    for m in out:
+        if m.role == "tool":
+            assert m.tool_call_id in open_calls, f"orphan tool result {m.tool_call_id}"
+            open_calls.discard(m.tool_call_id)  # type: ignore[arg-type]
+        else:
+            assert not open_calls, f"tool calls without results: {open_calls}"
+            if m.tool_calls:
+                open_calls = {c.id for c in m.tool_calls}
+    assert not open_calls
+
+
+def snapshot(msgs: Sequence[ChatMessage]) -> list[dict[str, object]]:
+    return [m.model_dump() for m in msgs]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[CompactionEvent] = []
+
+    def __call__(self, event: CompactionEvent) -> None:
+        self.events.append(event)
+
+
+# ---------------------------------------------------------------------------- fast path
+
+
+async def test_within_budget_returns_the_same_list_and_objects() -> None:
+    llm = summariser()
+    rec = Recorder()
+    guard = ContextGuard(llm, default_budget=64_000, on_compact=rec)
+    msgs = conversation(5)
+    before = list(msgs)
+    out = await guard.check_and_compact(msgs, hint="react_iteration")
+    assert out is msgs
+    assert all(a is b for a, b in zip(out, before, strict=True))
+    assert llm.calls == []
+    assert rec.events == []
+    assert guard.totals.checks == 1
+    assert guard.totals.compactions == 0
+    # A second call (the list grew by one round) is still the same-object fast path.
+    msgs += conversation(1)[-2:]
+    assert await guard.check_and_compact(msgs) is msgs
+
+
+async def test_a_tuple_comes_back_as_a_list_of_the_same_objects() -> None:
+    msgs = tuple(conversation(2))
+    out = await ContextGuard().check_and_compact(msgs)
+    assert isinstance(out, list)
+    assert all(a is b for a, b in zip(out, msgs, strict=True))
+
+
+async def test_budget_argument_accepts_tokens_or_a_model_budget() -> None:
+    guard = ContextGuard(default_budget=100_000)
+    msgs = conversation(10)  # about 5,000 tokens
+    assert await guard.check_and_compact(msgs) is msgs
+    small = ModelBudget(context_size=12_000, max_output_tokens=8_000)  # 4,000 usable
+    out = await guard.check_and_compact(msgs, budget=small)
+    assert tokens(out) <= 4_000
+    out = await ContextGuard(default_budget=small).check_and_compact(msgs)
+    assert tokens(out) <= 4_000
+
+
+# ---------------------------------------------------------------------------- compaction
+
+
+async def test_over_budget_llm_compaction_yields_one_summary_within_budget() -> None:
+    llm = summariser()
+    rec = Recorder()
+    guard = ContextGuard(llm, default_budget=BUDGET, on_compact=rec)
+    msgs = conversation(12)
+    frozen = snapshot(msgs)
+    copy = list(msgs)
+    assert tokens(msgs) > BUDGET
+    out = await guard.check_and_compact(msgs, hint="react_iteration")
+    assert tokens(out) <= BUDGET
+    summaries = [m for m in out if m.kind == "summary"]
+    assert len(summaries) == 1
+    assert summaries[0].role == "system"
+    assert summaries[0].text.startswith(SUMMARY_PREFIX)
+    assert "$1.5M" in summaries[0].text
+    assert out.index(summaries[0]) == 1  # right after the system prompt
+    assert_well_formed(out, msgs)
+    assert out[-1] is msgs[-1]  # the newest round stays verbatim
+    # The input is never mutated.
+    assert msgs == copy
+    assert snapshot(msgs) == frozen
+    # One event, describing what happened.
+    assert len(llm.calls) == 1
+    (event,) = rec.events
+    assert event.method == "llm"
+    assert event.reason is None
+    assert event.hint == "react_iteration"
+    assert event.budget == BUDGET
+    assert (event.messages_before, event.messages_after) == (len(msgs), len(out))
+    assert event.tokens_before == tokens(msgs)
+    assert event.tokens_after == tokens(out)
+    assert event.summarized > 0
+    assert event.usage == llm.total_usage
+    assert event.usage.calls == 1
+    assert event.duration_s >= 0
+    assert event.fits
+    assert not event.fell_back
+    totals = guard.totals
+    assert (totals.compactions, totals.llm_compactions, totals.fallbacks) == (1, 1, 0)
+    assert totals.usage == llm.total_usage
+
+
+async def test_without_a_compact_llm_it_truncates() -> None:
+    rec = Recorder()
+    guard = ContextGuard(default_budget=BUDGET, on_compact=rec)
+    msgs = conversation(12)
+    out = await guard.check_and_compact(msgs)
+    assert tokens(out) <= BUDGET
+    assert not any(m.kind == "summary" for m in out)
+    assert_well_formed(out, msgs)
+    (event,) = rec.events
+    assert event.method == "truncate"
+    assert event.reason is None  # truncation by configuration is not a fallback
+    assert event.usage == Usage()
+    assert guard.totals.truncations == 1
+    assert guard.totals.fallbacks == 0
+
+
+def _raise(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
+    raise LLMError("503 upstream unavailable")
+
+
+@pytest.mark.parametrize(
+    ("name", "llm"),
+    [
+        ("raises", ScriptedLLM(handler=_raise)),
+        ("raises a non-LLM error", ScriptedLLM([RuntimeError("bug in a wrapper")] * 2)),
+        ("hangs past the timeout", summariser(delay=3.0)),
+        ("returns empty text", summariser("")),
+        ("returns whitespace", summariser("   \n ")),
+        ("returns only an analysis block", summariser("<think>I should summarise...</think>")),
+    ],
+)
+async def test_each_llm_failure_falls_back_to_truncation(name: str, llm: ScriptedLLM) -> None:
+    rec = Recorder()
+    guard = ContextGuard(llm, default_budget=BUDGET, on_compact=rec, timeout=0.2)
+    msgs = conversation(12)
+    out = await guard.check_and_compact(msgs, hint="react_iteration")
+    assert tokens(out) <= BUDGET, name
+    assert not any(m.kind == "summary" for m in out)
+    assert_well_formed(out, msgs)
+    (event,) = rec.events
+    assert event.method == "truncate"
+    assert event.reason, name
+    assert event.fell_back
+    assert guard.totals.fallbacks == 1
+    assert len(llm.calls) >= 1  # the LLM was tried
+
+
+async def test_timeout_reason_says_so() -> None:
+    rec = Recorder()
+    guard = ContextGuard(summariser(delay=3.0), default_budget=BUDGET, on_compact=rec,
+                         timeout=0.2)
+    await guard.check_and_compact(conversation(12))
+    assert "time" in (rec.events[0].reason or "").lower()
+
+
+@pytest.mark.parametrize("hint", HINTS)
+async def test_each_hint_sends_its_own_prompt_with_the_language_instruction(hint: str) -> None:
+    llm = summariser()
+    guard = ContextGuard(llm, default_budget=BUDGET)
+    await guard.check_and_compact(conversation(12), hint=hint)
+    (call,) = llm.calls
+    sent = "\n".join(m.text for m in call.messages)
+    assert compaction_prompt(hint) in sent
+    assert LANGUAGE_INSTRUCTION in sent
+    for other in HINTS:
+        if other != hint:
+            assert compaction_prompt(other) not in sent
+
+
+async def test_a_custom_prompt_replaces_the_hint_prompt() -> None:
+    llm = summariser()
+    guard = ContextGuard(llm, default_budget=BUDGET, prompt="Summarise for an auditor.")
+    await guard.check_and_compact(conversation(12), hint="planner_input")
+    sent = "\n".join(m.text for m in llm.calls[0].messages)
+    assert compaction_prompt("planner_input", custom="Summarise for an auditor.") in sent
+    assert compaction_prompt("planner_input") not in sent
+
+
+# ---------------------------------------------------------------------------- stage 1
+
+
+async def test_an_oversized_message_is_cut_head_and_tail_keeping_its_fields() -> None:
+    guard = ContextGuard(default_budget=200_000, max_message_chars=50_000)
+    msgs = conversation(2)
+    huge = ChatMessage.tool("call_1", "BEGIN " + "r" * 120_000 + " END", name="fetch",
+                            metadata={"source": "scrape"})
+    msgs[-1] = huge
+    frozen = snapshot(msgs)
+    out = await guard.check_and_compact(msgs)
+    assert out is not msgs
+    assert snapshot(msgs) == frozen
+    cut = out[-1]
+    assert (cut.role, cut.tool_call_id, cut.name, cut.metadata) == (
+        "tool", "call_1", "fetch", {"source": "scrape"}
+    )
+    assert len(cut.text) <= 50_000
+    assert cut.text.startswith("BEGIN rrr")
+    assert cut.text.endswith("rrr END")
+    m = MARKER.search(cut.text)
+    assert m is not None
+    assert int(m.group(1).replace(",", "")) > 70_000
+    assert all(a is b for a, b in zip(out[:-1], msgs[:-1], strict=True))
+    assert guard.totals.cut_messages == 1
+    assert guard.totals.compactions == 0
+    # The cut list is now vetted: checking it again is the same-object fast path.
+    assert await guard.check_and_compact(out) is out
+    assert guard.totals.cut_messages == 1
+
+
+async def test_vetting_is_per_limit() -> None:
+    msg = ChatMessage.user("x" * 5_000)
+    msgs = [msg]
+    assert await ContextGuard(max_message_chars=10_000).check_and_compact(msgs) is msgs
+    out = await ContextGuard(max_message_chars=1_000).check_and_compact(msgs)
+    assert len(out[0].text) <= 1_000
+
+
+# ---------------------------------------------------------------------------- pinned cap
+
+
+def _inject(i: int, chars: int) -> ChatMessage:
+    return ChatMessage.user(f"injected {i}: " + "i" * chars, pinned=True,
+                            metadata={"kind": "inject"})
+
+
+async def test_pinned_cap_unpins_injected_messages_oldest_first_never_the_query() -> None:
+    rec = Recorder()
+    guard = ContextGuard(default_budget=3_000, on_compact=rec)
+    msgs = conversation(6, tool_chars=800)
+    # Four injected messages of ~600 tokens each: ~2,400 pinned > 1,500 (50% of 3,000),
+    # so the two oldest must be unpinned (one is not enough).
+    for i in range(4):
+        msgs.append(_inject(i, 2_400))
+        msgs.append(ChatMessage.assistant(f"noted {i}"))
+    assert tokens(msgs) > 3_000
+    out = await guard.check_and_compact(msgs, hint="react_iteration")
+    assert tokens(out) <= 3_000
+    (event,) = rec.events
+    assert event.unpinned == 2
+    still_pinned = [m.text[:10] for m in out if m.kind == "inject" and m.pinned]
+    assert still_pinned == ["injected 2", "injected 3"]
+    for old in ("injected 0", "injected 1"):
+        kept = [m for m in out if m.text.startswith(old)]
+        assert all(not m.pinned for m in kept)
+    query = [m for m in out if m.kind == "query"]
+    assert len(query) == 1
+    assert query[0].pinned
+    assert query[0].text == msgs[3].text
+
+
+async def test_a_query_larger_than_the_budget_is_cut_not_dropped() -> None:
+    guard = ContextGuard(default_budget=4_000)
+    msgs = conversation(1, query="QUESTION: " + "explain this log " * 3_000 + " END?")
+    out = await guard.check_and_compact(msgs)
+    assert tokens(out) <= 4_000
+    (query,) = [m for m in out if m.kind == "query"]
+    assert query.pinned
+    assert query.text.startswith("QUESTION: explain")
+    assert query.text.endswith("END?")
+    assert MARKER.search(query.text)
+
+
+# ---------------------------------------------------------------------------- rolling summary
+
+
+async def test_two_react_iteration_compactions_merge_their_working_summaries() -> None:
+    first = (
+        "## Goal\nFind ACME's Q3 revenue\n"
+        "## Key data\n- Q2 revenue: $1.1M\n- report id: RPT-7781\n"
+        "## Tried and learned\n- web search: no Q3 figure\n"
+        "## Errors still relevant\n- 401 on /v1/reports\n"
+        "## Pending\n- fetch report RPT-7781\n- compare with Q2\n"
+        "## Next step\nRetry with a token\n"
+    )
+    second = (
+        "## Goal\nFind ACME's Q3 revenue\n"
+        "## Key data\n- Q3 revenue: $1.5M\n"
+        "## Errors still relevant\n- 401 on /v1/reports (resolved)\n"
+        "## Pending\n- fetch report RPT-7781 (done)\n"
+        "## Next step\nCompute the growth\n"
+    )
+    llm = ScriptedLLM([first, second])
+    guard = ContextGuard(llm, default_budget=BUDGET)
+    msgs = await guard.check_and_compact(conversation(12), hint="react_iteration")
+    for i in range(12, 24):
+        call = ToolCall(id=f"call_{i}", name="search", arguments={"q": f"p{i}"})
+        msgs = [*msgs, ChatMessage.assistant(None, tool_calls=[call]),
+                ChatMessage.tool(f"call_{i}", "more " * 400)]
+    out = await guard.check_and_compact(msgs, hint="react_iteration")
+    assert len(llm.calls) == 2
+    # The second summariser call saw the first summary.
+    assert any("RPT-7781" in m.text for m in llm.calls[1].messages)
+    (summary,) = [m for m in out if m.kind == "summary"]
+    sections = parse_summary(summary.text.removeprefix(SUMMARY_PREFIX)).sections
+    assert "Q2 revenue: $1.1M" in sections["Key data"]  # kept from the first
+    assert "Q3 revenue: $1.5M" in sections["Key data"]  # added by the second
+    assert sections["Pending"] == ["compare with Q2"]  # closed item dropped
+    assert sections["Errors still relevant"] == []
+    assert sections["Next step"] == ["Compute the growth"]
+    assert tokens(out) <= BUDGET
+
+
+async def test_repeated_compactions_keep_one_facts_list() -> None:
+    llm = ScriptedLLM(handler=lambda m, t: "## Goal\nFind the dates\n## Next step\nGo on\n")
+    guard = ContextGuard(llm, default_budget=BUDGET)
+    msgs = conversation(12)
+    for k in range(3):
+        msgs = await guard.check_and_compact(msgs, hint="react_iteration")
+        for i in range(12):
+            j = 100 * k + i
+            call = ToolCall(id=f"c{j}", name="search", arguments={"q": f"2024-05-{i + 1:02d}"})
+            msgs = [*msgs, ChatMessage.assistant(None, tool_calls=[call]),
+                    ChatMessage.tool(f"c{j}", f"INV-{j:04d} " + "more " * 400)]
+    assert len(llm.calls) == 3
+    (summary,) = [m for m in msgs if m.kind == "summary"]
+    assert summary.text.count("Facts kept verbatim:") == 1
+    assert "Find the dates" in summary.text
+
+
+async def test_scratchpad_blocks_never_reach_the_summary() -> None:
+    llm = summariser("<think>what matters here?</think>Pages 0-9 read; Q3 revenue $1.5M.")
+    out = await ContextGuard(llm, default_budget=BUDGET).check_and_compact(conversation(12))
+    (summary,) = [m for m in out if m.kind == "summary"]
+    assert "Q3 revenue $1.5M" in summary.text
+    assert "<think>" not in summary.text
+    assert "what matters" not in summary.text
+
+
+# ---------------------------------------------------------------------------- observability
+
+
+async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[CompactionEvent] = []
+
+    async def on_compact(event: CompactionEvent) -> None:
+        seen.append(event)
+
+    guard = ContextGuard(summariser(), default_budget=BUDGET, on_compact=on_compact)
+    await guard.check_and_compact(conversation(12))
+    assert len(seen) == 1
+
+    def broken(event: CompactionEvent) -> None:
+        raise ValueError("dashboard down")
+
+    guard = ContextGuard(summariser(), default_budget=BUDGET, on_compact=broken)
+    with caplog.at_level(logging.WARNING, logger="ctxstack.guard"):
+        out = await guard.check_and_compact(conversation(12))
+    assert tokens(out) <= BUDGET
+    assert "on_compact callback failed" in caplog.text
+
+
+async def test_compactions_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    guard = ContextGuard(summariser(), default_budget=BUDGET)
+    with caplog.at_level(logging.INFO, logger="ctxstack.guard"):
+        await guard.check_and_compact(conversation(12), hint="general")
+    records = [r for r in caplog.records if r.name == "ctxstack.guard"]
+    assert any(r.levelno == logging.INFO and "compacted (llm, hint general)" in r.getMessage()
+               for r in records)
+
+
+async def test_totals_accumulate_and_reset() -> None:
+    calls = iter([LLMError("down"), "summary two", "summary three"])
+
+    def handler(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
+        reply = next(calls)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    llm = ScriptedLLM(handler=handler)
+    guard = ContextGuard(llm, default_budget=BUDGET)
+    for _ in range(3):
+        await guard.check_and_compact(conversation(12))
+    totals = guard.totals
+    assert totals.checks == 3
+    assert totals.compactions == 3
+    assert totals.fallbacks == 1
+    assert totals.llm_compactions == 2
+    assert totals.usage.calls == llm.total_usage.calls == 2
+    assert totals.usage == llm.total_usage
+    previous = guard.reset_totals()
+    assert previous == totals
+    assert guard.totals.compactions == 0
+
+
+async def test_calibrating_counter_makes_the_guard_compact_earlier() -> None:
+    msgs = conversation(5)  # ~2,600 heuristic tokens
+    assert tokens(msgs) < BUDGET
+    assert await ContextGuard(default_budget=BUDGET).check_and_compact(msgs) is msgs
+    counter = CalibratingCounter()
+    for _ in range(20):  # the provider bills 1.6x the heuristic
+        counter.observe(1_000, 1_600)
+    guard = ContextGuard(default_budget=BUDGET, counter=counter)
+    out = await guard.check_and_compact(msgs)
+    assert out is not msgs
+    assert counter.count_messages(out) <= BUDGET
+
+
+async def test_usage_of_a_result_with_reported_usage_is_counted() -> None:
+    result = LLMResult(message=ChatMessage.assistant("Summary: revenue $1.5M"),
+                       usage=Usage(input_tokens=900, output_tokens=40, calls=1))
+    guard = ContextGuard(ScriptedLLM([result]), default_budget=BUDGET)
+    await guard.check_and_compact(conversation(12))
+    assert guard.totals.usage == result.usage
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+async def test_unknown_hint_is_a_config_error_even_within_budget() -> None:
+    guard = ContextGuard()
+    with pytest.raises(ConfigError, match="unknown hint 'react'"):
+        await guard.check_and_compact(conversation(1), hint="react")
+
+
+async def test_bad_budget_and_bad_messages_are_clear_errors() -> None:
+    guard = ContextGuard()
+    with pytest.raises(ConfigError, match="budget"):
+        await guard.check_and_compact(conversation(1), budget=0)
+    with pytest.raises(ConfigError, match="budget"):
+        await guard.check_and_compact(conversation(1), budget=True)
+    with pytest.raises(MessageError, match=r"messages\[1\]: expected a ChatMessage, got dict"):
+        await guard.check_and_compact([ChatMessage.user("hi"), {"role": "user"}])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"default_budget": 0}, "default_budget"),
+        ({"max_message_chars": 10}, "max_message_chars"),
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"timeout": 0}, "timeout"),
+        ({"pinned_cap": 0}, "pinned_cap"),
+        ({"pinned_cap": 1.5}, "pinned_cap"),
+        ({"target_fill": 0}, "target_fill"),
+        ({"prompt": "  "}, "prompt"),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_setting(
+    kwargs: dict[str, object], name: str
+) -> None:
+    with pytest.raises(ConfigError, match=name):
+        ContextGuard(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,178 @@
+"""Invariants of ContextGuard over long simulated runs and arbitrary conversations.
+
+Whatever the conversation and whatever the summariser does, the result fits the budget,
+keeps the system prompt first and the query pinned, keeps verbatim messages in order,
+never splits a tool group, and leaves the input untouched.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from ctxstack.errors import LLMError
+from ctxstack.guard import ContextGuard
+from ctxstack.llm import ScriptedLLM
+from ctxstack.llm.base import ToolSpec
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.tokens import HEURISTIC
+
+SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")
+
+
+def _query(text: str = "Find the total of all invoices in /data/invoices.") -> ChatMessage:
+    return ChatMessage.user(text, pinned=True, metadata={"kind": "query"})
+
+
+def check_invariants(out: Sequence[ChatMessage], original: Sequence[ChatMessage],
+                     budget: int) -> None:
+    assert HEURISTIC.count_messages(out) <= budget
+    assert out[0] is original[0]  # the system prompt, first and verbatim
+    queries = [m for m in out if m.kind == "query"]
+    assert len(queries) == 1
+    assert queries[0].pinned
+    positions = {id(m): i for i, m in enumerate(original)}
+    kept = [positions[id(m)] for m in out if id(m) in positions]
+    assert kept == sorted(kept), "verbatim messages out of order"
+    assert sum(1 for m in out if m.kind == "summary") <= 1
+    open_calls: set[str] = set()
+    for m in out:
+        if m.role == "tool":
+            assert m.tool_call_id in open_calls, "orphan tool result"
+            open_calls.discard(m.tool_call_id)  # type: ignore[arg-type]
+        else:
+            assert not open_calls, "tool group split"
+            if m.tool_calls:
+                open_calls = {c.id for c in m.tool_calls}
+    assert not open_calls
+
+
+def flaky_summariser(seed: int) -> ScriptedLLM:
+    """Answers with a working summary, but one call in three fails in some way."""
+    rng = random.Random(seed)
+    state = {"n": 0}
+
+    def handler(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> str:
+        state["n"] += 1
+        roll = rng.random()
+        if roll < 0.12:
+            raise LLMError("upstream 502")
+        if roll < 0.22:
+            return ""
+        if roll < 0.33:
+            return "<think>only thinking</think>"
+        n = state["n"]
+        return (
+            f"## Goal\nTotal of invoices\n## Key data\n- invoices read: {n * 3}\n"
+            f"- running total: ${n * 1234}.00\n## Pending\n- read batch {n + 1}\n"
+            f"## Next step\nRead batch {n + 1}\n"
+        )
+
+    return ScriptedLLM(handler=handler)
+
+
+@pytest.mark.parametrize("mode", ["truncate", "llm", "flaky"])
+async def test_200_iterations_with_growing_tool_output_never_exceed_the_budget(
+    mode: str,
+) -> None:
+    budget = 6_000
+    rng = random.Random(42)
+    llm = None if mode == "truncate" else (
+        flaky_summariser(7) if mode == "flaky" else ScriptedLLM(
+            handler=lambda m, t: "Invoices read so far; running total $12,345.00."
+        )
+    )
+    guard = ContextGuard(llm, default_budget=budget, max_message_chars=6_000, timeout=1.0)
+    msgs: list[ChatMessage] = [SYSTEM, _query()]
+    for i in range(200):
+        before = list(msgs)
+        out = await guard.check_and_compact(msgs, hint="react_iteration")
+        assert msgs == before  # never mutated
+        check_invariants(out, msgs, budget)
+        if HEURISTIC.count_messages(msgs) <= budget and out is not msgs:
+            # Only a stage-1 cut may replace a list that fits.
+            assert guard.totals.cut_messages > 0
+        msgs = list(out)
+        call = ToolCall(id=f"c{i}", name="read_invoices", arguments={"batch": i})
+        msgs.append(ChatMessage.assistant(f"Reading batch {i}.", tool_calls=[call]))
+        size = 100 + i * 40 + rng.randint(0, 400)  # grows to ~8,500 characters
+        msgs.append(ChatMessage.tool(f"c{i}", f"batch {i}: " + "inv-0001 $12.50; " * (size // 17)))
+        if i % 37 == 36:
+            msgs.append(ChatMessage.user(f"Also include credit notes (note {i}).", pinned=True,
+                                         metadata={"kind": "inject"}))
+    totals = guard.totals
+    assert totals.checks == 200
+    assert totals.compactions >= 10  # the run really was under pressure
+    assert totals.cut_messages > 0  # and the late tool outputs were oversized
+    if mode == "flaky":
+        assert 0 < totals.fallbacks < totals.compactions
+    if mode == "llm":
+        assert totals.fallbacks == 0
+        assert totals.llm_compactions == totals.compactions
+
+
+# ---------------------------------------------------------------------------- hypothesis
+
+_text = st.text(alphabet="abcdefghijklmnop qrstuvwxyz0123456789日本語", min_size=0, max_size=60)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[ChatMessage]:
+    msgs = [SYSTEM]
+    n_units = draw(st.integers(min_value=2, max_value=25))
+    query_at = draw(st.integers(min_value=0, max_value=n_units))
+    call_id = 0
+    for u in range(n_units + 1):
+        if u == query_at:
+            msgs.append(_query(draw(_text) + "?"))
+            continue
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "inject"]))
+        size = draw(st.integers(min_value=0, max_value=8_000))
+        body = draw(_text) + "w" * size
+        if kind == "user":
+            msgs.append(ChatMessage.user(body))
+        elif kind == "assistant":
+            msgs.append(ChatMessage.assistant(body))
+        elif kind == "inject":
+            msgs.append(ChatMessage.user(body[:800], pinned=True, metadata={"kind": "inject"}))
+        else:
+            n = draw(st.integers(min_value=1, max_value=3))
+            ids = [f"t{call_id + k}" for k in range(n)]
+            call_id += n
+            msgs.append(ChatMessage.assistant(
+                None, tool_calls=[ToolCall(id=i, name="f", arguments={"k": i}) for i in ids]
+            ))
+            msgs.extend(ChatMessage.tool(i, body) for i in ids)
+    return msgs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=conversations(),
+    budget=st.integers(min_value=2_500, max_value=8_000),
+    use_llm=st.booleans(),
+    hint=st.sampled_from(["react_iteration", "planner_input", "step_dependency", "general"]),
+)
+async def test_any_conversation_fits_and_stays_well_formed(
+    msgs: list[ChatMessage], budget: int, use_llm: bool, hint: str
+) -> None:
+    llm = ScriptedLLM(handler=lambda m, t: "Summary: widgets, invoices, totals.") if use_llm \
+        else None
+    guard = ContextGuard(llm, default_budget=budget)
+    frozen = [m.model_dump() for m in msgs]
+    copy = list(msgs)
+    out = await guard.check_and_compact(msgs, hint=hint)
+    assert msgs == copy
+    assert [m.model_dump() for m in msgs] == frozen
+    check_invariants(out, msgs, budget)
+    if HEURISTIC.count_messages(msgs) <= budget:
+        event("within budget")
+        assert out is msgs
+        assert guard.totals.compactions == 0
+    else:
+        event("compacted")
+        assert guard.totals.compactions == 1
