@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from benchmarks.common import BenchRow, print_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,9 +179,8 @@ async def _concurrent(url: str, conversations: int, turns: int) -> tuple[float, 
 
 async def _fill(env: dict[str, str], cid: str, count: int) -> None:
     """Append ``count`` alternating user/assistant messages straight into the store."""
-    from ctxstack.store.db import session_factory
-
     from ctxstack.store import NewMessage, append_messages, create_engine_from_url
+    from ctxstack.store.db import session_factory
 
     engine = create_engine_from_url(env["CTXSTACK_DATABASE_URL"],
                                     schema=env.get("CTXSTACK_DATABASE_SCHEMA"))

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from ctxstack.store.db import session_factory
 
 from ctxstack.server.injects import (
     DbInjectQueue,
@@ -25,6 +24,7 @@ from ctxstack.server.injects import (
     TurnBusyError,
 )
 from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
+from ctxstack.store.db import session_factory
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
