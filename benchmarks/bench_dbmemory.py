@@ -41,10 +41,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from benchmarks.common import BenchRow, print_table
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from benchmarks.common import BenchRow, print_table
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import DbMemory
 from ctxstack.messages import ChatMessage

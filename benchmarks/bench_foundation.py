@@ -24,7 +24,6 @@ if __package__ in (None, ""):
     sys.path[:0] = [str(_root / "src"), str(_root)]
 
 from benchmarks.common import BenchRow, median_each, median_time, print_table
-
 from ctxstack.compact import CompactUtils
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC, heuristic_text_tokens

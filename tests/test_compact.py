@@ -658,3 +658,34 @@ def test_fact_extraction_covers_the_documented_kinds() -> None:
         assert value in facts, value
     for noise in ["1st", "3", "and/or", "/or"]:
         assert noise not in facts, noise
+
+
+async def test_user_facts_survive_rolling_compactions_despite_bulky_tool_output() -> None:
+    """Early user constraints must outlive the second and third rolling summary, even when
+    every later turn brings a JSON tool result full of numbers and the summariser keeps
+    only first sentences (regression: tool numbers used to crowd them out)."""
+    from ctxstack.llm.scripted import first_sentence_summarizer
+
+    llm = ScriptedLLM(handler=first_sentence_summarizer)
+    system = ChatMessage.system("You plan events.")
+    context = [
+        system,
+        ChatMessage.user("Plan the offsite. Budget cap $48,250, ticket OPS-4471, 42名, from 2026-03-14."),
+        ChatMessage.assistant("Noted."),
+    ]
+    for turn in range(10):
+        rows = [{"id": f"VEN-{turn:02d}{i:03d}", "price": 180_000 + 7_500 * i} for i in range(30)]
+        call = ToolCall(id=f"c{turn}", name="search", arguments={"turn": turn})
+        context = [
+            *context,
+            ChatMessage.user(f"Next question number {turn}."),
+            ChatMessage.assistant(None, tool_calls=[call]),
+            ChatMessage.tool(call.id, str(rows)),
+            ChatMessage.assistant(f"Cheapest is {rows[0]['id']}."),
+        ]
+        context = await CompactUtils.llm_compact(context, llm, 1_200, hint="react_iteration")
+    text = "\n".join(m.text for m in context)
+    summaries = [m for m in context if m.kind == "summary"]
+    assert len(summaries) == 1
+    for fact in ("$48,250", "OPS-4471", "42名", "2026-03-14"):
+        assert fact in text, fact

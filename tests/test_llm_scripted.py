@@ -77,3 +77,9 @@ def test_first_sentence_summarizer_keeps_one_sentence_per_entry() -> None:
         '- [tool result: search] {"a": 1}',
     ]
     assert first_sentence("x" * 500, limit=10) == "x" * 10
+
+
+def test_usage_difference_of_running_totals() -> None:
+    before = Usage(input_tokens=10, output_tokens=2, calls=1)
+    after = before + Usage(input_tokens=5, output_tokens=3, cached_tokens=1, calls=2)
+    assert after - before == Usage(input_tokens=5, output_tokens=3, cached_tokens=1, calls=2)

@@ -24,6 +24,8 @@ cases apart::
     │   └── NotFoundError           a row or file does not exist *for this owner*
     ├── ToolError                   a tool definition is invalid (not a tool *run* error:
     │                               those become tool results the model can read)
+    ├── ToolArgumentsError (ValueError)  a call's arguments do not match the tool's schema
+    │                               (the agent turns it into a tool result)
     ├── PlanError                   a DAG plan is invalid after a re-ask
     └── AgentError                  the agent loop cannot go on (e.g. overflow twice)
 
@@ -139,6 +141,14 @@ class NotFoundError(StorageError):
 
 class ToolError(CtxstackError):
     """A tool definition is invalid (bad schema, duplicate name)."""
+
+
+class ToolArgumentsError(CtxstackError, ValueError):
+    """Arguments for a tool call do not validate; the message names each bad field.
+
+    Raised by :meth:`ctxstack.agent.Tool.call`; the agent's registry turns it into a tool
+    result the model can read and correct, so it never ends a run.
+    """
 
 
 class PlanError(CtxstackError):

@@ -9,8 +9,12 @@ units, multi-digit numbers — and re-attaches those that the summary does not c
 verbatim, under a ``Facts kept verbatim:`` heading.
 
 The list is bounded by a token cap so it can never blow the budget. When there are more
-candidates than room, facts the *user* wrote come first (they state the task and its
-constraints), then newer before older; duplicates and facts already contained in a kept
+candidates than room, the order of preference is: facts the *user* wrote and facts the
+previous summary already carried (they state the task and its constraints, and they must
+survive every later compaction, not just the next one), then the assistant's, then tool
+output (bulk data, usually re-fetchable); newer before older within each tier. Without the
+tiers, a few large JSON tool results crowd the user's early constraints out of the list by
+the second or third rolling compaction. Duplicates and facts already contained in a kept
 fact are dropped. Matching is deliberately ASCII-bounded so it works inside CJK text,
 where there are no spaces between a number and the words around it.
 """
@@ -33,7 +37,7 @@ _MONTHS = (
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"
 )
 _UNITS = (
-    r"%|円|万円|億円|万|億|元|ドル|ユーロ|件|個|人|回|歳|kg|mg|km|cm|mm|ms|GB|MB|KB|TB|GiB|MiB"
+    r"%|円|万円|億円|万|億|元|ドル|ユーロ|件|個|人|名|泊|日間|時間|回|歳|kg|mg|km|cm|mm|ms|GB|MB|KB|TB|GiB|MiB"
     r"|USD|EUR|JPY|GBP|CNY|px|kWh|Hz|MHz|GHz"
 )
 _EXTENSIONS = (
@@ -112,8 +116,10 @@ def message_fact_text(message: ChatMessage) -> str:
 class _Candidate:
     fact: str
     key: str
-    rank: tuple[int, int]  # (user first, newest first)
-    order: tuple[int, int]  # position for display (chronological)
+    rank: tuple[int, int, int]  # (tier: user/previous, assistant, tool; newest; offset)
+
+
+_TIERS = {"user": 0, "system": 1, "assistant": 1, "tool": 2}
 
 
 def select_facts(
@@ -127,39 +133,49 @@ def select_facts(
     """Facts from ``messages`` (and the previous summary) missing from ``summary``.
 
     At most ``max_tokens`` worth (as rendered by :func:`format_facts`); user facts first,
-    then newer before older; returned in chronological order for reading.
+    then newer before older; returned most important first (tool output capped at a
+    third of the room), which is the order the next compaction reads them back in.
     """
     if max_tokens <= 0:
         return []
     present = normalize(summary)
-    sources: list[tuple[str, bool, int]] = []
+    sources: list[tuple[str, int, int]] = []
     if previous_summary:
-        sources.append((previous_summary, False, -1))
-    sources.extend((message_fact_text(m), m.role == "user", i) for i, m in enumerate(messages))
+        # What earlier compactions kept must survive this one too, or a rolling summary
+        # forgets a little more every round: the previous facts list ranks with the user's
+        # facts (ahead of the previous prose, which ranks next), newer user facts first.
+        body, _, kept = previous_summary.partition(FACTS_HEADING)
+        sources.append((kept, 0, -1))
+        sources.append((body, 0, -2))
+    sources.extend((message_fact_text(m), _TIERS[m.role], i) for i, m in enumerate(messages))
 
     seen: dict[str, _Candidate] = {}
-    for text, from_user, position in sources:
+    for text, tier, position in sources:
         for offset, fact in enumerate(extract_facts(text)):
             key = normalize(fact)
             if key in present:
                 continue
-            rank = (0 if from_user else 1, -position)
-            candidate = _Candidate(fact, key, rank, (position, offset))
+            rank = (tier, -position, offset)
+            candidate = _Candidate(fact, key, rank)
             best = seen.get(key)
             if best is None or candidate.rank < best.rank:
                 seen[key] = candidate
 
     chosen: list[_Candidate] = []
     used = counter.count_text(FACTS_HEADING)
+    tool_used, tool_cap = 0, max_tokens // 3
     for cand in sorted(seen.values(), key=lambda c: c.rank):
         if any(cand.key in c.key for c in chosen):
             continue
         cost = counter.count_text(f"- {cand.fact}") + 1
-        if used + cost > max_tokens:
+        is_tool = cand.rank[0] == _TIERS["tool"]
+        if used + cost > max_tokens or (is_tool and tool_used + cost > tool_cap):
             continue
         chosen.append(cand)
         used += cost
-    facts = [c.fact for c in sorted(chosen, key=lambda c: c.order)]
+        tool_used += cost if is_tool else 0
+    # Most important first: the next compaction reads this list back in this order.
+    facts = [c.fact for c in chosen]
     while facts and counter.count_text(format_facts(facts)) > max_tokens:
         facts.pop()
     return facts

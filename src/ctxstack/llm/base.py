@@ -50,6 +50,18 @@ class Usage(BaseModel):
             estimated=self.estimated or other.estimated,
         )
 
+    def __sub__(self, other: object) -> Usage:
+        """What was added between two readings of a running total (``after - before``)."""
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens - other.input_tokens,
+            output_tokens=self.output_tokens - other.output_tokens,
+            cached_tokens=self.cached_tokens - other.cached_tokens,
+            calls=self.calls - other.calls,
+            estimated=self.estimated,
+        )
+
     def __radd__(self, other: object) -> Usage:
         # Lets sum(usages) start from the integer 0.
         if other == 0:

@@ -1,0 +1,222 @@
+"""``ctxstack chat``: talk to the ReAct agent in the terminal.
+
+Uses the configured endpoint (``LLM_BASE_URL`` / ``LLM_API_KEY`` / ``LLM_MODEL``; the fast
+model, for compaction summaries, from ``FAST_LLM_*`` falling back to those) or, with
+``--stub``, a local scripted OpenAI-compatible server that needs no model at all. The agent
+gets three harmless demo tools (calculator, clock, word counter). Each turn shows the tool
+steps, any compaction of the context, the answer (streamed), and a "X.Xk in / X.Xk out"
+line counting every LLM call of the turn — compaction and synthesis included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from ctxstack.agent import ReActAgent
+from ctxstack.agent.demo_tools import demo_tools
+from ctxstack.agent.events import AgentEvent
+from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from ctxstack.cli import main
+from ctxstack.errors import CtxstackError
+from ctxstack.guard import ContextGuard
+from ctxstack.llm.base import LLM, Usage
+from ctxstack.llm.openai import OpenAICompatibleLLM
+from ctxstack.llm.stub import StubReply, StubRequest, StubServer
+from ctxstack.memory.base import BaseMemory
+from ctxstack.messages import ChatMessage
+
+EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+
+
+def format_usage(usage: Usage) -> str:
+    """``"1.2k in / 0.3k out"``: what the done card and the CLI show after an answer."""
+    return f"{usage.input_tokens / 1000:.1f}k in / {usage.output_tokens / 1000:.1f}k out"
+
+
+class SessionMemory(BaseMemory):
+    """The terminal session's history, in process (the guard keeps it within budget)."""
+
+    def __init__(self) -> None:
+        self._messages: list[ChatMessage] = []
+
+    async def add_message(self, message: ChatMessage) -> None:
+        self._messages.append(message)
+
+    async def get_messages(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    async def clear(self) -> None:
+        self._messages.clear()
+
+
+# --------------------------------------------------------------------------- stub script
+
+_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^]+[\s(]*[\d.]+[\s)]*)+")
+
+
+def demo_rule(request: StubRequest) -> StubReply | str:
+    """How the stub plays a tool-using model for the demo tools (deterministic, no model).
+
+    Arithmetic in the question → ``calculator``; "time"/"clock" → ``clock``; "count" /
+    "words" → ``word_count``; a tool result → an answer quoting it; the synthesis request
+    → the brief answer; a summarisation request → a short summary.
+    """
+    last = request.messages[-1]
+    text = request.last_user_text
+    if request.tools is None:
+        if "Brief answer" in last.text:
+            return last.text.rsplit("Brief answer", 1)[1].split(":", 1)[-1].strip()
+        if any("compress" in m.text for m in request.messages if m.role == "system"):
+            return "Earlier, the user asked some questions and got answers from the tools."
+        return f"(stub) You said: {text}"
+    if last.role == "tool":
+        return f"The result is {last.text}."
+    if last.role == "user" and last.text.startswith("[Checklist]"):
+        previous = [m.text for m in request.messages if m.role == "assistant" and m.text]
+        return previous[-1] if previous else "Done."
+    lowered = text.lower()
+    match = _ARITHMETIC.search(text)
+    if match:
+        return StubReply.tool_call("calculator", {"expression": match.group(0).strip()})
+    if "time" in lowered or "clock" in lowered:
+        return StubReply.tool_call("clock", {"timezone": "UTC"})
+    if "count" in lowered or "words" in lowered:
+        subject = text.split(":", 1)[1] if ":" in text else text
+        return StubReply.tool_call("word_count", {"text": subject.strip()})
+    return f"(stub) You said: {text}"
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render(console: Console, event: AgentEvent, *, streamed: bool) -> None:
+    """Print one agent event the way a person wants to follow a run."""
+    match event.type:
+        case "tool_call":
+            args = json.dumps(event.arguments, ensure_ascii=False)
+            console.print(f"  [cyan]→ {escape(event.tool)}[/]({escape(args)})")
+        case "tool_result":
+            style = "red" if event.error else "green"
+            console.print(f"  [{style}]← {escape(event.result_preview[:200])}[/] "
+                          f"[dim]({event.duration_s:.2f}s)[/]")
+        case "compaction":
+            c = event.compaction
+            console.print(
+                f"  [yellow]⟲ context compacted ({c.method}): {c.messages_before} → "
+                f"{c.messages_after} messages, {c.tokens_before:,} → {c.tokens_after:,} "
+                "tokens[/]"
+            )
+        case "warning":
+            console.print(f"  [yellow]! {escape(event.message[:160])}[/]")
+        case "checklist":
+            console.print("  [dim]✓ checking the answer against the checklist[/]")
+        case "injected":
+            console.print(f"  [magenta]+ {escape(event.text)}[/]")
+        case "answer_delta":
+            console.print(event.text, end="", markup=False, highlight=False)
+        case "done":
+            result = event.result
+            if streamed:
+                console.print()
+            else:
+                console.print(result.answer, markup=False, highlight=False)
+            console.print(
+                f"[dim]{format_usage(result.usage)} · {result.iterations} iteration(s) · "
+                f"{result.elapsed_s:.1f}s[/]"
+            )
+        case "error":
+            console.print(f"[red]error ({event.error_type}): {escape(event.message)}[/]")
+        case _:
+            pass
+
+
+async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool) -> bool:
+    ok = True
+    async for event in agent.run_events(query, synthesize=synthesize):
+        render(console, event, streamed=synthesize)
+        ok = event.type != "error"
+    return ok
+
+
+async def _session(
+    llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
+    max_iterations: int, synthesize: bool, system_prompt: str | None,
+) -> bool:
+    try:
+        return await _converse(llm, fast, console, once=once, budget=budget,
+                               max_iterations=max_iterations, synthesize=synthesize,
+                               system_prompt=system_prompt)
+    finally:
+        # The HTTP clients belong to this event loop: close them before it ends.
+        for model in {id(m): m for m in (llm, fast)}.values():
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def _converse(
+    llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
+    max_iterations: int, synthesize: bool, system_prompt: str | None,
+) -> bool:
+    guard = ContextGuard(compact_llm=fast)
+    agent = ReActAgent(llm, demo_tools(), guard, memory=SessionMemory(), budget=budget,
+                       max_iterations=max_iterations,
+                       system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT)
+    if once is not None:
+        return await _turn(agent, console, once, synthesize)
+    console.print(f"[bold]ctxstack chat[/] · budget {agent.budget:,} tokens · tools: "
+                  f"{', '.join(agent.tools.names)} · /exit to leave")
+    while True:
+        try:
+            query = await asyncio.to_thread(console.input, "[bold blue]you>[/] ")
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return True
+        if query.strip().lower() in EXIT_WORDS:
+            return True
+        if query.strip():
+            await _turn(agent, console, query, synthesize)
+
+
+@contextlib.contextmanager
+def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
+    if use_stub:
+        with StubServer(rule=demo_rule) as server:
+            llm = server.client()
+            yield llm, llm
+        return
+    yield OpenAICompatibleLLM.from_env(), OpenAICompatibleLLM.from_env("fast")
+
+
+@main.command("chat")
+@click.option("--stub", is_flag=True,
+              help="Talk to a local scripted stub server instead of the configured endpoint.")
+@click.option("--once", metavar="TEXT", default=None, help="Ask one question, print, exit.")
+@click.option("--budget", type=click.IntRange(min=1), default=None,
+              help="Input tokens per call (default: the model's window from LLM_* settings).")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--no-synthesis", is_flag=True,
+              help="Print the agent's brief answer instead of streaming a synthesised one.")
+@click.option("--system-prompt", default=None, help="Replace the agent's system prompt.")
+def chat(stub: bool, once: str | None, budget: int | None, max_iterations: int,
+         no_synthesis: bool, system_prompt: str | None) -> None:
+    """Chat with the ReAct agent (demo tools: calculator, clock, word counter)."""
+    console = Console()
+    try:
+        with _models(stub) as (llm, fast):
+            ok = asyncio.run(_session(
+                llm, fast, console, once=once, budget=budget, max_iterations=max_iterations,
+                synthesize=not no_synthesis, system_prompt=system_prompt,
+            ))
+    except CtxstackError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not ok:
+        raise SystemExit(1)

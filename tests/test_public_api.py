@@ -1,0 +1,35 @@
+"""The import paths DESIGN.md §2 promises are part of the contract."""
+
+from __future__ import annotations
+
+import importlib
+
+import ctxstack
+
+DESIGN_TOP_LEVEL = {
+    "ChatMessage", "ToolCall", "ContentPart",
+    "CompactUtils", "ContextGuard", "Hint",
+    "BaseMemory", "WindowMemory", "SummaryMemory", "DbMemory",
+    "ModelBudget", "resolve_budget",
+    "LLM", "LLMResult", "Usage",
+}
+
+DESIGN_SUBMODULES = {
+    "ctxstack.agent": {"ReActAgent", "AgentResult", "Tool", "tool"},
+    "ctxstack.llm.openai": {"OpenAICompatibleLLM"},
+    "ctxstack.llm": {"ScriptedLLM"},
+}
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert ctxstack.__all__ == sorted(ctxstack.__all__, key=lambda n: (not n.isupper(), n))
+    assert set(ctxstack.__all__) >= DESIGN_TOP_LEVEL
+    for name in ctxstack.__all__:
+        assert getattr(ctxstack, name) is not None, name
+
+
+def test_submodule_paths() -> None:
+    for module, names in DESIGN_SUBMODULES.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            assert hasattr(mod, name), f"{module}.{name}"
