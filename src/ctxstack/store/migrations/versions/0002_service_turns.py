@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
 from ctxstack.store.models import BigIntId, UTCDateTime
 
 revision: str = "0002"
