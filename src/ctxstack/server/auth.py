@@ -1,0 +1,99 @@
+"""Who is calling: bearer API tokens, or the single local user under ``--no-auth``.
+
+Tokens are created by ``ctxstack user create NAME`` and stored only as their SHA-256
+(:mod:`ctxstack.store.users`). Every route that touches user data depends on
+:func:`current_user`; ownership checks then happen in the store functions, which answer
+"not found" for another user's rows so a caller cannot even learn they exist.
+
+``--no-auth`` is meant for a server only this machine can reach: ``ctxstack serve`` makes
+it the default only when bound to a loopback address, and every request then acts as the
+one local user (created on start).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select
+
+from ctxstack.errors import InputError
+from ctxstack.store.db import SessionFactory, reading
+from ctxstack.store.models import User
+from ctxstack.store.users import create_user, user_by_token
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API token from `ctxstack user create NAME` (not needed under --no-auth).",
+)
+
+_MISSING = (
+    "missing API token: send 'Authorization: Bearer <token>' "
+    "(create one on the server with: ctxstack user create NAME)"
+)
+
+
+class CurrentUser(BaseModel):
+    """The caller, as routes see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    name: str
+    is_admin: bool = False
+
+
+async def ensure_local_user(factory: SessionFactory, name: str) -> tuple[int, str]:
+    """The id of the ``--no-auth`` user, creating it (with an unusable token) if needed."""
+    async with reading(factory, f"looking up user {name!r}") as session:
+        found = await session.scalar(select(User.id).where(User.name == name))
+    if found is not None:
+        return int(found), name
+    try:
+        record, _ = await create_user(factory, name)
+    except InputError:
+        # Another worker created it between our look-up and our insert.
+        async with reading(factory, f"looking up user {name!r}") as session:
+            again = await session.scalar(select(User.id).where(User.name == name))
+        if again is None:
+            raise
+        return int(again), name
+    return record.id, record.name
+
+
+async def current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> CurrentUser:
+    """The authenticated caller; 401 with a message saying how to authenticate otherwise."""
+    from ctxstack.server.state import service_state
+
+    state = service_state(request)
+    if state.settings.auth == "none":
+        return state.local_user
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
+        raise HTTPException(401, _MISSING, headers={"WWW-Authenticate": "Bearer"})
+    user = await user_by_token(state.factory, credentials.credentials.strip())
+    if user is None:
+        raise HTTPException(
+            401, "unknown API token: check the token, or create one with: ctxstack user create "
+            "NAME", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
+    return CurrentUser(id=user.id, name=user.name, is_admin=state.settings.is_admin(user.name))
+
+
+UserDep = Annotated[CurrentUser, Depends(current_user)]
+
+
+async def admin_user(user: UserDep) -> CurrentUser:
+    """The caller, if allowed to change model configs (else 403)."""
+    if not user.is_admin:
+        raise HTTPException(
+            403, "only an admin may change model configs (list admins in CTXSTACK_ADMIN_USERS)"
+        )
+    return user
+
+
+AdminDep = Annotated[CurrentUser, Depends(admin_user)]

@@ -1,0 +1,351 @@
+"""The offline demo model: what ``ctxstack serve`` answers with when no LLM is configured.
+
+It is a :class:`~ctxstack.llm.ScriptedLLM` with a deterministic handler, so the page, the
+browser test and a first-time user all see the whole machinery work without a network:
+
+* as the ReAct agent's model it calls a tool first (``calculate`` when the question holds
+  arithmetic, ``text_stats`` otherwise), then gives a brief answer from the tool result;
+* as the synthesis model (streamed) it writes a long Markdown answer — long on purpose,
+  so a small budget (``LLM_CONTEXT_SIZE=8000 LLM_MAX_OUTPUT_TOKENS=4000``) shows history
+  compaction after a few turns — that quotes the question, reports the tool result and
+  says what the model could see (including whether a conversation summary was present);
+* as the summariser (a compaction prompt) it writes a short factual summary that keeps
+  the numbers it saw;
+* as the DAG planner / analyzer it returns a valid one- or two-step plan and "achieved".
+
+It answers in Japanese when the question is written in Japanese, else in English: the
+only language detection needed here is "does the text contain kana or CJK ideographs".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
+from ctxstack.messages import ChatMessage
+from ctxstack.prompts import LANGUAGE_INSTRUCTION, SUMMARY_PREFIX
+from ctxstack.server.tools import find_arithmetic
+
+DEMO_MODEL_NAME = "ctxstack-demo"
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
+
+
+def is_japanese(text: str) -> bool:
+    """True when ``text`` contains kana or CJK ideographs (the demo then answers in Japanese)."""
+    return _CJK.search(text) is not None
+
+
+def _quote(text: str, limit: int = 240) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _last_user_text(messages: Sequence[ChatMessage]) -> str:
+    for message in reversed(messages):
+        if message.role == "user" and message.kind in (None, "query", "inject"):
+            return message.text
+    return ""
+
+
+def _query_text(messages: Sequence[ChatMessage]) -> str:
+    """The current question: the pinned query if marked, else the last user message."""
+    for message in reversed(messages):
+        if message.role == "user" and message.kind == "query":
+            return message.text
+    return _last_user_text(messages)
+
+
+def _tool_results_since_user(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    for message in reversed(messages):
+        if message.role == "user" and message.kind in (None, "query", "inject"):
+            break
+        if message.role == "tool":
+            out.append(message)
+    return list(reversed(out))
+
+
+def _has_summary(messages: Sequence[ChatMessage]) -> bool:
+    return any(m.role == "system" and m.text.startswith(SUMMARY_PREFIX) for m in messages)
+
+
+def _sections(text: str) -> dict[str, str]:
+    """``"Header:\nbody"`` blocks of a synthesis prompt, by header (the engines' layout)."""
+    out: dict[str, str] = {}
+    for block in re.split(r"\n\n(?=[A-Z][^\n]{0,80}:\n)", text):
+        head, sep, body = block.partition(":\n")
+        if sep and "\n" not in head:
+            out[head.strip()] = body.strip()
+    return out
+
+
+def _system_text(messages: Sequence[ChatMessage]) -> str:
+    return "\n".join(m.text for m in messages if m.role == "system")
+
+
+class DemoHandler:
+    """The handler behind :func:`build_demo_llm` (a callable ``(messages, tools) -> reply``)."""
+
+    def __call__(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None
+    ) -> str | ChatMessage:
+        system = _system_text(messages)
+        if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+            return self.summarise(messages)
+        structured = self.structured(system, messages)
+        if structured is not None:
+            return structured
+        if tools:
+            return self.agent_step(messages, tools)
+        return self.long_answer(messages)
+
+    # ------------------------------------------------------------------ agent
+    def agent_step(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> str | ChatMessage:
+        names = {t.get("function", {}).get("name") for t in tools}
+        results = _tool_results_since_user(messages)
+        question = _last_user_text(messages)
+        if not results:
+            expression = find_arithmetic(question)
+            if expression and "calculate" in names:
+                return ScriptedLLM.tool_call("calculate", {"expression": expression})
+            if "text_stats" in names:
+                return ScriptedLLM.tool_call("text_stats", {"text": question[:4000]})
+        found = "; ".join(_quote(r.text, 160) for r in results) or "no tool was needed"
+        query_at = next((i for i, m in enumerate(messages) if m.kind == "query"), len(messages))
+        history = [m for m in messages[:query_at] if m.role in ("user", "assistant")]
+        summary = "yes" if _has_summary(messages) else "no"
+        # The synthesis step only sees this brief answer, so it carries what the agent saw.
+        context = f"Context: {len(history)} earlier messages; summary: {summary}."
+        if is_japanese(question):
+            return f"ツールの結果: {found}\n{context}"
+        return f"Tool findings: {found}\n{context}"
+
+    # ------------------------------------------------------------------ synthesis
+    def long_answer(self, messages: Sequence[ChatMessage]) -> str:
+        prompt = _last_user_text(messages)
+        sections = _sections(prompt)
+        question = (sections.get("Request") or sections.get("User request")
+                    or _query_text(messages))
+        findings = [line.split("->", 1)[1].strip()
+                    for line in sections.get("Tool calls and results", "").splitlines()
+                    if "->" in line]
+        step_results = sections.get("Step results", "")
+        finding = _quote("; ".join(findings) or step_results, 300)
+        brief = next((v for k, v in sections.items() if k.startswith("Brief answer")), "")
+        match = re.search(r"Context: (\d+) earlier messages; summary: (yes|no)", brief)
+        visible = int(match.group(1)) if match else None
+        summary = bool(match and match.group(2) == "yes")
+        if is_japanese(question):
+            return _japanese_answer(question, finding, summary, visible)
+        return _english_answer(question, finding, summary, visible)
+
+    # ------------------------------------------------------------------ summariser
+    def summarise(self, messages: Sequence[ChatMessage]) -> str:
+        body = "\n".join(m.text for m in messages if m.role != "system")
+        numbers = list(dict.fromkeys(_NUMBER.findall(body)))[:30]
+        questions = [line for line in body.splitlines() if line.strip()][:6]
+        japanese = is_japanese(body)
+        if japanese:
+            lines = ["これまでの会話の要約（デモモデル）:"]
+            lines += [f"- {_quote(q, 120)}" for q in questions]
+            if numbers:
+                lines.append("数値: " + ", ".join(numbers))
+        else:
+            lines = ["Summary of the earlier conversation (demo model):"]
+            lines += [f"- {_quote(q, 120)}" for q in questions]
+            if numbers:
+                lines.append("Numbers mentioned: " + ", ".join(numbers))
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ DAG
+    def structured(self, system: str, messages: Sequence[ChatMessage]) -> str | None:
+        """JSON for the DAG planner and analyzer, recognised by their system prompts."""
+        try:
+            from ctxstack.dag import prompts as dag_prompts
+        except ImportError:  # the DAG engine is optional for the demo
+            return None
+        question = _last_user_text(messages)
+        planner = getattr(dag_prompts, "PLANNER_ROLE", None)
+        analyzer = getattr(dag_prompts, "ANALYZER_ROLE", None)
+        if planner and system.startswith(planner):
+            return json.dumps(demo_plan(question), ensure_ascii=False)
+        if analyzer and system.startswith(analyzer):
+            return json.dumps(
+                {"achieved": True, "confidence": 0.9, "reasoning": "demo: every step finished"},
+                ensure_ascii=False,
+            )
+        return None
+
+
+def demo_plan(question: str) -> dict[str, Any]:
+    """A small plan: measure the question and, if it holds arithmetic, calculate in parallel."""
+    steps: list[dict[str, Any]] = [
+        {"id": "s1", "task": f"Measure this text with text_stats: {_quote(question, 200)}",
+         "dependencies": [], "tool_hint": "text_stats"},
+    ]
+    expression = find_arithmetic(question)
+    if expression:
+        steps.append({"id": "s2", "task": f"Calculate {expression}", "dependencies": [],
+                      "tool_hint": "calculate"})
+    return {"steps": steps}
+
+
+def _english_answer(question: str, finding: str, summary: bool, visible: int | None) -> str:
+    quoted = _quote(question)
+    finding_line = (f"The tool step reported: `{finding}`." if finding
+                    else "No tool result was needed for this question.")
+    seen = "not reported" if visible is None else str(visible)
+    memory_line = (
+        "A **conversation summary** was part of my context this turn: earlier turns were "
+        "compacted to fit the budget, and the dashed line above marks where."
+        if summary else
+        "No conversation summary was in my context this turn: the whole history still fits."
+    )
+    return f"""## Answer (demo model)
+
+You asked: "{quoted}"
+
+{finding_line}
+
+This reply comes from ctxstack's **offline demo model**, a deterministic stand-in for a real
+LLM. It used a tool, then wrote this answer, so the tool steps, the streamed text and the
+usage card below are all real output of the service. Configure `LLM_BASE_URL`,
+`LLM_API_KEY` and `LLM_MODEL` to talk to a real model instead.
+
+### What I could see
+- Earlier messages of this conversation in my context: **{seen}**
+- {memory_line}
+
+### How ctxstack keeps a long conversation inside the window
+1. **Budget (layer 5).** The usable input is `context_size - max_output_tokens`, taken from
+   the admin's model config, then the environment, then the defaults (128k - 64k).
+2. **DbMemory (layer 4).** Each turn loads the stored history once and compacts it to the
+   budget: older turns become one `[Conversation summary]`, recent ones stay verbatim.
+   The summary is saved as a checkpoint, so the next turn does not summarise again.
+3. **ContextGuard (layer 3).** Before every model call in the agent loop, oversized
+   messages are cut and the whole list is checked against the budget; if it is over, it
+   is compacted with a prompt suited to the situation.
+4. **CompactUtils (layer 2).** Token estimates (about 4 ASCII characters or 1.5 CJK
+   characters per token), smart truncation that never splits a tool call from its result,
+   and LLM compaction that keeps numbers, IDs and dates verbatim.
+5. **Memories (layer 1).** The simple building blocks: window and summary memories.
+
+The question you ask is always pinned: however hard the history is compacted, the model
+sees it word for word. Messages you send while a turn runs are pinned too, and the agent
+reads them at its next step.
+
+### Why this answer is long
+A real model writes as much as the question needs. The demo writes a fixed, fairly long
+text on purpose, so that with a small budget you can watch compaction happen after a few
+turns: look for the dashed line that says the earlier context was summarized, and for the
+token counts on each answer's card, which include the summariser's own calls.
+"""
+
+
+def _japanese_answer(question: str, finding: str, summary: bool, visible: int | None) -> str:
+    quoted = _quote(question)
+    finding_line = (f"ツールの結果: `{finding}`" if finding
+                    else "この質問にはツールは必要ありませんでした。")
+    memory_line = (
+        "今回のコンテキストには**会話の要約**が含まれていました。以前のターンは予算に収まるよう"
+        "圧縮され、その位置は上の破線で示されています。"
+        if summary else
+        "今回のコンテキストに会話の要約はありません。履歴全体がまだ予算に収まっています。"
+    )
+    return f"""## 回答（デモモデル）
+
+ご質問: 「{quoted}」
+
+{finding_line}
+
+この回答は ctxstack の**オフライン・デモモデル**（実際の LLM の代わりに決まった出力を返すモデル）
+によるものです。ツールを使ってから回答を書いたので、ツールのステップ、ストリーミングされた文章、
+使用量カードはすべてサービスの実際の出力です。実際のモデルを使うには `LLM_BASE_URL`、
+`LLM_API_KEY`、`LLM_MODEL` を設定してください。
+
+### 見えていたもの
+- コンテキスト内のこの会話の過去メッセージ数: **{"不明" if visible is None else visible}**
+- {memory_line}
+
+### ctxstack が長い会話をウィンドウ内に保つ方法
+1. **予算（第5層）**: 使用可能な入力は `context_size - max_output_tokens` です。
+2. **DbMemory（第4層）**: ターンごとに履歴を一度読み込み、予算に合わせて圧縮します。古いターンは
+   一つの `[Conversation summary]` になり、最近のものはそのまま残ります。
+3. **ContextGuard（第3層）**: エージェントの各反復の前に予算を確認し、超えていれば状況に合った
+   プロンプトで圧縮します。
+4. **CompactUtils（第2層）**: トークン推定、ツール呼び出しと結果を分けないスマート切り詰め、
+   数値や ID をそのまま残す LLM 圧縮。
+5. **メモリ（第1層）**: ウィンドウメモリと要約メモリ。
+
+質問は常にピン留めされるので、履歴がどれだけ圧縮されてもモデルはそのまま読みます。実行中に
+送ったメッセージもピン留めされ、エージェントは次のステップでそれを読みます。
+
+### この回答が長い理由
+小さな予算で数ターン会話すると圧縮が起きる様子を確認できるよう、デモはわざと長めの固定文を
+書きます。「Earlier context … was summarized by AI.」という破線と、要約の呼び出しも含めた
+各回答のトークン数を確認してください。
+"""
+
+
+class DemoLLM:
+    """The demo model: a :class:`ScriptedLLM` whose streamed answers arrive at a readable
+    pace (``chunk_delay`` seconds between deltas), as a real model's would."""
+
+    def __init__(self, scripted: ScriptedLLM, *, chunk_delay: float = 0.0) -> None:
+        self.scripted = scripted
+        self.chunk_delay = chunk_delay
+        self.model = scripted.name
+
+    @property
+    def context_size(self) -> int:
+        return self.scripted.context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.scripted.max_output_tokens
+
+    async def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        **opts: Any,
+    ) -> LLMResult:
+        return await self.scripted.chat(messages, tools=tools, **opts)
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
+        return ChatStream(self._paced(self.scripted.stream_chat(messages, **opts)))
+
+    async def _paced(self, inner: ChatStream) -> AsyncIterator[str | Usage]:
+        async for delta in inner:
+            yield delta
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+        yield inner.usage
+
+
+def build_demo_llm(
+    *,
+    delay: float = 0.05,
+    chunk_delay: float = 0.0,
+    context_size: int = 128_000,
+    max_output_tokens: int = 64_000,
+    name: str = DEMO_MODEL_NAME,
+) -> DemoLLM:
+    """The demo model (see the module docstring). Build one per turn: it records its calls."""
+    scripted = ScriptedLLM(
+        handler=DemoHandler(),
+        delay=delay,
+        stream_chunk=24,
+        context_size=context_size,
+        max_output_tokens=max_output_tokens,
+        name=name,
+    )
+    return DemoLLM(scripted, chunk_delay=chunk_delay)

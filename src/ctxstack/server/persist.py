@@ -1,0 +1,123 @@
+"""Writing a finished turn: one transaction for everything the turn produced.
+
+A turn ends with up to four kinds of rows — the injects the agent consumed (user
+messages, kind "inject", before the answer), the assistant message (answer, usage, the
+turn's SSE events, status), injects that arrived too late (user messages after it, so
+nothing the user typed is lost), and DbMemory's new compaction checkpoint. They are
+written together or not at all, so a crash can never leave an answer without its
+checkpoint or a checkpoint covering messages that were never stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
+
+from ctxstack.llm.base import Usage
+from ctxstack.server.schemas import MessageStatus, Mode
+from ctxstack.server.sse import SSEEvent, stored_form
+from ctxstack.store.checkpoints import CheckpointCandidate
+from ctxstack.store.db import DB_ERRORS, SessionFactory, engine_of, storage_error
+from ctxstack.store.messages import NewMessage, _append_once
+from ctxstack.store.models import CompactionCheckpoint, utcnow
+
+MAX_ATTEMPTS = 5
+_EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
+_TRANSIENT = ("database is locked", "deadlock detected", "could not serialize")
+
+
+class SavedTurn(BaseModel):
+    """Ids of what :func:`save_turn` wrote."""
+
+    assistant_message_id: int
+    assistant_seq: int
+    checkpoint_saved: bool
+
+
+def turn_messages(
+    *,
+    consumed_injects: Sequence[str],
+    answer: str,
+    usage: Usage,
+    events: Sequence[SSEEvent],
+    status: MessageStatus,
+    mode: Mode,
+    leftover_injects: Sequence[str],
+) -> list[NewMessage]:
+    """The rows a turn appends, in order (pure; see the module docstring)."""
+    rows = [NewMessage(role="user", content=text, metadata={"kind": "inject"})
+            for text in consumed_injects]
+    rows.append(NewMessage(
+        role="assistant",
+        content=answer,
+        usage=usage,
+        metadata={"status": status, "mode": mode,
+                  "events": [stored_form(e) for e in events]},
+    ))
+    rows.extend(NewMessage(role="user", content=text,
+                           metadata={"kind": "inject", "consumed": False})
+                for text in leftover_injects)
+    return rows
+
+
+async def save_turn(
+    factory: SessionFactory,
+    *,
+    conversation_id: str,
+    owner_id: int,
+    consumed_injects: Sequence[str],
+    answer: str,
+    usage: Usage,
+    events: Sequence[SSEEvent],
+    status: MessageStatus,
+    mode: Mode,
+    leftover_injects: Sequence[str],
+    checkpoint: CheckpointCandidate | None,
+) -> SavedTurn:
+    """Append the turn's messages and save its checkpoint in one transaction.
+
+    Raises:
+        NotFoundError: the conversation is gone (deleted while the turn ran).
+        StorageError: the database failed (transient lock errors are retried first).
+    """
+    rows = turn_messages(consumed_injects=consumed_injects, answer=answer, usage=usage,
+                         events=events, status=status, mode=mode,
+                         leftover_injects=leftover_injects)
+    assistant_index = len(consumed_injects)
+    action = f"saving a turn of conversation {conversation_id!r}"
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            async with factory() as session, session.begin():
+                records = await _append_once(session, conversation_id, owner_id, rows)
+                if checkpoint is not None:
+                    session.add(CompactionCheckpoint(
+                        conversation_id=conversation_id, last_seq=checkpoint.last_seq,
+                        summary=checkpoint.summary, token_count=checkpoint.token_count,
+                        method=checkpoint.method, created_at=utcnow()))
+                    await session.flush()
+            assistant = records[assistant_index]
+            return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
+                             checkpoint_saved=checkpoint is not None)
+        except DBAPIError as exc:
+            transient = any(t in str(exc.orig).lower() for t in _TRANSIENT)
+            if not transient or attempt == MAX_ATTEMPTS:
+                raise storage_error(action, engine_of(factory), exc) from exc
+            await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
+        except DB_ERRORS as exc:
+            raise storage_error(action, engine_of(factory), exc) from exc
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SSE events kept on a stored assistant message (malformed entries skipped)."""
+    events = metadata.get("events")
+    if not isinstance(events, list):
+        return []
+    return [e for e in events
+            if isinstance(e, dict) and e.get("event") in _EVENT_NAMES
+            and isinstance(e.get("data"), dict)]

@@ -1,0 +1,156 @@
+"""The chat service's configuration, read once from the environment.
+
+Every setting has an environment variable so that ``ctxstack serve --workers N`` can hand
+the same configuration to each worker process (uvicorn starts them from an import string;
+the parent writes the resolved options back into the environment first).
+
+===============================  =============================================  ==========
+variable                         meaning                                        default
+===============================  =============================================  ==========
+``CTXSTACK_DATABASE_URL``        SQLAlchemy URL (SQLite file or PostgreSQL)     data dir
+``CTXSTACK_DATABASE_SCHEMA``     PostgreSQL schema to use (tests, shared DBs)   none
+``CTXSTACK_FILES_DIR``           where uploaded images are kept                 data dir
+``CTXSTACK_AUTH``                ``token`` (bearer API tokens) or ``none``      ``token``
+``CTXSTACK_LOCAL_USER``          the single user's name under ``none``          ``local``
+``CTXSTACK_ADMIN_USERS``         comma-separated user names allowed to change   empty
+                                 model configs (the local user always may)
+``CTXSTACK_REDIS_URL``           Redis for the inject queue (else the DB)       none
+``CTXSTACK_MAX_UPLOAD_BYTES``    largest accepted image                         10 MiB
+``CTXSTACK_SSE_KEEPALIVE``       seconds between keep-alive comments            15
+``CTXSTACK_DEMO_DELAY``          seconds the demo model waits per call          0.05
+``CTXSTACK_DEMO_CHUNK_DELAY``    seconds between the demo model's streamed      0.01
+                                 deltas
+``CTXSTACK_MAX_ITERATIONS``      ReAct iteration cap per turn                   12
+``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
+                                 when unset the offline demo model answers
+===============================  =============================================  ==========
+
+Budget variables (``LLM_CONTEXT_SIZE`` …) are read by :func:`ctxstack.budget.resolve_budget`
+at each turn, after the database's model configs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxstack.errors import ConfigError
+
+AuthMode = Literal["token", "none"]
+
+BUDGET_ENV_VARS = (
+    "LLM_CONTEXT_SIZE",
+    "LLM_MAX_OUTPUT_TOKENS",
+    "FAST_LLM_CONTEXT_SIZE",
+    "FAST_LLM_MAX_OUTPUT_TOKENS",
+)
+DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+
+
+class Settings(BaseModel):
+    """Resolved service settings. Build with :meth:`from_env` or directly in tests."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str | None = None
+    database_schema: str | None = None
+    files_dir: Path | None = None
+    auth: AuthMode = "token"
+    local_user: str = "local"
+    admin_users: frozenset[str] = frozenset()
+    redis_url: str | None = None
+    max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0)
+    keepalive_seconds: float = Field(15.0, gt=0)
+    demo_delay: float = Field(0.05, ge=0)
+    demo_chunk_delay: float = Field(0.01, ge=0)
+    max_iterations: int = Field(12, gt=0)
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    budget_env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def demo_model(self) -> bool:
+        """True when no LLM endpoint is configured and the offline demo model answers."""
+        return not self.llm_base_url
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from ``env`` (default ``os.environ``).
+
+        Raises:
+            ConfigError: a variable has a value of the wrong kind; the message names it.
+        """
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        raw: dict[str, object] = {
+            "database_url": get("CTXSTACK_DATABASE_URL"),
+            "database_schema": get("CTXSTACK_DATABASE_SCHEMA"),
+            "files_dir": get("CTXSTACK_FILES_DIR"),
+            "redis_url": get("CTXSTACK_REDIS_URL"),
+            "llm_base_url": get("LLM_BASE_URL"),
+            "llm_model": get("LLM_MODEL"),
+            "budget_env": {k: env[k] for k in BUDGET_ENV_VARS if k in env},
+        }
+        names = {
+            "auth": "CTXSTACK_AUTH",
+            "local_user": "CTXSTACK_LOCAL_USER",
+            "max_upload_bytes": "CTXSTACK_MAX_UPLOAD_BYTES",
+            "keepalive_seconds": "CTXSTACK_SSE_KEEPALIVE",
+            "demo_delay": "CTXSTACK_DEMO_DELAY",
+            "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
+            "max_iterations": "CTXSTACK_MAX_ITERATIONS",
+        }
+        for field, var in names.items():
+            value = get(var)
+            if value is not None:
+                raw[field] = value
+        admins = get("CTXSTACK_ADMIN_USERS")
+        if admins:
+            raw["admin_users"] = frozenset(n.strip() for n in admins.split(",") if n.strip())
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = str(err["loc"][0]) if err["loc"] else ""
+            var = names.get(field, field)
+            raise ConfigError(f"{var}: {err['msg']} (got {err.get('input')!r})") from None
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that reproduce these settings in a worker process."""
+        out: dict[str, str] = {
+            "CTXSTACK_AUTH": self.auth,
+            "CTXSTACK_LOCAL_USER": self.local_user,
+            "CTXSTACK_MAX_UPLOAD_BYTES": str(self.max_upload_bytes),
+            "CTXSTACK_SSE_KEEPALIVE": str(self.keepalive_seconds),
+            "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
+            "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
+            "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
+        }
+        optional = {
+            "CTXSTACK_DATABASE_URL": self.database_url,
+            "CTXSTACK_DATABASE_SCHEMA": self.database_schema,
+            "CTXSTACK_FILES_DIR": str(self.files_dir) if self.files_dir else None,
+            "CTXSTACK_REDIS_URL": self.redis_url,
+            "CTXSTACK_ADMIN_USERS": ",".join(sorted(self.admin_users)) or None,
+        }
+        out.update({k: v for k, v in optional.items() if v})
+        return out
+
+    def is_admin(self, user_name: str) -> bool:
+        """Whether this user may change model configs."""
+        return (self.auth == "none" and user_name == self.local_user) or (
+            user_name in self.admin_users
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach (where ``--no-auth`` is the default)."""
+    return host in {"127.0.0.1", "localhost", "::1"} or host.startswith("127.")

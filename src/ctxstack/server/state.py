@@ -1,0 +1,137 @@
+"""What every request of one service process shares: settings, database, files, injects,
+the model clients, and the turns running here.
+
+Built once per process by the app's lifespan (:func:`open_state`) and closed with it; a
+route reaches it through :func:`service_state`. Nothing here is per-user: ownership is
+checked by the store functions each route calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from ctxstack.budget import ModelBudget
+from ctxstack.files import FileStore
+from ctxstack.llm.base import LLM
+from ctxstack.server.auth import CurrentUser, ensure_local_user
+from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
+from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
+from ctxstack.server.metering import MeteredLLM, UsageMeter
+from ctxstack.server.settings import Settings
+from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
+from ctxstack.store.model_configs import load_budget
+
+log = logging.getLogger(__name__)
+
+
+class LLMProvider:
+    """The model clients: the configured endpoint, or a fresh demo model per turn.
+
+    Real clients are created once per process (their HTTP connection pools are shared by
+    all turns); each turn wraps them in its own meter. The demo model is cheap and keeps a
+    record of its calls, so each turn gets its own instance.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._main: LLM | None = None
+        self._fast: LLM | None = None
+        if not settings.demo_model:
+            from ctxstack.llm.openai import OpenAICompatibleLLM
+
+            self._main = OpenAICompatibleLLM.from_env("main")
+            self._fast = OpenAICompatibleLLM.from_env("fast")
+
+    @property
+    def model_name(self) -> str:
+        if self.settings.demo_model:
+            return DEMO_MODEL_NAME
+        return self.settings.llm_model or str(getattr(self._main, "model", "unknown"))
+
+    def for_turn(
+        self, main: ModelBudget, fast: ModelBudget, meter: UsageMeter
+    ) -> tuple[LLM, LLM]:
+        """Metered (main, fast) models for one turn, sized to the resolved budgets."""
+        if self._main is None or self._fast is None:
+            delay, chunk_delay = self.settings.demo_delay, self.settings.demo_chunk_delay
+            main_llm: LLM = build_demo_llm(delay=delay, chunk_delay=chunk_delay,
+                                           context_size=main.context_size,
+                                           max_output_tokens=main.max_output_tokens)
+            fast_llm: LLM = build_demo_llm(delay=delay, chunk_delay=chunk_delay,
+                                           context_size=fast.context_size,
+                                           max_output_tokens=fast.max_output_tokens)
+        else:
+            main_llm, fast_llm = self._main, self._fast
+        return MeteredLLM(main_llm, meter), MeteredLLM(fast_llm, meter)
+
+    async def aclose(self) -> None:
+        for client in {id(c): c for c in (self._main, self._fast) if c is not None}.values():
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+
+
+@dataclass
+class ServiceState:
+    """The per-process service state (see the module docstring)."""
+
+    settings: Settings
+    factory: SessionFactory
+    files: FileStore
+    injects: InjectQueue
+    llms: LLMProvider
+    local_user: CurrentUser
+    turns: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
+        """(main, fast) budgets: admin model configs first, then env, then defaults."""
+        env = self.settings.budget_env
+        return (await load_budget(self.factory, "main", env=env),
+                await load_budget(self.factory, "fast", env=env))
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Keep a running turn referenced until it ends (it outlives its HTTP response
+        when the client disconnects, to save what it produced)."""
+        self.turns.add(task)
+        task.add_done_callback(self.turns.discard)
+
+
+def service_state(request: Request) -> ServiceState:
+    """The state of the app serving ``request``."""
+    state: ServiceState = request.app.state.ctxstack
+    return state
+
+
+async def open_state(settings: Settings, *, factory: SessionFactory | None = None) -> ServiceState:
+    """Connect everything a process needs (the database must already be migrated)."""
+    if factory is None:
+        engine = create_engine_from_url(settings.database_url, schema=settings.database_schema)
+        factory = session_factory(engine)
+    files = FileStore(factory, settings.files_dir, max_bytes=settings.max_upload_bytes)
+    injects: InjectQueue = (
+        RedisInjectQueue(settings.redis_url) if settings.redis_url else DbInjectQueue(factory)
+    )
+    user_id, name = await ensure_local_user(factory, settings.local_user) if (
+        settings.auth == "none") else (0, "")
+    local = CurrentUser(id=user_id, name=name, is_admin=True)
+    return ServiceState(settings=settings, factory=factory, files=files, injects=injects,
+                        llms=LLMProvider(settings), local_user=local)
+
+
+async def close_state(state: ServiceState, *, grace: float = 10.0) -> None:
+    """Stop: let running turns save (cancelling them after ``grace`` s), then disconnect."""
+    pending = [t for t in state.turns if not t.done()]
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=grace)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=grace)
+    await state.injects.close()
+    await state.llms.aclose()
+    await engine_of(state.factory).dispose()
+    log.info("ctxstack service stopped")

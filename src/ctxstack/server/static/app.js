@@ -1,0 +1,729 @@
+// ctxstack chat page: conversation list, streamed turns over SSE, tool steps, injects,
+// image attachments, compact dividers and usage cards. Plain ES modules, no build step.
+//
+// Everything the model or a user wrote reaches the DOM either as textContent or through
+// renderMarkdown(), which escapes HTML before formatting (see markdown.js).
+
+import { dividerText, fmtK, usageText } from "./format.js";
+import { renderMarkdown } from "./markdown.js";
+import { readEventStream } from "./sse.js";
+
+const $ = (sel) => document.querySelector(sel);
+const TOKEN_KEY = "ctxstack.token";
+const MODE_KEY = "ctxstack.mode";
+const BANNER_KEY = "ctxstack.demo-banner";
+
+const state = {
+  info: null,
+  token: localStorage.getItem(TOKEN_KEY) || "",
+  conversations: [],
+  currentId: null,
+  running: null, // {conversationId, controller, turn}
+  attachments: [], // {id, url, name}
+};
+
+// ------------------------------------------------------------------ helpers
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function pretty(value) {
+  if (typeof value === "string") return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+function clip(text, n) {
+  const s = String(text ?? "");
+  return s.length > n ? `${s.slice(0, n)}…` : s;
+}
+
+let toastTimer = null;
+function toast(message) {
+  const box = $("#toast");
+  box.textContent = message;
+  box.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { box.hidden = true; }, 4000);
+}
+
+// ------------------------------------------------------------------ HTTP
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(path, { method = "GET", body, signal, raw = false } = {}) {
+  const headers = {};
+  if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  let payload = body;
+  if (body !== undefined && !(body instanceof FormData)) {
+    headers["Content-Type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  const response = await fetch(path, { method, headers, body: payload, signal });
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const data = await response.json();
+      if (data?.detail) message = typeof data.detail === "string" ? data.detail : pretty(data.detail);
+    } catch { /* not JSON */ }
+    if (response.status === 401 && state.info?.auth_required) showLogin(message);
+    throw new ApiError(response.status, message);
+  }
+  if (raw) return response;
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+const imageUrls = new Map();
+async function imageUrl(fileId) {
+  if (!imageUrls.has(fileId)) {
+    imageUrls.set(fileId, api(`/api/files/${encodeURIComponent(fileId)}`, { raw: true })
+      .then((r) => r.blob())
+      .then((b) => URL.createObjectURL(b))
+      .catch(() => ""));
+  }
+  return imageUrls.get(fileId);
+}
+
+// ------------------------------------------------------------------ one assistant turn
+
+/**
+ * The view of one assistant answer. Live turns and reloaded history feed it the same
+ * events (compact, step, inject, answer, done, error), so both draw the same thing.
+ */
+class AssistantTurn {
+  constructor(container) {
+    this.root = el("div", "msg assistant");
+    this.thinking = el("div", "thinking", "Thinking…");
+    this.root.append(this.thinking);
+    container.append(this.root);
+    this.steps = null;
+    this.stepList = null;
+    this.stepCount = 0;
+    this.toolSteps = new Map();
+    this.answerEl = null;
+    this.text = "";
+    this.renderQueued = false;
+    this.finished = false;
+    this.replay = false; // drawing stored history: steps start collapsed
+  }
+
+  append(node) {
+    this.root.insertBefore(node, this.thinking.isConnected ? this.thinking : null);
+  }
+
+  ensureSteps() {
+    if (!this.steps) {
+      this.steps = el("details", "steps");
+      this.steps.open = !this.finished && !this.replay;
+      this.stepSummary = el("summary");
+      this.stepList = el("div", "step-list");
+      this.steps.append(this.stepSummary, this.stepList);
+      this.append(this.steps);
+    }
+    return this.stepList;
+  }
+
+  countStep() {
+    this.stepCount += 1;
+    this.stepSummary.textContent = `${this.stepCount} step${this.stepCount === 1 ? "" : "s"}`;
+  }
+
+  handle(event, data) {
+    switch (event) {
+      case "compact": return this.onCompact(data);
+      case "step": return this.onStep(data);
+      case "inject": return this.onInject(data);
+      case "answer": return this.onAnswer(data);
+      case "done": return this.onDone(data);
+      case "error": return this.onError(data);
+      default: return undefined;
+    }
+  }
+
+  onCompact(data) {
+    const divider = el("div", "compact-divider");
+    divider.setAttribute("role", "separator");
+    divider.dataset.method = data?.method || "";
+    divider.append(el("span", "", dividerText(data)));
+    if (data?.scope === "run" && this.steps) this.stepList.append(divider);
+    else this.append(divider);
+  }
+
+  onStep(data) {
+    const list = this.ensureSteps();
+    const kind = data?.kind;
+    if (kind === "tool_call") {
+      const item = el("details", "step running");
+      const summary = el("summary");
+      summary.append(el("span", "name", data.tool || "tool"), el("span", "status", "running…"));
+      item.append(summary, el("pre", "args", pretty(data.arguments ?? {})));
+      list.append(item);
+      this.toolSteps.set(data.id || `${data.tool}:${this.stepCount}`, item);
+      this.countStep();
+    } else if (kind === "tool_result") {
+      let item = this.toolSteps.get(data.id);
+      if (!item) {
+        item = el("details", "step");
+        const summary = el("summary");
+        summary.append(el("span", "name", data.tool || "tool"), el("span", "status"));
+        item.append(summary);
+        list.append(item);
+        this.countStep();
+      }
+      item.classList.remove("running");
+      item.classList.add(data.error ? "failed" : "ok");
+      const ms = data.duration_ms != null ? ` · ${Math.round(data.duration_ms)} ms` : "";
+      item.querySelector(".status").textContent = `${data.error ? "failed" : "done"}${ms}`;
+      item.append(el("pre", "result", clip(pretty(data.result ?? ""), 20000)));
+    } else if (kind === "dag_step") {
+      const key = `dag:${data.id}`;
+      let item = this.toolSteps.get(key);
+      if (!item) {
+        item = el("details", "step running");
+        const summary = el("summary");
+        summary.append(el("span", "name", `step ${data.id}`), el("span", "status"));
+        item.append(summary, el("pre", "args", data.task || ""));
+        list.append(item);
+        this.toolSteps.set(key, item);
+        this.countStep();
+      }
+      const status = data.status || "running";
+      item.classList.toggle("running", status === "running");
+      item.classList.toggle("ok", status === "done");
+      item.classList.toggle("failed", status === "failed");
+      item.querySelector(".status").textContent = status;
+      if (data.result != null) {
+        item.querySelector("pre.result")?.remove();
+        item.append(el("pre", "result", clip(pretty(data.result), 20000)));
+      }
+    } else if (kind === "plan") {
+      const steps = Array.isArray(data.steps) ? data.steps : [];
+      const round = data.round > 1 ? ` (round ${data.round})` : "";
+      list.append(el("div", "step-note", `Plan${round}: ${steps.length} step${steps.length === 1 ? "" : "s"}`));
+    } else {
+      const text = data?.text || data?.message || kind || "step";
+      list.append(el("div", "step-note", clip(text, 500)));
+    }
+  }
+
+  onInject(data) {
+    const note = el("div", "injected", data?.text ?? "");
+    if (data?.consumed === false) {
+      note.classList.add("late");
+      note.title = "Arrived after the agent's last step: kept in the conversation for the next turn.";
+    }
+    this.append(note);
+  }
+
+  onAnswer(data) {
+    const delta = typeof data === "string" ? data : data?.delta ?? "";
+    if (!this.answerEl) {
+      this.answerEl = el("div", "answer streaming");
+      this.append(this.answerEl);
+    }
+    this.text += delta;
+    if (!this.renderQueued) {
+      this.renderQueued = true;
+      requestAnimationFrame(() => {
+        this.renderQueued = false;
+        this.answerEl.innerHTML = renderMarkdown(this.text);
+        autoScroll();
+      });
+    }
+  }
+
+  setAnswer(text) {
+    if (!text) return;
+    if (!this.answerEl) {
+      this.answerEl = el("div", "answer");
+      this.append(this.answerEl);
+    }
+    this.text = text;
+    this.answerEl.innerHTML = renderMarkdown(text);
+  }
+
+  onDone(data) {
+    if (!this.text && data?.answer) this.setAnswer(data.answer);
+    else if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
+    const usage = data?.usage || {};
+    const card = el("div", "done-card");
+    card.append(el("span", "usage", usageText(usage)));
+    if (data?.iterations != null) {
+      card.append(el("span", "", `${data.iterations} iteration${data.iterations === 1 ? "" : "s"}`));
+    }
+    if (data?.elapsed != null) card.append(el("span", "", `${Number(data.elapsed).toFixed(1)} s`));
+    this.append(card);
+    this.finish();
+  }
+
+  onError(data) {
+    const message = typeof data === "string" ? data : data?.message || "The turn failed.";
+    this.append(el("div", "turn-error", message));
+    this.finish();
+  }
+
+  finish() {
+    if (this.finished) return;
+    this.finished = true;
+    this.thinking.remove();
+    this.answerEl?.classList.remove("streaming");
+    if (this.steps) this.steps.open = false;
+  }
+}
+
+// ------------------------------------------------------------------ rendering
+
+function messagesBox() {
+  return $("#messages");
+}
+
+function isNearBottom() {
+  const box = messagesBox();
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 120;
+}
+
+let stickToBottom = true;
+function autoScroll(force = false) {
+  const box = messagesBox();
+  if (force || stickToBottom) box.scrollTop = box.scrollHeight;
+}
+
+function clearMessages() {
+  const box = messagesBox();
+  box.replaceChildren();
+  const empty = el("div", "empty");
+  empty.id = "empty";
+  empty.append(el("h2", "", "Ask anything"));
+  empty.append(el("p", "", "Long conversations stay inside the model's context window: older turns are "
+    + "summarised when needed, and a dashed line marks where that happened."));
+  box.append(empty);
+}
+
+function renderUser(text, images = []) {
+  $("#empty")?.remove();
+  const wrap = el("div", "msg user");
+  if (images.length) {
+    const strip = el("div", "images");
+    for (const image of images) {
+      const img = el("img");
+      img.alt = "attached image";
+      img.loading = "lazy";
+      if (image.url) img.src = image.url;
+      else imageUrl(image.file_id).then((url) => { if (url) img.src = url; });
+      strip.append(img);
+    }
+    wrap.append(strip);
+  }
+  if (text) wrap.append(el("div", "bubble", text));
+  messagesBox().append(wrap);
+  return wrap;
+}
+
+function renderHistory(messages) {
+  clearMessages();
+  if (messages.length) $("#empty")?.remove();
+  for (const m of messages) {
+    if (m.role === "user") {
+      if (m.kind === "inject") continue; // drawn inside the turn that consumed it
+      renderUser(m.content, m.images || []);
+    } else if (m.role === "assistant") {
+      const turn = new AssistantTurn(messagesBox());
+      turn.replay = true;
+      const events = Array.isArray(m.events) ? m.events : [];
+      const failed = m.status === "failed";
+      let doneEvent = null;
+      for (const ev of events) {
+        if (ev.event === "done") doneEvent = ev;
+        else turn.handle(ev.event, ev.data);
+      }
+      if (!failed) turn.setAnswer(m.content || "");
+      if (doneEvent) turn.onDone(doneEvent.data);
+      else if (m.status === "stopped") turn.append(el("div", "step-note", "Stopped before the end."));
+      turn.finish();
+    }
+  }
+  autoScroll(true);
+}
+
+function renderConversationList() {
+  const list = $("#conversation-list");
+  list.replaceChildren();
+  for (const conv of state.conversations) {
+    const item = el("li");
+    item.dataset.id = conv.id;
+    if (conv.id === state.currentId) item.classList.add("active");
+    const title = el("span", "title", conv.title || "New chat");
+    title.title = conv.title || "New chat";
+    const actions = el("span", "actions");
+    const rename = el("button", "btn btn-icon btn-small rename-btn", "✎");
+    rename.type = "button";
+    rename.setAttribute("aria-label", "Rename conversation");
+    const del = el("button", "btn btn-icon btn-small delete-btn", "×");
+    del.type = "button";
+    del.setAttribute("aria-label", "Delete conversation");
+    actions.append(rename, del);
+    item.append(title, actions);
+    item.addEventListener("click", (e) => {
+      if (e.target.closest(".actions") || e.target.closest("input")) return;
+      selectConversation(conv.id);
+    });
+    rename.addEventListener("click", () => startRename(item, conv));
+    del.addEventListener("click", () => deleteConversation(conv));
+    list.append(item);
+  }
+}
+
+function startRename(item, conv) {
+  const input = el("input", "rename");
+  input.value = conv.title || "";
+  input.maxLength = 200;
+  item.querySelector(".title").replaceWith(input);
+  input.focus();
+  input.select();
+  let settled = false;
+  const finish = async (save) => {
+    if (settled) return;
+    settled = true;
+    const title = input.value.trim();
+    if (save && title && title !== conv.title) {
+      try {
+        await api(`/api/conversations/${conv.id}`, { method: "PATCH", body: { title } });
+      } catch (err) {
+        toast(`Rename failed: ${err.message}`);
+      }
+    }
+    await loadConversations();
+  };
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") finish(true);
+    else if (e.key === "Escape") finish(false);
+  });
+  input.addEventListener("blur", () => finish(true));
+}
+
+async function deleteConversation(conv) {
+  if (!window.confirm(`Delete "${conv.title || "New chat"}"? This cannot be undone.`)) return;
+  try {
+    await api(`/api/conversations/${conv.id}`, { method: "DELETE" });
+  } catch (err) {
+    toast(`Delete failed: ${err.message}`);
+    return;
+  }
+  if (conv.id === state.currentId) newChat();
+  await loadConversations();
+}
+
+function setTitle() {
+  const conv = state.conversations.find((c) => c.id === state.currentId);
+  $("#chat-title").textContent = conv?.title || "New chat";
+}
+
+// ------------------------------------------------------------------ actions
+
+async function loadConversations() {
+  state.conversations = await api("/api/conversations");
+  renderConversationList();
+  setTitle();
+}
+
+async function selectConversation(id) {
+  closeSidebar();
+  if (state.running && state.running.conversationId !== id) {
+    toast("A turn is still running; stop it before switching conversations.");
+    return;
+  }
+  state.currentId = id;
+  renderConversationList();
+  setTitle();
+  if (state.running) return;
+  history.replaceState(null, "", `#c=${encodeURIComponent(id)}`);
+  try {
+    const messages = await api(`/api/conversations/${id}/messages`);
+    if (state.currentId === id) renderHistory(messages);
+  } catch (err) {
+    toast(`Could not load the conversation: ${err.message}`);
+  }
+}
+
+function newChat() {
+  if (state.running) return;
+  state.currentId = null;
+  history.replaceState(null, "", location.pathname);
+  clearMessages();
+  renderConversationList();
+  setTitle();
+  closeSidebar();
+  $("#query").focus();
+}
+
+function currentMode() {
+  return document.querySelector('input[name="mode"]:checked')?.value || "react";
+}
+
+function setRunning(running) {
+  $("#composer").hidden = running;
+  $("#inject-form").hidden = !running;
+  $("#attachments").hidden = running || state.attachments.length === 0;
+  $("#new-chat").disabled = running;
+  if (running) $("#inject-text").focus();
+  else $("#query").focus();
+}
+
+async function sendMessage() {
+  const query = $("#query").value.trim();
+  const attachments = state.attachments.slice();
+  if (!query && !attachments.length) return;
+  if (state.running) return;
+  if (!query) {
+    toast("Write a message to go with the image.");
+    return;
+  }
+  let conversationId = state.currentId;
+  if (!conversationId) {
+    try {
+      const conv = await api("/api/conversations", { method: "POST", body: {} });
+      conversationId = conv.id;
+      state.currentId = conv.id;
+      history.replaceState(null, "", `#c=${encodeURIComponent(conv.id)}`);
+    } catch (err) {
+      toast(`Could not start a conversation: ${err.message}`);
+      return;
+    }
+  }
+  $("#query").value = "";
+  resizeTextarea($("#query"));
+  state.attachments = [];
+  renderAttachments();
+  renderUser(query, attachments.map((a) => ({ file_id: a.id, url: a.url })));
+  const turn = new AssistantTurn(messagesBox());
+  stickToBottom = true;
+  autoScroll(true);
+  const controller = new AbortController();
+  state.running = { conversationId, controller, turn };
+  setRunning(true);
+  try {
+    const response = await api("/api/chat", {
+      method: "POST",
+      body: { conversation_id: conversationId, query, mode: currentMode(), file_ids: attachments.map((a) => a.id) },
+      signal: controller.signal,
+      raw: true,
+    });
+    for await (const { event, data } of readEventStream(response, controller.signal)) {
+      turn.handle(event, data);
+      autoScroll();
+    }
+    if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
+  } catch (err) {
+    if (controller.signal.aborted) {
+      turn.append(el("div", "step-note", "Stopped. What was produced so far is saved."));
+      turn.finish();
+    } else {
+      turn.onError({ message: err.message });
+    }
+  } finally {
+    state.running = null;
+    setRunning(false);
+    loadConversations().catch(() => {});
+  }
+}
+
+async function sendInject() {
+  const box = $("#inject-text");
+  const text = box.value.trim();
+  if (!text || !state.running) return;
+  try {
+    await api("/api/chat/inject", {
+      method: "POST",
+      body: { conversation_id: state.running.conversationId, text },
+    });
+    box.value = "";
+    resizeTextarea(box);
+  } catch (err) {
+    toast(err.status === 409 ? "The turn has already finished." : `Inject failed: ${err.message}`);
+  }
+}
+
+async function attachFiles(files) {
+  for (const file of files) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    try {
+      const meta = await api("/api/files", { method: "POST", body: form });
+      state.attachments.push({ id: meta.id, url: URL.createObjectURL(file), name: file.name });
+    } catch (err) {
+      toast(`${file.name}: ${err.message}`);
+    }
+  }
+  renderAttachments();
+}
+
+function renderAttachments() {
+  const box = $("#attachments");
+  box.replaceChildren();
+  for (const a of state.attachments) {
+    const chip = el("span", "chip");
+    const img = el("img");
+    img.src = a.url;
+    img.alt = a.name;
+    const remove = el("button", "btn btn-icon btn-small", "×");
+    remove.type = "button";
+    remove.setAttribute("aria-label", `Remove ${a.name}`);
+    remove.addEventListener("click", () => {
+      state.attachments = state.attachments.filter((x) => x !== a);
+      renderAttachments();
+    });
+    chip.append(img, el("span", "", clip(a.name, 24)), remove);
+    box.append(chip);
+  }
+  box.hidden = state.attachments.length === 0 || Boolean(state.running);
+}
+
+// ------------------------------------------------------------------ chrome
+
+function resizeTextarea(area) {
+  area.style.height = "auto";
+  area.style.height = `${Math.min(area.scrollHeight, 200)}px`;
+}
+
+function openSidebar() {
+  $("#app").classList.add("sidebar-open");
+  $("#scrim").hidden = false;
+}
+
+function closeSidebar() {
+  $("#app").classList.remove("sidebar-open");
+  $("#scrim").hidden = true;
+}
+
+function showLogin(message) {
+  $("#login").hidden = false;
+  $("#messages").hidden = true;
+  document.querySelector(".composer-wrap").hidden = true;
+  const error = $("#login-error");
+  error.hidden = !message || !state.token;
+  error.textContent = message || "";
+}
+
+function hideLogin() {
+  $("#login").hidden = true;
+  $("#messages").hidden = false;
+  document.querySelector(".composer-wrap").hidden = false;
+}
+
+function renderInfo(info) {
+  const banner = $("#demo-banner");
+  if (info.demo_model && sessionStorage.getItem(BANNER_KEY) !== "closed") {
+    banner.replaceChildren();
+    const close = el("button", "btn btn-icon btn-small banner-close", "×");
+    close.type = "button";
+    close.setAttribute("aria-label", "Hide this notice");
+    close.addEventListener("click", () => {
+      banner.hidden = true;
+      sessionStorage.setItem(BANNER_KEY, "closed");
+    });
+    banner.append(close);
+    banner.append(el("strong", "", "Demo model. "),
+      document.createTextNode("Answers come from ctxstack's built-in offline demo model, not a real LLM. "
+        + "To use a real endpoint, set "));
+    ["LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL"].forEach((name, i) => {
+      if (i) banner.append(document.createTextNode(i === 2 ? " and " : ", "));
+      banner.append(el("code", "", name));
+    });
+    banner.append(document.createTextNode(" in the server's environment and restart "),
+      el("code", "", "ctxstack serve"), document.createTextNode("."));
+    banner.hidden = false;
+  } else {
+    banner.hidden = true;
+  }
+  const foot = $("#sidebar-foot");
+  const budget = info.budget?.usable_input_tokens;
+  foot.textContent = `Model: ${info.model || "unknown"}${budget ? ` · budget ${fmtK(budget)} tokens` : ""}`;
+}
+
+function bind() {
+  $("#composer").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
+  $("#inject-form").addEventListener("submit", (e) => { e.preventDefault(); sendInject(); });
+  $("#stop").addEventListener("click", () => state.running?.controller.abort());
+  $("#new-chat").addEventListener("click", newChat);
+  $("#toggle-sidebar").addEventListener("click", openSidebar);
+  $("#scrim").addEventListener("click", closeSidebar);
+  for (const id of ["#query", "#inject-text"]) {
+    const area = $(id);
+    area.addEventListener("input", () => resizeTextarea(area));
+    area.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        area.form.requestSubmit();
+      }
+    });
+  }
+  $("#file-input").addEventListener("change", (e) => {
+    const files = Array.from(e.target.files || []);
+    e.target.value = "";
+    attachFiles(files);
+  });
+  messagesBox().addEventListener("scroll", () => { stickToBottom = isNearBottom(); });
+  const savedMode = localStorage.getItem(MODE_KEY);
+  if (savedMode) {
+    const radio = document.querySelector(`input[name="mode"][value="${savedMode === "dag" ? "dag" : "react"}"]`);
+    if (radio) radio.checked = true;
+  }
+  document.querySelectorAll('input[name="mode"]').forEach((r) => {
+    r.addEventListener("change", () => localStorage.setItem(MODE_KEY, currentMode()));
+  });
+  $("#login-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    state.token = $("#token-input").value.trim();
+    try {
+      await api("/api/me");
+      localStorage.setItem(TOKEN_KEY, state.token);
+      hideLogin();
+      await start();
+    } catch (err) {
+      showLogin(err.status === 401 ? "That token was not accepted." : err.message);
+    }
+  });
+}
+
+async function start() {
+  await loadConversations();
+  const match = location.hash.match(/^#c=(.+)$/);
+  const wanted = match ? decodeURIComponent(match[1]) : null;
+  if (wanted && state.conversations.some((c) => c.id === wanted)) await selectConversation(wanted);
+  else clearMessages();
+}
+
+async function boot() {
+  bind();
+  try {
+    state.info = await api("/api/info");
+  } catch (err) {
+    toast(`The server did not answer: ${err.message}`);
+    return;
+  }
+  renderInfo(state.info);
+  if (state.info.auth_required && !state.token) {
+    showLogin("");
+    return;
+  }
+  try {
+    await start();
+  } catch (err) {
+    if (err.status !== 401) toast(err.message);
+  }
+}
+
+boot();

@@ -1,0 +1,385 @@
+"""One chat turn, from the stored question to the stored answer, as a stream of SSE events.
+
+The flow (the seed's sequence diagram, DESIGN §5):
+
+1. the route has already stored the user's message and claimed the conversation
+   (:meth:`InjectQueue.begin`), so a second turn or an inject can see this one;
+2. the budgets are resolved (admin model configs → env → defaults);
+3. :class:`~ctxstack.memory.db.DbMemory` loads the history once and compacts it to the
+   main budget with the fast model; if it compacted, a ``compact`` event goes out first;
+4. the ReAct agent (or the DAG engine) runs; its typed events become ``step``,
+   ``inject``, ``compact`` and ``answer`` events as they happen, while a poller forwards
+   injects that reach any worker;
+5. the assistant message — answer, usage, the turn's events — the injects it consumed or
+   left over, and DbMemory's new checkpoint are written in one transaction;
+6. ``done`` (with the message id) or ``error`` ends the stream.
+
+A turn runs as its own task, not inside the HTTP response: when the client disconnects the
+response is gone but the task, cancelled, still stores what was produced (status
+"stopped"). A failure anywhere becomes an ``error`` event and an assistant message that
+says the turn failed (status "failed"); the conversation stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxstack.agent import ReActAgent
+from ctxstack.agent import events as agent_events
+from ctxstack.budget import ModelBudget
+from ctxstack.dag import events as dag_events
+from ctxstack.dag.engine import DAGEngine
+from ctxstack.errors import CtxstackError
+from ctxstack.files import FileRecord
+from ctxstack.guard import ContextGuard
+from ctxstack.llm.base import LLM, Usage
+from ctxstack.memory.base import BaseMemory
+from ctxstack.memory.db import DbMemory
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
+from ctxstack.server.injects import InjectPoller
+from ctxstack.server.metering import UsageMeter
+from ctxstack.server.persist import SavedTurn, save_turn
+from ctxstack.server.schemas import MessageStatus, Mode
+from ctxstack.server.sse import (
+    AnswerData,
+    AnswerEvent,
+    CompactData,
+    CompactEvent,
+    DagStepStatus,
+    DoneData,
+    DoneEvent,
+    ErrorData,
+    ErrorEvent,
+    InjectData,
+    InjectEvent,
+    NoteStep,
+    PlanStep,
+    SSEEvent,
+    StepEvent,
+    ToolCallStep,
+    ToolResultStep,
+    UsageData,
+)
+from ctxstack.server.state import ServiceState
+from ctxstack.server.tools import service_tools
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant in a chat. Use the tools when they help; answer in the "
+    "language the user writes in. Messages the user sends while you work appear as new user "
+    "messages: take them into account."
+)
+RESULT_PREVIEW_CHARS = 4_000
+
+
+class TurnFailed(CtxstackError):
+    """The engine reported a failure (its message is what the user sees)."""
+
+
+@dataclass
+class TurnSpec:
+    """What a turn was asked to do (validated by the route)."""
+
+    turn_id: str
+    user_id: int
+    conversation_id: str
+    query: str
+    mode: Mode
+    images: list[FileRecord] = field(default_factory=list)
+
+
+class StaticMemory(BaseMemory):
+    """A read-only memory over an already-loaded history (DbMemory runs once, in the turn,
+    so its compaction flags can be reported before the agent starts)."""
+
+    def __init__(self, messages: Sequence[ChatMessage]) -> None:
+        self._messages = list(messages)
+
+    async def add_message(self, message: ChatMessage) -> None:
+        return None
+
+    async def get_messages(self) -> list[ChatMessage]:
+        return list(self._messages)
+
+    async def clear(self) -> None:
+        return None
+
+
+class Turn:
+    """Runs one turn and feeds its events to ``self.queue`` (``None`` ends the stream)."""
+
+    def __init__(self, state: ServiceState, spec: TurnSpec) -> None:
+        self.state = state
+        self.spec = spec
+        self.queue: asyncio.Queue[SSEEvent | None] = asyncio.Queue()
+        self.events: list[SSEEvent] = []
+        self.answer_parts: list[str] = []
+        self.final_answer: str | None = None
+        self.iterations = 0
+        self.meter = UsageMeter()
+        self.consumed: list[str] = []
+        self.forwarded: list[str] = []
+        self.checkpoint: Any = None
+        self.started = time.perf_counter()
+        self._agent: ReActAgent | None = None
+
+    # ------------------------------------------------------------------ events
+    async def emit(self, event: SSEEvent) -> None:
+        if isinstance(event, AnswerEvent):
+            self.answer_parts.append(event.data.delta)
+        else:
+            self.events.append(event)
+        self.queue.put_nowait(event)
+
+    # ------------------------------------------------------------------ the task
+    async def run(self) -> None:
+        """The turn task's body. Never raises except CancelledError (after saving)."""
+        poller: asyncio.Task[None] | None = None
+        try:
+            main_budget, fast_budget = await self.state.budgets()
+            main_llm, fast_llm = self.state.llms.for_turn(main_budget, fast_budget, self.meter)
+            history = await self._load_history(main_budget, fast_llm)
+            poll = InjectPoller(self.state.injects, self.spec.conversation_id, self.spec.turn_id)
+            poller = asyncio.create_task(poll.run(self._deliver))
+            if self.spec.mode == "dag":
+                await self._run_dag(main_llm, fast_llm, fast_budget, history)
+            else:
+                await self._run_react(main_llm, fast_llm, main_budget, history)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            await self._stop_poller(poller)
+            await self._finish("stopped", "Stopped: the client disconnected.")
+            raise
+        except Exception as exc:
+            log.warning("turn %s failed: %s: %s", self.spec.turn_id, type(exc).__name__, exc)
+            await self._stop_poller(poller)
+            await self._finish("failed", _failure_text(exc))
+        else:
+            await self._stop_poller(poller)
+            await self._finish("ok", None)
+
+    @staticmethod
+    async def _stop_poller(poller: asyncio.Task[None] | None) -> None:
+        if poller is not None and not poller.done():
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+
+    async def _deliver(self, text: str) -> None:
+        self.forwarded.append(text)
+        if self._agent is not None:
+            self._agent.inject(text)
+
+    # ------------------------------------------------------------------ history
+    async def _load_history(self, budget: ModelBudget, fast_llm: LLM) -> list[ChatMessage]:
+        memory = DbMemory(
+            self.spec.conversation_id,
+            session_factory=self.state.factory,
+            budget=budget,
+            compact_llm=fast_llm,
+            user_id=self.spec.user_id,
+            file_store=self.state.files,
+        )
+        history = await memory.get_messages()
+        self.checkpoint = memory.checkpoint_candidate
+        if memory.was_compacted:
+            method = "llm" if memory.method == "llm" else "truncate"
+            await self.emit(CompactEvent(data=CompactData(
+                original_messages=memory.original_count, kept_messages=memory.compacted_count,
+                method=method, scope="load")))
+        if self.spec.images:
+            history.append(await self._images_message())
+        return history
+
+    async def _images_message(self) -> ChatMessage:
+        """The current question's images, as a user message just before the question.
+
+        The engines take the question as text; the model still sees its images because
+        they enter the context right before it.
+        """
+        parts: list[TextPart | ImagePart] = [TextPart(text="(Images attached to my next message)")]
+        for record in self.spec.images:
+            data = await self.state.files.read(record)
+            loaded = _data_url(record.mime_type, data)
+            parts.append(ImagePart(image_url=ImageURL(url=loaded)))
+        return ChatMessage.user(parts, metadata={"images": [
+            {"file_id": r.id, "mime_type": r.mime_type} for r in self.spec.images]})
+
+    # ------------------------------------------------------------------ ReAct
+    async def _run_react(
+        self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
+    ) -> None:
+        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget)
+        agent = ReActAgent(
+            llm, service_tools(), guard,
+            system_prompt=SYSTEM_PROMPT,
+            memory=StaticMemory(history),
+            budget=budget,
+            max_iterations=self.state.settings.max_iterations,
+        )
+        self._agent = agent
+        for text in self.forwarded:  # arrived before the agent existed
+            agent.inject(text)
+        async for event in agent.run_events(self.spec.query, synthesize=True):
+            match event:
+                case agent_events.ToolCallEvent():
+                    await self.emit(StepEvent(data=ToolCallStep(
+                        id=event.call_id, tool=event.tool, arguments=event.arguments,
+                        iteration=event.iteration)))
+                case agent_events.ToolResultEvent():
+                    await self.emit(StepEvent(data=ToolResultStep(
+                        id=event.call_id, tool=event.tool,
+                        result=_preview(event.result_preview), error=event.error is not None,
+                        duration_ms=round(event.duration_s * 1000, 1))))
+                case agent_events.CompactionNoticeEvent():
+                    await self.emit(CompactEvent(data=CompactData(
+                        original_messages=event.original_messages,
+                        kept_messages=event.kept_messages,
+                        method="llm" if event.method == "llm" else "truncate", scope="run")))
+                case agent_events.InjectedEvent():
+                    self.consumed.append(event.text)
+                    await self.emit(InjectEvent(data=InjectData(text=event.text)))
+                case agent_events.WarningEvent():
+                    await self.emit(StepEvent(data=NoteStep(
+                        kind="warning", text=event.message, iteration=event.iteration)))
+                case agent_events.ChecklistEvent():
+                    await self.emit(StepEvent(data=NoteStep(
+                        kind="checklist", iteration=event.iteration,
+                        text=f"Checking the answer after {event.tool_calls} tool calls")))
+                case agent_events.AnswerDeltaEvent():
+                    await self.emit(AnswerEvent(data=AnswerData(delta=event.text)))
+                case agent_events.DoneEvent():
+                    self.iterations = event.result.iterations
+                    self.final_answer = event.result.final_answer
+                case agent_events.ErrorEvent():
+                    raise TurnFailed(f"{event.error_type}: {event.message}")
+                case _:
+                    pass
+
+    # ------------------------------------------------------------------ DAG
+    async def _run_dag(
+        self, llm: LLM, fast_llm: LLM, fast_budget: ModelBudget, history: list[ChatMessage]
+    ) -> None:
+        engine = DAGEngine(llm, service_tools(), fast_llm=fast_llm, fast_budget=fast_budget)
+        async for event in engine.run_events(self.spec.query, history=history):
+            match event:
+                case dag_events.QueryEnrichedEvent():
+                    if event.summarized:
+                        await self.emit(StepEvent(data=NoteStep(
+                            kind="note", text=f"History condensed for the planner "
+                            f"({event.tokens_before} → {event.tokens_after} tokens)")))
+                case dag_events.PlanCreatedEvent():
+                    await self.emit(StepEvent(data=PlanStep(round=event.round, steps=[
+                        {"id": s.id, "task": s.task, "dependencies": list(s.dependencies)}
+                        for s in event.plan.steps])))
+                case dag_events.StepStartedEvent():
+                    await self.emit(StepEvent(data=DagStepStatus(
+                        id=event.step_id, task=event.task, status="running")))
+                case dag_events.StepFinishedEvent():
+                    ok = event.status == "done"
+                    await self.emit(StepEvent(data=DagStepStatus(
+                        id=event.step_id, task=event.task, status="done" if ok else "failed",
+                        result=_preview(event.answer if ok else (event.error or event.status)))))
+                case dag_events.AnalysisEvent():
+                    verdict = ("achieved" if event.achieved else "not achieved"
+                               if event.achieved is not None else "no verdict")
+                    await self.emit(StepEvent(data=NoteStep(
+                        kind="analysis", text=f"Analysis (round {event.round}): {verdict}"
+                        + (f" — {event.reasoning}" if event.reasoning else ""))))
+                case dag_events.ReplanEvent():
+                    await self.emit(StepEvent(data=NoteStep(
+                        kind="note", text=f"Replanning (round {event.round}): {event.reason}")))
+                case dag_events.AnswerDeltaEvent():
+                    await self.emit(AnswerEvent(data=AnswerData(delta=event.text)))
+                case dag_events.DAGDoneEvent():
+                    self.iterations = event.rounds
+                    self.final_answer = event.answer
+                case dag_events.DAGErrorEvent():
+                    raise TurnFailed(f"{event.error_type}: {event.message}")
+                case _:
+                    pass
+
+    # ------------------------------------------------------------------ the end
+    async def _finish(self, status: MessageStatus, error: str | None) -> None:
+        """Release the conversation, store everything in one transaction, end the stream."""
+        leftovers: list[str] = []
+        try:
+            queued = await self.state.injects.end(self.spec.conversation_id, self.spec.turn_id)
+            unconsumed = [t for t in self.forwarded if t not in self.consumed]
+            leftovers = unconsumed + queued
+        except Exception:  # the claim expires on its own; the answer matters more
+            log.warning("could not release turn %s", self.spec.turn_id, exc_info=True)
+        for text in leftovers:
+            await self.emit(InjectEvent(data=InjectData(text=text, consumed=False)))
+        if error is not None:
+            await self.emit(ErrorEvent(data=ErrorData(
+                message=error, kind="stopped" if status == "stopped" else "failed")))
+        streamed = "".join(self.answer_parts)
+        if status == "ok":
+            answer = self.final_answer if self.final_answer is not None else streamed
+        elif status == "stopped":
+            answer = streamed
+        else:
+            answer = error or "The turn failed."
+        usage = self.meter.total
+        elapsed = round(time.perf_counter() - self.started, 3)
+        done = DoneData(answer=answer, usage=UsageData(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+            iterations=self.iterations, elapsed=elapsed,
+            llm_seconds=round(self.meter.llm_seconds, 4))
+        stored = list(self.events)
+        if status == "ok":
+            stored.append(DoneEvent(data=done))
+        saved: SavedTurn | None = None
+        try:
+            saved = await save_turn(
+                self.state.factory,
+                conversation_id=self.spec.conversation_id,
+                owner_id=self.spec.user_id,
+                consumed_injects=self.consumed,
+                answer=answer,
+                usage=usage,
+                events=stored,
+                status=status,
+                mode=self.spec.mode,
+                leftover_injects=leftovers,
+                checkpoint=self.checkpoint,
+            )
+        except Exception as exc:
+            log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
+            if status == "ok":
+                await self.emit(ErrorEvent(data=ErrorData(
+                    message=f"The answer could not be saved: {exc}")))
+        if status == "ok" and saved is not None:
+            await self.emit(DoneEvent(data=done.model_copy(
+                update={"message_id": saved.assistant_message_id})))
+        self.queue.put_nowait(None)
+
+
+def _preview(text: str) -> str:
+    if len(text) <= RESULT_PREVIEW_CHARS:
+        return text
+    return text[:RESULT_PREVIEW_CHARS] + f"… [{len(text) - RESULT_PREVIEW_CHARS} more characters]"
+
+
+def _failure_text(exc: BaseException) -> str:
+    detail = str(exc) or type(exc).__name__
+    return f"The turn failed: {detail}. The conversation is saved; you can retry or rephrase."
+
+
+def _data_url(mime_type: str, data: bytes) -> str:
+    import base64
+
+    return f"data:{mime_type};base64,{base64.b64encode(data).decode()}"
+
+
+__all__ = ["StaticMemory", "Turn", "TurnFailed", "TurnSpec", "Usage"]

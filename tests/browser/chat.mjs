@@ -1,0 +1,211 @@
+// Drives Debian's chromium (via playwright-core) against a running `ctxstack serve` with
+// the offline demo model and a small budget. Called by tests/test_browser.py:
+//
+//   node tests/browser/chat.mjs <base-url> <artifacts-dir>
+//
+// Prints one JSON object on stdout: {"ok": true, "checks": {...}} or
+// {"ok": false, "error": "...", "checks": {...}} (exit code 1). Screenshots go to the
+// artifacts directory whatever happens.
+
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const [baseUrl, artifacts] = process.argv.slice(2);
+if (!baseUrl || !artifacts) {
+  console.error("usage: node chat.mjs <base-url> <artifacts-dir>");
+  process.exit(2);
+}
+mkdirSync(artifacts, { recursive: true });
+
+const MAX_TURNS = Number(process.env.CTXSTACK_BROWSER_MAX_TURNS || 9);
+const USAGE = /\d+\.\dk in \/ \d+\.\dk out/;
+const DIVIDER = /Earlier context \(\d+ messages?\) was (summarized by AI|trimmed)\./;
+// A 1x1 PNG.
+const PNG = Buffer.from(
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==",
+  "base64",
+);
+
+const checks = {};
+const profile = mkdtempSync(join(tmpdir(), "ctxstack-chromium-"));
+let context;
+
+function expect(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function sendAndWait(page, text, { inject } = {}) {
+  const before = await page.locator(".msg.assistant").count();
+  await page.fill("#query", text);
+  await page.press("#query", "Enter");
+  const turn = page.locator(".msg.assistant").nth(before);
+  await turn.waitFor({ timeout: 15000 });
+  if (inject) {
+    await page.locator("#inject-form").waitFor({ state: "visible", timeout: 5000 });
+    checks.inject_box_visible_while_running = true;
+    await page.fill("#inject-text", inject);
+    await page.press("#inject-text", "Enter");
+  }
+  await turn.locator(".done-card, .turn-error").first().waitFor({ timeout: 60000 });
+  return turn;
+}
+
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
+    headless: true,
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+    viewport: { width: 1280, height: 860 },
+  });
+  const page = context.pages()[0] || (await context.newPage());
+  const consoleErrors = [];
+  page.on("console", (msg) => { if (msg.type() === "error") consoleErrors.push(msg.text()); });
+  page.on("pageerror", (err) => consoleErrors.push(String(err)));
+  page.on("dialog", (dialog) => dialog.accept());
+
+  await page.goto(baseUrl, { waitUntil: "domcontentloaded" });
+  const banner = page.locator("#demo-banner");
+  await banner.waitFor({ state: "visible", timeout: 10000 });
+  const bannerText = await banner.innerText();
+  expect(/demo model/i.test(bannerText), `demo banner text: ${bannerText}`);
+  for (const name of ["LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL"]) {
+    expect(bannerText.includes(name), `the demo banner does not name ${name}: ${bannerText}`);
+  }
+  checks.demo_banner = bannerText;
+
+  // ---- first turn: streamed text, tool steps, usage card
+  await page.evaluate(() => {
+    window.__answerLengths = [];
+    new MutationObserver(() => {
+      const answer = document.querySelector(".msg.assistant .answer");
+      if (answer && !document.querySelector(".msg.assistant .done-card")) {
+        window.__answerLengths.push(answer.textContent.length);
+      }
+    }).observe(document.querySelector("#messages"), { childList: true, subtree: true, characterData: true });
+  });
+  const first = await sendAndWait(page, "How many words are in this sentence about context windows?");
+  const lengths = await page.evaluate(() => window.__answerLengths);
+  const distinct = new Set(lengths.filter((n) => n > 0)).size;
+  expect(distinct >= 3, `the answer did not stream (saw ${distinct} partial renders: ${lengths.slice(0, 20)})`);
+  checks.streamed_partial_renders = distinct;
+  const answerText = await first.locator(".answer").innerText();
+  expect(answerText.length > 500, `answer too short: ${answerText.slice(0, 200)}`);
+  const card = await first.locator(".done-card").innerText();
+  expect(USAGE.test(card), `done card does not match ${USAGE}: ${card}`);
+  checks.done_card = card;
+  const stepCount = await first.locator("details.steps .step").count();
+  expect(stepCount >= 1, "no tool step was shown");
+  const stepsOpen = await first.locator("details.steps").evaluate((d) => d.open);
+  expect(!stepsOpen, "tool steps should be collapsed once the answer is done");
+  await first.locator("details.steps > summary").click();
+  expect(await first.locator("details.steps").evaluate((d) => d.open), "tool steps did not expand");
+  checks.tool_steps = stepCount;
+
+  const title = await page.locator("#conversation-list li .title").first().innerText();
+  expect(title.startsWith("How many words"), `conversation title: ${title}`);
+
+  // ---- model output and user text are escaped, never run
+  const hostile = 'Please repeat <img src=x onerror="window.__xss=1"> and <script>window.__xss=2</script>';
+  const hostileTurn = await sendAndWait(page, hostile);
+  const xss = await page.evaluate(() => window.__xss);
+  expect(xss === undefined, "HTML in a message was executed");
+  const injectedImgs = await page.locator('.messages img[src="x"]').count();
+  expect(injectedImgs === 0, "an <img> from message text reached the DOM");
+  const echoed = await hostileTurn.locator(".answer").innerText();
+  expect(echoed.includes("<img src=x"), "the answer should show the HTML as text");
+  checks.html_escaped = true;
+
+  // ---- an inject while the turn runs
+  const injectTurn = await sendAndWait(page, "Tell me about budgets.", { inject: "Also mention the 4,000 token floor." });
+  const injected = await injectTurn.locator(".injected").count();
+  expect(injected === 1, `the inject was not shown in the turn (found ${injected})`);
+  checks.inject_shown = await injectTurn.locator(".injected").innerText();
+
+  // ---- an image attachment
+  await page.setInputFiles("#file-input", { name: "dot.png", mimeType: "image/png", buffer: PNG });
+  await page.locator("#attachments .chip").waitFor({ timeout: 10000 });
+  const imageTurn = await sendAndWait(page, "What is in this image? Compute 12*7 too.");
+  const userImages = await page.locator(".msg.user .images img").count();
+  expect(userImages >= 1, "the attached image is not shown with the question");
+  expect(USAGE.test(await imageTurn.locator(".done-card").innerText()), "image turn has no usage card");
+  checks.image_attached = true;
+
+  // ---- keep talking until history is compacted on load
+  let divider = null;
+  for (let i = 0; i < MAX_TURNS && !divider; i += 1) {
+    const turn = await sendAndWait(page, `Turn ${i + 1}: summarise what we said so far, with the number ${100 + i}.`);
+    if (await turn.locator(".compact-divider").count()) divider = await turn.locator(".compact-divider").first().innerText();
+  }
+  expect(divider !== null, `no compact divider after ${MAX_TURNS} more turns`);
+  expect(DIVIDER.test(divider), `divider text: ${divider}`);
+  const dashed = await page.locator(".compact-divider").first().evaluate((el) => getComputedStyle(el, "::before").borderTopStyle);
+  expect(dashed === "dashed", `divider line style is ${dashed}`);
+  checks.compact_divider = divider;
+  await page.locator(".compact-divider").first().scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(artifacts, "chat-desktop.png") });
+
+  // ---- reload: history redraws the same dividers and cards
+  const liveCards = await page.locator(".done-card").count();
+  const liveDividers = await page.locator(".compact-divider").count();
+  await page.reload({ waitUntil: "domcontentloaded" });
+  await page.locator(".done-card").nth(liveCards - 1).waitFor({ timeout: 10000 });
+  expect(await page.locator(".done-card").count() === liveCards, "reload lost usage cards");
+  expect(await page.locator(".compact-divider").count() === liveDividers, "reload lost compact dividers");
+  expect(await page.locator(".injected").count() >= 1, "reload lost the inject");
+  expect(DIVIDER.test(await page.locator(".compact-divider").first().innerText()), "reloaded divider text");
+  expect(await page.locator(".thinking").count() === 0, "a reloaded answer still shows 'Thinking…'");
+  expect(await page.locator("details.steps[open]").count() === 0, "reloaded tool steps should start collapsed");
+  checks.reload_cards = liveCards;
+  checks.reload_dividers = liveDividers;
+
+  // ---- rename and delete from the list
+  const item = page.locator("#conversation-list li").first();
+  await item.hover();
+  await item.locator(".rename-btn").click();
+  await page.fill("#conversation-list input.rename", "Renamed in the browser");
+  await page.press("#conversation-list input.rename", "Enter");
+  await page.locator("#conversation-list li .title", { hasText: "Renamed in the browser" }).waitFor({ timeout: 5000 });
+  checks.renamed = true;
+  await page.click("#new-chat");
+  await sendAndWait(page, "A second conversation to delete.");
+  expect(await page.locator("#conversation-list li").count() === 2, "second conversation missing");
+  const second = page.locator("#conversation-list li.active");
+  await second.hover();
+  await second.locator(".delete-btn").click();
+  await page.waitForFunction(() => document.querySelectorAll("#conversation-list li").length === 1);
+  checks.deleted = true;
+
+  // ---- phone width
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(400); // the sidebar slides away
+  await page.locator("#conversation-list li").first().evaluate((li) => li.click());
+  await page.locator(".done-card").first().waitFor({ timeout: 10000 });
+  expect(await page.locator("#toggle-sidebar").isVisible(), "no menu button at phone width");
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  expect(overflow <= 1, `the page scrolls sideways at phone width (${overflow}px)`);
+  await page.screenshot({ path: join(artifacts, "chat-phone.png") });
+  await page.click("#toggle-sidebar");
+  await page.waitForTimeout(400);
+  await page.screenshot({ path: join(artifacts, "chat-phone-sidebar.png") });
+  checks.phone_width = true;
+
+  const realErrors = consoleErrors.filter((e) => !/favicon/i.test(e));
+  expect(realErrors.length === 0, `console errors: ${realErrors.join(" | ")}`);
+  console.log(JSON.stringify({ ok: true, checks }));
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+} catch (error) {
+  try {
+    const page = context?.pages()[0];
+    if (page) await page.screenshot({ path: join(artifacts, "failure.png"), fullPage: true });
+  } catch { /* best effort */ }
+  console.log(JSON.stringify({ ok: false, error: String(error?.stack || error), checks }));
+  await context?.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(1);
+}

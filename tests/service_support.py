@@ -1,0 +1,256 @@
+"""Helpers for the service tests: run a real ``ctxstack serve`` process and talk to it.
+
+The service under test is always a separate process on a random loopback port, started
+exactly as a user would start it (the CLI, migrations on start), so the tests cover the
+real HTTP, SSE and process boundaries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+_LAUNCH = (
+    "import ctxstack.cli.serve, ctxstack.cli.user\n"
+    "from ctxstack.cli import main\n"
+    "main()\n"
+)
+# Variables of the outer environment that would change what the server does.
+_SCRUB = ("LLM_", "FAST_LLM_", "CTXSTACK_")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + str(ROOT)
+    env.update(extra or {})
+    return env
+
+
+def run_cli(*args: str, env: Mapping[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``ctxstack <args>`` from this worktree's sources."""
+    return subprocess.run([sys.executable, "-c", _LAUNCH, *args], env=dict(env), text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-6000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_server(
+    workdir: Path,
+    env_extra: Mapping[str, str],
+    *,
+    auth: bool | None = False,
+    workers: int = 1,
+    startup_timeout: float = 40.0,
+) -> ServerProcess:
+    """Start ``ctxstack serve`` on a free port and wait until it answers."""
+    port = free_port()
+    env = clean_env({
+        "CTXSTACK_FILES_DIR": str(workdir / "files"),
+        **env_extra,
+    })
+    env.setdefault("CTXSTACK_DATABASE_URL", f"sqlite+aiosqlite:///{workdir / 'service.db'}")
+    log_path = workdir / f"serve-{port}.log"
+    args = ["serve", "--host", "127.0.0.1", "--port", str(port),
+            *([] if auth is None else ["--auth" if auth else "--no-auth"]),
+            "--workers", str(workers),
+            "--log-level", "warning"]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *args], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    server = ServerProcess(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, env=env)
+    deadline = time.monotonic() + startup_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ctxstack serve exited with {proc.returncode}:\n{server.log()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.url}/api/info", timeout=2).status_code == 200:
+                return server
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"ctxstack serve did not answer within {startup_timeout}s:\n{server.log()}")
+
+
+@contextlib.contextmanager
+def running_server(workdir: Path, env_extra: Mapping[str, str], **kw: Any) -> Iterator[ServerProcess]:
+    server = start_server(workdir, env_extra, **kw)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class SSEEvent:
+    event: str
+    data: Any
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[SSEEvent | str]:
+    """Events from an SSE body, line by line; comment lines come through as ``str``."""
+    event, data = "message", []
+    for line in lines:
+        if line.startswith(":"):
+            yield line
+            continue
+        if line == "":
+            if data:
+                yield SSEEvent(event, json.loads("\n".join(data)))
+            event, data = "message", []
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield SSEEvent(event, json.loads("\n".join(data)))
+
+
+def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = "react",
+         file_ids: list[str] | None = None, timeout: float = 60) -> list[SSEEvent]:
+    """Run one turn and return its events (keep-alive comments dropped)."""
+    body = {"conversation_id": conversation_id, "query": query, "mode": mode,
+            "file_ids": file_ids or []}
+    with client.stream("POST", "/api/chat", json=body, timeout=timeout) as response:
+        if response.status_code != 200:
+            response.read()
+            raise AssertionError(f"chat answered {response.status_code}: {response.text}")
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [e for e in parse_sse(response.iter_lines()) if isinstance(e, SSEEvent)]
+
+
+# --------------------------------------------------------------------------- stub LLM script
+class ServiceRule:
+    """A stub-LLM rule that plays every role a chat turn needs, and records usage.
+
+    * compaction calls (system prompt ending with the language instruction) → a summary;
+    * DAG planner / analyzer → a one-step plan / "achieved";
+    * agent calls (with tools): a tool call first, then a brief answer;
+    * everything else (synthesis, streamed) → ``answer``.
+
+    ``reported`` holds the (input, output) usage the stub reported for each successful
+    call, so a test can compare a turn's ``done.usage`` with the sum. ``fail_when`` makes a
+    matching request fail with a 400 (not retried) to break a turn mid-way.
+    """
+
+    def __init__(self, *, answer: str = "The answer is 42.", tool: str = "calculate",
+                 arguments: dict[str, Any] | None = None, summary: str = "Summary: earlier turns.",
+                 chunk_size: int = 8, chunk_delay: float = 0.0, stream_delay: float = 0.0,
+                 tool_delay: float = 0.0) -> None:
+        self.answer = answer
+        self.tool = tool
+        self.arguments = arguments if arguments is not None else {"expression": "6*7"}
+        self.summary = summary
+        self.chunk_size = chunk_size
+        self.chunk_delay = chunk_delay
+        self.stream_delay = stream_delay
+        self.tool_delay = tool_delay
+        self.fail_when: Any = None
+        self.reported: list[tuple[int, int]] = []
+        self.kinds: list[str] = []
+        import threading
+
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any) -> Any:
+        from ctxstack.llm.stub import StubReply, StubToolCall, stub_usage
+
+        kind, reply = self.decide(request)
+        if self.fail_when is not None and self.fail_when(kind, request):
+            with self._lock:
+                self.kinds.append(f"{kind}:failed")
+            return StubReply.failure(400, "stub: this call was told to fail", code="boom")
+        calls = tuple(reply.tool_calls) if reply.tool_calls else ()
+        usage = stub_usage(request.messages, reply.content,
+                           [StubToolCall(c.name, c.arguments) for c in calls])
+        with self._lock:
+            self.kinds.append(kind)
+            self.reported.append(usage)
+        return reply
+
+    def decide(self, request: Any) -> tuple[str, Any]:
+        from ctxstack.llm.stub import StubReply
+        from ctxstack.prompts import LANGUAGE_INSTRUCTION
+
+        system = "\n".join(m.text for m in request.messages if m.role == "system")
+        if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+            return "summary", StubReply.text(self.summary)
+        try:
+            from ctxstack.dag import prompts as dag_prompts
+        except ImportError:  # pragma: no cover - the DAG engine ships with ctxstack
+            dag_prompts = None
+        if dag_prompts is not None and system.startswith(dag_prompts.PLANNER_ROLE):
+            plan = {"steps": [{"id": "s1", "task": "Compute 6*7 with the calculator",
+                               "dependencies": [], "tool_hint": "calculate"}]}
+            return "planner", StubReply.text(json.dumps(plan))
+        if dag_prompts is not None and system.startswith(dag_prompts.ANALYZER_ROLE):
+            verdict = {"achieved": True, "confidence": 0.95, "reasoning": "the step computed it"}
+            return "analyzer", StubReply.text(json.dumps(verdict))
+        if request.tools:
+            since_user = []
+            for message in reversed(request.messages):
+                if message.role == "user":
+                    break
+                since_user.append(message)
+            if not any(m.role == "tool" for m in since_user):
+                return "tool_call", StubReply.tool_call(self.tool, self.arguments,
+                                                        delay=self.tool_delay)
+            return "brief", StubReply.text("Brief: the tool said " + since_user[0].text[:200])
+        return "answer", StubReply.text(self.answer, chunk_size=self.chunk_size,
+                                        chunk_delay=self.chunk_delay, delay=self.stream_delay)
+
+    def total(self) -> tuple[int, int]:
+        with self._lock:
+            return (sum(i for i, _ in self.reported), sum(o for _, o in self.reported))
+
+    def reset_usage(self) -> None:
+        with self._lock:
+            self.reported.clear()
+            self.kinds.clear()
+
+
+def llm_env(stub: Any, **extra: str) -> dict[str, str]:
+    """Environment pointing ``ctxstack serve`` at a stub server."""
+    return {"LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "stub-key", "LLM_MODEL": "stub-model",
+            **extra}

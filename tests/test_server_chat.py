@@ -1,0 +1,303 @@
+"""Chat turns over real HTTP: a ``ctxstack serve`` process talking to the stub LLM server.
+
+Covers the turn flow of issue 8: ReAct and DAG turns with their event order, usage in
+``done`` equal to the sum of what the stub reported for every call of the turn,
+compaction on load (``compact`` event with correct counts, the divider text the page
+shows), a failing LLM mid-turn, and a client that disconnects mid-answer.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from ctxstack.llm.stub import StubServer
+from tests.service_support import (
+    ROOT,
+    ServerProcess,
+    ServiceRule,
+    SSEEvent,
+    chat,
+    llm_env,
+    parse_sse,
+    running_server,
+)
+
+LONG_ANSWER = ("Context windows are finite, so older turns must be compacted. " * 40).strip()
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[StubServer]:
+    with StubServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3")
+    with running_server(tmp_path_factory.mktemp("serve"), env) as proc:
+        yield proc
+
+
+@pytest.fixture
+def rule(stub: StubServer) -> Iterator[ServiceRule]:
+    rule = ServiceRule()
+    stub.rule = rule
+    yield rule
+    stub.rule = None
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def new_conversation(client: httpx.Client) -> str:
+    response = client.post("/api/conversations", json={})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def names(events: list[SSEEvent]) -> list[str]:
+    return [e.event for e in events]
+
+
+def answer_text(events: list[SSEEvent]) -> str:
+    return "".join(e.data["delta"] for e in events if e.event == "answer")
+
+
+def messages(client: httpx.Client, conversation_id: str) -> list[dict]:
+    response = client.get(f"/api/conversations/{conversation_id}/messages")
+    assert response.status_code == 200, response.text
+    return list(response.json())
+
+
+def test_react_turn_streams_steps_then_answer_then_done(
+    client: httpx.Client, rule: ServiceRule
+) -> None:
+    cid = new_conversation(client)
+    events = chat(client, cid, "What is 6*7? Use the calculator.")
+    order = names(events)
+    assert order[-1] == "done", order
+    first_answer = order.index("answer")
+    steps = [e.data for e in events if e.event == "step"]
+    assert [s["kind"] for s in steps] == ["tool_call", "tool_result"]
+    assert all(i < first_answer for i, n in enumerate(order) if n == "step")
+    assert steps[0]["tool"] == "calculate"
+    assert steps[0]["arguments"] == {"expression": "6*7"}
+    assert steps[1]["id"] == steps[0]["id"]
+    assert "6*7 = 42" in steps[1]["result"]
+    assert steps[1]["error"] is False
+    assert "compact" not in order  # an empty history needs no compaction
+
+    done = events[-1].data
+    assert answer_text(events) == rule.answer == done["answer"]
+    assert done["iterations"] >= 2
+    assert done["elapsed"] > 0
+    # Every LLM call of the turn: tool call, brief answer, streamed synthesis.
+    assert rule.kinds == ["tool_call", "brief", "answer"]
+    assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
+
+    stored = messages(client, cid)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    user, assistant = stored
+    assert user["content"] == "What is 6*7? Use the calculator."
+    assert user["kind"] == "query"
+    assert assistant["content"] == rule.answer
+    assert assistant["status"] == "ok"
+    assert assistant["id"] == done["message_id"]
+    assert assistant["usage"] == done["usage"]
+    stored_names = [e["event"] for e in assistant["events"]]
+    assert stored_names == ["step", "step", "done"]  # answer deltas are the content
+    title = client.get(f"/api/conversations/{cid}").json()["title"]
+    assert title == "What is 6*7? Use the calculator."
+
+
+def test_dag_turn_reports_plan_steps_and_usage(client: httpx.Client, rule: ServiceRule) -> None:
+    cid = new_conversation(client)
+    events = chat(client, cid, "Work out 6*7 step by step.", mode="dag")
+    order = names(events)
+    assert order[-1] == "done", order
+    steps = [e.data for e in events if e.event == "step"]
+    kinds = [s["kind"] for s in steps]
+    assert kinds.index("plan") < kinds.index("dag_step")
+    statuses = [(s["id"], s["status"]) for s in steps if s["kind"] == "dag_step"]
+    assert statuses == [("s1", "running"), ("s1", "done")]
+    assert "analysis" in kinds
+    assert max(i for i, n in enumerate(order) if n == "step") < order.index("answer")
+    done = events[-1].data
+    assert done["answer"] == answer_text(events) == rule.answer
+    assert done["iterations"] == 1  # one plan→execute→analyze round
+    assert "planner" in rule.kinds
+    assert "analyzer" in rule.kinds
+    assert "tool_call" in rule.kinds
+    assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
+    assistant = messages(client, cid)[-1]
+    assert assistant["mode"] == "dag"
+    assert assistant["status"] == "ok"
+
+
+def _divider_text(compact: dict) -> str | None:
+    """What the page's format.js shows for this compact event (None without node)."""
+    if shutil.which("node") is None:
+        return None
+    module = ROOT / "src" / "ctxstack" / "server" / "static" / "format.js"
+    script = (f"import {{ dividerText }} from {json.dumps(module.as_uri())};"
+              "console.log(dividerText(JSON.parse(process.argv[1])));")
+    out = subprocess.run(["node", "--input-type=module", "-e", script, json.dumps(compact)],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.strip()
+
+
+def test_compaction_on_load_emits_compact_with_counts(
+    client: httpx.Client, rule: ServiceRule
+) -> None:
+    # A small budget from the admin model config (the first budget source): 4,000 tokens.
+    response = client.put("/api/admin/model-configs/main", json={
+        "model": "stub-model", "context_size": 8000, "max_output_tokens": 4000})
+    assert response.status_code == 200, response.text
+    assert response.json()["budget"]["usable_input_tokens"] == 4000
+    try:
+        rule.answer = LONG_ANSWER
+        cid = new_conversation(client)
+        compact: SSEEvent | None = None
+        turns = 0
+        while compact is None and turns < 8:
+            rule.reset_usage()
+            events = chat(client, cid, f"Question {turns + 1}: tell me more about windows.")
+            turns += 1
+            assert events[-1].event == "done", names(events)
+            found = [e for e in events if e.event == "compact" and e.data["scope"] == "load"]
+            if found:
+                compact = found[0]
+                assert events[0] is compact  # reported before the agent starts
+                done = events[-1].data
+        assert compact is not None, "history never compacted at a 4,000-token budget"
+        history = 2 * (turns - 1)  # user + assistant per earlier turn
+        assert compact.data["original_messages"] == history
+        assert compact.data["method"] == "llm"
+        assert 0 < compact.data["kept_messages"] < history
+        assert "summary" in rule.kinds  # the fast model summarised …
+        # … and its tokens are part of the turn's usage.
+        assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
+        stored = messages(client, cid)[-1]
+        assert stored["events"][0] == {"event": "compact", "data": compact.data}
+        text = _divider_text(compact.data)
+        if text is not None:
+            assert text == f"Earlier context ({history} messages) was summarized by AI."
+            trimmed = _divider_text({**compact.data, "method": "truncate"})
+            assert trimmed == f"Earlier context ({history} messages) was trimmed."
+    finally:
+        client.put("/api/admin/model-configs/main", json={
+            "model": "stub-model", "context_size": 128000, "max_output_tokens": 64000})
+
+
+def test_failing_llm_mid_turn_gives_error_and_a_usable_conversation(
+    client: httpx.Client, rule: ServiceRule, stub: StubServer
+) -> None:
+    cid = new_conversation(client)
+    rule.fail_when = lambda kind, request: kind == "brief"
+    events = chat(client, cid, "What is 6*7?")
+    order = names(events)
+    assert order[-1] == "error", order
+    assert "done" not in order
+    assert [e.data["kind"] for e in events if e.event == "step"] == ["tool_call", "tool_result"]
+    error = events[-1].data
+    assert error["kind"] == "failed"
+    assert error["message"].startswith("The turn failed")
+    stored = messages(client, cid)
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    failed = stored[-1]
+    assert failed["status"] == "failed"
+    assert failed["content"].startswith("The turn failed")
+    assert [e["event"] for e in failed["events"]][-1] == "error"
+
+    rule.fail_when = None
+    before = len(stub.requests)
+    events = chat(client, cid, "Try again please.")
+    assert events[-1].event == "done", names(events)
+    stored = messages(client, cid)
+    assert [m["status"] for m in stored if m["role"] == "assistant"] == ["failed", "ok"]
+    # The next turn's model saw the failed turn as history (nothing was lost).
+    first_call = stub.requests[before]
+    assert any(m.text.startswith("The turn failed") for m in first_call.messages)
+
+
+def test_client_disconnect_stops_the_turn_and_saves_partial_work(
+    client: httpx.Client, rule: ServiceRule, server: ServerProcess
+) -> None:
+    rule.answer = LONG_ANSWER
+    rule.chunk_size = 12
+    rule.chunk_delay = 0.05
+    cid = new_conversation(client)
+    received = 0
+    with client.stream("POST", "/api/chat", json={"conversation_id": cid, "query": "Go on."},
+                       timeout=30) as response:
+        assert response.status_code == 200
+        for item in parse_sse(response.iter_lines()):
+            if isinstance(item, SSEEvent) and item.event == "answer":
+                received += 1
+                if received == 5:
+                    break  # leaving the block closes the connection mid-answer
+    deadline = time.monotonic() + 15
+    stored: list[dict] = []
+    while time.monotonic() < deadline:
+        stored = messages(client, cid)
+        if len(stored) == 2:
+            break
+        time.sleep(0.1)
+    assert [m["role"] for m in stored] == ["user", "assistant"], server.log()
+    partial = stored[-1]
+    assert partial["status"] == "stopped"
+    assert partial["content"]
+    assert LONG_ANSWER.startswith(partial["content"])
+    assert len(partial["content"]) < len(LONG_ANSWER)
+    assert partial["events"][-1]["event"] == "error"
+    assert partial["events"][-1]["data"]["kind"] == "stopped"
+    # The conversation was released: no turn runs, and the next turn works.
+    assert client.post("/api/chat/inject", json={"conversation_id": cid, "text": "hi"}
+                       ).status_code == 409
+    rule.chunk_delay = 0.0
+    assert chat(client, cid, "Again.")[-1].event == "done"
+
+
+def test_second_turn_while_one_runs_is_refused(client: httpx.Client, rule: ServiceRule) -> None:
+    rule.tool_delay = 1.0
+    cid = new_conversation(client)
+    body = {"conversation_id": cid, "query": "slow one"}
+    with client.stream("POST", "/api/chat", json=body, timeout=30) as response:
+        assert response.status_code == 200
+        again = client.post("/api/chat", json={**body, "query": "second"})
+        assert again.status_code == 409
+        assert "already running" in again.json()["detail"]
+        items = list(parse_sse(response.iter_lines()))
+    events = [e for e in items if isinstance(e, SSEEvent)]
+    assert events[-1].event == "done"
+    # The quiet second while the slow tool call ran was bridged by keep-alive comments.
+    assert ": keep-alive" in [i for i in items if isinstance(i, str)]
+    # Only the first question was stored: a refused turn leaves nothing half-written.
+    assert [m["content"] for m in messages(client, cid) if m["role"] == "user"] == ["slow one"]
+
+
+def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    for asset in ("app.js", "markdown.js", "format.js", "sse.js", "style.css"):
+        assert client.get(f"/static/{asset}").status_code == 200, asset
+    info = client.get("/api/info").json()
+    assert info["demo_model"] is False
+    assert info["model"] == "stub-model"
+    assert client.get("/openapi.json").json()["paths"]["/api/chat"]
+    docs = client.get("/docs")
+    assert docs.status_code == 200
+    assert "openapi.json" in docs.text
+    assert "cdn" not in docs.text.lower()  # works without internet access

@@ -1,0 +1,165 @@
+"""The inject queues' contract, on real SQLite, PostgreSQL and Redis.
+
+One claim per conversation; pushes only while a turn runs; ``take`` drains in order;
+``end`` releases the claim and returns what was never taken; a claim whose worker stopped
+beating can be taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ctxstack.server.injects import (
+    DbInjectQueue,
+    InjectPoller,
+    InjectQueue,
+    NoRunningTurnError,
+    RedisInjectQueue,
+    TurnBusyError,
+)
+from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
+from ctxstack.store.db import session_factory
+
+PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
+                        "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRED = os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1"
+
+
+async def _unavailable(what: str, exc: BaseException) -> None:
+    message = f"{what} is not reachable ({exc}); start it to run this test"
+    if REQUIRED:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                        "redis"])
+async def queue_and_conversations(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[InjectQueue, list[str]]]:
+    schema = None
+    if request.param == "postgres":
+        schema = f"q_{secrets.token_hex(5)}"
+        import asyncpg
+
+        try:
+            conn = await asyncpg.connect(PG_URL.replace("+asyncpg", ""), timeout=5)
+            await conn.execute(f'CREATE SCHEMA "{schema}"')
+            await conn.close()
+        except Exception as exc:
+            await _unavailable(f"PostgreSQL at {PG_URL}", exc)
+        engine = create_engine_from_url(PG_URL, schema=schema)
+    else:
+        engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'q.db'}")
+    await upgrade(engine)
+    factory = session_factory(engine)
+    user, _ = await create_user(factory, "q")
+    ids = [(await create_conversation(factory, user.id)).id for _ in range(2)]
+    queue: InjectQueue
+    if request.param == "redis":
+        queue = RedisInjectQueue(REDIS_URL, prefix=f"test-{secrets.token_hex(4)}:")
+        try:
+            await queue.is_running(ids[0])
+        except Exception as exc:
+            await queue.close()
+            await _unavailable(f"Redis at {REDIS_URL}", exc)
+    else:
+        queue = DbInjectQueue(factory)
+    try:
+        yield queue, ids
+    finally:
+        await queue.close()
+        await engine.dispose()
+        if schema is not None:
+            import asyncpg
+
+            conn = await asyncpg.connect(PG_URL.replace("+asyncpg", ""), timeout=5)
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            await conn.close()
+
+
+async def test_one_turn_per_conversation(queue_and_conversations: tuple[InjectQueue, list[str]]
+                                         ) -> None:
+    queue, (a, b) = queue_and_conversations
+    await queue.begin(a, "t1")
+    with pytest.raises(TurnBusyError, match="already running"):
+        await queue.begin(a, "t2")
+    await queue.begin(b, "t3")  # another conversation is independent
+    assert await queue.is_running(a)
+    assert await queue.end(a, "t1") == []
+    assert not await queue.is_running(a)
+    await queue.begin(a, "t4")  # free again
+
+
+async def test_pushes_are_taken_in_order_and_leftovers_returned(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    with pytest.raises(NoRunningTurnError):
+        await queue.push(a, "too early")
+    await queue.begin(a, "t1")
+    await queue.push(a, "one")
+    await queue.push(a, "two")
+    assert await queue.take(a, "t1") == ["one", "two"]
+    assert await queue.take(a, "t1") == []
+    await queue.push(a, "three")
+    assert await queue.end(a, "t1") == ["three"]  # never taken: handed back, not lost
+    with pytest.raises(NoRunningTurnError):
+        await queue.push(a, "too late")
+
+
+async def test_concurrent_pushes_are_all_delivered(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    await queue.begin(a, "t1")
+    texts = [f"msg {i}" for i in range(20)]
+    await asyncio.gather(*(queue.push(a, t) for t in texts))
+    got = await queue.take(a, "t1") + await queue.end(a, "t1")
+    assert sorted(got) == sorted(texts)
+
+
+async def test_a_dead_workers_claim_can_be_taken_over(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    queue.stale_after = 0.3  # type: ignore[union-attr]
+    await queue.begin(a, "dead")
+    with pytest.raises(TurnBusyError):
+        await queue.begin(a, "new")
+    await asyncio.sleep(0.5)  # no heartbeat
+    assert not await queue.is_running(a)
+    await queue.begin(a, "new")
+    await queue.push(a, "for the new turn")
+    assert await queue.take(a, "new") == ["for the new turn"]
+
+
+async def test_poller_delivers_and_keeps_the_claim_alive(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    queue.stale_after = 0.6  # type: ignore[union-attr]
+    await queue.begin(a, "t1")
+    delivered: list[str] = []
+
+    async def deliver(text: str) -> None:
+        delivered.append(text)
+
+    poller = InjectPoller(queue, a, "t1", interval=0.05, heartbeat_every=0.1)
+    task = asyncio.create_task(poller.run(deliver))
+    try:
+        await queue.push(a, "hello")
+        await asyncio.sleep(1.0)  # longer than stale_after: only the heartbeat keeps it
+        assert await queue.is_running(a)
+        assert delivered == ["hello"]
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

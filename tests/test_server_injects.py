@@ -1,0 +1,165 @@
+"""Injects reach a running turn from any worker process.
+
+Two ``ctxstack serve`` processes share one database (PostgreSQL, own schema) — or one
+SQLite file plus Redis for the queue. A turn runs on the first; the inject is sent to the
+second; the agent on the first must see it at its next iteration, and the stored
+conversation must keep it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ctxstack.llm.stub import StubServer
+from tests.service_support import (
+    ServerProcess,
+    ServiceRule,
+    SSEEvent,
+    llm_env,
+    parse_sse,
+    start_server,
+)
+
+PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
+                        "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+INJECT = "Also convert the result to hexadecimal, please."
+
+
+async def _pg(statement: str) -> None:
+    import asyncpg
+
+    dsn = PG_URL.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    schema = f"svc_{secrets.token_hex(6)}"
+    try:
+        asyncio.run(_pg(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:  # unreachable server, driver refused, …
+        message = f"PostgreSQL at {PG_URL} is not reachable ({exc}); start it to run this test"
+        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield schema
+    asyncio.run(_pg(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    url = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_timeout=2).ping()
+    except Exception as exc:
+        message = f"Redis at {url} is not reachable ({exc}); start it to run this test"
+        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":  # CI runs both services
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture
+def stub() -> Iterator[tuple[StubServer, ServiceRule]]:
+    # The agent's first call (the tool call) is slow, so the turn is surely running when
+    # the inject is sent, and the inject is picked up before its next call.
+    rule = ServiceRule(tool_delay=2.0)
+    with StubServer(rule=rule) as server:
+        yield server, rule
+
+
+def _two_servers(workdir: Path, env: dict[str, str]) -> tuple[ServerProcess, ServerProcess]:
+    first = start_server(workdir, env)
+    try:
+        second = start_server(workdir, env)
+    except BaseException:
+        first.stop()
+        raise
+    return first, second
+
+
+def _inject_across_processes(first: ServerProcess, second: ServerProcess,
+                             stub: StubServer) -> None:
+    with httpx.Client(base_url=first.url, timeout=30) as a, \
+            httpx.Client(base_url=second.url, timeout=30) as b:
+        cid = a.post("/api/conversations", json={}).json()["id"]
+        # Both processes act as the same local user over the same database.
+        assert b.get(f"/api/conversations/{cid}").status_code == 200
+        assert b.post("/api/chat/inject", json={"conversation_id": cid, "text": INJECT}
+                      ).status_code == 409
+        events: list[SSEEvent] = []
+        opened = threading.Event()
+
+        def run_turn() -> None:
+            with a.stream("POST", "/api/chat", json={"conversation_id": cid,
+                                                      "query": "What is 6*7?"}) as response:
+                assert response.status_code == 200
+                opened.set()
+                events.extend(e for e in parse_sse(response.iter_lines())
+                              if isinstance(e, SSEEvent))
+
+        thread = threading.Thread(target=run_turn)
+        thread.start()
+        assert opened.wait(15), first.log()
+        sent = b.post("/api/chat/inject", json={"conversation_id": cid, "text": INJECT})
+        assert sent.status_code == 202, sent.text
+        thread.join(60)
+        assert not thread.is_alive()
+
+        names = [e.event for e in events]
+        assert names[-1] == "done", (names, first.log())
+        injects = [e.data for e in events if e.event == "inject"]
+        assert injects == [{"text": INJECT, "consumed": True}], (names, first.log())
+        # The agent saw the inject in its context on the following call.
+        assert any(any(m.text == INJECT and m.role == "user" for m in r.messages)
+                   for r in stub.requests), "the model never saw the injected message"
+        stored = a.get(f"/api/conversations/{cid}/messages").json()
+        assert [(m["role"], m["kind"]) for m in stored] == [
+            ("user", "query"), ("user", "inject"), ("assistant", None)]
+        assert stored[1]["content"] == INJECT
+        assert [e["event"] for e in stored[2]["events"]].count("inject") == 1
+        # The turn is over: injects are refused again, on both processes.
+        for client in (a, b):
+            assert client.post("/api/chat/inject", json={"conversation_id": cid,
+                                                         "text": "late"}).status_code == 409
+
+
+@pytest.mark.postgres
+def test_inject_reaches_a_turn_on_another_process_via_postgres(
+    pg_schema: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
+) -> None:
+    server, _ = stub
+    env = llm_env(server, CTXSTACK_DATABASE_URL=PG_URL, CTXSTACK_DATABASE_SCHEMA=pg_schema)
+    first, second = _two_servers(tmp_path, env)
+    try:
+        _inject_across_processes(first, second, server)
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_inject_reaches_a_turn_on_another_process_via_redis(
+    redis_url: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
+) -> None:
+    server, _ = stub
+    env = llm_env(server, CTXSTACK_REDIS_URL=redis_url)
+    first, second = _two_servers(tmp_path, env)
+    try:
+        _inject_across_processes(first, second, server)
+    finally:
+        first.stop()
+        second.stop()
