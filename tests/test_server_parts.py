@@ -8,10 +8,10 @@ import pytest
 
 from ctxstack.errors import ConfigError
 from ctxstack.llm import ScriptedLLM
+from ctxstack.llm.metering import MeteredLLM, UsageMeter
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import compaction_prompt
 from ctxstack.server.demo_model import DemoHandler, build_demo_llm, demo_plan, is_japanese
-from ctxstack.server.metering import MeteredLLM, UsageMeter
 from ctxstack.server.settings import Settings, is_loopback
 from ctxstack.server.sse import (
     AnswerData,
@@ -168,9 +168,9 @@ async def test_meter_counts_chat_and_stream_calls() -> None:
     await llm.chat([ChatMessage.user("hi")])
     stream = llm.stream_chat([ChatMessage.user("go on")])
     assert await stream.text() == "second streamed answer"
-    assert meter.total.input_tokens == inner.total_usage.input_tokens
-    assert meter.total.output_tokens == inner.total_usage.output_tokens
-    assert meter.total.calls == 2
+    assert meter.usage.input_tokens == inner.total_usage.input_tokens
+    assert meter.usage.output_tokens == inner.total_usage.output_tokens
+    assert meter.usage.calls == 2
     assert stream.usage.calls == 1
 
 
@@ -180,4 +180,4 @@ async def test_meter_ignores_an_abandoned_stream() -> None:
     stream = MeteredLLM(inner, meter).stream_chat([ChatMessage.user("x")])
     assert await stream.__anext__()
     await stream.aclose()
-    assert meter.total.calls == 0
+    assert meter.usage.calls == 0

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxstack.dag.context import ANALYSIS_MAX_CHARS_PER_STEP, format_for_analysis
-from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.prompts import ANALYZER_SYSTEM_PROMPT
 from ctxstack.dag.results import StepResult
 from ctxstack.llm.base import LLM, Usage
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.llm.structured import structured_call
 from ctxstack.messages import ChatMessage
 

@@ -69,7 +69,6 @@ from ctxstack.dag.events import (
     StepFinishedEvent,
 )
 from ctxstack.dag.executor import DAGExecutor
-from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.planner import DEFAULT_MAX_STEPS, DAGPlanner, ReplanContext
 from ctxstack.dag.prompts import (
@@ -82,6 +81,7 @@ from ctxstack.dag.results import StepResult
 from ctxstack.dag.synthesis import stream_synthesize
 from ctxstack.errors import LLMError, PlanError
 from ctxstack.llm.base import LLM, ChatStream, Usage
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import TokenCounter

@@ -38,12 +38,12 @@ from ctxstack.agent import (
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
 from ctxstack.dag.events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
-from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
 from ctxstack.guard import ContextGuard
 from ctxstack.llm.base import LLM
+from ctxstack.llm.metering import UsageMeter
 
 _build_step_context = build_step_context
 """The seed's name for the function that builds a step's starting message."""

@@ -20,12 +20,12 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from ctxstack.dag.context import REPLAN_MAX_CHARS_PER_STEP, format_replan_context
-from ctxstack.dag.metering import UsageMeter
 from ctxstack.dag.plan import Plan, PlanDraft, plan_problems
 from ctxstack.dag.prompts import PLANNER_SYSTEM_PROMPT, describe_tools
 from ctxstack.dag.results import StepResult
 from ctxstack.errors import PlanError
 from ctxstack.llm.base import LLM, Usage
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.llm.structured import structured_call
 from ctxstack.messages import ChatMessage
 

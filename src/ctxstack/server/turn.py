@@ -39,11 +39,11 @@ from ctxstack.errors import CtxstackError
 from ctxstack.files import FileRecord
 from ctxstack.guard import ContextGuard
 from ctxstack.llm.base import LLM, Usage
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.memory.base import BaseMemory
 from ctxstack.memory.db import DbMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.server.injects import InjectPoller
-from ctxstack.server.metering import UsageMeter
 from ctxstack.server.persist import SavedTurn, save_turn
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
@@ -330,7 +330,7 @@ class Turn:
             answer = streamed
         else:
             answer = error or "The turn failed."
-        usage = self.meter.total
+        usage = self.meter.usage
         elapsed = round(time.perf_counter() - self.started, 3)
         done = DoneData(answer=answer, usage=UsageData(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),

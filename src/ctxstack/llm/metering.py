@@ -1,10 +1,16 @@
 """Count every call that goes through an LLM, whoever makes it.
 
-The DAG engine's usage must include every call of a run — planner re-asks, a step's guard
-compactions, calls made by a step that then failed — and some of those happen inside
-components that report no usage when they raise (a structured call that gave up, an agent
-that crashed). Wrapping the LLM handed to each component in a :class:`MeteredLLM` makes
-the total exact by construction instead of relying on every component's bookkeeping.
+A DAG run's or a chat turn's usage must include every call — planner re-asks, a step's
+guard compactions, DbMemory's compaction on load, calls made by a component that then
+failed, the streamed synthesis — and some of those happen inside components that report
+no usage when they raise (a structured call that gave up, an agent that crashed). Wrapping
+the LLM handed to each component in a :class:`MeteredLLM` makes the total exact by
+construction instead of relying on every component's bookkeeping.
+
+The meter also adds up ``llm_seconds``, the time spent waiting on the model, so a service
+can tell its own overhead (``elapsed - llm_seconds``) from the model's latency. Calls that
+overlap (parallel DAG steps) each count in full. A stream abandoned half-way adds nothing:
+the provider never reported its usage.
 
 A :class:`UsageMeter` is a plain accumulator; several wrappers may feed one meter (a step's
 chat LLM and its guard's compaction LLM), and one LLM may be wrapped by several meters
@@ -13,6 +19,7 @@ chat LLM and its guard's compaction LLM), and one LLM may be wrapped by several 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,6 +32,7 @@ class UsageMeter:
 
     def __init__(self) -> None:
         self.usage = Usage()
+        self.llm_seconds = 0.0
 
     def add(self, usage: Usage) -> None:
         self.usage = self.usage + usage
@@ -65,7 +73,11 @@ class MeteredLLM:
         tools: Sequence[ToolSpec] | None = None,
         **opts: Any,
     ) -> LLMResult:
-        result = await self.inner.chat(messages, tools=tools, **opts)
+        started = time.perf_counter()
+        try:
+            result = await self.inner.chat(messages, tools=tools, **opts)
+        finally:
+            self.meter.llm_seconds += time.perf_counter() - started
         self.meter.add(result.usage)
         return result
 
@@ -74,7 +86,7 @@ class MeteredLLM:
 
 
 class _MeteredStream(ChatStream):
-    """Forwards the inner stream's deltas; reports its final usage to the meter once."""
+    """Forwards the inner stream's deltas; reports its usage to the meter once it ends."""
 
     def __init__(self, inner: ChatStream, meter: UsageMeter) -> None:
         super().__init__(_deltas(inner))
@@ -83,15 +95,19 @@ class _MeteredStream(ChatStream):
         self._reported = False
 
     async def __anext__(self) -> str:
+        started = time.perf_counter()
         try:
             return await super().__anext__()
         except StopAsyncIteration:
             self._report()
             raise
+        finally:
+            self._meter.llm_seconds += time.perf_counter() - started
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-        self._report()
+        if self._inner.done:
+            self._report()
 
     def _report(self) -> None:
         if not self._reported:
