@@ -272,15 +272,22 @@ def test_render_result() -> None:
 
 
 def test_calculator_evaluates_arithmetic_only() -> None:
-    from ctxstack.agent.demo_tools import calculator, evaluate, word_count
+    from ctxstack.agent.demo_tools import CalculationError, calculator, evaluate, word_count
 
     assert evaluate("(12.5 + 7) * 3") == 58.5
     assert evaluate("2^10") == 1024
+    assert evaluate(" 6 × 7 ÷ 2 ") == 21
     assert evaluate("-sqrt(16) + max(1, 2)") == -2
     for bad in ("__import__('os').system('true')", "x + 1", "open('f')", "2 ** 100000",
-                "1 +", "'a' * 3"):
-        with pytest.raises(ValueError):  # noqa: PT011 - each has its own message
+                "1 +", "'a' * 3", "", "1/0", "exp(1000)", "1" * 501):
+        with pytest.raises(CalculationError):
             evaluate(bad)
+    # a bounded exponent alone does not bound the result: nested powers are refused up front
+    with pytest.raises(CalculationError, match="too large"):
+        evaluate("((10**100)**1000)**1000")
+    with pytest.raises(CalculationError, match="too large"):
+        evaluate("*".join(["(9**999)"] * 20))
+    assert issubclass(CalculationError, ValueError)
     assert word_count.parameters["required"] == ["text"]
     assert calculator.parameters["properties"]["expression"]["type"] == "string"
 
@@ -293,7 +300,7 @@ async def test_demo_tools_through_the_registry() -> None:
     assert (await reg.execute(call("calculator", expression="6*7"))).content == "42"
     assert (await reg.execute(call("calculator", expression="1/4"))).content == "0.25"
     bad = await reg.execute(call("calculator", expression="import os"))
-    assert bad.error == "exception: ValueError"
+    assert bad.error == "exception: CalculationError"
     counted = await reg.execute(call("word_count", text="one two\nthree"))
     assert counted.content == '{"words": 3, "characters": 13, "lines": 2}'
     now = await reg.execute(call("clock"))

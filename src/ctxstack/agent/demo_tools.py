@@ -2,7 +2,8 @@
 
 They touch nothing outside the process: a calculator that evaluates arithmetic through
 the ``ast`` module (no ``eval``: a model-written expression must not run code), a clock,
-and a word counter.
+and a word counter. :func:`evaluate` is the library's one safe arithmetic evaluator; the
+chat service's ``calculate`` tool uses it too.
 """
 
 from __future__ import annotations
@@ -31,27 +32,72 @@ _UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {
 }
 _FUNCTIONS: dict[str, Callable[..., float]] = {
     "sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max,
-    "log": math.log, "exp": math.exp,
+    "log": math.log, "exp": math.exp, "sin": math.sin, "cos": math.cos,
 }
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 MAX_EXPONENT = 1000
 MAX_EXPRESSION_CHARS = 500
+MAX_INTEGER_BITS = 10_000
+"""Integers stay below this size (about 3,000 digits): a bounded exponent alone does not bound
+``((10**100)**1000)**1000``, and Python refuses to print integers past 4,300 digits."""
+
+
+class CalculationError(ValueError):
+    """The expression is not plain arithmetic, is too large, or cannot be evaluated.
+
+    A ``ValueError`` because the input is at fault; inside an agent the tool loop turns it
+    into a tool result (``"exception: CalculationError"``) the model can read and correct.
+    """
+
+
+def normalize_expression(expression: str) -> str:
+    """The expression as it is evaluated: stripped, with ``^ × ÷`` read as ``** * /``."""
+    return expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
 
 
 def evaluate(expression: str) -> float:
     """Evaluate arithmetic: numbers, + - * / // % **, parentheses, a few math functions.
 
+    The text goes through :func:`normalize_expression` first. Nothing is ``eval``-ed: the
+    parsed tree is walked and only the operators, functions and constants listed in this
+    module are allowed, so a model-written expression cannot run code.
+
     Raises:
-        ValueError: anything else (names, attributes, calls of other functions), or an
-            exponent large enough to stall the process.
+        CalculationError: an empty expression or one longer than
+            :data:`MAX_EXPRESSION_CHARS`; anything but arithmetic (names, attributes, other
+            calls, strings, lists); an exponent above :data:`MAX_EXPONENT` or an integer
+            above :data:`MAX_INTEGER_BITS`; a division by zero, an overflow or a math domain
+            error. The message names what was wrong.
     """
-    if len(expression) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    text = normalize_expression(expression)
+    if not text:
+        raise CalculationError("expression is empty")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise CalculationError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.replace("^", "**"), mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
-        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
-    return _eval(tree.body)
+        raise CalculationError(f"not an arithmetic expression: {exc.msg}") from None
+    try:
+        value = _eval(tree.body)
+    except CalculationError:
+        raise
+    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
+        raise CalculationError(f"cannot evaluate {text!r}: {exc}") from None
+    _check_size(value)
+    return value
+
+
+def format_number(value: float) -> str:
+    """``value`` as text, integral floats below 1e15 without their ``.0``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+def _check_size(value: float) -> None:
+    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+        raise CalculationError(f"result is too large (over {MAX_INTEGER_BITS} bits)")
 
 
 def _eval(node: ast.expr) -> float:
@@ -61,8 +107,15 @@ def _eval(node: ast.expr) -> float:
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
-            raise ValueError(f"exponent {right} is too large (limit {MAX_EXPONENT})")
+        if isinstance(node.op, ast.Pow):
+            if abs(right) > MAX_EXPONENT:
+                raise CalculationError(f"exponent {right} is too large (limit {MAX_EXPONENT})")
+            if (
+                isinstance(left, int)
+                and isinstance(right, int)
+                and abs(left).bit_length() * right > MAX_INTEGER_BITS
+            ):  # bit_length * exponent bounds the result's size before computing it
+                raise CalculationError(f"result is too large (over {MAX_INTEGER_BITS} bits)")
         return _BINARY[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
@@ -75,7 +128,7 @@ def _eval(node: ast.expr) -> float:
         and not node.keywords
     ):
         return _FUNCTIONS[node.func.id](*(_eval(a) for a in node.args))
-    raise ValueError(f"unsupported element in expression: {ast.dump(node)[:60]}")
+    raise CalculationError(f"unsupported element in expression: {ast.dump(node)[:80]}")
 
 
 @tool
@@ -84,12 +137,10 @@ def calculator(expression: str) -> str:
 
     Args:
         expression: arithmetic such as "(12.5 + 7) * 3" or "sqrt(2) ** 2"; supports
-            + - * / // % ** and sqrt, abs, round, min, max, log, exp, pi, e.
+            + - * / // % ** (or ^) and sqrt, abs, round, min, max, log, exp, sin, cos,
+            pi, e.
     """
-    value = evaluate(expression)
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return str(value)
+    return format_number(evaluate(expression))
 
 
 @tool

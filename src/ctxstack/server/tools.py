@@ -2,70 +2,31 @@
 
 They are plain typed functions (the agent package turns them into tools) so the service,
 the demo model and the tests share them. None of them touches the network, the file system
-or evaluates code: ``calculate`` walks a parsed arithmetic expression itself.
+or evaluates code: ``calculate`` uses the library's safe evaluator
+(:func:`ctxstack.agent.demo_tools.evaluate`), which walks the parsed expression itself.
 """
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
 import re
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from ctxstack.agent import Tool, tool
+from ctxstack.agent.demo_tools import (
+    CalculationError,
+    evaluate,
+    format_number,
+    normalize_expression,
+)
 
-_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {
-    ast.UAdd: operator.pos,
-    ast.USub: operator.neg,
-}
-_FUNCTIONS: dict[str, Callable[..., float]] = {
-    "sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max,
-    "log": math.log, "exp": math.exp, "sin": math.sin, "cos": math.cos,
-}
-_CONSTANTS = {"pi": math.pi, "e": math.e}
-MAX_EXPRESSION_CHARS = 500
-MAX_EXPONENT = 1000
-
-
-class CalculationError(ValueError):
-    """The expression is not plain arithmetic, or cannot be evaluated."""
-
-
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(
-        node.value, bool
-    ):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
-        return _CONSTANTS[node.id]
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
-            raise CalculationError(f"exponent {right} is too large (limit {MAX_EXPONENT})")
-        return _BINARY[type(node.op)](left, right)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_evaluate(node.operand))
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _FUNCTIONS
-        and not node.keywords
-    ):
-        return _FUNCTIONS[node.func.id](*[_evaluate(a) for a in node.args])
-    raise CalculationError(f"unsupported element in expression: {ast.dump(node)[:80]}")
+__all__ = [
+    "CalculationError",
+    "calculate",
+    "current_time",
+    "find_arithmetic",
+    "service_tools",
+    "text_stats",
+]
 
 
 def calculate(expression: str) -> str:
@@ -74,22 +35,8 @@ def calculate(expression: str) -> str:
     Args:
         expression: the arithmetic to evaluate, e.g. "(17 + 25) * 3".
     """
-    text = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
-    if not text:
-        raise CalculationError("expression is empty")
-    if len(text) > MAX_EXPRESSION_CHARS:
-        raise CalculationError(f"expression is longer than {MAX_EXPRESSION_CHARS} characters")
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise CalculationError(f"not an arithmetic expression: {exc.msg}") from None
-    try:
-        value = _evaluate(tree)
-    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-        raise CalculationError(f"cannot evaluate {text!r}: {exc}") from None
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        value = int(value)
-    return f"{text} = {value}"
+    value = evaluate(expression)  # raises CalculationError naming what was wrong
+    return f"{normalize_expression(expression)} = {format_number(value)}"
 
 
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
