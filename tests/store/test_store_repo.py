@@ -19,6 +19,7 @@ from ctxstack.store import (
     UserRecord,
     append_message,
     append_messages,
+    append_messages_in,
     count_conversations,
     create_conversation,
     create_user,
@@ -162,6 +163,50 @@ async def test_messages_get_consecutive_sequence_numbers_and_keep_their_data(
     assert [m.seq for m in await list_messages(sf, conv.id, after_seq=1, limit=1)] == [2]
     assert [m.seq for m in await list_messages(sf, conv.id, roles=["assistant"])] == [2]
     assert await append_messages(sf, conv.id, []) == []
+
+
+class _Abort(Exception):
+    pass
+
+
+async def test_append_inside_a_transaction_commits_or_rolls_back_with_it(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    conv = await create_conversation(sf, alice.id)
+    await append_message(sf, conv.id, NewMessage(role="user", content="first"))
+    numbered: list[int] = []
+
+    async def append_then_fail() -> None:
+        async with sf() as session, session.begin():
+            records = await append_messages_in(session, conv.id, [
+                NewMessage(role="assistant", content="lost", usage=Usage(input_tokens=5)),
+            ], owner_id=alice.id)
+            numbered.extend(r.seq for r in records)
+            raise _Abort
+
+    with pytest.raises(_Abort):
+        await append_then_fail()
+    assert numbered == [2]
+    assert [m.content for m in await list_messages(sf, conv.id)] == ["first"]
+    assert (await get_conversation(sf, conv.id)).last_seq == 1
+    assert (await get_conversation(sf, conv.id)).input_tokens == 0
+
+    async with sf() as session, session.begin():
+        records = await append_messages_in(session, conv.id, [
+            ChatMessage.assistant("kept"), NewMessage(role="user", content="next")])
+        assert await append_messages_in(session, conv.id, []) == []
+    assert [(r.seq, r.content) for r in records] == [(2, "kept"), (3, "next")]
+    assert [m.seq for m in await list_messages(sf, conv.id)] == [1, 2, 3]
+
+    bob, _ = await create_user(sf, "bob-in-tx")
+    with pytest.raises(NotFoundError):
+        async with sf() as session, session.begin():
+            await append_messages_in(session, conv.id, [NewMessage(role="user", content="x")],
+                                     owner_id=bob.id)
+    with pytest.raises(NotFoundError):
+        async with sf() as session, session.begin():
+            await append_messages_in(session, "../x", [NewMessage(role="user", content="x")])
+    assert (await get_conversation(sf, conv.id)).last_seq == 3
 
 
 async def test_equal_timestamps_keep_sequence_order(sf: SessionFactory, alice: UserRecord) -> None:

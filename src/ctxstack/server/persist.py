@@ -23,12 +23,11 @@ from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import DB_ERRORS, SessionFactory, engine_of, storage_error
-from ctxstack.store.messages import NewMessage, _append_once
+from ctxstack.store.messages import NewMessage, append_messages_in, is_transient_error
 from ctxstack.store.models import CompactionCheckpoint, utcnow
 
 MAX_ATTEMPTS = 5
 _EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
-_TRANSIENT = ("database is locked", "deadlock detected", "could not serialize")
 
 
 class SavedTurn(BaseModel):
@@ -93,7 +92,8 @@ async def save_turn(
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             async with factory() as session, session.begin():
-                records = await _append_once(session, conversation_id, owner_id, rows)
+                records = await append_messages_in(session, conversation_id, rows,
+                                                   owner_id=owner_id)
                 if checkpoint is not None:
                     session.add(CompactionCheckpoint(
                         conversation_id=conversation_id, last_seq=checkpoint.last_seq,
@@ -104,8 +104,7 @@ async def save_turn(
             return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
                              checkpoint_saved=checkpoint is not None)
         except DBAPIError as exc:
-            transient = any(t in str(exc.orig).lower() for t in _TRANSIENT)
-            if not transient or attempt == MAX_ATTEMPTS:
+            if not is_transient_error(exc) or attempt == MAX_ATTEMPTS:
                 raise storage_error(action, engine_of(factory), exc) from exc
             await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
         except DB_ERRORS as exc:

@@ -40,6 +40,8 @@ from ctxstack.store.messages import (
     NewMessage,
     append_message,
     append_messages,
+    append_messages_in,
+    is_transient_error,
     list_messages,
 )
 from ctxstack.store.migrate import current_revision, downgrade, head_revision, upgrade
@@ -64,6 +66,7 @@ __all__ = [
     "UserRecord",
     "append_message",
     "append_messages",
+    "append_messages_in",
     "count_conversations",
     "create_conversation",
     "create_engine_from_url",
@@ -77,6 +80,7 @@ __all__ = [
     "get_conversation",
     "get_user",
     "head_revision",
+    "is_transient_error",
     "latest_checkpoint",
     "list_conversations",
     "list_messages",

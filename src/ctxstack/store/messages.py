@@ -19,6 +19,11 @@ lag the rows (restored backup, rows written by another tool), the insert violate
 counter is re-synchronised to ``max(seq)`` and the append retried. Transient lock errors
 (SQLite busy, PostgreSQL deadlock / serialisation failure) are retried too, with a short
 back-off; anything else is a :class:`~ctxstack.errors.StorageError`.
+
+A caller that must write messages together with other rows in one transaction (the chat
+service saves a turn's messages with its compaction checkpoint) calls
+:func:`append_messages_in` on its own session and owns the retry (see
+:func:`is_transient_error`).
 """
 
 from __future__ import annotations
@@ -161,12 +166,23 @@ def _is_seq_collision(exc: IntegrityError) -> bool:
     )
 
 
-def _is_transient(exc: DBAPIError) -> bool:
+def is_transient_error(exc: DBAPIError) -> bool:
+    """Whether a database error is a lock conflict worth retrying the transaction for
+    (SQLite "database is locked", a PostgreSQL deadlock or serialisation failure)."""
     text = str(exc.orig).lower()
     return any(
         marker in text
         for marker in ("database is locked", "deadlock detected", "could not serialize")
     )
+
+
+def _storable(
+    conversation_id: str, messages: Sequence[NewMessage | ChatMessage]
+) -> list[NewMessage]:
+    items = [m if isinstance(m, NewMessage) else NewMessage.from_chat(m) for m in messages]
+    if items and not valid_public_id(conversation_id):
+        raise NotFoundError(f"conversation {conversation_id!r} not found")
+    return items
 
 
 async def append_messages(
@@ -186,16 +202,15 @@ async def append_messages(
         InputError: a message cannot be stored (embedded images, tool calls).
         StorageError: the database failed (after retrying transient lock errors).
     """
-    items = [m if isinstance(m, NewMessage) else NewMessage.from_chat(m) for m in messages]
+    items = _storable(conversation_id, messages)
     if not items:
         return []
-    if not valid_public_id(conversation_id):
-        raise NotFoundError(f"conversation {conversation_id!r} not found")
     action = f"appending {len(items)} message(s) to conversation {conversation_id!r}"
     for attempt in range(1, MAX_APPEND_ATTEMPTS + 1):
         try:
             async with factory() as session, session.begin():
-                return await _append_once(session, conversation_id, owner_id, items)
+                return await append_messages_in(session, conversation_id, items,
+                                                owner_id=owner_id)
         except IntegrityError as exc:
             if not _is_seq_collision(exc) or attempt == MAX_APPEND_ATTEMPTS:
                 raise storage_error(action, engine_of(factory), exc) from exc
@@ -203,7 +218,7 @@ async def append_messages(
                         "re-synchronising and retrying", conversation_id)
             await _resync_counter(factory, conversation_id, action)
         except DBAPIError as exc:
-            if not _is_transient(exc) or attempt == MAX_APPEND_ATTEMPTS:
+            if not is_transient_error(exc) or attempt == MAX_APPEND_ATTEMPTS:
                 raise storage_error(action, engine_of(factory), exc) from exc
             await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
         except DB_ERRORS as exc:
@@ -223,9 +238,35 @@ async def append_message(
     return record
 
 
-async def _append_once(
-    session: AsyncSession, conversation_id: str, owner_id: int | None, items: list[NewMessage]
+async def append_messages_in(
+    session: AsyncSession,
+    conversation_id: str,
+    messages: Sequence[NewMessage | ChatMessage],
+    *,
+    owner_id: int | None = None,
 ) -> list[MessageRecord]:
+    """Append ``messages`` inside the caller's open transaction (one attempt, no commit).
+
+    For writes that must land together with other rows — e.g. a chat turn's messages and
+    its compaction checkpoint: ``async with factory() as s, s.begin(): await
+    append_messages_in(s, ...); s.add(...)``. Numbering, token totals and ``updated_at`` are
+    as in :func:`append_messages` (which calls this once per attempt); the counter UPDATE
+    comes first, so call this before the transaction reads anything on SQLite.
+
+    The caller owns the transaction and therefore the retry policy: database errors are
+    *not* wrapped or retried here. Retry the whole transaction on an error for which
+    :func:`is_transient_error` is true; wrap the others with
+    :func:`~ctxstack.store.db.storage_error`.
+
+    Raises:
+        NotFoundError: no such conversation (or not ``owner_id``'s); the transaction
+            should be rolled back.
+        InputError: a message cannot be stored (embedded images, tool calls).
+        sqlalchemy.exc.DBAPIError: the database failed (unwrapped, see above).
+    """
+    items = _storable(conversation_id, messages)
+    if not items:
+        return []
     n = len(items)
     input_tokens = sum(m.usage.input_tokens for m in items if m.usage)
     output_tokens = sum(m.usage.output_tokens for m in items if m.usage)
