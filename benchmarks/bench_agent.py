@@ -33,8 +33,8 @@ from typing import Any
 from benchmarks.common import BenchRow, print_table
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.guard import ContextGuard
-from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec
-from ctxstack.llm.base import ChatStream
+from ctxstack.llm import ScriptedLLM, Usage
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
@@ -47,43 +47,26 @@ AGENT_ONLY_TARGET_MS = 0.5
 TOKEN_SAVING_TARGET = 2.0
 
 
-class TimedLLM:
-    """Wraps a ScriptedLLM and records the time spent inside its calls (excluded).
+class CallLog(UsageMeter):
+    """A :class:`~ctxstack.llm.metering.UsageMeter` that also keeps each call's input tokens.
 
-    ``sent`` holds each call's input tokens. With ``follows`` (the main model, when this
-    is the guard's summariser), ``at`` holds for each call the 0-based iteration it
-    belongs to: the number of calls the main model had made when it happened (the guard
-    compacts just before the main model's next call).
+    The meter's ``llm_seconds`` is the time spent inside the calls (excluded from the
+    overhead). ``sent`` holds each call's input tokens. With ``follows`` (the main model's
+    log, when this one is the guard's summariser's), ``at`` holds for each call the 0-based
+    iteration it belongs to: the number of calls the main model had made when it happened
+    (the guard compacts just before the main model's next call).
     """
 
-    def __init__(self, inner: ScriptedLLM, follows: TimedLLM | None = None) -> None:
-        self.inner = inner
+    def __init__(self, follows: CallLog | None = None) -> None:
+        super().__init__()
         self.follows = follows
-        self.seconds = 0.0
         self.sent: list[int] = []
         self.at: list[int] = []
 
-    @property
-    def context_size(self) -> int:
-        return self.inner.context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self.inner.max_output_tokens
-
-    async def chat(self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] | None = None,
-                   **opts: Any) -> LLMResult:
-        started = time.perf_counter()
-        try:
-            result = await self.inner.chat(messages, tools=tools, **opts)
-            self.sent.append(result.usage.input_tokens)
-            self.at.append(len(self.follows.sent) if self.follows else len(self.sent) - 1)
-            return result
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
-        return self.inner.stream_chat(messages, **opts)
+    def add(self, usage: Usage) -> None:
+        super().add(usage)
+        self.sent.append(usage.input_tokens)
+        self.at.append(len(self.follows.sent) if self.follows else len(self.sent) - 1)
 
 
 def observation(page: int) -> str:
@@ -141,18 +124,20 @@ class TimedGuard(ContextGuard):
 
 
 async def guarded_run(compaction: bool) -> Measure:
-    llm = TimedLLM(scripted_model())
-    compact = TimedLLM(summariser(), follows=llm) if compaction else None
-    guard = TimedGuard(compact_llm=compact, default_budget=BUDGET)
-    agent = ReActAgent(llm, [fetch], guard, budget=BUDGET, max_iterations=ITERATIONS,
+    llm = CallLog()
+    compact = CallLog(follows=llm) if compaction else None
+    guard = TimedGuard(compact_llm=compact.wrap(summariser()) if compact else None,
+                       default_budget=BUDGET)
+    agent = ReActAgent(llm.wrap(scripted_model()), [fetch], guard, budget=BUDGET,
+                       max_iterations=ITERATIONS,
                        checklist_threshold=None, cycle_threshold=None)
     started = time.perf_counter()
     result = await agent.run("Read the whole report and tell me if it is consistent.")
     wall = time.perf_counter() - started
     assert result.iterations == ITERATIONS, result.iterations
     tool_time = sum(e.duration_s for e in result.trace)
-    compact_time = compact.seconds if compact else 0.0
-    overhead = wall - llm.seconds - compact_time - tool_time
+    compact_time = compact.llm_seconds if compact else 0.0
+    overhead = wall - llm.llm_seconds - compact_time - tool_time
     guard_cpu = guard.seconds - compact_time
     per_iteration = list(llm.sent)
     if compact:
@@ -166,7 +151,9 @@ async def guarded_run(compaction: bool) -> Measure:
 
 async def baseline_run() -> Measure:
     """The no-guard loop: full history every call."""
-    llm = TimedLLM(scripted_model())
+    log = CallLog()
+    model = scripted_model()
+    llm = log.wrap(model)
     messages = [ChatMessage.system("You are an agent."),
                 ChatMessage.user("Read the whole report and tell me if it is consistent.")]
     specs = [fetch.spec()]
@@ -183,10 +170,10 @@ async def baseline_run() -> Measure:
             tool_time += time.perf_counter() - t
             messages.append(ChatMessage.tool(call.id, out))
     wall = time.perf_counter() - started
-    total = sum(llm.sent)
-    assert total == sum(HEURISTIC.count_messages(c.messages) for c in llm.inner.calls)
-    overhead = wall - llm.seconds - tool_time
-    return Measure(overhead, overhead, ITERATIONS, total, max(llm.sent), tuple(llm.sent))
+    total = sum(log.sent)
+    assert total == sum(HEURISTIC.count_messages(c.messages) for c in model.calls)
+    overhead = wall - log.llm_seconds - tool_time
+    return Measure(overhead, overhead, ITERATIONS, total, max(log.sent), tuple(log.sent))
 
 
 def _median(runs: list[Measure]) -> Measure:

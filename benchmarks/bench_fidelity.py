@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from benchmarks.common import BenchRow, print_table
 from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, Conversation, generate
 from benchmarks.fidelity.scorer import FactsScore, Validity, check_sequence, score_facts, survived
-from benchmarks.fidelity.strategies import CountingLLM, Strategy, all_strategies, lossy_summarizer
+from benchmarks.fidelity.strategies import Strategy, all_strategies, lossy_summarizer
 from ctxstack.llm import LLM
+from ctxstack.llm.metering import UsageMeter
 from ctxstack.tokens import HEURISTIC
 
 TITLE = "Fidelity: planted facts kept verbatim after compaction"
@@ -107,7 +108,8 @@ def real_llm() -> LLM | str:
 async def measure(conv: Conversation, strategy: Strategy, budget: int,
                   shared_llm: LLM | None) -> Run:
     run = Run(strategy.name, budget, conv.language, conv.seed)
-    llm = CountingLLM(shared_llm if shared_llm is not None else lossy_summarizer())
+    meter = UsageMeter()  # every LLMResult reports calls=1, so usage.calls counts calls
+    llm = meter.wrap(shared_llm if shared_llm is not None else lossy_summarizer())
     start = time.perf_counter()
     try:
         result = await strategy.run(list(conv.messages), budget, llm)
@@ -121,7 +123,7 @@ async def measure(conv: Conversation, strategy: Strategy, budget: int,
     run.system_kept = survived(conv.system_prompt, result)
     run.query_kept = survived(conv.query, result)
     run.validity = check_sequence(result)
-    run.llm_calls = llm.calls
+    run.llm_calls = meter.usage.calls
     return run
 
 

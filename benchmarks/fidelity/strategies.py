@@ -22,11 +22,11 @@ a clever model.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxstack.llm import LLM, ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
+from ctxstack.llm import LLM, ScriptedLLM
 from ctxstack.llm.scripted import first_sentence_summarizer
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import HINTS
@@ -58,42 +58,6 @@ def lossy_summarizer() -> ScriptedLLM:
     on the real compaction requests).
     """
     return ScriptedLLM(handler=first_sentence_summarizer, name="lossy-first-sentence")
-
-
-class CountingLLM:
-    """Wraps an LLM to count calls and add up usage (for the real-endpoint mode)."""
-
-    def __init__(self, inner: LLM) -> None:
-        self.inner = inner
-        self.calls = 0
-        self.usage = Usage()
-
-    @property
-    def context_size(self) -> int:
-        return self.inner.context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self.inner.max_output_tokens
-
-    async def chat(self, messages: Sequence[ChatMessage], *,
-                   tools: Sequence[ToolSpec] | None = None, **opts: Any) -> LLMResult:
-        self.calls += 1
-        result = await self.inner.chat(messages, tools=tools, **opts)
-        self.usage = self.usage + result.usage
-        return result
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
-        self.calls += 1
-        stream = self.inner.stream_chat(messages, **opts)
-
-        async def relay() -> AsyncIterator[str | Usage]:
-            async for delta in stream:
-                yield delta
-            self.usage = self.usage + stream.usage
-            yield stream.usage
-
-        return ChatStream(relay())
 
 
 # ---------------------------------------------------------------------------- strategies
