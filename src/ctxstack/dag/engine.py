@@ -30,6 +30,13 @@ outside the steps ends the run with an ``error`` event (:meth:`DAGEngine.run_eve
 or the exception (:meth:`DAGEngine.run`). A step's failure is not a run failure: it is
 recorded and its dependants are skipped.
 
+Injects: :meth:`DAGEngine.inject` gives a running run a message the user sent meanwhile.
+Until the synthesis starts it is taken — handed to the running step agents, and given to
+every later step, planner request, analyzer request and the synthesis prompt — and a
+``injected`` event reports it; once the answer is being written it is refused (the method
+returns False) so the caller can keep it for the next turn. The routing is
+:func:`ctxstack.dag.injects.route_inject`.
+
 Usage: every LLM handed to a phase is metered by the run, so ``done.usage`` is the sum of
 every call — the memory's compaction on load (as ``DbMemory.usage`` reports it), the
 enrichment summary, the planner and its re-asks, every step with its guard's compactions
@@ -69,6 +76,7 @@ from ctxstack.dag.events import (
     StepFinishedEvent,
 )
 from ctxstack.dag.executor import DAGExecutor
+from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.planner import DEFAULT_MAX_STEPS, DAGPlanner, ReplanContext
 from ctxstack.dag.prompts import (
@@ -79,7 +87,7 @@ from ctxstack.dag.prompts import (
 )
 from ctxstack.dag.results import StepResult
 from ctxstack.dag.synthesis import stream_synthesize
-from ctxstack.errors import LLMError, PlanError
+from ctxstack.errors import InputError, LLMError, PlanError
 from ctxstack.llm.base import LLM, ChatStream, Usage
 from ctxstack.llm.metering import UsageMeter
 from ctxstack.memory.base import BaseMemory
@@ -117,6 +125,7 @@ class _Run:
     results: list[StepResult] = field(default_factory=list)
     analyses: list[Analysis] = field(default_factory=list)
     achieved: bool | None = None
+    inbox: RunInbox = field(default_factory=RunInbox)
 
 
 class DAGEngine:
@@ -193,6 +202,33 @@ class DAGEngine:
         self.synthesis_prompt = synthesis_prompt
         self.counter = counter
         self.clock = clock
+        self._inboxes: list[RunInbox] = []
+        self._waiting: list[str] = []
+
+    # ------------------------------------------------------------------ injects
+    def inject(self, text: str) -> bool:
+        """Give the running run a message the user sent meanwhile (safe from another task).
+
+        Returns True when it was taken: before the synthesis starts it reaches the step
+        agents running now (at their next iteration) and every later step, planner
+        request, analyzer request and the synthesis prompt, and the run yields an
+        ``injected`` event (:class:`~ctxstack.dag.events.DAGInjectedEvent`). Returns False
+        when the run is already writing its answer: the message was *not* consumed, and the
+        caller should keep it (the chat service stores it for the next turn). A message
+        injected while no run is active waits for the next run (True), as with
+        :meth:`ctxstack.agent.ReActAgent.inject`; with several runs at once every run that
+        can take it does.
+
+        Raises:
+            InputError: ``text`` is empty.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("inject: expected a non-empty message text")
+        if not self._inboxes:
+            self._waiting.append(text)
+            return True
+        taken = [inbox.offer(text) for inbox in self._inboxes]
+        return any(taken)
 
     # ------------------------------------------------------------------ decisions
     def should_replan(self, analysis: Analysis, round_number: int) -> bool:
@@ -253,12 +289,14 @@ class DAGEngine:
             # aclosing: closing this iterator early must close the inner ones *now* (and so
             # cancel running steps), not whenever the garbage collector gets to them.
             async with aclosing(
-                self._events(run, query, memory=memory, history=history)
+                self._with_injects(run, query, memory=memory, history=history)
             ) as events:
                 async for event in events:
                     yield event
         except Exception as exc:
             log.warning("DAG run failed in round %d: %s: %s", run.round, type(exc).__name__, exc)
+            for notice in run.inbox.drain():  # taken before the failure: still reported
+                yield notice
             yield DAGErrorEvent(
                 message=str(exc) or type(exc).__name__, error_type=type(exc).__name__,
                 round=run.round, usage=run.meter.usage, elapsed=self.clock() - run.t0,
@@ -278,7 +316,8 @@ class DAGEngine:
         """
         run = _Run(meter=UsageMeter(), t0=self.clock())
         done: DAGDoneEvent | None = None
-        async with aclosing(self._events(run, query, memory=memory, history=history)) as events:
+        events = self._with_injects(run, query, memory=memory, history=history)
+        async with aclosing(events):
             async for event in events:
                 if isinstance(event, DAGDoneEvent):
                     done = event
@@ -289,6 +328,37 @@ class DAGEngine:
             achieved=done.achieved, enriched=run.enriched, plan=run.plan,
             results=run.results, analyses=run.analyses,
         )
+
+    async def _with_injects(
+        self,
+        run: _Run,
+        query: str,
+        *,
+        memory: BaseMemory | None,
+        history: Sequence[ChatMessage] | None,
+    ) -> AsyncGenerator[DAGEvent, None]:
+        """The run's events with ``injected`` events slipped in as injects are taken.
+
+        An inject is reported before the next event of the run after it was taken; the
+        inbox refuses injects once the synthesis starts, so every taken inject is
+        reported before ``done``.
+        """
+        inbox = run.inbox
+        self._inboxes.append(inbox)
+        waiting, self._waiting = self._waiting, []
+        for text in waiting:
+            inbox.offer(text)
+        try:
+            async with aclosing(
+                self._events(run, query, memory=memory, history=history)
+            ) as events:
+                async for event in events:
+                    for notice in inbox.drain():
+                        yield notice
+                    yield event
+        finally:
+            inbox.phase = "synthesis"  # a run that ended takes nothing any more
+            self._inboxes.remove(inbox)
 
     async def _events(
         self,
@@ -319,11 +389,14 @@ class DAGEngine:
         executor = self.make_executor(fast)
         analyzer = self.make_analyzer(main)
         previous: ReplanContext | None = None
+        inbox = run.inbox
         while True:
             run.round += 1
+            inbox.round = run.round
+            inbox.phase = "prepare"
             before = run.meter.usage
             try:
-                planned = await planner.plan(enriched.text, previous=previous)
+                planned = await planner.plan(inbox.query(enriched.text), previous=previous)
             except (PlanError, LLMError) as exc:
                 if previous is None:
                     raise  # no plan at all: the run cannot go on
@@ -344,7 +417,9 @@ class DAGEngine:
             )
 
             results: dict[str, StepResult] = {}
-            async with aclosing(executor.run_events(plan, round_number=run.round)) as steps:
+            inbox.phase = "execute"
+            steps = executor.run_events(plan, round_number=run.round, inbox=inbox)
+            async with aclosing(steps):
                 async for step_event in steps:
                     if isinstance(step_event, StepFinishedEvent):
                         results[step_event.step_id] = step_event.to_result()
@@ -352,8 +427,11 @@ class DAGEngine:
             run.results = [results[s.id] for s in plan.steps]
 
             before = run.meter.usage
+            inbox.phase = "analyze"
             try:
-                verdict = (await analyzer.analyze(enriched.text, plan, results)).analysis
+                verdict = (
+                    await analyzer.analyze(inbox.query(enriched.text), plan, results)
+                ).analysis
             except LLMError as exc:
                 run.achieved = None
                 yield AnalysisEvent(
@@ -377,7 +455,8 @@ class DAGEngine:
                 round=run.round + 1, reason=verdict.reasoning, confidence=verdict.confidence
             )
 
-        stream = self.stream_synthesize(enriched.text, run.results, llm=main)
+        inbox.phase = "synthesis"  # from here on injects are refused (kept for next turn)
+        stream = self.stream_synthesize(inbox.query(enriched.text), run.results, llm=main)
         parts: list[str] = []
         try:
             async for delta in stream:

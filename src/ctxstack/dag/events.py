@@ -6,7 +6,9 @@ A run of :meth:`ctxstack.dag.DAGEngine.run_events` yields::
     ( plan_created  (step_started | step_activity | step_finished)*  analysis  [replan] )+
     [replan_failed]  answer_delta*  done
 
-or, when the run cannot go on, ``error`` as its last event. Every event is a frozen
+or, when the run cannot go on, ``error`` as its last event. ``injected`` (a message the
+user sent while the run worked, see :meth:`ctxstack.dag.DAGEngine.inject`) may come
+before any event; every one comes before ``done``/``error``. Every event is a frozen
 pydantic model with a ``type`` Literal tag; :data:`DAGEvent` is their discriminated union,
 so a consumer ``match``-es on the class (or on ``type`` after a JSON round trip through
 :data:`DAG_EVENT_ADAPTER`). The design is the ReAct agent's (:mod:`ctxstack.agent.events`):
@@ -42,7 +44,9 @@ __all__ = [
     "DAGDoneEvent",
     "DAGErrorEvent",
     "DAGEvent",
+    "DAGInjectedEvent",
     "EnrichMethod",
+    "InjectPhase",
     "PlanCreatedEvent",
     "QueryEnrichedEvent",
     "ReplanEvent",
@@ -54,6 +58,9 @@ __all__ = [
 ]
 
 EnrichMethod = Literal["none", "llm", "truncate"]
+
+InjectPhase = Literal["prepare", "execute", "analyze", "synthesis"]
+"""Where a DAG run is: enriching/planning, running steps, analysing, writing the answer."""
 
 
 class _Event(BaseModel):
@@ -178,6 +185,23 @@ class ReplanFailedEvent(_Event):
     usage: Usage = Usage()
 
 
+class DAGInjectedEvent(_Event):
+    """A message the user sent while the run worked was taken by the run.
+
+    From now on it is in every step agent's context (pinned, kind "inject"), in the
+    planner's and the analyzer's request and in the synthesis prompt. ``steps`` are the
+    step agents that were running when it arrived and got it mid-work (the agent's own
+    inject: it enters at their next iteration); ``phase`` is where the run was; ``round``
+    is the round under way (0 before the first plan was asked for).
+    """
+
+    type: Literal["injected"] = "injected"
+    text: str
+    round: int
+    phase: InjectPhase
+    steps: list[str] = []
+
+
 class DAGDoneEvent(_Event):
     """The run finished. ``usage`` sums every LLM call of the run (enrichment summary,
     planner incl. re-asks, every step incl. its compactions, analyzer, synthesis);
@@ -212,6 +236,7 @@ DAGEvent = Annotated[
     | AnalysisEvent
     | ReplanEvent
     | ReplanFailedEvent
+    | DAGInjectedEvent
     | AnswerDeltaEvent
     | DAGDoneEvent
     | DAGErrorEvent,

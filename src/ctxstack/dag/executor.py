@@ -14,6 +14,10 @@ Failure: an exception from a step agent (or an empty answer) makes the step ``fa
 the error recorded; every step that depends on it, directly or not, is ``skipped`` with the
 reason. Other branches of the plan carry on.
 
+Injects: given a :class:`~ctxstack.dag.injects.RunInbox`, every step agent is attached to
+it before it runs (so it starts with the injects taken so far, pinned, and gets those
+arriving while it works) and detached when it ends.
+
 Usage: each step's LLM (and its guard's compaction LLM) is metered, so a step's usage
 includes its compactions and the calls it made before failing.
 """
@@ -38,6 +42,7 @@ from ctxstack.agent import (
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
 from ctxstack.dag.events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
+from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
@@ -132,14 +137,15 @@ class DAGExecutor:
         )
 
     async def run_events(
-        self, plan: Plan, *, round_number: int = 1
+        self, plan: Plan, *, round_number: int = 1, inbox: RunInbox | None = None
     ) -> AsyncGenerator[ExecutorEvent, None]:
         """Run ``plan``, yielding ``step_started`` / ``step_finished`` as they happen.
 
         Every step gets exactly one ``step_finished``; skipped steps get no
         ``step_started``. Between the two, ``step_activity`` events relay what the step
         agent does (tool calls and results, compactions, warnings). Closing the iterator
-        early cancels the running steps.
+        early cancels the running steps. ``inbox`` (optional) delivers the user's
+        mid-run messages to the step agents (see the module docstring).
         """
         t0 = self.clock()
         queue: asyncio.Queue[ExecutorEvent | None] = asyncio.Queue()
@@ -167,7 +173,9 @@ class DAGExecutor:
                                 round=round_number, step_id=step_id, activity=event
                             ))
 
-                    result = await self._run_step(step, results, started, t0, relay)
+                    result = await self._run_step(
+                        step, results, started, t0, relay, inbox
+                    )
             results[step.id] = result
             queue.put_nowait(StepFinishedEvent.from_result(round_number, result))
             finished[step.id].set()
@@ -219,6 +227,7 @@ class DAGExecutor:
         started: float,
         t0: float,
         relay: AgentCallback | None = None,
+        inbox: RunInbox | None = None,
     ) -> StepResult:
         meter = UsageMeter()
         compact = meter.wrap(self.compact_llm) if self.compact_llm is not None else None
@@ -226,7 +235,13 @@ class DAGExecutor:
         try:
             guard = self.guard_factory(compact, self.budget, self.max_message_chars)
             agent = self.make_agent(meter.wrap(self.llm), guard, relay)
-            outcome = await agent.run(query)
+            if inbox is not None:
+                inbox.attach(step.id, agent)
+            try:
+                outcome = await agent.run(query)
+            finally:
+                if inbox is not None:
+                    inbox.detach(step.id)
         except Exception as exc:  # a step's failure is data, not the run's failure
             return _finished(step, started, self.clock() - t0, meter, status="failed",
                              error=f"{type(exc).__name__}: {exc}")
