@@ -1,4 +1,4 @@
-"""Injects reach a running turn from any worker process.
+"""Injects reach a running turn from any worker process, in ReAct and in DAG mode.
 
 Two ``ctxstack serve`` processes share one database (PostgreSQL, own schema) — or one
 SQLite file plus Redis for the queue. A turn runs on the first; the inject is sent to the
@@ -12,12 +12,14 @@ import asyncio
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from ctxstack.dag import prompts as dag_prompts
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
     ServerProcess,
@@ -25,6 +27,7 @@ from tests.service_support import (
     SSEEvent,
     llm_env,
     parse_sse,
+    running_server,
     start_server,
 )
 
@@ -163,3 +166,87 @@ def test_inject_reaches_a_turn_on_another_process_via_redis(
     finally:
         first.stop()
         second.stop()
+
+
+# ---------------------------------------------------------------------- DAG mode
+def _dag_turn_with_inject(client: httpx.Client, cid: str,
+                          send_when: Callable[[SSEEvent], bool]) -> list[SSEEvent]:
+    """Run a DAG turn; send INJECT (once) right after the first event matching
+    ``send_when``; return every event of the turn."""
+    events: list[SSEEvent] = []
+    sent = False
+    body = {"conversation_id": cid, "query": "What is 6*7?", "mode": "dag"}
+    with client.stream("POST", "/api/chat", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        for item in parse_sse(response.iter_lines()):
+            if not isinstance(item, SSEEvent):
+                continue
+            events.append(item)
+            if not sent and send_when(item):
+                posted = client.post("/api/chat/inject",
+                                     json={"conversation_id": cid, "text": INJECT})
+                assert posted.status_code == 202, posted.text
+                sent = True
+    assert sent, [e.event for e in events]
+    return events
+
+
+def _requests_of(stub: StubServer, role: str) -> list[list[Any]]:
+    return [r.messages for r in stub.requests
+            if r.messages and r.messages[0].role == "system"
+            and r.messages[0].text.startswith(role)]
+
+
+def test_inject_reaches_a_running_dag_step_the_analyzer_and_the_synthesis(
+    stub: tuple[StubServer, ServiceRule], tmp_path: Path
+) -> None:
+    server, _ = stub
+    with running_server(tmp_path, llm_env(server)) as app, \
+            httpx.Client(base_url=app.url, timeout=30) as client:
+        cid = client.post("/api/conversations", json={}).json()["id"]
+        # The step's first model call (its tool call) takes 2 s: inject while it runs.
+        events = _dag_turn_with_inject(client, cid, lambda e: (
+            e.event == "step" and e.data.get("kind") == "dag_step"
+            and e.data.get("status") == "running"))
+        names = [e.event for e in events]
+        assert names[-1] == "done", (names, app.log())
+        injects = [e.data for e in events if e.event == "inject"]
+        assert injects == [{"text": INJECT, "consumed": True}], (names, app.log())
+        assert names.index("inject") < names.index("answer")
+        # The running step agent got it in its context (pinned user message) ...
+        steps = _requests_of(server, dag_prompts.STEP_ROLE)
+        assert any(any(m.role == "user" and m.text == INJECT for m in r) for r in steps), \
+            "the step agent never saw the injected message"
+        # ... and the analyzer and the synthesis read it with the request.
+        for role in (dag_prompts.ANALYZER_ROLE, dag_prompts.SYNTHESIS_ROLE):
+            (request,) = _requests_of(server, role)
+            assert INJECT in "\n".join(m.text for m in request if m.role == "user"), role
+        stored = client.get(f"/api/conversations/{cid}/messages").json()
+        assert [(m["role"], m["kind"]) for m in stored] == [
+            ("user", "query"), ("user", "inject"), ("assistant", None)]
+        assert stored[1]["content"] == INJECT
+        assert [e["event"] for e in stored[2]["events"]].count("inject") == 1
+
+
+def test_inject_during_dag_synthesis_is_kept_for_the_next_turn(
+    stub: tuple[StubServer, ServiceRule], tmp_path: Path
+) -> None:
+    server, rule = stub
+    rule.tool_delay = 0.0
+    rule.stream_delay = 2.0  # the synthesis call is slow: inject while it runs
+    with running_server(tmp_path, llm_env(server)) as app, \
+            httpx.Client(base_url=app.url, timeout=30) as client:
+        cid = client.post("/api/conversations", json={}).json()["id"]
+        # The analysis event goes out just before the engine starts the synthesis.
+        events = _dag_turn_with_inject(client, cid, lambda e: (
+            e.event == "step" and e.data.get("kind") == "analysis"))
+        names = [e.event for e in events]
+        assert names[-1] == "done", (names, app.log())
+        injects = [e.data for e in events if e.event == "inject"]
+        assert injects == [{"text": INJECT, "consumed": False}], (names, app.log())
+        (synthesis,) = _requests_of(server, dag_prompts.SYNTHESIS_ROLE)
+        assert all(INJECT not in m.text for m in synthesis)
+        stored = client.get(f"/api/conversations/{cid}/messages").json()
+        assert [(m["role"], m["kind"]) for m in stored] == [
+            ("user", "query"), ("assistant", None), ("user", "inject")]
+        assert stored[2]["content"] == INJECT

@@ -129,6 +129,7 @@ class Turn:
         self.checkpoint: Any = None
         self.started = time.perf_counter()
         self._agent: ReActAgent | None = None
+        self._engine: DAGEngine | None = None
 
     # ------------------------------------------------------------------ events
     async def emit(self, event: SSEEvent) -> None:
@@ -175,9 +176,14 @@ class Turn:
                 await poller
 
     async def _deliver(self, text: str) -> None:
+        """Hand an inject to the running agent or DAG run. Whether it was consumed is
+        known from the engine's ``injected`` event; one the run did not take (a DAG run
+        already writing its answer) is stored for the next turn by :meth:`_finish`."""
         self.forwarded.append(text)
         if self._agent is not None:
             self._agent.inject(text)
+        elif self._engine is not None:
+            self._engine.inject(text)
 
     # ------------------------------------------------------------------ history
     async def _load_history(self, budget: ModelBudget, fast_llm: LLM) -> list[ChatMessage]:
@@ -270,8 +276,14 @@ class Turn:
         self, llm: LLM, fast_llm: LLM, fast_budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
         engine = DAGEngine(llm, service_tools(), fast_llm=fast_llm, fast_budget=fast_budget)
+        self._engine = engine
+        for text in self.forwarded:  # arrived before the engine existed: taken at its start
+            engine.inject(text)
         async for event in engine.run_events(self.spec.query, history=history):
             match event:
+                case dag_events.DAGInjectedEvent():
+                    self.consumed.append(event.text)
+                    await self.emit(InjectEvent(data=InjectData(text=event.text)))
                 case dag_events.QueryEnrichedEvent():
                     if event.summarized:
                         await self.emit(StepEvent(data=NoteStep(

@@ -223,7 +223,7 @@ class AssistantTurn {
     const note = el("div", "injected", data?.text ?? "");
     if (data?.consumed === false) {
       note.classList.add("late");
-      note.title = "Arrived after the agent's last step: kept in the conversation for the next turn.";
+      note.title = "Arrived after the answer was under way: kept in the conversation for the next turn.";
     }
     this.append(note);
   }
