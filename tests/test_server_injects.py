@@ -96,7 +96,7 @@ def _two_servers(workdir: Path, env: dict[str, str]) -> tuple[ServerProcess, Ser
 
 
 def _inject_across_processes(first: ServerProcess, second: ServerProcess,
-                             stub: StubServer) -> None:
+                             stub: StubServer, mode: str = "react") -> None:
     with httpx.Client(base_url=first.url, timeout=30) as a, \
             httpx.Client(base_url=second.url, timeout=30) as b:
         cid = a.post("/api/conversations", json={}).json()["id"]
@@ -108,7 +108,7 @@ def _inject_across_processes(first: ServerProcess, second: ServerProcess,
         opened = threading.Event()
 
         def run_turn() -> None:
-            with a.stream("POST", "/api/chat", json={"conversation_id": cid,
+            with a.stream("POST", "/api/chat", json={"conversation_id": cid, "mode": mode,
                                                       "query": "What is 6*7?"}) as response:
                 assert response.status_code == 200
                 opened.set()
@@ -139,6 +139,20 @@ def _inject_across_processes(first: ServerProcess, second: ServerProcess,
         for client in (a, b):
             assert client.post("/api/chat/inject", json={"conversation_id": cid,
                                                          "text": "late"}).status_code == 409
+
+
+@pytest.mark.postgres
+def test_inject_reaches_a_dag_turn_on_another_process_via_postgres(
+    pg_schema: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
+) -> None:
+    server, _ = stub
+    env = llm_env(server, CTXSTACK_DATABASE_URL=PG_URL, CTXSTACK_DATABASE_SCHEMA=pg_schema)
+    first, second = _two_servers(tmp_path, env)
+    try:
+        _inject_across_processes(first, second, server, mode="dag")
+    finally:
+        first.stop()
+        second.stop()
 
 
 @pytest.mark.postgres
