@@ -20,8 +20,15 @@ The factor is:
 * **per model** — ``observe(..., model="gpt-4o")`` trains that model's factor; a model
   with no samples yet uses the factor learnt without a model name, else 1.0.
 
-It is **off by default**: nothing in ctxstack calibrates unless you build one and feed it.
-To enable it::
+The library never calibrates unless you build one and feed it (the chat service does, see
+``CTXSTACK_CALIBRATE``). The simplest feed is a metered LLM, which observes every call
+whose usage the provider reported::
+
+    from ctxstack.llm.metering import UsageMeter
+
+    llm = UsageMeter().wrap(raw_llm, calibrate=counter)
+
+Or by hand::
 
     from ctxstack.calibration import CalibratingCounter
     from ctxstack.guard import ContextGuard
@@ -38,8 +45,11 @@ results whose usage was itself estimated. The lower-level
 ``observe(estimated_input_tokens, reported_input_tokens, model=None)`` takes the *base*
 counter's figure (``counter.base_count(messages)``), never the calibrated one, or the
 factor would chase its own tail. Tool schemas sent with the call are billed by the
-provider but are not messages: a steady overhead of that kind is simply learnt into the
-factor.
+provider but are not messages: :meth:`CalibratingCounter.observe_call` (what a metered
+LLM uses) adds the base estimate of the specs' JSON to the estimated side, so the factor
+corrects the text estimate rather than learning the tool list's size; ``observe_result``
+and ``observe_messages`` know nothing of tools, so a steady tool overhead is learnt into
+their factor (an over-count: the safe direction).
 
 Caching: the per-message cache (see :class:`~ctxstack.tokens.TokenCounter`) holds the
 *base* counter's figures under the base key; the factor is applied on top, to totals.
@@ -50,12 +60,13 @@ believing it calibrated.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ctxstack.errors import ConfigError
-from ctxstack.llm.base import LLMResult
+from ctxstack.llm.base import LLMResult, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -186,6 +197,32 @@ class CalibratingCounter:
             return False
         name = model if model is not None else (result.model or self.model)
         return self.observe_messages(messages, result.usage.input_tokens, name)
+
+    def observe_call(
+        self,
+        messages: Sequence[ChatMessage],
+        usage: Usage,
+        tools: Sequence[ToolSpec] | None = None,
+    ) -> bool:
+        """Learn from one call: the messages and tool specs sent, the usage reported.
+
+        Trains the factor this view applies (its own model name, whatever model string
+        the provider answered with), so the counter handed to a guard is the one that
+        learns. The estimated side is the base estimate of the messages plus that of the
+        tool specs' JSON (:meth:`tool_specs_tokens`). Usage that was itself estimated, or
+        reports no input, is skipped.
+        """
+        if usage.estimated or usage.input_tokens <= 0:
+            return False
+        estimate = self.base_count(messages) + self.tool_specs_tokens(tools)
+        return self.observe(estimate, usage.input_tokens)
+
+    def tool_specs_tokens(self, tools: Sequence[ToolSpec] | None) -> int:
+        """The base counter's estimate of the tool specs' compact JSON (0 without tools)."""
+        if not tools:
+            return 0
+        text = json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"), default=str)
+        return self.base.count_text(text)
 
     def base_count(self, messages: Iterable[ChatMessage]) -> int:
         """The base counter's (uncalibrated, cached) total for ``messages``."""
