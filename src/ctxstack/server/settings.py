@@ -21,6 +21,9 @@ variable                         meaning                                        
 ``CTXSTACK_DEMO_CHUNK_DELAY``    seconds between the demo model's streamed      0.01
                                  deltas
 ``CTXSTACK_MAX_ITERATIONS``      ReAct iteration cap per turn                   12
+``CTXSTACK_CALIBRATE``           learn a per-role token-count correction from   on
+                                 the usage the model reports (``0``/``false``
+                                 turns it off)
 ``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
                                  when unset the offline demo model answers
 ===============================  =============================================  ==========
@@ -68,6 +71,7 @@ class Settings(BaseModel):
     demo_delay: float = Field(0.05, ge=0)
     demo_chunk_delay: float = Field(0.01, ge=0)
     max_iterations: int = Field(12, gt=0)
+    calibrate: bool = True
     llm_base_url: str | None = None
     llm_model: str | None = None
     budget_env: dict[str, str] = Field(default_factory=dict)
@@ -107,6 +111,7 @@ class Settings(BaseModel):
             "demo_delay": "CTXSTACK_DEMO_DELAY",
             "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
             "max_iterations": "CTXSTACK_MAX_ITERATIONS",
+            "calibrate": "CTXSTACK_CALIBRATE",
         }
         for field, var in names.items():
             value = get(var)
@@ -133,6 +138,7 @@ class Settings(BaseModel):
             "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
             "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
             "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
+            "CTXSTACK_CALIBRATE": "1" if self.calibrate else "0",
         }
         optional = {
             "CTXSTACK_DATABASE_URL": self.database_url,

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Literal
 
 from starlette.requests import Request
 
 from ctxstack.budget import ModelBudget
+from ctxstack.calibration import CalibratingCounter
+from ctxstack.errors import ConfigError
 from ctxstack.files import FileStore
 from ctxstack.llm.base import LLM
 from ctxstack.llm.metering import MeteredLLM, UsageMeter
@@ -28,19 +31,43 @@ from ctxstack.store.model_configs import load_budget
 log = logging.getLogger(__name__)
 
 
+Role = Literal["main", "fast"]
+
+
 class LLMProvider:
     """The model clients: the configured endpoint, or a fresh demo model per turn.
 
     Real clients are created once per process (their HTTP connection pools are shared by
     all turns); each turn wraps them in its own meter. The demo model is cheap and keeps a
     record of its calls, so each turn gets its own instance.
+
+    Calibration (``CTXSTACK_CALIBRATE``, on by default): one
+    :class:`~ctxstack.calibration.CalibratingCounter` per role lives as long as the
+    process; every turn's metered models feed it the ``input_tokens`` the provider
+    reports, and the turn's guard and memory count with it (:meth:`counter`), so the
+    budget checks follow the real tokenizer after a few calls. Each worker process learns
+    on its own. The service's counters only ever correct **upward** (``min_factor=1``):
+    the guard must not believe a prompt fits when the provider would reject it, while an
+    over-count only costs some unused window; and a model that bills less than the
+    heuristic (the offline demo model bills exactly the heuristic for the messages and
+    nothing for the tool specs) leaves the counts unchanged.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, main: LLM | None = None, fast: LLM | None = None
+    ) -> None:
+        """``main``/``fast``: ready clients to use instead of the configured endpoint (an
+        embedding application's own, or a test's); both or neither."""
+        if (main is None) != (fast is None):
+            raise ConfigError("LLMProvider: pass both main and fast clients, or neither")
         self.settings = settings
-        self._main: LLM | None = None
-        self._fast: LLM | None = None
-        if not settings.demo_model:
+        self._main: LLM | None = main
+        self._fast: LLM | None = fast
+        self._counters: dict[Role, CalibratingCounter] = (
+            {role: CalibratingCounter(model=role, min_factor=1.0) for role in ("main", "fast")}
+            if settings.calibrate else {}
+        )
+        if main is None and not settings.demo_model:
             from ctxstack.llm.openai import OpenAICompatibleLLM
 
             self._main = OpenAICompatibleLLM.from_env("main")
@@ -48,14 +75,19 @@ class LLMProvider:
 
     @property
     def model_name(self) -> str:
-        if self.settings.demo_model:
+        if self._main is None:
             return DEMO_MODEL_NAME
         return self.settings.llm_model or str(getattr(self._main, "model", "unknown"))
+
+    def counter(self, role: Role) -> CalibratingCounter | None:
+        """The process-wide calibrating counter of ``role`` (None when disabled)."""
+        return self._counters.get(role)
 
     def for_turn(
         self, main: ModelBudget, fast: ModelBudget, meter: UsageMeter
     ) -> tuple[LLM, LLM]:
-        """Metered (main, fast) models for one turn, sized to the resolved budgets."""
+        """Metered (main, fast) models for one turn, sized to the resolved budgets; they
+        feed the roles' calibrating counters."""
         if self._main is None or self._fast is None:
             delay, chunk_delay = self.settings.demo_delay, self.settings.demo_chunk_delay
             main_llm: LLM = build_demo_llm(delay=delay, chunk_delay=chunk_delay,
@@ -66,7 +98,8 @@ class LLMProvider:
                                            max_output_tokens=fast.max_output_tokens)
         else:
             main_llm, fast_llm = self._main, self._fast
-        return MeteredLLM(main_llm, meter), MeteredLLM(fast_llm, meter)
+        return (MeteredLLM(main_llm, meter, calibrate=self.counter("main")),
+                MeteredLLM(fast_llm, meter, calibrate=self.counter("fast")))
 
     async def aclose(self) -> None:
         for client in {id(c): c for c in (self._main, self._fast) if c is not None}.values():

@@ -194,6 +194,7 @@ class Turn:
             compact_llm=fast_llm,
             user_id=self.spec.user_id,
             file_store=self.state.files,
+            counter=self.state.llms.counter("main"),
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate
@@ -224,7 +225,8 @@ class Turn:
     async def _run_react(
         self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
-        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget)
+        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget,
+                             counter=self.state.llms.counter("main"))
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,
@@ -275,7 +277,8 @@ class Turn:
     async def _run_dag(
         self, llm: LLM, fast_llm: LLM, fast_budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
-        engine = DAGEngine(llm, service_tools(), fast_llm=fast_llm, fast_budget=fast_budget)
+        engine = DAGEngine(llm, service_tools(), fast_llm=fast_llm, fast_budget=fast_budget,
+                           counter=self.state.llms.counter("main"))
         self._engine = engine
         for text in self.forwarded:  # arrived before the engine existed: taken at its start
             engine.inject(text)
