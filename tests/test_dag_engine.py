@@ -838,3 +838,38 @@ async def test_history_from_a_real_dbmemory(tmp_path: Any) -> None:
     assert HEURISTIC.count_text(planner_input) <= 16_000
     assert db_summariser.total_usage.calls >= 1
     assert done.usage == llm.total_usage + db_summariser.total_usage
+
+
+async def test_step_guards_count_with_the_step_counter() -> None:
+    """The service hands the fast model's calibrating counter to the DAG; the step guards
+    must count with it, so a step context the heuristic thinks fits is compacted when the
+    provider is known to bill more."""
+    from ctxstack.budget import ModelBudget
+    from ctxstack.dag import DAGEngine
+    from ctxstack.messages import ChatMessage
+    from ctxstack.tokens import HeuristicCounter
+
+    class Doubling(HeuristicCounter):
+        @property
+        def cache_key(self) -> str:
+            return "doubling"
+
+        def count_text(self, text: str) -> int:
+            return 2 * super().count_text(text)
+
+    counter = Doubling()
+    budget = ModelBudget(context_size=10_000, max_output_tokens=4_000)  # 6,000 usable
+    engine = DAGEngine(ScriptedLLM(), step_counter=counter, fast_budget=budget)
+    executor = engine.make_executor(ScriptedLLM())
+    guard = executor.guard_factory(None, executor.budget, executor.max_message_chars)
+    assert guard.counter is counter
+    messages = [ChatMessage.system("s")] + [
+        ChatMessage.user("x" * 4_000) if i % 2 == 0 else ChatMessage.assistant("y" * 4_000)
+        for i in range(5)
+    ]  # ≈ 5,000 heuristic tokens: fits 6,000, but not when billed double
+    assert await DAGEngine(ScriptedLLM(), fast_budget=budget).make_executor(
+        ScriptedLLM()
+    ).guard_factory(None, budget, 50_000).check_and_compact(messages) is messages
+    compacted = await guard.check_and_compact(messages)
+    assert len(compacted) < len(messages)
+    assert counter.count_messages(compacted) <= budget.usable_input_tokens

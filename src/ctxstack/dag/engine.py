@@ -149,6 +149,8 @@ class DAGEngine:
         agent_options: extra keyword arguments for every step ``ReActAgent``.
         planner_prompt / step_prompt / analyzer_prompt / synthesis_prompt: system prompts.
         counter: token counter for the planner-input bound.
+        step_counter: token counter of the step guards (they run on the fast model's
+            budget, so e.g. the fast model's calibrating counter).
         clock: monotonic seconds.
     """
 
@@ -174,6 +176,7 @@ class DAGEngine:
         analyzer_prompt: str = ANALYZER_SYSTEM_PROMPT,
         synthesis_prompt: str = SYNTHESIS_SYSTEM_PROMPT,
         counter: TokenCounter | None = None,
+        step_counter: TokenCounter | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_replans < 0:
@@ -201,6 +204,7 @@ class DAGEngine:
         self.analyzer_prompt = analyzer_prompt
         self.synthesis_prompt = synthesis_prompt
         self.counter = counter
+        self.step_counter = step_counter
         self.clock = clock
         self._inboxes: list[RunInbox] = []
         self._waiting: list[str] = []
@@ -251,6 +255,7 @@ class DAGEngine:
             self.tools,
             budget=self.fast_budget,
             compact_with_llm=self.compact_steps_with_llm,
+            counter=self.step_counter,
             max_concurrency=self.max_concurrency,
             max_message_chars=self.max_message_chars,
             system_prompt=self.step_prompt,

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from ctxstack.agent import (
@@ -49,6 +50,7 @@ from ctxstack.dag.results import ExecutionResult, StepResult
 from ctxstack.guard import ContextGuard
 from ctxstack.llm.base import LLM
 from ctxstack.llm.metering import UsageMeter
+from ctxstack.tokens import TokenCounter
 
 _build_step_context = build_step_context
 """The seed's name for the function that builds a step's starting message."""
@@ -63,10 +65,16 @@ ExecutorEvent = StepStartedEvent | StepActivityEvent | StepFinishedEvent
 AgentCallback = Callable[[AgentEvent], None]
 
 
-def default_guard(compact_llm: LLM | None, budget: ModelBudget, max_chars: int) -> ContextGuard:
+def default_guard(
+    compact_llm: LLM | None,
+    budget: ModelBudget,
+    max_chars: int,
+    counter: TokenCounter | None = None,
+) -> ContextGuard:
     """A ContextGuard on ``budget`` that compacts with ``compact_llm`` (truncates if None)."""
     return ContextGuard(
-        compact_llm=compact_llm, default_budget=budget, max_message_chars=max_chars
+        compact_llm=compact_llm, default_budget=budget, max_message_chars=max_chars,
+        counter=counter,
     )
 
 
@@ -80,6 +88,8 @@ class DAGExecutor:
         compact_llm: the model the step guards summarise with; defaults to ``llm``.
             Pass ``compact_with_llm=False`` to have the guards truncate instead.
         guard_factory: builds each step's guard (see :data:`GuardFactory`).
+        counter: the token counter of the default step guards (e.g. a calibrating
+            counter for the fast model); ignored when ``guard_factory`` is given.
         max_concurrency: at most this many steps run at once.
         max_message_chars: the guard's per-message cap; a step's starting message (task +
             dependency results) is cut to fit it.
@@ -98,6 +108,7 @@ class DAGExecutor:
         compact_llm: LLM | None = None,
         compact_with_llm: bool = True,
         guard_factory: GuardFactory | None = None,
+        counter: TokenCounter | None = None,
         max_concurrency: int = 4,
         max_message_chars: int = STEP_CONTEXT_MAX_CHARS,
         system_prompt: str = STEP_SYSTEM_PROMPT,
@@ -113,7 +124,9 @@ class DAGExecutor:
         self.tools = list(tools)
         self.budget = budget or resolve_budget("fast")
         self.compact_llm: LLM | None = (compact_llm or llm) if compact_with_llm else None
-        self.guard_factory = guard_factory or default_guard
+        self.guard_factory: GuardFactory = guard_factory or partial(
+            default_guard, counter=counter
+        )
         self.max_concurrency = max_concurrency
         self.max_message_chars = max_message_chars
         self.system_prompt = system_prompt

@@ -278,7 +278,8 @@ class Turn:
         self, llm: LLM, fast_llm: LLM, fast_budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
         engine = DAGEngine(llm, service_tools(), fast_llm=fast_llm, fast_budget=fast_budget,
-                           counter=self.state.llms.counter("main"))
+                           counter=self.state.llms.counter("main"),
+                           step_counter=self.state.llms.counter("fast"))
         self._engine = engine
         for text in self.forwarded:  # arrived before the engine existed: taken at its start
             engine.inject(text)
