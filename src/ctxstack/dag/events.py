@@ -34,7 +34,7 @@ from ctxstack.agent.events import (
     WarningEvent,
 )
 from ctxstack.dag.plan import Plan
-from ctxstack.dag.results import StepResult, StepStatus
+from ctxstack.dag.results import StepResult
 from ctxstack.llm.base import Usage
 
 __all__ = [
@@ -105,26 +105,15 @@ class StepStartedEvent(_Event):
     at: float
 
 
-class StepFinishedEvent(_Event):
+class StepFinishedEvent(StepResult):
     """A step ended: done, failed (with ``error``) or skipped (``error`` says why).
 
-    A skipped step has no ``step_started`` event before it.
+    It carries the step's whole :class:`StepResult` (its fields, flat on the wire) plus
+    the round. A skipped step has no ``step_started`` event before it.
     """
 
     type: Literal["step_finished"] = "step_finished"
     round: int
-    step_id: str
-    task: str
-    status: StepStatus
-    answer: str = ""
-    error: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    duration: float = 0.0
-    usage: Usage = Usage()
-    iterations: int = 0
-    compactions: int = 0
-    stopped_reason: str | None = None
 
     @classmethod
     def from_result(cls, round_number: int, result: StepResult) -> StepFinishedEvent:
