@@ -34,8 +34,8 @@ from benchmarks.common import BenchRow, print_table
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import ScriptedLLM, Usage
-from ctxstack.llm.metering import UsageMeter
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
 from ctxstack.tokens import HEURISTIC
 
 ITERATIONS = 50
@@ -48,7 +48,7 @@ TOKEN_SAVING_TARGET = 2.0
 
 
 class CallLog(UsageMeter):
-    """A :class:`~ctxstack.llm.metering.UsageMeter` that also keeps each call's input tokens.
+    """A :class:`~ctxstack.metering.UsageMeter` that also keeps each call's input tokens.
 
     The meter's ``llm_seconds`` is the time spent inside the calls (excluded from the
     overhead). ``sent`` holds each call's input tokens. With ``follows`` (the main model's

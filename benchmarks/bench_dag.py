@@ -26,8 +26,8 @@ from ctxstack.dag.enrich import build_enriched_query
 from ctxstack.dag.executor import DAGExecutor
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.llm import ScriptedLLM
-from ctxstack.llm.base import ToolSpec
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import ToolSpec
 
 SPEEDUP_TARGET = 3.0
 """sequential / parallel wall time: 4 steps per layer at concurrency 4 is ideally 4x."""

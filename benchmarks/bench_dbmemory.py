@@ -241,7 +241,7 @@ def run(quick: bool) -> list[BenchRow]:
     """Measure (see the module docstring); PostgreSQL if reachable, else SQLite."""
     # The budget-bounded loads of checkpoint-less 1,000+ message conversations log a
     # warning each time (older messages left out): expected here, so kept quiet.
-    log = logging.getLogger("ctxstack.memory.db")
+    log = logging.getLogger("ctxstack.store.memory")
     level = log.level
     log.setLevel(logging.ERROR)
     try:

@@ -29,7 +29,7 @@ from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, Conversation, g
 from benchmarks.fidelity.scorer import FactsScore, Validity, check_sequence, score_facts, survived
 from benchmarks.fidelity.strategies import Strategy, all_strategies, lossy_summarizer
 from ctxstack.llm import LLM
-from ctxstack.llm.metering import UsageMeter
+from ctxstack.metering import UsageMeter
 from ctxstack.tokens import HEURISTIC
 
 TITLE = "Fidelity: planted facts kept verbatim after compaction"

@@ -11,8 +11,8 @@ from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec, Usage
-from ctxstack.llm.metering import UsageMeter
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
 from ctxstack.tokens import HEURISTIC
 
 TRUE_FACTOR = 1.6

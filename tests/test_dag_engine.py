@@ -38,10 +38,10 @@ from ctxstack.dag.enrich import HISTORY_PREFIX, build_enriched_query
 from ctxstack.dag.prompts import ANALYZER_ROLE, PLANNER_ROLE, STEP_ROLE, SYNTHESIS_ROLE
 from ctxstack.errors import LLMError, PlanError
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
-from ctxstack.llm.base import LLMResult
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import HINTS, compaction_prompt
+from ctxstack.protocol import LLMResult
 from ctxstack.tokens import HEURISTIC
 
 Reply = str | ChatMessage | LLMResult | BaseException

@@ -17,8 +17,8 @@ from ctxstack.dag.events import DAG_EVENT_ADAPTER, DAGEvent, DAGInjectedEvent
 from ctxstack.dag.injects import FOLLOWUP_HEADER, InjectRoute, route_inject, with_followups
 from ctxstack.errors import InputError
 from ctxstack.llm import ScriptedLLM, ToolSpec
-from ctxstack.llm.base import LLMResult
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLMResult
 from tests.test_dag_engine import FAST, plan_json, role_of, step_task, verdict
 
 Reply = str | ChatMessage | LLMResult | BaseException

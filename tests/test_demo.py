@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from ctxstack.cli import main
-from ctxstack.demo import FACTS, run_demo
+from ctxstack.cli.walkthrough import FACTS, run_demo
 from ctxstack.tokens import HEURISTIC
 
 

@@ -14,9 +14,9 @@ from ctxstack.errors import ConfigError, LLMError, MessageError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.llm.base import ToolSpec
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import HINTS, LANGUAGE_INSTRUCTION, SUMMARY_PREFIX, compaction_prompt
+from ctxstack.protocol import ToolSpec
 from ctxstack.tokens import HEURISTIC
 from ctxstack.working_summary import parse_summary
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import ScriptedLLM
-from ctxstack.llm.base import ToolSpec
 from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.protocol import ToolSpec
 from ctxstack.tokens import HEURISTIC
 
 SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")

@@ -12,14 +12,14 @@ from pydantic import BaseModel, Field
 from ctxstack.errors import StructuredOutputError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.llm.openai import OpenAICompatibleLLM
-from ctxstack.llm.structured import (
+from ctxstack.llm.stub import StubReply, StubServer, stub_usage
+from ctxstack.messages import ChatMessage, TextPart
+from ctxstack.structured import (
     extract_json,
     response_format_for,
     structured_call,
     with_instruction,
 )
-from ctxstack.llm.stub import StubReply, StubServer, stub_usage
-from ctxstack.messages import ChatMessage, TextPart
 
 T = TypeVar("T")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
 
 import ctxstack
 
@@ -24,6 +26,8 @@ DESIGN_SUBMODULES = {
 def test_all_is_sorted_and_complete() -> None:
     assert ctxstack.__all__ == sorted(ctxstack.__all__, key=lambda n: (not n.isupper(), n))
     assert set(ctxstack.__all__) >= DESIGN_TOP_LEVEL
+    exported = {n for n in dir(ctxstack) if not n.startswith("_") and not isinstance(getattr(ctxstack, n), types.ModuleType)}
+    assert set(ctxstack.__all__) == exported | {"DbMemory"}
     for name in ctxstack.__all__:
         assert getattr(ctxstack, name) is not None, name
 
@@ -33,3 +37,15 @@ def test_submodule_paths() -> None:
         mod = importlib.import_module(module)
         for name in names:
             assert hasattr(mod, name), f"{module}.{name}"
+
+
+def test_every_error_class_is_exported() -> None:
+    import ctxstack.errors as errors
+
+    classes = {
+        name for name, obj in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+    }
+    assert classes <= set(ctxstack.__all__)
+    for name in classes:
+        assert issubclass(getattr(ctxstack, name), ctxstack.CtxstackError), name

@@ -12,8 +12,8 @@ from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec, Usage
-from ctxstack.llm.metering import UsageMeter
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
 from ctxstack.server.settings import Settings
 from ctxstack.server.state import LLMProvider
 from ctxstack.tokens import HEURISTIC

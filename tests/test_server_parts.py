@@ -8,8 +8,8 @@ import pytest
 
 from ctxstack.errors import ConfigError
 from ctxstack.llm import ScriptedLLM
-from ctxstack.llm.metering import MeteredLLM, UsageMeter
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import MeteredLLM, UsageMeter
 from ctxstack.prompts import compaction_prompt
 from ctxstack.server.demo_model import DemoHandler, build_demo_llm, demo_plan, is_japanese
 from ctxstack.server.settings import Settings, is_loopback

@@ -2,34 +2,48 @@
 
 A five-layer defence in depth (see DESIGN.md): budget (5) → DbMemory (4) → ContextGuard (3)
 → CompactUtils (2) → memories (1). The public API is re-exported here; engines live in
-``ctxstack.agent`` and ``ctxstack.dag``, providers in ``ctxstack.llm``.
+``ctxstack.agent`` and ``ctxstack.dag``, providers in ``ctxstack.llm``, storage in
+``ctxstack.store``.
 """
 
-from typing import TYPE_CHECKING, Any
+import typing
 
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.compact import CompactionResult, CompactUtils
 from ctxstack.errors import (
     AgentError,
+    AuthenticationError,
+    BadRequestError,
     ConfigError,
     ContextOverflowError,
     CtxstackError,
+    FileRejectedError,
     InputError,
+    LLMConnectionError,
     LLMError,
+    LLMTimeoutError,
     MessageError,
     NotFoundError,
+    PlanError,
+    RateLimitError,
+    ServerError,
     StorageError,
+    StructuredOutputError,
+    TokenizerUnavailableError,
+    ToolArgumentsError,
+    ToolError,
 )
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent, GuardTotals
-from ctxstack.llm import LLM, ChatStream, LLMResult, ScriptedLLM, Usage
+from ctxstack.llm.scripted import ScriptedLLM
 from ctxstack.memory import BaseMemory, SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart, ToolCall
 from ctxstack.prompts import Hint
+from ctxstack.protocol import LLM, ChatStream, FinishReason, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import TokenCounter
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from ctxstack.memory.db import DbMemory
 
 __version__ = "0.1.0"
@@ -37,6 +51,8 @@ __version__ = "0.1.0"
 __all__ = [
     "LLM",
     "AgentError",
+    "AuthenticationError",
+    "BadRequestError",
     "BaseMemory",
     "CalibratingCounter",
     "ChatMessage",
@@ -50,28 +66,40 @@ __all__ = [
     "ContextOverflowError",
     "CtxstackError",
     "DbMemory",
+    "FileRejectedError",
+    "FinishReason",
     "GuardTotals",
     "Hint",
     "ImagePart",
     "InputError",
+    "LLMConnectionError",
     "LLMError",
     "LLMResult",
+    "LLMTimeoutError",
     "MessageError",
     "ModelBudget",
     "NotFoundError",
+    "PlanError",
+    "RateLimitError",
     "ScriptedLLM",
+    "ServerError",
     "StorageError",
+    "StructuredOutputError",
     "SummaryMemory",
     "TextPart",
     "TokenCounter",
+    "TokenizerUnavailableError",
+    "ToolArgumentsError",
     "ToolCall",
+    "ToolError",
+    "ToolSpec",
     "Usage",
     "WindowMemory",
     "resolve_budget",
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     # DbMemory pulls in SQLAlchemy; load it on first use (see ctxstack.memory).
     if name == "DbMemory":
         from ctxstack.memory.db import DbMemory

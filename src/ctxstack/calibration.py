@@ -24,7 +24,7 @@ The library never calibrates unless you build one and feed it (the chat service 
 ``CTXSTACK_CALIBRATE``). The simplest feed is a metered LLM, which observes every call
 whose usage the provider reported::
 
-    from ctxstack.llm.metering import UsageMeter
+    from ctxstack.metering import UsageMeter
 
     llm = UsageMeter().wrap(raw_llm, calibrate=counter)
 
@@ -66,8 +66,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ctxstack.errors import ConfigError
-from ctxstack.llm.base import LLMResult, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLMResult, ToolSpec, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 

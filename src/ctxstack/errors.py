@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ctxstack.llm.base import Usage
+    from ctxstack.usage import Usage
 
 
 class CtxstackError(Exception):

@@ -35,9 +35,9 @@ from ctxstack.compact import CompactUtils
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardTotals
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
+from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 log = logging.getLogger(__name__)

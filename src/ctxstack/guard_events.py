@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.llm.base import Usage
 from ctxstack.prompts import Hint
+from ctxstack.protocol import Usage
 
 CompactionMethod = Literal["llm", "truncate"]
 

@@ -105,6 +105,10 @@ class ToolCall(BaseModel):
         return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
 
 
+RAW_ARGUMENTS_KEY = "_raw"
+"""Key under which tool-call arguments that are not a JSON object are kept verbatim."""
+
+
 def parse_arguments(raw: object) -> dict[str, Any]:
     """Decode tool-call arguments: a JSON object string, a dict, or empty (→ ``{}``)."""
     if raw is None or raw == "":

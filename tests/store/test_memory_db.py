@@ -17,7 +17,6 @@ from sqlalchemy import event, text
 
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import ConfigError, NotFoundError, StorageError
-from ctxstack.files import FileStore
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import BaseMemory, DbMemory
 from ctxstack.messages import ChatMessage, ImagePart, TextPart
@@ -36,6 +35,7 @@ from ctxstack.store import (
     session_factory,
     set_model_config,
 )
+from ctxstack.store.files import FileStore
 from ctxstack.store.models import Message
 from ctxstack.tokens import HEURISTIC
 from tests.store.samples import GIF, png
@@ -238,7 +238,7 @@ async def test_missing_foreign_and_path_like_images_become_notes(
         NewMessage(role="user", content="look", metadata={"images": refs}),
         NewMessage(role="assistant", content="ok"),
     ])
-    caplog.set_level(logging.WARNING, logger="ctxstack.memory.db")
+    caplog.set_level(logging.WARNING, logger="ctxstack.store.memory")
     mem = memory(sf, conv, file_store=files)
     history = await mem.get_messages()
     parts = history[0].content

@@ -54,10 +54,10 @@ from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
 from ctxstack.guard_events import CompactionEvent
-from ctxstack.llm.base import LLM, LLMResult, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import Hint, strip_scratchpad
+from ctxstack.protocol import LLM, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
 log = logging.getLogger(__name__)

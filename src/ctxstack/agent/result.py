@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxstack.guard_events import CompactionEvent
-from ctxstack.llm.base import Usage
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import Usage
 
 StopReason = Literal["answer", "max_iterations"]
 

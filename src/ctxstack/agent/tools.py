@@ -35,9 +35,8 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ctxstack.errors import ToolArgumentsError, ToolError
-from ctxstack.llm.base import ToolSpec
-from ctxstack.llm.wire import RAW_ARGUMENTS_KEY
-from ctxstack.messages import ToolCall
+from ctxstack.messages import RAW_ARGUMENTS_KEY, ToolCall
+from ctxstack.protocol import ToolSpec
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PREVIEW_CHARS = 300

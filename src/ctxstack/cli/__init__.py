@@ -1,25 +1,10 @@
-"""The ``ctxstack`` command line. Each sub-command lives in its own module."""
+"""The ``ctxstack`` command line. Each sub-command lives in its own module.
 
-from __future__ import annotations
+The root group is :func:`ctxstack.cli.app.main`; importing a sub-command module adds its
+command to it. Sub-commands that need the ``server`` extra import it only when run.
+"""
 
-import logging
+from ctxstack.cli import chat, db, demo, serve, stub, user
+from ctxstack.cli.app import main
 
-import click
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="ctxstack")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def main(verbose: int) -> None:
-    """ctxstack: keep LLM conversations inside the context window without losing what matters."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-
-
-
-def _register() -> None:
-    # Each sub-command module adds itself to ``main`` when imported.
-    from ctxstack.cli import chat, db, demo, serve, stub, user  # noqa: F401
-
-
-_register()
+__all__ = ["chat", "db", "demo", "main", "serve", "stub", "user"]

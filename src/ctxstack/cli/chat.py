@@ -24,14 +24,14 @@ from ctxstack.agent import ReActAgent
 from ctxstack.agent.demo_tools import demo_tools
 from ctxstack.agent.events import AgentEvent
 from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
-from ctxstack.cli import main
+from ctxstack.cli.app import main, needs_extra
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.llm.openai import OpenAICompatibleLLM
-from ctxstack.llm.stub import StubReply, StubRequest, StubServer
+from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLM, Usage
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 
@@ -189,6 +189,8 @@ async def _converse(
 @contextlib.contextmanager
 def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
     if use_stub:
+        with needs_extra("server", "chat --stub"):
+            from ctxstack.llm.stub.server import StubServer
         with StubServer(rule=demo_rule) as server:
             llm = server.client()
             yield llm, llm

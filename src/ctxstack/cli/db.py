@@ -6,10 +6,10 @@ import asyncio
 
 import click
 
-from ctxstack.cli import main
+from ctxstack.cli.app import main, needs_extra
 from ctxstack.errors import StorageError
-from ctxstack.store.db import ENV_DATABASE_URL, database_url, parse_url
-from ctxstack.store.migrate import current_revision, head_revision, upgrade
+
+ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 
 
 @main.group()
@@ -30,6 +30,8 @@ _schema_option = click.option(
 
 
 def _where(url: str | None) -> str:
+    from ctxstack.store.db import database_url, parse_url
+
     return parse_url(database_url(url)).render_as_string(hide_password=True)
 
 
@@ -39,6 +41,8 @@ def _where(url: str | None) -> str:
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def upgrade_command(url: str | None, schema: str | None, revision: str) -> None:
     """Create or migrate the schema to the newest (or the given) revision."""
+    with needs_extra("server", "db upgrade"):
+        from ctxstack.store.migrate import head_revision, upgrade
     try:
         where = _where(url)
         applied = asyncio.run(upgrade(url, schema=schema, revision=revision))
@@ -52,6 +56,8 @@ def upgrade_command(url: str | None, schema: str | None, revision: str) -> None:
 @_schema_option
 def current_command(url: str | None, schema: str | None) -> None:
     """Show the schema revision the database is at."""
+    with needs_extra("server", "db current"):
+        from ctxstack.store.migrate import current_revision, head_revision
     try:
         where = _where(url)
         revision = asyncio.run(current_revision(url, schema=schema))

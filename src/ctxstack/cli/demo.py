@@ -8,8 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ctxstack.cli import main
-from ctxstack.demo import FACTS, DemoReport, run_demo
+from ctxstack.cli.app import main
+from ctxstack.cli.walkthrough import FACTS, DemoReport, run_demo
 
 
 def _k(tokens: int) -> str:

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from ctxstack.cli import main
+from ctxstack.cli.app import main, needs_extra
 from ctxstack.errors import CtxstackError
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,11 @@ def serve(host: str, port: int, workers: int, no_auth: bool | None, log_level: s
       LLM_CONTEXT_SIZE, LLM_MAX_OUTPUT_TOKENS  the budget (admin model configs win)
     Migrations are applied on start.
     """
-    import uvicorn
+    with needs_extra("server", "serve"):
+        import uvicorn
 
-    from ctxstack.server.settings import Settings, is_loopback
-    from ctxstack.store.migrate import upgrade
+        from ctxstack.server.settings import Settings, is_loopback
+        from ctxstack.store.migrate import upgrade
 
     env = dict(os.environ)
     if no_auth is not None:

@@ -8,10 +8,9 @@ Without ``--reply`` the stub echoes the last user message.
 from __future__ import annotations
 
 import click
-import uvicorn
 
-from ctxstack.cli import main
-from ctxstack.llm.stub import DEFAULT_MODEL, StubRequest, StubState, create_app
+from ctxstack.cli.app import main, needs_extra
+from ctxstack.llm.stub.replies import DEFAULT_MODEL, StubRequest
 
 
 def echo_rule(request: StubRequest) -> str:
@@ -31,6 +30,10 @@ def echo_rule(request: StubRequest) -> str:
               help="Model name listed by /v1/models.")
 def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str) -> None:
     """Run a scripted OpenAI-compatible LLM server (no real model, no network)."""
+    with needs_extra("server", "stub-llm"):
+        import uvicorn
+
+        from ctxstack.llm.stub.app import StubState, create_app
     state = StubState(model=model, delay=delay,
                       rule=(lambda _request: reply) if reply is not None else echo_rule)
     click.echo(f"stub LLM listening on http://{host}:{port}/v1 (model {model!r}); Ctrl-C stops")

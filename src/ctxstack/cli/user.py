@@ -6,7 +6,7 @@ import asyncio
 
 import click
 
-from ctxstack.cli import main
+from ctxstack.cli.app import main, needs_extra
 from ctxstack.errors import CtxstackError
 
 
@@ -21,9 +21,10 @@ def user() -> None:
               help="PostgreSQL schema to use.")
 def create(name: str, schema: str | None) -> None:
     """Create user NAME and print its API token (shown only this once)."""
-    from ctxstack.store.db import create_engine_from_url, session_factory
-    from ctxstack.store.migrate import upgrade
-    from ctxstack.store.users import create_user
+    with needs_extra("server", "user create"):
+        from ctxstack.store.db import create_engine_from_url, session_factory
+        from ctxstack.store.migrate import upgrade
+        from ctxstack.store.users import create_user
 
     async def run() -> str:
         engine = create_engine_from_url(None, schema=schema)

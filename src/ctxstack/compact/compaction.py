@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.compact.groups import choose_fold, split_layout
+from ctxstack.compact.groups import Layout, choose_fold, split_layout
 from ctxstack.compact.summarize import (
     build_summary_message,
     previous_text,
@@ -37,9 +38,9 @@ from ctxstack.compact.summarize import (
 )
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
+from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 logger = logging.getLogger("ctxstack.compact")
@@ -122,6 +123,62 @@ def check_timeout(timeout: object) -> None:
         raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
 
 
+@dataclass(frozen=True)
+class _Outcomes:
+    """Builds the :class:`CompactionResult` of one compaction (success or fallback)."""
+
+    msgs: list[ChatMessage]
+    before: int
+    counter: TokenCounter
+    max_tokens: int
+
+    def result(
+        self,
+        out: list[ChatMessage],
+        method: Method,
+        *,
+        reason: str | None = None,
+        usage: Usage | None = None,
+        summary: ChatMessage | None = None,
+        summarized: tuple[ChatMessage, ...] = (),
+        previous: str | None = None,
+    ) -> CompactionResult:
+        return CompactionResult(
+            messages=out,
+            method=method,
+            reason=reason,
+            usage=usage or Usage(),
+            summary=summary,
+            summarized=summarized,
+            tokens_before=self.before,
+            tokens_after=self.counter.count_messages(out),
+            messages_before=len(self.msgs),
+            messages_after=len(out),
+            previous_summary=previous,
+        )
+
+    def fallback(
+        self, reason: str, usage: Usage | None = None, previous: str | None = None
+    ) -> CompactionResult:
+        """``smart_truncate`` instead; logged unless there was simply nothing to do."""
+        if reason not in ("no_llm", "nothing_to_summarize"):
+            logger.warning("LLM compaction failed (%s); falling back to smart_truncate", reason)
+        out = smart_truncate(self.msgs, self.max_tokens, counter=self.counter)
+        return self.result(out, "truncate", reason=reason, usage=usage, previous=previous)
+
+
+def _assemble(
+    msgs: list[ChatMessage], layout: Layout, keep: Collection[int], summary: ChatMessage
+) -> list[ChatMessage]:
+    """System prompt → summary → the kept and pinned units in their original order."""
+    out = list(msgs[: layout.prompt_end])
+    out.append(summary)
+    for i, unit in enumerate(layout.units):
+        if not unit.summary and (i in keep or unit.pinned):
+            out.extend(msgs[unit.start : unit.stop])
+    return out
+
+
 async def compact_detailed(
     messages: Sequence[ChatMessage],
     llm: LLM | None,
@@ -145,45 +202,11 @@ async def compact_detailed(
     check_timeout(timeout)
     counter = counter or DEFAULT_COUNTER
     msgs = list(messages)
-    before = counter.count_messages(msgs)
-
-    def result(
-        out: list[ChatMessage],
-        method: Method,
-        *,
-        reason: str | None = None,
-        usage: Usage | None = None,
-        summary: ChatMessage | None = None,
-        summarized: tuple[ChatMessage, ...] = (),
-        previous: str | None = None,
-    ) -> CompactionResult:
-        return CompactionResult(
-            messages=out,
-            method=method,
-            reason=reason,
-            usage=usage or Usage(),
-            summary=summary,
-            summarized=summarized,
-            tokens_before=before,
-            tokens_after=counter.count_messages(out),
-            messages_before=len(msgs),
-            messages_after=len(out),
-            previous_summary=previous,
-        )
-
-    if before <= max_tokens:
-        return result(msgs, "none")
-
-    def fallback(
-        reason: str, usage: Usage | None = None, previous: str | None = None
-    ) -> CompactionResult:
-        if reason not in ("no_llm", "nothing_to_summarize"):
-            logger.warning("LLM compaction failed (%s); falling back to smart_truncate", reason)
-        out = smart_truncate(msgs, max_tokens, counter=counter)
-        return result(out, "truncate", reason=reason, usage=usage, previous=previous)
-
+    done = _Outcomes(msgs, counter.count_messages(msgs), counter, max_tokens)
+    if done.before <= max_tokens:
+        return done.result(msgs, "none")
     if llm is None:
-        return fallback("no_llm")
+        return done.fallback("no_llm")
 
     layout = split_layout(msgs, counter)
     units = layout.units
@@ -204,45 +227,26 @@ async def compact_detailed(
     )
     folded_units = sorted((*plan.fold, *summaries))
     if not plan.fold and not summaries:
-        return fallback("nothing_to_summarize")
+        return done.fallback("nothing_to_summarize")
     folded = [m for i in folded_units for m in msgs[units[i].start : units[i].stop]]
     to_summarize = [m for i in plan.fold for m in msgs[units[i].start : units[i].stop]]
 
     outcome = await run_summarizer(
-        to_summarize,
-        previous,
-        llm,
-        hint=hint,
-        prompt=prompt,
-        timeout=timeout,
-        answer_tokens=answer_tokens,
-        counter=counter,
+        to_summarize, previous, llm, hint=hint, prompt=prompt, timeout=timeout,
+        answer_tokens=answer_tokens, counter=counter,
     )
     if outcome.text is None:
-        return fallback(outcome.reason or "empty_summary", outcome.usage, previous)
+        return done.fallback(outcome.reason or "empty_summary", outcome.usage, previous)
 
     summary = build_summary_message(
-        outcome.text,
-        to_summarize,
-        previous,
-        hint=hint,
-        answer_tokens=answer_tokens,
-        facts_tokens=facts_tokens,
-        counter=counter,
+        outcome.text, to_summarize, previous, hint=hint, answer_tokens=answer_tokens,
+        facts_tokens=facts_tokens, counter=counter,
     )
-    out = list(msgs[: layout.prompt_end])
-    out.append(summary)
-    for i, unit in enumerate(units):
-        if not unit.summary and (i in plan.keep or unit.pinned):
-            out.extend(msgs[unit.start : unit.stop])
+    out = _assemble(msgs, layout, plan.keep, summary)
     if counter.count_messages(out) > max_tokens:
         out = smart_truncate(out, max_tokens, counter=counter)
-    return result(
-        out,
-        "llm",
-        usage=outcome.usage,
-        summary=summary,
-        summarized=tuple(folded),
+    return done.result(
+        out, "llm", usage=outcome.usage, summary=summary, summarized=tuple(folded),
         previous=previous,
     )
 

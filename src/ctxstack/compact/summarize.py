@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from ctxstack.compact.cut import cut_text_tokens
 from ctxstack.compact.facts import format_facts, select_facts
 from ctxstack.errors import LLMTimeoutError
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, finalize_summary, strip_scratchpad
+from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import TokenCounter
 
 DEFAULT_SUMMARIZER_INPUT = 16_000

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from ctxstack.compact import compaction as _llm
 from ctxstack.compact import truncate as _truncate
 from ctxstack.compact.compaction import CompactionResult
-from ctxstack.llm.base import LLM
 from ctxstack.messages import ChatMessage, ContentPart
+from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter
 from ctxstack.tokens import estimate_messages_tokens as _estimate_messages
 from ctxstack.tokens import estimate_tokens as _estimate

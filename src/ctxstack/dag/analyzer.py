@@ -13,10 +13,10 @@ from ctxstack.dag.context import ANALYSIS_MAX_CHARS_PER_STEP, format_for_analysi
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.prompts import ANALYZER_SYSTEM_PROMPT
 from ctxstack.dag.results import StepResult
-from ctxstack.llm.base import LLM, Usage
-from ctxstack.llm.metering import UsageMeter
-from ctxstack.llm.structured import structured_call
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
+from ctxstack.protocol import LLM, Usage
+from ctxstack.structured import structured_call
 
 
 class Analysis(BaseModel):

@@ -88,10 +88,10 @@ from ctxstack.dag.prompts import (
 from ctxstack.dag.results import StepResult
 from ctxstack.dag.synthesis import stream_synthesize
 from ctxstack.errors import InputError, LLMError, PlanError
-from ctxstack.llm.base import LLM, ChatStream, Usage
-from ctxstack.llm.metering import UsageMeter
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
+from ctxstack.protocol import LLM, ChatStream, Usage
 from ctxstack.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,13 @@ class _Run:
     analyses: list[Analysis] = field(default_factory=list)
     achieved: bool | None = None
     inbox: RunInbox = field(default_factory=RunInbox)
+
+
+@dataclass
+class _RoundOutcome:
+    """What one round decided: the context of the next round, if the analyzer asked for one."""
+
+    replan: ReplanContext | None = None
 
 
 class DAGEngine:
@@ -375,7 +382,31 @@ class DAGEngine:
     ) -> AsyncGenerator[DAGEvent, None]:
         main = run.meter.wrap(self.llm)
         fast = run.meter.wrap(self.fast_llm)
+        async for event in self._enrich_events(run, query, memory, history, fast):
+            yield event
+        planner = self.make_planner(main)
+        executor = self.make_executor(fast)
+        analyzer = self.make_analyzer(main)
+        outcome = _RoundOutcome()
+        while True:
+            previous, outcome = outcome.replan, _RoundOutcome()
+            async for event in self._round_events(
+                run, planner, executor, analyzer, previous, outcome
+            ):
+                yield event
+            if outcome.replan is None:
+                break
+        async for event in self._synthesis_events(run, main):
+            yield event
 
+    async def _enrich_events(
+        self,
+        run: _Run,
+        query: str,
+        memory: BaseMemory | None,
+        history: Sequence[ChatMessage] | None,
+        fast: LLM,
+    ) -> AsyncGenerator[DAGEvent, None]:
         before = run.meter.usage
         enriched = await build_enriched_query(
             query, memory=memory, history=history, fast_llm=fast,
@@ -390,78 +421,87 @@ class DAGEngine:
             tokens_after=enriched.tokens_after, usage=run.meter.usage - before,
         )
 
-        planner = self.make_planner(main)
-        executor = self.make_executor(fast)
-        analyzer = self.make_analyzer(main)
-        previous: ReplanContext | None = None
+    async def _round_events(
+        self,
+        run: _Run,
+        planner: DAGPlanner,
+        executor: DAGExecutor,
+        analyzer: PlanAnalyzer,
+        previous: ReplanContext | None,
+        outcome: _RoundOutcome,
+    ) -> AsyncGenerator[DAGEvent, None]:
+        """One round: plan (or replan), run the steps, judge them.
+
+        Sets ``outcome.replan`` when the analyzer asks for another round.
+        """
+        assert run.enriched is not None
         inbox = run.inbox
-        while True:
-            run.round += 1
-            inbox.round = run.round
-            inbox.phase = "prepare"
-            before = run.meter.usage
-            try:
-                planned = await planner.plan(inbox.query(enriched.text), previous=previous)
-            except (PlanError, LLMError) as exc:
-                if previous is None:
-                    raise  # no plan at all: the run cannot go on
-                # A failed *re*plan must not throw away the round that did run: answer
-                # from it, and say so.
-                log.warning("replan for round %d failed (%s: %s); answering from round %d",
-                            run.round, type(exc).__name__, exc, previous.round)
-                yield ReplanFailedEvent(
-                    round=run.round, error_type=type(exc).__name__, message=str(exc),
-                    usage=run.meter.usage - before,
-                )
-                run.round -= 1
-                break
-            plan = run.plan = planned.plan
-            yield PlanCreatedEvent(
-                round=run.round, plan=plan, attempts=planned.attempts,
+        run.round += 1
+        inbox.round = run.round
+        inbox.phase = "prepare"
+        before = run.meter.usage
+        try:
+            planned = await planner.plan(inbox.query(run.enriched.text), previous=previous)
+        except (PlanError, LLMError) as exc:
+            if previous is None:
+                raise  # no plan at all: the run cannot go on
+            # A failed *re*plan must not throw away the round that did run: answer from
+            # it, and say so.
+            log.warning("replan for round %d failed (%s: %s); answering from round %d",
+                        run.round, type(exc).__name__, exc, previous.round)
+            yield ReplanFailedEvent(
+                round=run.round, error_type=type(exc).__name__, message=str(exc),
                 usage=run.meter.usage - before,
             )
+            run.round -= 1
+            return
+        plan = run.plan = planned.plan
+        yield PlanCreatedEvent(
+            round=run.round, plan=plan, attempts=planned.attempts,
+            usage=run.meter.usage - before,
+        )
 
-            results: dict[str, StepResult] = {}
-            inbox.phase = "execute"
-            steps = executor.run_events(plan, round_number=run.round, inbox=inbox)
-            async with aclosing(steps):
-                async for step_event in steps:
-                    if isinstance(step_event, StepFinishedEvent):
-                        results[step_event.step_id] = step_event.to_result()
-                    yield step_event
-            run.results = [results[s.id] for s in plan.steps]
+        results: dict[str, StepResult] = {}
+        inbox.phase = "execute"
+        steps = executor.run_events(plan, round_number=run.round, inbox=inbox)
+        async with aclosing(steps):
+            async for step_event in steps:
+                if isinstance(step_event, StepFinishedEvent):
+                    results[step_event.step_id] = step_event.to_result()
+                yield step_event
+        run.results = [results[s.id] for s in plan.steps]
 
-            before = run.meter.usage
-            inbox.phase = "analyze"
-            try:
-                verdict = (
-                    await analyzer.analyze(inbox.query(enriched.text), plan, results)
-                ).analysis
-            except LLMError as exc:
-                run.achieved = None
-                yield AnalysisEvent(
-                    round=run.round, achieved=None, confidence=None, reasoning="",
-                    usage=run.meter.usage - before,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                break
-            run.analyses.append(verdict)
-            run.achieved = verdict.achieved
+        before = run.meter.usage
+        inbox.phase = "analyze"
+        try:
+            verdict = (
+                await analyzer.analyze(inbox.query(run.enriched.text), plan, results)
+            ).analysis
+        except LLMError as exc:
+            run.achieved = None
             yield AnalysisEvent(
-                round=run.round, achieved=verdict.achieved, confidence=verdict.confidence,
-                reasoning=verdict.reasoning, usage=run.meter.usage - before,
+                round=run.round, achieved=None, confidence=None, reasoning="",
+                usage=run.meter.usage - before, error=f"{type(exc).__name__}: {exc}",
             )
-            if not self.should_replan(verdict, run.round):
-                break
-            previous = ReplanContext(
+            return
+        run.analyses.append(verdict)
+        run.achieved = verdict.achieved
+        yield AnalysisEvent(
+            round=run.round, achieved=verdict.achieved, confidence=verdict.confidence,
+            reasoning=verdict.reasoning, usage=run.meter.usage - before,
+        )
+        if self.should_replan(verdict, run.round):
+            outcome.replan = ReplanContext(
                 round=run.round, plan=plan, results=results, reasoning=verdict.reasoning
             )
             yield ReplanEvent(
                 round=run.round + 1, reason=verdict.reasoning, confidence=verdict.confidence
             )
 
-        inbox.phase = "synthesis"  # from here on injects are refused (kept for next turn)
-        stream = self.stream_synthesize(inbox.query(enriched.text), run.results, llm=main)
+    async def _synthesis_events(self, run: _Run, main: LLM) -> AsyncGenerator[DAGEvent, None]:
+        assert run.enriched is not None
+        run.inbox.phase = "synthesis"  # from here on injects are refused (kept for next turn)
+        stream = self.stream_synthesize(run.inbox.query(run.enriched.text), run.results, llm=main)
         parts: list[str] = []
         try:
             async for delta in stream:

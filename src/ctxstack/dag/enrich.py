@@ -32,10 +32,10 @@ from ctxstack.compact import CompactUtils
 from ctxstack.dag.context import cut_middle
 from ctxstack.dag.events import EnrichMethod
 from ctxstack.errors import CtxstackError
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, strip_scratchpad
+from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import HEURISTIC, TokenCounter
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from ctxstack.agent.events import (
 )
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.results import StepResult
-from ctxstack.llm.base import Usage
+from ctxstack.protocol import Usage
 
 __all__ = [
     "DAG_EVENT_ADAPTER",

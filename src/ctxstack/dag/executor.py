@@ -48,8 +48,8 @@ from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
 from ctxstack.guard import ContextGuard
-from ctxstack.llm.base import LLM
-from ctxstack.llm.metering import UsageMeter
+from ctxstack.metering import UsageMeter
+from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter
 
 _build_step_context = build_step_context

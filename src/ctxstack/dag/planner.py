@@ -5,7 +5,7 @@ and no ContextGuard: the enriched query was already bounded to 16,000 tokens (ph
 there is nothing to compact. A replan is still two messages: the previous round (each step
 result cut to 500 chars) and the analyzer's reasoning are appended to the user message.
 
-The structured call (``ctxstack.llm.structured.structured_call``) takes care of JSON and
+The structured call (``ctxstack.structured.structured_call``) takes care of JSON and
 field-level validity (it re-asks once itself and raises ``StructuredOutputError``). The
 *graph* — unique ids, known dependencies, no cycle, at least one step, at most
 ``max_steps`` — is checked here: a broken graph gets one re-ask that shows the model its
@@ -24,10 +24,10 @@ from ctxstack.dag.plan import Plan, PlanDraft, plan_problems
 from ctxstack.dag.prompts import PLANNER_SYSTEM_PROMPT, describe_tools
 from ctxstack.dag.results import StepResult
 from ctxstack.errors import PlanError
-from ctxstack.llm.base import LLM, Usage
-from ctxstack.llm.metering import UsageMeter
-from ctxstack.llm.structured import structured_call
 from ctxstack.messages import ChatMessage
+from ctxstack.metering import UsageMeter
+from ctxstack.protocol import LLM, Usage
+from ctxstack.structured import structured_call
 
 DEFAULT_MAX_STEPS = 20
 

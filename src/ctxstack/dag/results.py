@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.llm.base import Usage
+from ctxstack.protocol import Usage
 
 StepStatus = Literal["done", "failed", "skipped"]
 

@@ -14,8 +14,8 @@ from typing import Any
 from ctxstack.dag.context import SYNTHESIS_MAX_CHARS, format_for_synthesis
 from ctxstack.dag.prompts import SYNTHESIS_SYSTEM_PROMPT
 from ctxstack.dag.results import StepResult
-from ctxstack.llm.base import LLM, ChatStream
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLM, ChatStream
 
 
 def synthesis_messages(

@@ -48,18 +48,17 @@ import openai
 
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.errors import ConfigError, LLMConnectionError, LLMError, LLMTimeoutError, MessageError
-from ctxstack.llm.base import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.llm.classify import classify_status
 from ctxstack.llm.config import LLMRole, load_settings
 from ctxstack.llm.retry import RetryPolicy, retry_async
 from ctxstack.llm.wire import (
-    RAW_ARGUMENTS_KEY,
     StreamAccumulator,
     estimate_usage,
     parse_completion,
     sse_data,
 )
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import RAW_ARGUMENTS_KEY, ChatMessage
+from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
 ResponseFormatSupport = Literal["json_schema", "json_object", "none"]
@@ -93,7 +92,7 @@ class OpenAICompatibleLLM:
         role: "main" or "fast" (selects the budget).
         retry_policy: a full :class:`~ctxstack.llm.retry.RetryPolicy` (overrides the two
             retry arguments above).
-        response_format_support: what :func:`~ctxstack.llm.structured.structured_call`
+        response_format_support: what :func:`~ctxstack.structured.structured_call`
             may ask this server for: "json_schema" (OpenAI, vLLM, Ollama, LM Studio),
             "json_object", or "none" (servers that reject ``response_format``).
         max_tokens_param: the wire name a per-call ``max_tokens`` is sent under

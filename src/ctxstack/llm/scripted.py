@@ -1,4 +1,4 @@
-"""ScriptedLLM: a deterministic, offline :class:`~ctxstack.llm.base.LLM` for tests and demos.
+"""ScriptedLLM: a deterministic, offline :class:`~ctxstack.protocol.LLM` for tests and demos.
 
 It ships in the library (not in tests/) so that tests, the demo and users' own tests share
 one well-behaved fake. Replies come from a queue, from a function of the messages, or both
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxstack.errors import LLMError
-from ctxstack.llm.base import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
 Reply = str | ChatMessage | LLMResult | BaseException

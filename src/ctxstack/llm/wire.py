@@ -14,20 +14,17 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ctxstack.errors import LLMConnectionError, LLMError, MessageError
-from ctxstack.llm.base import Usage
 from ctxstack.llm.classify import classify_status
-from ctxstack.messages import ChatMessage, ToolCall, parse_arguments
+from ctxstack.messages import RAW_ARGUMENTS_KEY, ChatMessage, ToolCall, parse_arguments
+from ctxstack.protocol import FinishReason, Usage, finish_reason_of
 from ctxstack.tokens import HEURISTIC
-
-RAW_ARGUMENTS_KEY = "_raw"
-"""Key under which tool-call arguments that are not a JSON object are kept verbatim."""
 
 _call_ids = itertools.count(1)
 
 
 def parse_completion(
     data: object, where: str
-) -> tuple[ChatMessage, Usage | None, str | None, str | None]:
+) -> tuple[ChatMessage, Usage | None, FinishReason | None, str | None]:
     """``(message, usage or None, finish_reason, model)`` of a non-streaming answer.
 
     Raises:
@@ -48,7 +45,7 @@ def parse_completion(
     message = ChatMessage.assistant(content_text(raw.get("content")), tool_calls=calls or None)
     finish = choice.get("finish_reason")
     model = data.get("model")
-    return (message, parse_usage(data.get("usage")), finish if isinstance(finish, str) else None,
+    return (message, parse_usage(data.get("usage")), finish_reason_of(finish),
             model if isinstance(model, str) else None)
 
 

@@ -1,7 +1,8 @@
 """Layer 1 (and 4): conversation memories.
 
-``DbMemory`` is imported lazily: it pulls in SQLAlchemy, which users of the in-process
-memories (and the CLI's offline commands) should not pay for at import time.
+``DbMemory`` lives on the storage side (:mod:`ctxstack.store.memory`: it needs SQLAlchemy
+and the ``server`` extra) and is re-exported lazily through :mod:`ctxstack.memory.db`, so
+importing the core never imports the store.
 """
 
 from typing import TYPE_CHECKING, Any

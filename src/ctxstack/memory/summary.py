@@ -32,10 +32,10 @@ from ctxstack.compact.groups import choose_fold, split_layout
 from ctxstack.compact.summarize import build_summary_message, previous_text, run_summarizer
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
+from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 logger = logging.getLogger("ctxstack.memory")

@@ -16,13 +16,10 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
 
-from ctxstack.errors import InputError
-from ctxstack.store.db import SessionFactory, reading
-from ctxstack.store.models import User
-from ctxstack.store.users import create_user, user_by_token
+from ctxstack.server.identity import CurrentUser
+from ctxstack.server.state import service_state
+from ctxstack.store.users import user_by_token
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -35,41 +32,11 @@ _MISSING = (
 )
 
 
-class CurrentUser(BaseModel):
-    """The caller, as routes see it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: int
-    name: str
-    is_admin: bool = False
-
-
-async def ensure_local_user(factory: SessionFactory, name: str) -> tuple[int, str]:
-    """The id of the ``--no-auth`` user, creating it (with an unusable token) if needed."""
-    async with reading(factory, f"looking up user {name!r}") as session:
-        found = await session.scalar(select(User.id).where(User.name == name))
-    if found is not None:
-        return int(found), name
-    try:
-        record, _ = await create_user(factory, name)
-    except InputError:
-        # Another worker created it between our look-up and our insert.
-        async with reading(factory, f"looking up user {name!r}") as session:
-            again = await session.scalar(select(User.id).where(User.name == name))
-        if again is None:
-            raise
-        return int(again), name
-    return record.id, record.name
-
-
 async def current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> CurrentUser:
     """The authenticated caller; 401 with a message saying how to authenticate otherwise."""
-    from ctxstack.server.state import service_state
-
     state = service_state(request)
     if state.settings.auth == "none":
         return state.local_user

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 
-from ctxstack.llm.base import Usage
+from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate

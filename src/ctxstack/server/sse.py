@@ -59,7 +59,7 @@ class ToolResultStep(_Data):
     dag_step: str | None = None
 
 
-class PlanStep(_Data):
+class PlanStepData(_Data):
     """A DAG plan (or a replan, ``round`` > 1)."""
 
     kind: Literal["plan"] = "plan"
@@ -86,7 +86,7 @@ class NoteStep(_Data):
 
 
 StepData = Annotated[
-    ToolCallStep | ToolResultStep | PlanStep | DagStepStatus | NoteStep,
+    ToolCallStep | ToolResultStep | PlanStepData | DagStepStatus | NoteStep,
     Field(discriminator="kind"),
 ]
 
@@ -147,7 +147,7 @@ class DoneData(_Data):
     message_id: int | None = None
 
 
-class DoneEvent(_Data):
+class SseDoneEvent(_Data):
     event: Literal["done"] = "done"
     data: DoneData
 
@@ -157,13 +157,13 @@ class ErrorData(_Data):
     kind: Literal["failed", "stopped"] = "failed"
 
 
-class ErrorEvent(_Data):
+class SseErrorEvent(_Data):
     event: Literal["error"] = "error"
     data: ErrorData
 
 
 SSEEvent = Annotated[
-    StepEvent | InjectEvent | CompactEvent | AnswerEvent | DoneEvent | ErrorEvent,
+    StepEvent | InjectEvent | CompactEvent | AnswerEvent | SseDoneEvent | SseErrorEvent,
     Field(discriminator="event"),
 ]
 EVENT_ADAPTER: TypeAdapter[SSEEvent] = TypeAdapter(SSEEvent)

@@ -18,14 +18,14 @@ from starlette.requests import Request
 from ctxstack.budget import ModelBudget
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
-from ctxstack.files import FileStore
-from ctxstack.llm.base import LLM
-from ctxstack.llm.metering import MeteredLLM, UsageMeter
-from ctxstack.server.auth import CurrentUser, ensure_local_user
+from ctxstack.metering import MeteredLLM, UsageMeter
+from ctxstack.protocol import LLM
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
+from ctxstack.server.identity import CurrentUser, ensure_local_user
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
+from ctxstack.store.files import FileStore
 from ctxstack.store.model_configs import load_budget
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ The flow (the seed's sequence diagram, DESIGN §5):
 1. the route has already stored the user's message and claimed the conversation
    (:meth:`InjectQueue.begin`), so a second turn or an inject can see this one;
 2. the budgets are resolved (admin model configs → env → defaults);
-3. :class:`~ctxstack.memory.db.DbMemory` loads the history once and compacts it to the
+3. :class:`~ctxstack.store.memory.DbMemory` loads the history once and compacts it to the
    main budget with the fast model; if it compacted, a ``compact`` event goes out first;
 4. the ReAct agent (or the DAG engine) runs; its typed events become ``step``,
    ``inject``, ``compact`` and ``answer`` events as they happen, while a poller forwards
@@ -36,13 +36,11 @@ from ctxstack.budget import ModelBudget
 from ctxstack.dag import events as dag_events
 from ctxstack.dag.engine import DAGEngine
 from ctxstack.errors import CtxstackError
-from ctxstack.files import FileRecord
 from ctxstack.guard import ContextGuard
-from ctxstack.llm.base import LLM, Usage
-from ctxstack.llm.metering import UsageMeter
 from ctxstack.memory.base import BaseMemory
-from ctxstack.memory.db import DbMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
+from ctxstack.metering import UsageMeter
+from ctxstack.protocol import LLM, Usage
 from ctxstack.server.injects import InjectPoller
 from ctxstack.server.persist import SavedTurn, save_turn
 from ctxstack.server.schemas import MessageStatus, Mode
@@ -53,13 +51,13 @@ from ctxstack.server.sse import (
     CompactEvent,
     DagStepStatus,
     DoneData,
-    DoneEvent,
     ErrorData,
-    ErrorEvent,
     InjectData,
     InjectEvent,
     NoteStep,
-    PlanStep,
+    PlanStepData,
+    SseDoneEvent,
+    SseErrorEvent,
     SSEEvent,
     StepEvent,
     ToolCallStep,
@@ -68,6 +66,8 @@ from ctxstack.server.sse import (
 )
 from ctxstack.server.state import ServiceState
 from ctxstack.server.tools import service_tools
+from ctxstack.store.files import FileRecord
+from ctxstack.store.memory import DbMemory
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ class Turn:
                             kind="note", text=f"History condensed for the planner "
                             f"({event.tokens_before} → {event.tokens_after} tokens)")))
                 case dag_events.PlanCreatedEvent():
-                    await self.emit(StepEvent(data=PlanStep(round=event.round, steps=[
+                    await self.emit(StepEvent(data=PlanStepData(round=event.round, steps=[
                         {"id": s.id, "task": s.task, "dependencies": list(s.dependencies)}
                         for s in event.plan.steps])))
                 case dag_events.StepStartedEvent():
@@ -337,7 +337,7 @@ class Turn:
         for text in leftovers:
             await self.emit(InjectEvent(data=InjectData(text=text, consumed=False)))
         if error is not None:
-            await self.emit(ErrorEvent(data=ErrorData(
+            await self.emit(SseErrorEvent(data=ErrorData(
                 message=error, kind="stopped" if status == "stopped" else "failed")))
         streamed = "".join(self.answer_parts)
         if status == "ok":
@@ -354,7 +354,7 @@ class Turn:
             llm_seconds=round(self.meter.llm_seconds, 4))
         stored = list(self.events)
         if status == "ok":
-            stored.append(DoneEvent(data=done))
+            stored.append(SseDoneEvent(data=done))
         saved: SavedTurn | None = None
         try:
             saved = await save_turn(
@@ -373,10 +373,10 @@ class Turn:
         except Exception as exc:
             log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
             if status == "ok":
-                await self.emit(ErrorEvent(data=ErrorData(
+                await self.emit(SseErrorEvent(data=ErrorData(
                     message=f"The answer could not be saved: {exc}")))
         if status == "ok" and saved is not None:
-            await self.emit(DoneEvent(data=done.model_copy(
+            await self.emit(SseDoneEvent(data=done.model_copy(
                 update={"message_id": saved.assistant_message_id})))
         self.queue.put_nowait(None)
 

@@ -41,8 +41,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
-from ctxstack.llm.base import Usage
 from ctxstack.messages import ChatMessage, Role
+from ctxstack.protocol import Usage
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import (
     DB_ERRORS,
@@ -61,7 +61,7 @@ HISTORY_ROLES: tuple[Role, ...] = ("user", "assistant")
 
 class NewMessage(BaseModel):
     """A message to store. Images are referenced, not embedded: upload them to the
-    :class:`~ctxstack.files.FileStore` and list them in ``metadata["images"]`` as
+    :class:`~ctxstack.store.files.FileStore` and list them in ``metadata["images"]`` as
     ``{"file_id", "mime_type"}``."""
 
     model_config = ConfigDict(frozen=True)

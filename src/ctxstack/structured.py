@@ -24,9 +24,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ctxstack.errors import StructuredOutputError
-from ctxstack.llm.base import LLM, Usage
 from ctxstack.messages import ChatMessage, TextPart
 from ctxstack.prompts import strip_scratchpad
+from ctxstack.protocol import LLM, Usage
 
 T = TypeVar("T", bound=BaseModel)
 

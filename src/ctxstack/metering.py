@@ -42,8 +42,8 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ctxstack.llm.base import LLM, ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLM, ChatStream, LLMResult, ToolSpec, Usage
 
 if TYPE_CHECKING:  # calibration imports ctxstack.llm: a runtime import would be circular
     from ctxstack.calibration import CalibratingCounter
@@ -65,7 +65,7 @@ class UsageMeter:
 
 
 class MeteredLLM:
-    """An :class:`~ctxstack.llm.base.LLM` that adds each call's usage to a meter.
+    """An :class:`~ctxstack.protocol.LLM` that adds each call's usage to a meter.
 
     ``chat`` adds the result's usage; a stream adds its usage once it is exhausted (or
     closed). Anything else (``context_size``, a client's ``model`` …) is the inner LLM's.

@@ -1,4 +1,8 @@
-"""The provider protocol every engine talks to, and the usage arithmetic.
+"""The model protocol every engine talks to: ``LLM``, ``LLMResult``, ``ChatStream``, ``ToolSpec``.
+
+This is the core's only view of a language model. Provider clients (``ctxstack.llm.*``)
+implement it; the core never imports them (the import contracts in ``pyproject.toml``
+enforce the direction).
 
 An :class:`LLM` is anything with an async ``chat()`` (one complete answer, optionally with
 native tool calls) and ``stream_chat()`` (a :class:`ChatStream` of text deltas whose
@@ -13,60 +17,23 @@ and synthesis, not only the agent's own calls.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Required, TypedDict, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from ctxstack.messages import ChatMessage
+from ctxstack.usage import Usage
 
-
-class Usage(BaseModel):
-    """Tokens a call (or a sum of calls) consumed. Supports ``+`` and ``sum()``.
-
-    ``estimated`` is true when any part of the figure came from ctxstack's estimator
-    because the provider did not report usage (streaming servers sometimes don't).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    calls: int = 0
-    estimated: bool = False
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: object) -> Usage:
-        if not isinstance(other, Usage):
-            return NotImplemented
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            calls=self.calls + other.calls,
-            estimated=self.estimated or other.estimated,
-        )
-
-    def __sub__(self, other: object) -> Usage:
-        """What was added between two readings of a running total (``after - before``)."""
-        if not isinstance(other, Usage):
-            return NotImplemented
-        return Usage(
-            input_tokens=self.input_tokens - other.input_tokens,
-            output_tokens=self.output_tokens - other.output_tokens,
-            cached_tokens=self.cached_tokens - other.cached_tokens,
-            calls=self.calls - other.calls,
-            estimated=self.estimated,
-        )
-
-    def __radd__(self, other: object) -> Usage:
-        # Lets sum(usages) start from the integer 0.
-        if other == 0:
-            return self
-        return self.__add__(other)
+__all__ = [
+    "LLM",
+    "ChatStream",
+    "FinishReason",
+    "FunctionSpec",
+    "LLMResult",
+    "ToolSpec",
+    "Usage",
+    "finish_reason_of",
+]
 
 
 class LLMResult(BaseModel):
@@ -76,7 +43,7 @@ class LLMResult(BaseModel):
 
     message: ChatMessage
     usage: Usage = Usage()
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     model: str | None = None
 
     @property
@@ -123,8 +90,40 @@ class ChatStream(AsyncIterator[str]):
         return "".join([d async for d in self])
 
 
-ToolSpec = dict[str, Any]
-"""An OpenAI ``tools`` entry: ``{"type": "function", "function": {name, parameters, …}}``."""
+class FunctionSpec(TypedDict, total=False):
+    """The ``function`` object of a tool entry: its name, what it does, its JSON Schema."""
+
+    name: Required[str]
+    description: str
+    parameters: dict[str, Any]
+    strict: bool
+
+
+class ToolSpec(TypedDict):
+    """An OpenAI ``tools`` entry: ``{"type": "function", "function": {name, parameters, …}}``."""
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "other"]
+"""Why the model stopped. Providers' own spellings outside the OpenAI set map to ``"other"``."""
+
+_FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "tool_calls", "content_filter"))
+
+
+def finish_reason_of(raw: object) -> FinishReason | None:
+    """A provider's ``finish_reason`` as a :data:`FinishReason` (``None`` when absent).
+
+    ``function_call`` (the pre-tools spelling) counts as ``"tool_calls"``.
+    """
+    if raw is None:
+        return None
+    if raw == "function_call":
+        return "tool_calls"
+    if isinstance(raw, str) and raw in _FINISH_REASONS:
+        return raw  # type: ignore[return-value]
+    return "other"
 
 
 @runtime_checkable

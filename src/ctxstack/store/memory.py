@@ -1,0 +1,388 @@
+"""Layer 4: ``DbMemory`` — a conversation's persisted history, loaded within the budget.
+
+Read-only: :meth:`DbMemory.add_message` and :meth:`DbMemory.clear` do nothing, because the
+chat service owns every write (it stores the user message before a run and the answer
+after it, in one place).
+
+What one :meth:`~DbMemory.get_messages` call does:
+
+1. **Start from the newest checkpoint** (if any): its summary becomes a ``system``
+   message ``[Conversation summary] …`` of kind ``"summary"``, and only messages after
+   its ``last_seq`` are read.
+2. **Read newest-first in pages, bounded by the budget.** User and assistant rows are read
+   in ``seq`` order descending with a ``LIMIT``, and reading stops once the rows read hold
+   ``load_window`` × the budget in tokens (default 2×). A load therefore costs
+   O(budget), not O(conversation): a 10,000-message conversation with a recent
+   checkpoint reads a few dozen rows. Anything older than the window that no checkpoint
+   covers is left out (and counted, and logged): that only happens to a conversation that
+   grew far past its budget without the service saving checkpoints.
+3. **Drop the trailing user message** — the current query, which the agent re-adds
+   pinned. It is kept in :attr:`~DbMemory.trailing_message`.
+4. **Rebuild images** listed in ``metadata["images"]`` (``[{"file_id", "mime_type"}]``)
+   as ``data:<mime>;base64,…`` image parts. Only the conversation owner's files are ever
+   read; a malformed id, an unknown or foreign file, or bytes gone from disk become a
+   short text note and a logged warning — never an exception, never another user's image.
+   Bytes are read only for messages that survive compaction (compaction counts an image
+   at its token cost without needing its bytes; the summariser sees images as
+   ``[image]``).
+5. **Compact to the budget**: ``CompactUtils.compact_detailed(hint="general")`` with the
+   compact LLM when one is given (any LLM failure falls back to truncation inside it),
+   else ``CompactUtils.smart_truncate``.
+6. **Offer a checkpoint**: when the LLM summarised, :attr:`~DbMemory.checkpoint_candidate`
+   holds the summary and the last sequence number it covers; the service persists it
+   with :meth:`DbMemory.save_checkpoint` (or :func:`ctxstack.store.save_checkpoint`)
+   after the turn, so the next load starts from it — one summarisation per overflow,
+   not one per request.
+
+Every stored message comes back with ``metadata["seq"]`` (the summary carries
+``metadata["checkpoint_seq"]`` instead). A database failure raises
+:class:`~ctxstack.errors.StorageError` (the caller decides what to do); it is never turned
+into an empty history. One instance serves one load at a time: the statistics of a load
+are attributes, so create one ``DbMemory`` per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from sqlalchemy import func, select
+
+from ctxstack.budget import ModelBudget
+from ctxstack.compact import CompactUtils
+from ctxstack.errors import ConfigError, StorageError
+from ctxstack.memory.base import BaseMemory
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
+from ctxstack.prompts import SUMMARY_PREFIX
+from ctxstack.protocol import LLM, Usage
+from ctxstack.store.checkpoints import (
+    CheckpointCandidate,
+    CheckpointRecord,
+    read_latest_checkpoint,
+    save_checkpoint,
+)
+from ctxstack.store.conversations import fetch_conversation
+from ctxstack.store.db import SessionFactory, reading
+from ctxstack.store.files import FileRecord, FileStore, valid_file_id
+from ctxstack.store.messages import HISTORY_ROLES, MessageRecord, read_page
+from ctxstack.store.models import Message
+from ctxstack.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
+
+log = logging.getLogger(__name__)
+
+LoadMethod = Literal["none", "llm", "truncate"]
+IMAGE_NOTE = "[image unavailable]"
+MIN_PAGE = 32
+MAX_PAGE = 2_000
+FIRST_PAGE_TOKENS_PER_ROW = 40
+"""A deliberately low guess of a row's size, so the first page usually covers the window."""
+_PLACEHOLDER = "ctxstack-file:"
+
+
+class DbMemory(BaseMemory):
+    """The persisted history of one conversation, compacted to a budget on every load.
+
+    Args:
+        conversation_id: the conversation to load.
+        session_factory: the store's session factory.
+        budget: a :class:`ModelBudget` (its ``usable_input_tokens``) or a token count.
+        compact_llm: summariser for over-budget history; without one, smart truncation.
+        user_id: when given, the conversation must be this user's (else
+            :class:`~ctxstack.errors.NotFoundError`); images are always read as the
+            conversation owner's files.
+        file_store: where images live (default: a :class:`FileStore` on the same
+            database and the default directory).
+        counter: token counter (default: the heuristic).
+        keep_recent: messages compaction keeps verbatim at least.
+        load_window: how many budgets' worth of tokens to read at most (``None``: read
+            every message after the checkpoint — the seed's behaviour, for comparison).
+        use_checkpoints: start from the newest checkpoint (``False`` ignores them).
+        compact_timeout: seconds the summariser may take before falling back.
+
+    After each load: ``was_compacted``, ``method`` (``"none"|"llm"|"truncate"``),
+    ``original_count`` (messages the loaded history stood for before compaction: the
+    checkpoint summary counts as one, plus any older messages left outside the window),
+    ``compacted_count``, ``usage`` (the summariser's), ``checkpoint`` (the one the load
+    started from), ``checkpoint_candidate``, ``trailing_message`` (text only: its images
+    are not rebuilt), ``rows_read``, ``omitted_count`` and ``warnings``.
+
+    Images are rebuilt from the owner's file rows; the ``mime_type`` written in a
+    message's metadata is not trusted — the type detected at upload is used.
+    """
+
+    def __init__(
+        self,
+        conversation_id: str,
+        *,
+        session_factory: SessionFactory,
+        budget: ModelBudget | int,
+        compact_llm: LLM | None = None,
+        user_id: int | None = None,
+        file_store: FileStore | None = None,
+        counter: TokenCounter | None = None,
+        keep_recent: int = 4,
+        load_window: float | None = 2.0,
+        use_checkpoints: bool = True,
+        compact_timeout: float | None = None,
+    ) -> None:
+        tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+            raise ConfigError(f"budget: expected a ModelBudget or a positive int, got {budget!r}")
+        if load_window is not None and not load_window >= 1:
+            raise ConfigError(f"load_window: must be at least 1 (budgets) or None, "
+                              f"got {load_window!r}")
+        self.conversation_id = conversation_id
+        self.session_factory = session_factory
+        self.max_tokens = tokens
+        self.compact_llm = compact_llm
+        self.user_id = user_id
+        self.file_store = file_store or FileStore(session_factory)
+        self.counter: TokenCounter = counter or DEFAULT_COUNTER
+        self.keep_recent = keep_recent
+        self.load_window = load_window
+        self.use_checkpoints = use_checkpoints
+        self.compact_timeout = compact_timeout
+        self._reset()
+
+    def _reset(self) -> None:
+        self.was_compacted = False
+        self.method: LoadMethod = "none"
+        self.original_count = 0
+        self.compacted_count = 0
+        self.usage = Usage()
+        self.checkpoint: CheckpointRecord | None = None
+        self.checkpoint_candidate: CheckpointCandidate | None = None
+        self.trailing_message: ChatMessage | None = None
+        self.rows_read = 0
+        self.omitted_count = 0
+        self.warnings: list[str] = []
+
+    # ------------------------------------------------------------------ BaseMemory
+    async def add_message(self, message: ChatMessage) -> None:
+        """Does nothing: the chat service owns all writes."""
+
+    async def clear(self) -> None:
+        """Does nothing: the chat service owns all writes."""
+
+    async def get_messages(self) -> list[ChatMessage]:
+        """Load, rebuild and compact the history (see the module docstring).
+
+        Raises:
+            NotFoundError: no such conversation (or not ``user_id``'s).
+            StorageError: the database failed.
+        """
+        self._reset()
+        owner_id, records = await self._read()
+        if records and records[-1].role == "user":
+            self.trailing_message = records.pop().to_chat_message()
+        refs = await self._owner_files(owner_id, records)
+        history = self._history(records, refs)
+        self.original_count = len(history) + self.omitted_count
+        compacted = await self._compact(history)
+        if self.omitted_count and not self.was_compacted:
+            self.was_compacted, self.method = True, "truncate"
+        self.compacted_count = len(compacted)
+        return await self._materialise(compacted, refs)
+
+    async def save_checkpoint(self) -> CheckpointRecord | None:
+        """Persist :attr:`checkpoint_candidate` (if the last load produced one)."""
+        if self.checkpoint_candidate is None:
+            return None
+        return await save_checkpoint(self.session_factory, self.conversation_id,
+                                     self.checkpoint_candidate, owner_id=self.user_id)
+
+    # ------------------------------------------------------------------ reading
+    def _row_tokens(self, record: MessageRecord) -> int:
+        images = len(record.image_refs)
+        text_part = self.counter.count_text(record.content or "")
+        return 4 + text_part + images * IMAGE_TOKENS
+
+    async def _read(self) -> tuple[int, list[MessageRecord]]:
+        """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
+        action = f"loading the history of conversation {self.conversation_id!r}"
+        window = None if self.load_window is None else int(self.max_tokens * self.load_window)
+        async with reading(self.session_factory, action) as session:
+            conversation = await fetch_conversation(session, self.conversation_id,
+                                                    self.user_id)
+            if self.use_checkpoints:
+                self.checkpoint = await read_latest_checkpoint(session, self.conversation_id)
+            after = self.checkpoint.last_seq if self.checkpoint else 0
+            if self.checkpoint is not None and window is not None:
+                window = max(1, window - self.checkpoint.token_count)
+            rows: list[MessageRecord] = []
+            tokens = 0
+            before: int | None = None
+            limit = None if window is None else _clamp(window // FIRST_PAGE_TOKENS_PER_ROW)
+            while True:
+                page = await read_page(session, self.conversation_id, after_seq=after,
+                                       before_seq=before, limit=limit, newest_first=True)
+                self.rows_read += len(page)
+                rows.extend(page)
+                tokens += sum(self._row_tokens(r) for r in page)
+                if limit is None or len(page) < limit:
+                    break  # everything after the checkpoint has been read
+                before = page[-1].seq
+                if window is not None and tokens > window:
+                    self.omitted_count = await _count_before(session, self.conversation_id,
+                                                             after, before)
+                    break
+                assert window is not None  # a limit implies a window
+                per_row = max(1, tokens // len(rows))
+                limit = _clamp(int((window - tokens) / per_row * 1.2) + 8)
+        if self.omitted_count:
+            message = (
+                f"conversation {self.conversation_id}: {self.omitted_count} older message(s) "
+                f"beyond the load window (no checkpoint covers them) were left out"
+            )
+            log.warning(message)
+            self.warnings.append(message)
+        rows.reverse()
+        return conversation.owner_id, rows
+
+    async def _owner_files(
+        self, owner_id: int, records: Sequence[MessageRecord]
+    ) -> dict[str, FileRecord]:
+        wanted = [str(ref.get("file_id")) for r in records for ref in r.image_refs]
+        return await self.file_store.infos(owner_id, wanted) if wanted else {}
+
+    # ------------------------------------------------------------------ building
+    def _warn(self, message: str) -> None:
+        log.warning(message)
+        self.warnings.append(message)
+
+    def _history(
+        self, records: Sequence[MessageRecord], files: dict[str, FileRecord]
+    ) -> list[ChatMessage]:
+        history: list[ChatMessage] = []
+        if self.checkpoint is not None:
+            text = self.checkpoint.summary
+            if not text.startswith(SUMMARY_PREFIX):
+                text = f"{SUMMARY_PREFIX}\n{text}"
+            history.append(ChatMessage.system(text, metadata={
+                "kind": "summary", "checkpoint_seq": self.checkpoint.last_seq}))
+        for record in records:
+            history.append(self._message(record, files))
+        return history
+
+    def _message(self, record: MessageRecord, files: dict[str, FileRecord]) -> ChatMessage:
+        meta: dict[str, Any] = {**record.metadata, "seq": record.seq}
+        if "images" not in record.metadata:
+            return ChatMessage(role=record.role, content=record.content, metadata=meta)
+        parts: list[TextPart | ImagePart] = []
+        if record.content:
+            parts.append(TextPart(text=record.content))
+        refs = record.metadata.get("images")
+        for ref in refs if isinstance(refs, list) else [refs]:
+            file_id = ref.get("file_id") if isinstance(ref, dict) else None
+            if not valid_file_id(file_id):
+                self._warn(f"message {record.seq}: image reference {ref!r} is malformed; "
+                           "left out")
+                parts.append(TextPart(text=IMAGE_NOTE))
+            elif file_id not in files:
+                self._warn(f"message {record.seq}: image {file_id} is not one of the "
+                           "conversation owner's files; left out")
+                parts.append(TextPart(text=IMAGE_NOTE))
+            else:
+                parts.append(ImagePart(image_url=ImageURL(url=_PLACEHOLDER + str(file_id))))
+        return ChatMessage(role=record.role, content=parts or record.content, metadata=meta)
+
+    async def _materialise(
+        self, messages: list[ChatMessage], files: dict[str, FileRecord]
+    ) -> list[ChatMessage]:
+        """Swap image placeholders for data URLs (or notes) in the messages being returned."""
+        needed = {
+            part.image_url.url.removeprefix(_PLACEHOLDER)
+            for m in messages for part in m.images
+            if part.image_url.url.startswith(_PLACEHOLDER)
+        }
+        if not needed:
+            return messages
+        urls: dict[str, str | None] = {}
+
+        async def fetch(file_id: str) -> None:
+            record = files[file_id]
+            try:
+                data = await self.file_store.read(record)
+            except StorageError as exc:
+                self._warn(f"image {file_id}: {exc}; left out")
+                urls[file_id] = None
+                return
+            urls[file_id] = (f"data:{record.mime_type};base64,"
+                             f"{base64.b64encode(data).decode('ascii')}")
+
+        await asyncio.gather(*(fetch(f) for f in sorted(needed)))
+        out = []
+        for message in messages:
+            if not message.images or isinstance(message.content, str) or message.content is None:
+                out.append(message)
+                continue
+            parts: list[TextPart | ImagePart] = []
+            for part in message.content:
+                if isinstance(part, ImagePart) and part.image_url.url.startswith(_PLACEHOLDER):
+                    url = urls.get(part.image_url.url.removeprefix(_PLACEHOLDER))
+                    parts.append(ImagePart(image_url=ImageURL(url=url)) if url
+                                 else TextPart(text=IMAGE_NOTE))
+                else:
+                    parts.append(part)
+            out.append(message.replace(content=parts))
+        return out
+
+    # ------------------------------------------------------------------ compacting
+    async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        if self.counter.count_messages(history) <= self.max_tokens:
+            return list(history)
+        if self.compact_llm is None:
+            out = CompactUtils.smart_truncate(history, self.max_tokens, counter=self.counter)
+            self.method = "truncate"
+            self.was_compacted = True
+            return out
+        result = await CompactUtils.compact_detailed(
+            history, self.compact_llm, self.max_tokens, self.keep_recent, "general",
+            timeout=self.compact_timeout, counter=self.counter,
+        )
+        self.method = result.method
+        self.was_compacted = result.method != "none"
+        self.usage = result.usage
+        if result.method == "llm" and result.summary is not None:
+            self.checkpoint_candidate = self._candidate(history, result.summarized,
+                                                        result.summary)
+        return list(result.messages)
+
+    def _candidate(
+        self, history: Sequence[ChatMessage], summarized: Sequence[ChatMessage],
+        summary: ChatMessage,
+    ) -> CheckpointCandidate | None:
+        """The checkpoint the summary allows: it covers the longest run of the oldest
+        loaded messages that were all folded into it (a message kept verbatim in the
+        middle stops the run, so a later load never loses it)."""
+        folded = {m.metadata.get("seq") for m in summarized}
+        last: int | None = None
+        for message in history:
+            seq = message.metadata.get("seq")
+            if not isinstance(seq, int):
+                continue  # the previous summary
+            if seq not in folded:
+                break
+            last = seq
+        if last is None:
+            return None
+        return CheckpointCandidate(summary=summary.text, last_seq=last,
+                                   token_count=self.counter.count_message(summary))
+
+
+def _clamp(rows: int) -> int:
+    return max(MIN_PAGE, min(MAX_PAGE, rows))
+
+
+async def _count_before(session: Any, conversation_id: str, after: int, before: int) -> int:
+    """History rows between the checkpoint and the oldest row read (one COUNT)."""
+    stmt = select(func.count()).select_from(Message).where(
+        Message.conversation_id == conversation_id,
+        Message.seq > after,
+        Message.seq < before,
+        Message.role.in_(HISTORY_ROLES),
+    )
+    return int(await session.scalar(stmt) or 0)
