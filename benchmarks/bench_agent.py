@@ -33,6 +33,7 @@ from typing import Any
 from benchmarks.common import BenchRow, print_table
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import GuardCheck
 from ctxstack.llm import ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.metering import UsageMeter
@@ -114,11 +115,11 @@ class TimedGuard(ContextGuard):
 
     seconds = 0.0
 
-    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
-                                hint: Any = "general") -> list[ChatMessage]:
+    async def check(self, messages: Sequence[ChatMessage], budget: Any = None,
+                    hint: Any = "general") -> GuardCheck:
         started = time.perf_counter()
         try:
-            return await super().check_and_compact(messages, budget, hint)
+            return await super().check(messages, budget, hint)
         finally:
             self.seconds += time.perf_counter() - started
 

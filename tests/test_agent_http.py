@@ -12,6 +12,7 @@ import pytest
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.errors import AgentError
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import GuardCheck
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.messages import ChatMessage
@@ -25,10 +26,10 @@ class SpyGuard(ContextGuard):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int | None, str]] = []
 
-    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
-                                hint: Any = "general") -> list[ChatMessage]:
+    async def check(self, messages: Sequence[ChatMessage], budget: Any = None,
+                    hint: Any = "general") -> GuardCheck:
         self.calls.append((len(messages), budget, hint))
-        return await super().check_and_compact(messages, budget, hint)
+        return await super().check(messages, budget, hint)
 
 
 @tool

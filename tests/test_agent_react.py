@@ -28,6 +28,7 @@ from ctxstack.agent.prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import GuardCheck
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
@@ -41,10 +42,10 @@ class SpyGuard(ContextGuard):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int | None, str]] = []
 
-    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: Any = None,
-                                hint: Any = "general") -> list[ChatMessage]:
+    async def check(self, messages: Sequence[ChatMessage], budget: Any = None,
+                    hint: Any = "general") -> GuardCheck:
         self.calls.append((len(messages), budget, hint))
-        return await super().check_and_compact(messages, budget, hint)
+        return await super().check(messages, budget, hint)
 
 
 class ListMemory(BaseMemory):

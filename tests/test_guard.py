@@ -422,7 +422,7 @@ async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
     with caplog.at_level(logging.WARNING, logger="ctxstack.guard"):
         out = await guard.check_and_compact(conversation(12))
     assert tokens(out) <= BUDGET
-    assert "on_compact callback failed" in caplog.text
+    assert "on_compact listener failed" in caplog.text
 
 
 async def test_compactions_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
@@ -517,3 +517,46 @@ def test_bad_settings_are_config_errors_naming_the_setting(
 ) -> None:
     with pytest.raises(ConfigError, match=name):
         ContextGuard(**kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- hooks
+
+
+async def test_listeners_are_a_list_and_check_returns_its_own_event() -> None:
+    first: list[str] = []
+    later: list[str] = []
+    guard = ContextGuard(default_budget=BUDGET, on_compact=[lambda e: first.append(e.method)])
+    guard.on_compact.append(lambda e: later.append(e.method))
+    within = await guard.check(conversation(1), BUDGET)
+    assert within.event is None
+    over = await guard.check(conversation(10), BUDGET)
+    assert over.event is not None and over.event.method == "truncate"
+    assert tokens(over.messages) <= BUDGET
+    assert first == later == ["truncate"]
+
+
+def test_totals_sum_every_field_of_an_event() -> None:
+    from ctxstack.guard_events import GuardTotals
+
+    event = CompactionEvent(
+        hint="general", method="llm", budget=10, messages_before=9, messages_after=3,
+        tokens_before=50, tokens_after=9, summarized=5, unpinned=2, cut_messages=3,
+        usage=Usage(input_tokens=7, output_tokens=1, calls=1), duration_s=0.5,
+    )
+    totals = GuardTotals().add(event).add(event).plus_checks(4, 1)
+    assert (totals.compactions, totals.llm_compactions, totals.unpinned) == (2, 2, 4)
+    assert (totals.cut_messages, totals.checks) == (7, 4)
+    assert totals.usage == Usage(input_tokens=14, output_tokens=2, calls=2)
+    assert totals.duration_s == pytest.approx(1.0)
+
+
+async def test_cuts_are_counted_once_whether_or_not_the_call_compacts() -> None:
+    guard = ContextGuard(default_budget=BUDGET, max_message_chars=3_000)
+    big = [ChatMessage.system("s"), ChatMessage.user("x" * 4_000)]
+    await guard.check(big, 64_000)  # cut, within budget afterwards
+    over = conversation(10, tool_chars=2_000)
+    over.append(ChatMessage.tool("call_9", "y" * 5_000))
+    compacted = await guard.check(over, BUDGET)  # cut, then compacted
+    assert compacted.event is not None and compacted.event.cut_messages == 1
+    assert guard.totals.cut_messages == 2
+    assert guard.totals.checks == 2

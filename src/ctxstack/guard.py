@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from ctxstack.budget import ModelBudget
 from ctxstack.compact import CompactUtils
 from ctxstack.errors import ConfigError, MessageError
-from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardTotals
+from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardCheck, GuardTotals
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
@@ -43,6 +43,7 @@ from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 log = logging.getLogger(__name__)
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
+"""A compaction listener: a plain function or a coroutine function of the event."""
 """A compaction callback: a plain function or a coroutine function."""
 
 DEFAULT_BUDGET = 64_000
@@ -59,8 +60,10 @@ class ContextGuard:
             ``usable_input_tokens`` is used) when a call passes no budget.
         max_message_chars: the size above which one message is cut head+tail.
         keep_recent: compactable messages always kept verbatim by an LLM compaction.
-        on_compact: called with each :class:`CompactionEvent` (sync or async). A callback
-            that raises is logged and ignored: observability must not break the agent.
+        on_compact: a listener, or a list of listeners, called with each
+            :class:`CompactionEvent` (sync or async), in order. ``guard.on_compact`` is that
+            list: append to it to observe a guard built elsewhere. A listener that raises is
+            logged and ignored: observability must not break the agent.
         timeout: seconds the summariser may take before the guard falls back.
         counter: the token counter (default: the heuristic; see
             :mod:`ctxstack.calibration` for a self-correcting one).
@@ -81,7 +84,7 @@ class ContextGuard:
         default_budget: int | ModelBudget = DEFAULT_BUDGET,
         max_message_chars: int = 50_000,
         keep_recent: int = 4,
-        on_compact: OnCompact | None = None,
+        on_compact: OnCompact | Sequence[OnCompact] | None = None,
         timeout: float = 10.0,
         counter: TokenCounter | None = None,
         prompt: str | None = None,
@@ -109,7 +112,10 @@ class ContextGuard:
             raise ConfigError("prompt: a custom compaction prompt must not be empty")
         self.max_message_chars = max_message_chars
         self.keep_recent = keep_recent
-        self.on_compact = on_compact
+        self.on_compact: list[OnCompact] = (
+            [] if on_compact is None
+            else [on_compact] if callable(on_compact) else list(on_compact)
+        )
         self.timeout = float(timeout)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
         self.prompt = prompt
@@ -128,9 +134,7 @@ class ContextGuard:
     @property
     def totals(self) -> GuardTotals:
         """Running totals since creation (or the last :meth:`reset_totals`)."""
-        return self._totals.model_copy(
-            update={"checks": self._checks, "cut_messages": self._cuts}
-        )
+        return self._totals.plus_checks(self._checks, self._cuts)
 
     def reset_totals(self) -> GuardTotals:
         """Start counting afresh (e.g. per chat turn); returns the totals so far."""
@@ -153,13 +157,28 @@ class ContextGuard:
             ConfigError: unknown ``hint`` or an invalid ``budget``.
             MessageError: an element of ``messages`` is not a :class:`ChatMessage`.
         """
+        return (await self.check(messages, budget, hint)).messages
+
+    async def check(
+        self,
+        messages: Sequence[ChatMessage],
+        budget: int | ModelBudget | None = None,
+        hint: Hint | str = "general",
+    ) -> GuardCheck:
+        """:meth:`check_and_compact`, also returning this call's :class:`CompactionEvent`.
+
+        For callers that share one guard between concurrent tasks (agents, DAG steps) and
+        need the events of *their* call: listeners see every call's events, this returns
+        only its own (``event`` is ``None`` when nothing was compacted).
+        """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
         self._checks += 1
         current, cut = self._cut_oversized(messages)
         total = self.counter.count_messages(current)
         if total <= limit:
-            return current
+            self._cuts += cut
+            return GuardCheck(current, None)
         return await self._compact(current, total, limit, checked, cut)
 
     # ------------------------------------------------------------------ stage 1
@@ -206,18 +225,16 @@ class ContextGuard:
             _cache(m)[key] = 1
         if out is None:
             return as_list, 0
-        self._cuts += cut
         return out, cut
 
     # ------------------------------------------------------------------ stage 3
     async def _compact(
         self, messages: list[ChatMessage], tokens_before: int, limit: int, hint: Hint,
         cut_before: int,
-    ) -> list[ChatMessage]:
+    ) -> GuardCheck:
         started = time.perf_counter()
         counter = self.counter
         pool, unpinned, cut_queries = apply_pinned_cap(messages, limit, self.pinned_cap, counter)
-        self._cuts += cut_queries
         method: CompactionMethod = "truncate"
         reason: str | None = None
         usage = Usage()
@@ -265,7 +282,7 @@ class ContextGuard:
             f"; fell back: {reason}" if reason else "",
         )
         await self._report(event)
-        return result
+        return GuardCheck(result, event)
 
     async def _llm_compact(
         self, pool: list[ChatMessage], limit: int, hint: Hint
@@ -304,14 +321,13 @@ class ContextGuard:
         return fallback, "truncate", reason, Usage(), 0
 
     async def _report(self, event: CompactionEvent) -> None:
-        if self.on_compact is None:
-            return
-        try:
-            outcome = self.on_compact(event)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except Exception:
-            log.warning("guard: on_compact callback failed (ignored)", exc_info=True)
+        for listener in list(self.on_compact):
+            try:
+                outcome = listener(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:
+                log.warning("guard: on_compact listener failed (ignored)", exc_info=True)
 
 
 def _cache(message: ChatMessage) -> dict[str, int]:

@@ -1,17 +1,20 @@
 """What the guard reports: one :class:`CompactionEvent` per compaction, running totals.
 
 Compaction is the one moment context management costs tokens and loses detail, so it is
-never silent: each one yields a frozen event (to the guard's ``on_compact`` callback and
-the ``ctxstack.guard`` logger at INFO), and :class:`GuardTotals` sums them so a caller can
-add compaction usage to the turn's usage (the ``done`` event's figures include it).
+never silent: each one yields a frozen event — returned by
+:meth:`~ctxstack.guard.ContextGuard.check` with the messages (a :class:`GuardCheck`), passed
+to every ``on_compact`` listener, and logged to ``ctxstack.guard`` at INFO — and
+:class:`GuardTotals` sums them so a caller can add compaction usage to the turn's usage
+(the ``done`` event's figures include it).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint
 from ctxstack.protocol import Usage
 
@@ -78,6 +81,14 @@ class GuardTotals(BaseModel):
     usage: Usage = Usage()
     duration_s: float = 0.0
 
+    def plus_checks(self, checks: int, cut_messages: int) -> GuardTotals:
+        """These totals plus ``checks`` guard calls that cut ``cut_messages`` messages
+        without compacting (the under-budget path counts in plain ints, not events)."""
+        return self.model_copy(
+            update={"checks": self.checks + checks,
+                    "cut_messages": self.cut_messages + cut_messages}
+        )
+
     def add(self, event: CompactionEvent) -> GuardTotals:
         """These totals plus one compaction."""
         return self.model_copy(
@@ -87,7 +98,15 @@ class GuardTotals(BaseModel):
                 "fallbacks": self.fallbacks + event.fell_back,
                 "truncations": self.truncations + (event.method == "truncate"),
                 "unpinned": self.unpinned + event.unpinned,
+                "cut_messages": self.cut_messages + event.cut_messages,
                 "usage": self.usage + event.usage,
                 "duration_s": self.duration_s + event.duration_s,
             }
         )
+
+
+class GuardCheck(NamedTuple):
+    """One guard call's outcome: the fitted messages, and its compaction if there was one."""
+
+    messages: list[ChatMessage]
+    event: CompactionEvent | None

@@ -25,14 +25,12 @@ sees every event either way.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 import time
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from ctxstack.agent import decisions
 from ctxstack.agent.events import (
@@ -53,7 +51,7 @@ from ctxstack.agent.result import AgentResult, StopReason, ToolTraceEntry
 from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard_events import CompactionEvent, GuardCheck
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import Hint, strip_scratchpad
@@ -73,52 +71,12 @@ class _Totals(Protocol):
 class GuardLike(Protocol):
     """What the agent needs from :class:`ctxstack.guard.ContextGuard`."""
 
-    async def check_and_compact(
+    async def check(
         self, messages: list[ChatMessage], budget: int | None = None, hint: Hint = "general"
-    ) -> list[ChatMessage]: ...
+    ) -> GuardCheck: ...
 
     @property
     def totals(self) -> _Totals: ...
-
-
-# The compaction events of the guard call in flight, per task: the guard reports through a
-# callback fixed at its construction, and one guard may serve several agents (or runs),
-# so the tap routes each event to whoever is awaiting check_and_compact in this context.
-_collector: contextvars.ContextVar[list[CompactionEvent] | None] = contextvars.ContextVar(
-    "ctxstack_agent_compactions", default=None
-)
-
-
-_taps: weakref.WeakKeyDictionary[object, Callable[[CompactionEvent], Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _install_tap(guard: object) -> None:
-    """Chain a collector in front of the guard's ``on_compact`` callback.
-
-    Idempotent and self-healing: checked before every guard call, so a callback the user
-    assigns later is chained too rather than silently cutting the agent off from its
-    compaction events. A guard without ``on_compact`` simply reports none (usage is still
-    read from its totals).
-    """
-    if not hasattr(guard, "on_compact"):
-        return
-    original: Callable[[CompactionEvent], Any] | None = guard.on_compact
-    if original is not None and original is _taps.get(guard):
-        return
-
-    def tap(event: CompactionEvent) -> Any:
-        sink = _collector.get()
-        if sink is not None:
-            sink.append(event)
-        return original(event) if original is not None else None
-
-    try:
-        _taps[guard] = tap
-    except TypeError:  # not weak-referenceable: no events, but no leak either
-        return
-    guard.on_compact = tap
 
 
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
@@ -162,7 +120,7 @@ class ReActAgent:
         tools: :class:`Tool` objects, typed functions (wrapped with ``@tool``) or a
             :class:`ToolRegistry`.
         guard: a :class:`~ctxstack.guard.ContextGuard` (its compaction usage is counted in
-            the result; its ``on_compact`` callback keeps working).
+            the result; its ``on_compact`` listeners keep working).
         system_prompt: the first message of every run.
         memory: where history comes from. After a run the query and the answer (the
             synthesis when ``run_events(synthesize=True)`` made one) are added to it; a
@@ -215,7 +173,6 @@ class ReActAgent:
         # deque.append / popleft are atomic, so inject() is safe from any task or thread.
         self._inbox: deque[str] = deque()
         self._running = False
-        _install_tap(guard)
 
     # ------------------------------------------------------------------ public API
     def inject(self, text: str) -> None:
@@ -384,14 +341,11 @@ class ReActAgent:
     async def _check(
         self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
     ) -> list[ChatMessage]:
-        """One guard call; the compaction events it reports are appended to ``sink``."""
-        _install_tap(self.guard)
-        token = _collector.set(sink)
-        try:
-            checked = await self.guard.check_and_compact(messages, budget=budget, hint=hint)
-        finally:
-            _collector.reset(token)
-        return list(checked)
+        """One guard call; its compaction event, if any, is appended to ``sink``."""
+        checked = await self.guard.check(messages, budget=budget, hint=hint)
+        if checked.event is not None:
+            sink.append(checked.event)
+        return list(checked.messages)
 
     @staticmethod
     def _new_compactions(run: _Run, *, recovery: bool) -> list[CompactionNoticeEvent]:
