@@ -26,7 +26,7 @@ from ctxstack.agent import (
 from ctxstack.agent.events import AGENT_EVENT_ADAPTER, AgentEvent
 from ctxstack.agent.prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import AgentError, ContextOverflowError, LLMError
+from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import GuardCheck
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
@@ -137,7 +137,7 @@ async def test_default_budget_is_the_models_window() -> None:
     llm = ScriptedLLM(["x"], context_size=32_000, max_output_tokens=8_000)
     assert agent_for(llm).budget == 24_000
     assert agent_for(llm, budget=5_000).budget == 5_000
-    with pytest.raises(AgentError, match="budget"):
+    with pytest.raises(ConfigError, match="budget"):
         agent_for(llm, budget=0)
 
 
@@ -321,7 +321,7 @@ async def test_final_answer_is_deferred_when_a_message_arrives_meanwhile() -> No
 
 
 async def test_inject_rejects_empty_text() -> None:
-    with pytest.raises(AgentError, match="non-empty"):
+    with pytest.raises(InputError, match="non-empty"):
         agent_for(ScriptedLLM()).inject("  ")
 
 
@@ -406,9 +406,9 @@ async def test_a_final_answer_on_the_last_iteration_is_not_held_back() -> None:
 
 
 async def test_invalid_arguments_are_refused() -> None:
-    with pytest.raises(AgentError, match="max_iterations"):
+    with pytest.raises(ConfigError, match="max_iterations"):
         agent_for(ScriptedLLM(), max_iterations=0)
-    with pytest.raises(AgentError, match="query"):
+    with pytest.raises(InputError, match="query"):
         await agent_for(ScriptedLLM()).run("")
 
 

@@ -25,6 +25,7 @@ from ctxstack.dag.events import (
 )
 from ctxstack.dag.plan import Plan, PlanDraft, PlanStep, find_cycle, plan_problems
 from ctxstack.dag.results import StepResult
+from ctxstack.errors import InputError
 
 
 def step(id: str, *deps: str, task: str | None = None) -> PlanStep:
@@ -45,7 +46,7 @@ def test_valid_diamond_plan_and_layers() -> None:
     assert plan.dependants("b") == ["d"]
     assert plan.dependants("d") == []
     assert plan.step("c").dependencies == ["a"]
-    with pytest.raises(KeyError, match="no step 'x'"):
+    with pytest.raises(InputError, match="no step 'x'"):
         plan.step("x")
 
 
@@ -211,7 +212,7 @@ def test_step_context_limit_is_configurable_and_shared_fairly() -> None:
 
 
 def test_step_context_needs_every_dependency() -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(InputError, match=r"step 'b': no result yet for dependencies \['a'\]"):
         build_step_context(step("b", "a"), {})
 
 

@@ -530,7 +530,8 @@ async def test_listeners_are_a_list_and_check_returns_its_own_event() -> None:
     within = await guard.check(conversation(1), BUDGET)
     assert within.event is None
     over = await guard.check(conversation(10), BUDGET)
-    assert over.event is not None and over.event.method == "truncate"
+    assert over.event is not None
+    assert over.event.method == "truncate"
     assert tokens(over.messages) <= BUDGET
     assert first == later == ["truncate"]
 
@@ -557,6 +558,7 @@ async def test_cuts_are_counted_once_whether_or_not_the_call_compacts() -> None:
     over = conversation(10, tool_chars=2_000)
     over.append(ChatMessage.tool("call_9", "y" * 5_000))
     compacted = await guard.check(over, BUDGET)  # cut, then compacted
-    assert compacted.event is not None and compacted.event.cut_messages == 1
+    assert compacted.event is not None
+    assert compacted.event.cut_messages == 1
     assert guard.totals.cut_messages == 2
     assert guard.totals.checks == 2

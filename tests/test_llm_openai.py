@@ -15,6 +15,7 @@ from ctxstack.errors import (
     BadRequestError,
     ConfigError,
     ContextOverflowError,
+    InputError,
     LLMConnectionError,
     LLMError,
     LLMTimeoutError,
@@ -95,9 +96,9 @@ async def test_per_call_options_reach_the_server(
 async def test_unknown_option_is_a_type_error_before_any_request(
     stub: StubServer, stub_client: OpenAICompatibleLLM
 ) -> None:
-    with pytest.raises(TypeError, match="'temprature'"):
+    with pytest.raises(InputError, match="'temprature'"):
         await stub_client.chat(QUESTION, temprature=0.1)
-    with pytest.raises(TypeError, match="'bogus'"):
+    with pytest.raises(InputError, match="'bogus'"):
         stub_client.stream_chat(QUESTION, bogus=1)
     with pytest.raises(MessageError):
         await stub_client.chat([])

@@ -6,6 +6,8 @@ import importlib
 import inspect
 import types
 
+import pytest
+
 import ctxstack
 
 DESIGN_TOP_LEVEL = {
@@ -49,3 +51,19 @@ def test_every_error_class_is_exported() -> None:
     assert classes <= set(ctxstack.__all__)
     for name in classes:
         assert issubclass(getattr(ctxstack, name), ctxstack.CtxstackError), name
+
+
+def test_bad_arguments_raise_config_or_input_errors_that_are_value_errors() -> None:
+    from ctxstack.agent import ReActAgent
+    from ctxstack.dag import DAGExecutor
+
+    assert issubclass(ctxstack.ConfigError, ValueError)
+    assert issubclass(ctxstack.InputError, ValueError)
+    llm = ctxstack.ScriptedLLM(["x"])
+    guard = ctxstack.ContextGuard()
+    with pytest.raises(ctxstack.ConfigError, match="max_iterations"):
+        ReActAgent(llm, [], guard, max_iterations=0)
+    with pytest.raises(ctxstack.ConfigError, match="max_concurrency"):
+        DAGExecutor(llm, [], max_concurrency=0)
+    with pytest.raises(ctxstack.InputError, match="inject"):
+        ReActAgent(llm, [], guard).inject("  ")

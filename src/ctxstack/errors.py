@@ -5,7 +5,7 @@ caller can catch "anything ctxstack decided to refuse" in one place and still te
 cases apart::
 
     CtxstackError
-    ├── ConfigError                 bad or missing configuration (names the variable)
+    ├── ConfigError (ValueError)    bad configuration or constructor argument (names it)
     ├── MessageError (ValueError)   a message or message list that breaks the format
     ├── InputError (ValueError)     another value handed to ctxstack is invalid (a title,
     │   │                           a token, a role…); the message names it
@@ -45,8 +45,8 @@ class CtxstackError(Exception):
     """Base class of every error ctxstack raises deliberately."""
 
 
-class ConfigError(CtxstackError):
-    """Configuration is missing or invalid; the message names the setting to fix."""
+class ConfigError(CtxstackError, ValueError):
+    """Configuration or a constructor argument is missing or invalid; names the setting."""
 
 
 class MessageError(CtxstackError, ValueError):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ctxstack.agent.tools import Tool, tool
+from ctxstack.errors import InputError
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -153,7 +154,7 @@ def clock(timezone: str = "UTC") -> str:
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {timezone!r}") from None
+        raise InputError(f"unknown time zone {timezone!r}") from None
     now = dt.datetime.now(zone)
     return now.strftime("%Y-%m-%d %H:%M:%S %Z (%A)")
 

@@ -50,7 +50,7 @@ from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.agent.result import AgentResult, StopReason, ToolTraceEntry
 from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import AgentError, ContextOverflowError, LLMError
+from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
 from ctxstack.guard_events import CompactionEvent, GuardCheck
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall
@@ -86,10 +86,10 @@ def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
         return budget.usable_input_tokens
     if isinstance(budget, int) and not isinstance(budget, bool):
         if budget <= 0:
-            raise AgentError(f"budget: expected a positive number of tokens, got {budget}")
+            raise ConfigError(f"budget: expected a positive number of tokens, got {budget}")
         return budget
     if budget is not None:
-        raise AgentError(f"budget: expected an int or ModelBudget, got {type(budget).__name__}")
+        raise ConfigError(f"budget: expected an int or ModelBudget, got {type(budget).__name__}")
     return ModelBudget(
         context_size=llm.context_size, max_output_tokens=llm.max_output_tokens
     ).usable_input_tokens
@@ -156,7 +156,7 @@ class ReActAgent:
         on_event: EventCallback | None = None,
     ) -> None:
         if max_iterations < 1:
-            raise AgentError(f"max_iterations: expected at least 1, got {max_iterations}")
+            raise ConfigError(f"max_iterations: expected at least 1, got {max_iterations}")
         self.llm = llm
         self.tools = as_registry(tools)
         self.guard = guard
@@ -184,7 +184,7 @@ class ReActAgent:
         while no run is active waits for the next run's first iteration.
         """
         if not isinstance(text, str) or not text.strip():
-            raise AgentError("inject: expected a non-empty message text")
+            raise InputError("inject: expected a non-empty message text")
         self._inbox.append(text)
 
     async def run(self, query: str) -> AgentResult:
@@ -211,7 +211,7 @@ class ReActAgent:
             if self._running:
                 raise AgentError("this agent is already running a query; create another agent")
             if not isinstance(query, str) or not query.strip():
-                raise AgentError("query: expected a non-empty text")
+                raise InputError("query: expected a non-empty text")
             self._running = True
             run = _Run(query, self._guard_usage())
             result: AgentResult | None = None

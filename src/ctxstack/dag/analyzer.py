@@ -13,6 +13,7 @@ from ctxstack.dag.context import ANALYSIS_MAX_CHARS_PER_STEP, format_for_analysi
 from ctxstack.dag.plan import Plan
 from ctxstack.dag.prompts import ANALYZER_SYSTEM_PROMPT
 from ctxstack.dag.results import StepResult
+from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM, Usage
@@ -62,7 +63,7 @@ class PlanAnalyzer:
         max_tokens: int | None = None,
     ) -> None:
         if max_chars_per_step < 1:
-            raise ValueError(f"max_chars_per_step: must be positive, got {max_chars_per_step}")
+            raise ConfigError(f"max_chars_per_step: must be positive, got {max_chars_per_step}")
         self.llm = llm
         self.system_prompt = system_prompt
         self.max_chars_per_step = max_chars_per_step

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.results import StepResult
+from ctxstack.errors import InputError
 
 STEP_CONTEXT_MAX_CHARS = 50_000
 ANALYSIS_MAX_CHARS_PER_STEP = 10_000
@@ -44,7 +45,7 @@ def cut_middle(text: str, max_chars: int) -> str:
     at least the marker's length; below that only the head is kept, hard-cut.
     """
     if max_chars < 0:
-        raise ValueError(f"max_chars: must be >= 0, got {max_chars}")
+        raise InputError(f"max_chars: must be >= 0, got {max_chars}")
     if len(text) <= max_chars:
         return text
     removed = len(text)
@@ -96,12 +97,15 @@ def build_step_context(
     never cut here; the step's guard deals with it).
 
     Raises:
-        KeyError: a dependency has no result (the executor only calls this once all of a
-            step's dependencies are done).
+        InputError: a dependency has no result (the executor only calls this once all of
+            a step's dependencies are done).
     """
     head = step.task
     if step.tool_hint:
         head += f"\n\n(Suggested tool: {step.tool_hint})"
+    missing = [d for d in step.dependencies if d not in results]
+    if missing:
+        raise InputError(f"step {step.id!r}: no result yet for dependencies {missing}")
     deps = [results[d] for d in step.dependencies]
     if not deps:
         return head

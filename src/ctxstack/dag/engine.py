@@ -87,7 +87,7 @@ from ctxstack.dag.prompts import (
 )
 from ctxstack.dag.results import StepResult
 from ctxstack.dag.synthesis import stream_synthesize
-from ctxstack.errors import InputError, LLMError, PlanError
+from ctxstack.errors import ConfigError, CtxstackError, InputError, LLMError, PlanError
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.metering import UsageMeter
@@ -187,9 +187,9 @@ class DAGEngine:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_replans < 0:
-            raise ValueError(f"max_replans: must be >= 0, got {max_replans}")
+            raise ConfigError(f"max_replans: must be >= 0, got {max_replans}")
         if not 0.0 <= confidence_threshold <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"confidence_threshold: must be within 0..1, got {confidence_threshold}"
             )
         self.llm = llm
@@ -334,7 +334,7 @@ class DAGEngine:
                 if isinstance(event, DAGDoneEvent):
                     done = event
         if done is None or run.enriched is None or run.plan is None:  # pragma: no cover
-            raise RuntimeError("the DAG run ended without a done event")
+            raise CtxstackError("the DAG run ended without a done event")
         return DAGResult(
             answer=done.answer, usage=done.usage, rounds=done.rounds, elapsed=done.elapsed,
             achieved=done.achieved, enriched=run.enriched, plan=run.plan,

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from ctxstack.compact import CompactUtils
 from ctxstack.dag.context import cut_middle
 from ctxstack.dag.events import EnrichMethod
-from ctxstack.errors import CtxstackError
+from ctxstack.errors import CtxstackError, InputError
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, strip_scratchpad
@@ -123,7 +123,7 @@ async def _load_history(
     memory: BaseMemory | None, history: Sequence[ChatMessage] | None
 ) -> tuple[list[ChatMessage], Usage]:
     if memory is not None and history is not None:
-        raise ValueError("build_enriched_query: pass either memory or history, not both")
+        raise InputError("build_enriched_query: pass either memory or history, not both")
     if memory is not None:
         messages = list(await memory.get_messages())
         spent = getattr(memory, "usage", None)  # DbMemory reports its compaction's usage
@@ -182,9 +182,9 @@ async def build_enriched_query(
             ``threshold_tokens`` is not positive.
     """
     if not query.strip():
-        raise ValueError("build_enriched_query: the query is empty")
+        raise InputError("build_enriched_query: the query is empty")
     if threshold_tokens <= 0:
-        raise ValueError(f"threshold_tokens: must be positive, got {threshold_tokens}")
+        raise InputError(f"threshold_tokens: must be positive, got {threshold_tokens}")
     counter = counter or HEURISTIC
     messages, load_usage = await _load_history(memory, history)
     block = format_history(messages)

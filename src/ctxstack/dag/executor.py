@@ -47,6 +47,7 @@ from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
+from ctxstack.errors import ConfigError
 from ctxstack.guard import ContextGuard
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM
@@ -117,9 +118,9 @@ class DAGExecutor:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if max_concurrency < 1:
-            raise ValueError(f"max_concurrency: must be at least 1, got {max_concurrency}")
+            raise ConfigError(f"max_concurrency: must be at least 1, got {max_concurrency}")
         if max_message_chars < 1_000:
-            raise ValueError(f"max_message_chars: must be at least 1000, got {max_message_chars}")
+            raise ConfigError(f"max_message_chars: must be at least 1000, got {max_message_chars}")
         self.llm = llm
         self.tools = list(tools)
         self.budget = budget or resolve_budget("fast")
@@ -133,7 +134,7 @@ class DAGExecutor:
         self.max_iterations = max_iterations
         self.agent_options = dict(agent_options or {})
         if "memory" in self.agent_options:
-            raise ValueError("agent_options: step agents have no memory by design; "
+            raise ConfigError("agent_options: step agents have no memory by design; "
                              "remove 'memory'")
         self.clock = clock
 

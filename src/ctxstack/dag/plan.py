@@ -22,6 +22,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxstack.errors import InputError
+
 
 def _as_id(value: object, where: str) -> str:
     # Models often number their steps; 1 and "1" name the same step.
@@ -209,11 +211,11 @@ class Plan(PlanDraft):
         return [s.id for s in self.steps]
 
     def step(self, step_id: str) -> PlanStep:
-        """The step with ``step_id``; ``KeyError`` naming it if there is none."""
+        """The step with ``step_id``; :class:`InputError` naming it if there is none."""
         for s in self.steps:
             if s.id == step_id:
                 return s
-        raise KeyError(f"no step {step_id!r} in the plan (ids: {', '.join(self.ids)})")
+        raise InputError(f"no step {step_id!r} in the plan (ids: {', '.join(self.ids)})")
 
     def layers(self) -> list[list[PlanStep]]:
         """Topological layers; see :func:`topological_layers`."""

@@ -23,7 +23,7 @@ from ctxstack.dag.context import REPLAN_MAX_CHARS_PER_STEP, format_replan_contex
 from ctxstack.dag.plan import Plan, PlanDraft, plan_problems
 from ctxstack.dag.prompts import PLANNER_SYSTEM_PROMPT, describe_tools
 from ctxstack.dag.results import StepResult
-from ctxstack.errors import PlanError
+from ctxstack.errors import ConfigError, PlanError
 from ctxstack.messages import ChatMessage
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM, Usage
@@ -85,7 +85,7 @@ class DAGPlanner:
         max_tokens: int | None = None,
     ) -> None:
         if max_steps < 1:
-            raise ValueError(f"max_steps: must be at least 1, got {max_steps}")
+            raise ConfigError(f"max_steps: must be at least 1, got {max_steps}")
         self.llm = llm
         self.system_prompt = system_prompt
         self.tools = list(tools)

@@ -47,7 +47,15 @@ import httpx2
 import openai
 
 from ctxstack.budget import ModelBudget, resolve_budget
-from ctxstack.errors import ConfigError, LLMConnectionError, LLMError, LLMTimeoutError, MessageError
+from ctxstack.errors import (
+    ConfigError,
+    CtxstackError,
+    InputError,
+    LLMConnectionError,
+    LLMError,
+    LLMTimeoutError,
+    MessageError,
+)
 from ctxstack.llm.classify import classify_status
 from ctxstack.llm.config import LLMRole, load_settings
 from ctxstack.llm.retry import RetryPolicy, retry_async
@@ -143,7 +151,7 @@ class OpenAICompatibleLLM:
         self.response_format_support: ResponseFormatSupport = response_format_support
         self.max_tokens_param = max_tokens_param
         self.default_options = dict(default_options or {})
-        _check_options(self.default_options)
+        _check_options(self.default_options, ConfigError)
         self.retry_policy = retry_policy or RetryPolicy(
             max_attempts=max(0, max_retries) + 1, max_total_time=max_retry_time
         )
@@ -308,7 +316,7 @@ class OpenAICompatibleLLM:
         if not messages:
             raise MessageError("messages: at least one message is required")
         merged = {**self.default_options, **opts} if self.default_options else opts
-        _check_options(merged)
+        _check_options(merged, InputError)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [m.to_openai() for m in messages],
@@ -364,10 +372,11 @@ class _Request:
     timeout: float
 
 
-def _check_options(opts: Mapping[str, Any]) -> None:
+def _check_options(opts: Mapping[str, Any], error: type[CtxstackError]) -> None:
+    """Unknown options are a ``ConfigError`` in the constructor, an ``InputError`` per call."""
     unknown = sorted(set(opts) - CALL_OPTIONS)
     if unknown:
-        raise TypeError(
+        raise error(
             f"OpenAICompatibleLLM: unknown option(s) {', '.join(map(repr, unknown))}; "
             f"known: {', '.join(sorted(CALL_OPTIONS))} (pass others in extra_body)"
         )
