@@ -17,7 +17,7 @@ from ctxstack.compact import (
 )
 from ctxstack.compact import summarize as summarize_module
 from ctxstack.compact.facts import FACTS_HEADING, extract_facts
-from ctxstack.errors import ConfigError, LLMError, RateLimitError
+from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt
@@ -73,6 +73,27 @@ def test_estimates_delegate_to_the_token_module() -> None:
     assert CompactUtils.estimate_tokens([TextPart(text="a" * 40), img]) == 10 + 765
     msgs = [ChatMessage.system("a" * 40), ChatMessage.user("中" * 3)]
     assert CompactUtils.estimate_messages_tokens(msgs) == 20
+
+
+def test_estimate_tokens_accepts_openai_dict_parts_and_refuses_other_shapes() -> None:
+    img = ImagePart(image_url=ImageURL(url="data:image/png;base64,AA"))
+    as_objects = CompactUtils.estimate_tokens([TextPart(text="a" * 40), img])
+    as_dicts = CompactUtils.estimate_tokens([
+        {"type": "text", "text": "a" * 40},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+    ])
+    assert as_dicts == as_objects == 10 + 765
+    mixed = [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}, TextPart(text="hi")]
+    assert CompactUtils.estimate_tokens(mixed) == 765 + 1
+    for bad, match in [
+        (42, "got int"),
+        (b"bytes", "got bytes"),
+        ([{"type": "audio", "data": "x"}], "not a list of text/image parts"),
+        ([{"type": "text"}], "not a list of text/image parts"),
+        (["plain string part"], "not a list of text/image parts"),
+    ]:
+        with pytest.raises(InputError, match=match):
+            CompactUtils.estimate_tokens(bad)  # type: ignore[arg-type]
 
 
 def test_estimate_messages_accepts_a_counter() -> None:

@@ -17,7 +17,7 @@ and are a ``dict`` here; re-serialising may change insignificant whitespace, nev
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -25,12 +25,13 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from ctxstack.errors import MessageError
+from ctxstack.errors import InputError, MessageError
 
 Role = Literal["system", "user", "assistant", "tool"]
 MessageKind = Literal["query", "inject", "summary", "warning", "checklist"]
@@ -63,6 +64,36 @@ class ImagePart(BaseModel):
 
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 """One element of a multi-part message content (text or image)."""
+
+
+_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
+
+
+def coerce_content(content: object) -> str | list[TextPart | ImagePart] | None:
+    """A message content in any shape the message model accepts, as text or part objects.
+
+    Accepts ``None``, a string, or a sequence whose items are :class:`TextPart` /
+    :class:`ImagePart` objects or their OpenAI dicts (``{"type": "text", "text": ...}``,
+    ``{"type": "image_url", "image_url": {"url": ...}}``). Anything else is refused rather
+    than silently miscounted.
+
+    Raises:
+        InputError: the content is another type, or a part is not a valid text or image part.
+    """
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, Sequence) or isinstance(content, bytes | bytearray):
+        raise InputError(
+            f"content: expected a string, a list of content parts or None, "
+            f"got {type(content).__name__}"
+        )
+    if all(isinstance(p, TextPart | ImagePart) for p in content):
+        return list(content)
+    try:
+        return list(_PARTS.validate_python(list(content)))
+    except ValidationError as exc:
+        raise InputError(f"content: not a list of text/image parts ({exc.errors()[0]['msg']})"
+                         ) from None
 
 
 class ToolCall(BaseModel):

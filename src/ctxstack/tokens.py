@@ -24,11 +24,11 @@ Pluggable: anything implementing :class:`TokenCounter` can replace the heuristic
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ctxstack.errors import TokenizerUnavailableError
-from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart
+from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart, coerce_content
 
 IMAGE_TOKENS = 765
 MESSAGE_OVERHEAD = 4
@@ -211,9 +211,14 @@ DEFAULT_COUNTER: TokenCounter = HEURISTIC
 """The counter used wherever none is passed explicitly."""
 
 
-def estimate_tokens(content: str | Sequence[ContentPart] | None) -> int:
-    """Heuristic tokens of a text or list of content parts (no per-message overhead)."""
-    return HEURISTIC.count_parts(content)
+def estimate_tokens(content: str | Sequence[ContentPart | Mapping[str, Any]] | None) -> int:
+    """Heuristic tokens of a text or content parts (no per-message overhead).
+
+    Parts may be part objects or their OpenAI dicts, as :class:`ChatMessage` accepts;
+    anything else raises :class:`~ctxstack.errors.InputError` (see
+    :func:`~ctxstack.messages.coerce_content`).
+    """
+    return HEURISTIC.count_parts(coerce_content(content))
 
 
 def estimate_messages_tokens(

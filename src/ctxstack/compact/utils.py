@@ -8,7 +8,8 @@ the class is the documented, import-stable entry point used by the guard and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ctxstack.compact import compaction as _llm
 from ctxstack.compact import truncate as _truncate
@@ -27,8 +28,13 @@ class CompactUtils:
         raise TypeError("CompactUtils is a namespace of static methods; do not instantiate it")
 
     @staticmethod
-    def estimate_tokens(text_or_parts: str | Sequence[ContentPart] | None) -> int:
-        """Heuristic tokens of a text or content-part list (no per-message overhead)."""
+    def estimate_tokens(
+        text_or_parts: str | Sequence[ContentPart | Mapping[str, Any]] | None,
+    ) -> int:
+        """Tokens of a text or content-part list (no per-message overhead).
+
+        Parts may be objects or OpenAI dicts; any other shape raises ``InputError``.
+        """
         return _estimate(text_or_parts)
 
     @staticmethod
