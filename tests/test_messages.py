@@ -139,3 +139,17 @@ def test_equality_ignores_cached_estimates() -> None:
     a._token_cache["heuristic"] = 5
     assert a == b
     assert a != ChatMessage.user("other")
+
+
+def test_kind_constructors_set_role_pin_and_kind() -> None:
+    cases = [
+        (ChatMessage.query("q?"), "user", True, "query"),
+        (ChatMessage.inject("also this"), "user", True, "inject"),
+        (ChatMessage.summary("[Conversation summary]\nx"), "system", False, "summary"),
+        (ChatMessage.warning("stop repeating"), "user", False, "warning"),
+        (ChatMessage.checklist("check"), "user", False, "checklist"),
+    ]
+    for message, role, pinned, kind in cases:
+        assert (message.role, message.pinned, message.kind) == (role, pinned, kind)
+    extra = ChatMessage.summary("s", checkpoint_seq=7)
+    assert extra.metadata == {"kind": "summary", "checkpoint_seq": 7}

@@ -66,6 +66,11 @@ ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 """One element of a multi-part message content (text or image)."""
 
 
+def kind_metadata(kind: MessageKind, **extra: Any) -> dict[str, Any]:
+    """``{"kind": kind, **extra}``: the metadata of a message (or stored row) of that kind."""
+    return {"kind": kind, **extra}
+
+
 _PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
 
 
@@ -244,6 +249,35 @@ class ChatMessage(BaseModel):
     @classmethod
     def tool(cls, tool_call_id: str, content: str, **kw: Any) -> ChatMessage:
         return cls(role="tool", content=content, tool_call_id=tool_call_id, **kw)
+
+    # The ctxstack message kinds: a constructor each, so no caller spells the metadata.
+    @classmethod
+    def query(cls, content: str | list[ContentPart], **metadata: Any) -> ChatMessage:
+        """The current question: a pinned user message of kind "query"."""
+        return cls(role="user", content=content, pinned=True,
+                   metadata=kind_metadata("query", **metadata))
+
+    @classmethod
+    def inject(cls, content: str, **metadata: Any) -> ChatMessage:
+        """A message the user sent while the agent ran: pinned, kind "inject"."""
+        return cls(role="user", content=content, pinned=True,
+                   metadata=kind_metadata("inject", **metadata))
+
+    @classmethod
+    def summary(cls, content: str, **metadata: Any) -> ChatMessage:
+        """A conversation summary: a system message of kind "summary"."""
+        return cls(role="system", content=content, metadata=kind_metadata("summary", **metadata))
+
+    @classmethod
+    def warning(cls, content: str, **metadata: Any) -> ChatMessage:
+        """A note the agent loop adds for the model (e.g. a repeated tool call)."""
+        return cls(role="user", content=content, metadata=kind_metadata("warning", **metadata))
+
+    @classmethod
+    def checklist(cls, content: str, **metadata: Any) -> ChatMessage:
+        """The agent's final-answer checklist prompt."""
+        return cls(role="user", content=content,
+                   metadata=kind_metadata("checklist", **metadata))
 
     # ------------------------------------------------------------------ derived
     @property

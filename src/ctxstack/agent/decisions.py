@@ -43,13 +43,13 @@ def initial_messages(
 
 
 def query_message(query: str) -> ChatMessage:
-    return ChatMessage.user(query, pinned=True, metadata={"kind": "query"})
+    return ChatMessage.query(query)
 
 
 def inject_message(text: str) -> ChatMessage:
     """A message the user sent mid-run: pinned so compaction cannot drop it before it is
     answered (the guard's pinned cap unpins the oldest ones if they pile up)."""
-    return ChatMessage.user(text, pinned=True, metadata={"kind": "inject"})
+    return ChatMessage.inject(text)
 
 
 def tool_turn_messages(
@@ -126,7 +126,7 @@ def cycle_warning_message(hit: CycleHit) -> ChatMessage:
         tool=hit.tool, repeats=hit.repeats,
         arguments=json.dumps(hit.arguments, ensure_ascii=False, default=str),
     )
-    return ChatMessage.user(text, metadata={"kind": "warning"})
+    return ChatMessage.warning(text)
 
 
 # ----------------------------------------------------------------- final answers
@@ -165,7 +165,7 @@ def on_final_answer(
 
 
 def checklist_message() -> ChatMessage:
-    return ChatMessage.user(prompts.CHECKLIST_PROMPT, metadata={"kind": "checklist"})
+    return ChatMessage.checklist(prompts.CHECKLIST_PROMPT)
 
 
 def partial_answer(
@@ -219,7 +219,7 @@ def synthesis_messages(
     parts.append(f"{label}:\n{brief_answer}")
     return [
         ChatMessage.system(prompts.SYNTHESIS_SYSTEM_PROMPT),
-        ChatMessage.user("\n\n".join(parts), pinned=True, metadata={"kind": "query"}),
+        ChatMessage.query("\n\n".join(parts)),
     ]
 
 

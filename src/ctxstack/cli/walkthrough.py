@@ -169,7 +169,7 @@ async def run_demo(budget: int = 3_000, turns: int = 10) -> DemoReport:
         on_compact=events.append,
     )
     system = ChatMessage.system(SYSTEM_PROMPT)
-    query = ChatMessage.user(FINAL_QUERY, pinned=True, metadata={"kind": "query"})
+    query = ChatMessage.query(FINAL_QUERY)
     context: list[ChatMessage] = [system]
     full_history: list[ChatMessage] = [system]
     for t, turn in enumerate(build_turns(turns)):

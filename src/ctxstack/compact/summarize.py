@@ -196,6 +196,4 @@ def build_summary_message(
     final = cut_text_tokens(final, answer_tokens, counter)
     facts = select_facts(fold, final, facts_tokens, counter, previous_summary=previous)
     body = f"{final}\n\n{format_facts(facts)}" if facts else final
-    return ChatMessage(
-        role="system", content=f"{SUMMARY_PREFIX}\n{body}", metadata={"kind": "summary"}
-    )
+    return ChatMessage.summary(f"{SUMMARY_PREFIX}\n{body}")

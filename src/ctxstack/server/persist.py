@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 
+from ctxstack.messages import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import SSEEvent, stored_form
@@ -49,7 +50,7 @@ def turn_messages(
     leftover_injects: Sequence[str],
 ) -> list[NewMessage]:
     """The rows a turn appends, in order (pure; see the module docstring)."""
-    rows = [NewMessage(role="user", content=text, metadata={"kind": "inject"})
+    rows = [NewMessage(role="user", content=text, metadata=kind_metadata("inject"))
             for text in consumed_injects]
     rows.append(NewMessage(
         role="assistant",
@@ -59,7 +60,7 @@ def turn_messages(
                   "events": [stored_form(e) for e in events]},
     ))
     rows.extend(NewMessage(role="user", content=text,
-                           metadata={"kind": "inject", "consumed": False})
+                           metadata=kind_metadata("inject", consumed=False))
                 for text in leftover_injects)
     return rows
 

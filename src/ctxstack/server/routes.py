@@ -18,6 +18,7 @@ from fastapi.responses import Response
 from ctxstack import __version__
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import NotFoundError
+from ctxstack.messages import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
 from ctxstack.server.injects import MAX_INJECT_CHARS
 from ctxstack.server.persist import stored_events
@@ -197,7 +198,7 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     turn_id = secrets.token_hex(16)
     await state.injects.begin(conversation.id, turn_id)
     try:
-        meta: dict[str, object] = {"kind": "query", "mode": body.mode}
+        meta = kind_metadata("query", mode=body.mode)
         if images:
             meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
         await append_message(state.factory, conversation.id,

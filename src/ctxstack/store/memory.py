@@ -261,8 +261,7 @@ class DbMemory(BaseMemory):
             text = self.checkpoint.summary
             if not text.startswith(SUMMARY_PREFIX):
                 text = f"{SUMMARY_PREFIX}\n{text}"
-            history.append(ChatMessage.system(text, metadata={
-                "kind": "summary", "checkpoint_seq": self.checkpoint.last_seq}))
+            history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq))
         for record in records:
             history.append(self._message(record, files))
         return history
