@@ -15,14 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxstack.server.injects import (
-    DbInjectQueue,
-    InjectPoller,
-    InjectQueue,
-    NoRunningTurnError,
-    RedisInjectQueue,
-    TurnBusyError,
-)
+from ctxstack.errors import NoRunningTurnError, TurnBusyError
+from ctxstack.server.injects import DbInjectQueue, InjectPoller, InjectQueue, RedisInjectQueue
 from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
 from ctxstack.store.db import session_factory
 

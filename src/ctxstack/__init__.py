@@ -24,6 +24,7 @@ from ctxstack.errors import (
     LLMError,
     LLMTimeoutError,
     MessageError,
+    NoRunningTurnError,
     NotFoundError,
     PlanError,
     RateLimitError,
@@ -33,6 +34,7 @@ from ctxstack.errors import (
     TokenizerUnavailableError,
     ToolArgumentsError,
     ToolError,
+    TurnBusyError,
 )
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent, GuardTotals
@@ -78,6 +80,7 @@ __all__ = [
     "LLMTimeoutError",
     "MessageError",
     "ModelBudget",
+    "NoRunningTurnError",
     "NotFoundError",
     "PlanError",
     "RateLimitError",
@@ -93,6 +96,7 @@ __all__ = [
     "ToolCall",
     "ToolError",
     "ToolSpec",
+    "TurnBusyError",
     "Usage",
     "WindowMemory",
     "resolve_budget",

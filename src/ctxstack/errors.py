@@ -22,6 +22,8 @@ cases apart::
     │   └── StructuredOutputError   the model's JSON did not validate after a re-ask
     ├── StorageError                the database or file store failed
     │   └── NotFoundError           a row or file does not exist *for this owner*
+    ├── TurnBusyError               a chat turn is already running on the conversation
+    ├── NoRunningTurnError          an inject for a conversation with no turn running
     ├── ToolError                   a tool definition is invalid (not a tool *run* error:
     │                               those become tool results the model can read)
     ├── ToolArgumentsError (ValueError)  a call's arguments do not match the tool's schema
@@ -137,6 +139,14 @@ class StorageError(CtxstackError):
 
 class NotFoundError(StorageError):
     """The requested row or file does not exist, or does not belong to the caller."""
+
+
+class NoRunningTurnError(CtxstackError):
+    """An inject was sent for a conversation that has no turn running."""
+
+
+class TurnBusyError(CtxstackError):
+    """A turn was started for a conversation that already has one running."""
 
 
 class ToolError(CtxstackError):

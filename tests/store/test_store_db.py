@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import ctxstack.cli.db  # noqa: F401  (registers `ctxstack db`)
 from ctxstack.cli import main
@@ -28,6 +28,7 @@ from ctxstack.store import (
 )
 from ctxstack.store.db import (
     ENV_DATABASE_URL,
+    SessionFactory,
     create_engine_from_url,
     database_url,
     default_database_url,
@@ -198,3 +199,50 @@ def test_cli_db_upgrade_reports_a_broken_url_without_a_traceback() -> None:
     assert "Error: migrating to 'head' failed on database" in result.output
     assert "pw@" not in result.output
     assert "Traceback" not in result.output
+
+
+async def test_retry_transaction_retries_transient_errors_only(sf: SessionFactory) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from ctxstack.errors import NotFoundError, StorageError
+    from ctxstack.store import retry_transaction
+
+    calls: list[int] = []
+    retried: list[str] = []
+
+    async def flaky(session: AsyncSession) -> int:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationalError("UPDATE x", {}, Exception("database is locked"))
+        return int(await session.scalar(text("select 41 + 1")))
+
+    async def note(exc: BaseException) -> None:
+        retried.append(type(exc).__name__)
+
+    assert await retry_transaction(sf, "flaky work", flaky, before_retry=note) == 42
+    assert len(calls) == 3
+    assert retried == ["OperationalError", "OperationalError"]
+
+    async def broken(session: AsyncSession) -> int:
+        calls.append(1)
+        raise OperationalError("SELECT", {}, Exception("no such table: nothing"))
+
+    calls.clear()
+    with pytest.raises(StorageError, match="broken work"):
+        await retry_transaction(sf, "broken work", broken)
+    assert len(calls) == 1  # not transient: no retry
+
+    async def missing(session: AsyncSession) -> int:
+        raise NotFoundError("conversation 'x' not found")
+
+    with pytest.raises(NotFoundError):  # ctxstack's own errors pass through unchanged
+        await retry_transaction(sf, "lookup", missing)
+
+    async def always_locked(session: AsyncSession) -> int:
+        calls.append(1)
+        raise OperationalError("UPDATE", {}, Exception("database is locked"))
+
+    calls.clear()
+    with pytest.raises(StorageError, match="locked work"):
+        await retry_transaction(sf, "locked work", always_locked, attempts=3)
+    assert len(calls) == 3

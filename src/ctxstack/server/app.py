@@ -35,10 +35,11 @@ from ctxstack.errors import (
     FileRejectedError,
     InputError,
     MessageError,
+    NoRunningTurnError,
     NotFoundError,
     StorageError,
+    TurnBusyError,
 )
-from ctxstack.server.injects import NoRunningTurnError, TurnBusyError
 from ctxstack.server.routes import router
 from ctxstack.server.settings import Settings
 from ctxstack.server.state import close_state, open_state

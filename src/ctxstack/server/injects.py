@@ -27,54 +27,18 @@ import time
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import ForeignKey, String, Text, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Mapped, mapped_column
 
-from ctxstack.errors import CtxstackError
+from ctxstack.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.store.db import SessionFactory, transaction
-from ctxstack.store.models import Base, BigIntId, UTCDateTime, utcnow
+from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER = 30.0
 MAX_INJECT_CHARS = 20_000
-
-
-class NoRunningTurnError(CtxstackError):
-    """An inject was sent for a conversation that has no turn running."""
-
-
-class TurnBusyError(CtxstackError):
-    """A turn was started for a conversation that already has one running."""
-
-
-class ActiveTurn(Base):
-    """The claim of a running turn on its conversation (one row per busy conversation)."""
-
-    __tablename__ = "active_turns"
-
-    conversation_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
-    )
-    turn_id: Mapped[str] = mapped_column(String(32))
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-
-
-class PendingInject(Base):
-    """A text sent to a running turn and not yet taken by it."""
-
-    __tablename__ = "pending_injects"
-
-    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
-    conversation_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
-    )
-    turn_id: Mapped[str] = mapped_column(String(32))
-    text: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class InjectQueue(Protocol):

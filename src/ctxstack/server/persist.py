@@ -10,24 +10,21 @@ checkpoint or a checkpoint covering messages that were never stored.
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.messages import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate
-from ctxstack.store.db import DB_ERRORS, SessionFactory, engine_of, storage_error
-from ctxstack.store.messages import NewMessage, append_messages_in, is_transient_error
+from ctxstack.store.db import SessionFactory, retry_transaction
+from ctxstack.store.messages import NewMessage, append_messages_in
 from ctxstack.store.models import CompactionCheckpoint, utcnow
 
-MAX_ATTEMPTS = 5
 _EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
 
 
@@ -90,27 +87,20 @@ async def save_turn(
                          leftover_injects=leftover_injects)
     assistant_index = len(consumed_injects)
     action = f"saving a turn of conversation {conversation_id!r}"
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            async with factory() as session, session.begin():
-                records = await append_messages_in(session, conversation_id, rows,
-                                                   owner_id=owner_id)
-                if checkpoint is not None:
-                    session.add(CompactionCheckpoint(
-                        conversation_id=conversation_id, last_seq=checkpoint.last_seq,
-                        summary=checkpoint.summary, token_count=checkpoint.token_count,
-                        method=checkpoint.method, created_at=utcnow()))
-                    await session.flush()
-            assistant = records[assistant_index]
-            return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
-                             checkpoint_saved=checkpoint is not None)
-        except DBAPIError as exc:
-            if not is_transient_error(exc) or attempt == MAX_ATTEMPTS:
-                raise storage_error(action, engine_of(factory), exc) from exc
-            await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
-        except DB_ERRORS as exc:
-            raise storage_error(action, engine_of(factory), exc) from exc
-    raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def work(session: AsyncSession) -> SavedTurn:
+        records = await append_messages_in(session, conversation_id, rows, owner_id=owner_id)
+        if checkpoint is not None:
+            session.add(CompactionCheckpoint(
+                conversation_id=conversation_id, last_seq=checkpoint.last_seq,
+                summary=checkpoint.summary, token_count=checkpoint.token_count,
+                method=checkpoint.method, created_at=utcnow()))
+            await session.flush()
+        assistant = records[assistant_index]
+        return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
+                         checkpoint_saved=checkpoint is not None)
+
+    return await retry_transaction(factory, action, work)
 
 
 def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,6 +33,8 @@ from ctxstack.store.db import (
     create_engine_from_url,
     database_url,
     default_database_url,
+    is_transient_error,
+    retry_transaction,
     session_factory,
 )
 from ctxstack.store.messages import (
@@ -41,7 +43,6 @@ from ctxstack.store.messages import (
     append_message,
     append_messages,
     append_messages_in,
-    is_transient_error,
     list_messages,
 )
 from ctxstack.store.migrate import current_revision, downgrade, head_revision, upgrade
@@ -87,6 +88,7 @@ __all__ = [
     "list_model_configs",
     "load_budget",
     "rename_conversation",
+    "retry_transaction",
     "save_checkpoint",
     "session_factory",
     "set_model_config",

@@ -21,11 +21,13 @@ driver exception and never as an empty result.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import platformdirs
 from sqlalchemy import event
@@ -240,6 +242,55 @@ async def transaction(factory: SessionFactory, action: str) -> AsyncIterator[Asy
             yield session
     except DB_ERRORS as exc:
         raise storage_error(action, engine_of(factory), exc) from exc
+
+
+T = TypeVar("T")
+RETRY_ATTEMPTS = 8
+"""Attempts of a retried transaction: lock conflicts between a handful of writers on one
+conversation (SQLite's single writer, PostgreSQL deadlocks) clear within a few rounds."""
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Whether a database error is a lock conflict worth retrying the transaction for
+    (SQLite "database is locked", a PostgreSQL deadlock or serialisation failure)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    text = str(exc.orig).lower()
+    return any(
+        marker in text
+        for marker in ("database is locked", "deadlock detected", "could not serialize")
+    )
+
+
+async def retry_transaction(
+    factory: SessionFactory,
+    action: str,
+    work: Callable[[AsyncSession], Awaitable[T]],
+    *,
+    retryable: Callable[[BaseException], bool] = is_transient_error,
+    before_retry: Callable[[BaseException], Awaitable[None]] | None = None,
+    attempts: int = RETRY_ATTEMPTS,
+) -> T:
+    """Run ``work`` in one transaction, retrying it whole while the failure is ``retryable``.
+
+    The one retry loop of the storage layer: each attempt is a fresh session and
+    transaction, so a retried attempt never sees a half-done earlier one. Between attempts
+    it awaits ``before_retry(exc)`` (e.g. re-synchronise a counter) and a short jittered
+    pause growing with the attempt number. Database errors that are not retryable, or the
+    last attempt's, leave as :class:`StorageError` naming ``action``; ctxstack's own errors
+    (``NotFoundError``, ``InputError``) pass through unchanged, never retried.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            async with factory() as session, session.begin():
+                return await work(session)
+        except DB_ERRORS as exc:
+            if attempt == attempts or not retryable(exc):
+                raise storage_error(action, engine_of(factory), exc) from exc
+            if before_retry is not None:
+                await before_retry(exc)
+            await asyncio.sleep(random.uniform(0.002, 0.02) * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @asynccontextmanager

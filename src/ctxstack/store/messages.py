@@ -22,22 +22,20 @@ back-off; anything else is a :class:`~ctxstack.errors.StorageError`.
 
 A caller that must write messages together with other rows in one transaction (the chat
 service saves a turn's messages with its compaction checkpoint) calls
-:func:`append_messages_in` on its own session and owns the retry (see
-:func:`is_transient_error`).
+:func:`append_messages_in` inside its own
+:func:`~ctxstack.store.db.retry_transaction`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
@@ -48,14 +46,15 @@ from ctxstack.store.db import (
     DB_ERRORS,
     SessionFactory,
     engine_of,
+    is_transient_error,
     reading,
+    retry_transaction,
     storage_error,
 )
 from ctxstack.store.models import Conversation, Message, utcnow
 
 log = logging.getLogger(__name__)
 
-MAX_APPEND_ATTEMPTS = 8
 HISTORY_ROLES: tuple[Role, ...] = ("user", "assistant")
 
 
@@ -166,16 +165,6 @@ def _is_seq_collision(exc: IntegrityError) -> bool:
     )
 
 
-def is_transient_error(exc: DBAPIError) -> bool:
-    """Whether a database error is a lock conflict worth retrying the transaction for
-    (SQLite "database is locked", a PostgreSQL deadlock or serialisation failure)."""
-    text = str(exc.orig).lower()
-    return any(
-        marker in text
-        for marker in ("database is locked", "deadlock detected", "could not serialize")
-    )
-
-
 def _storable(
     conversation_id: str, messages: Sequence[NewMessage | ChatMessage]
 ) -> list[NewMessage]:
@@ -206,24 +195,23 @@ async def append_messages(
     if not items:
         return []
     action = f"appending {len(items)} message(s) to conversation {conversation_id!r}"
-    for attempt in range(1, MAX_APPEND_ATTEMPTS + 1):
-        try:
-            async with factory() as session, session.begin():
-                return await append_messages_in(session, conversation_id, items,
-                                                owner_id=owner_id)
-        except IntegrityError as exc:
-            if not _is_seq_collision(exc) or attempt == MAX_APPEND_ATTEMPTS:
-                raise storage_error(action, engine_of(factory), exc) from exc
+
+    def retryable(exc: BaseException) -> bool:
+        if isinstance(exc, IntegrityError):
+            return _is_seq_collision(exc)
+        return is_transient_error(exc)
+
+    async def before_retry(exc: BaseException) -> None:
+        if isinstance(exc, IntegrityError):
             log.warning("conversation %s: sequence counter behind its messages; "
                         "re-synchronising and retrying", conversation_id)
             await _resync_counter(factory, conversation_id, action)
-        except DBAPIError as exc:
-            if not is_transient_error(exc) or attempt == MAX_APPEND_ATTEMPTS:
-                raise storage_error(action, engine_of(factory), exc) from exc
-            await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
-        except DB_ERRORS as exc:
-            raise storage_error(action, engine_of(factory), exc) from exc
-    raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def work(session: AsyncSession) -> list[MessageRecord]:
+        return await append_messages_in(session, conversation_id, items, owner_id=owner_id)
+
+    return await retry_transaction(factory, action, work, retryable=retryable,
+                                   before_retry=before_retry)
 
 
 async def append_message(
@@ -255,8 +243,8 @@ async def append_messages_in(
 
     The caller owns the transaction and therefore the retry policy: database errors are
     *not* wrapped or retried here. Retry the whole transaction on an error for which
-    :func:`is_transient_error` is true; wrap the others with
-    :func:`~ctxstack.store.db.storage_error`.
+:func:`~ctxstack.store.db.is_transient_error` is true — run it inside
+    :func:`~ctxstack.store.db.retry_transaction`, which does both.
 
     Raises:
         NotFoundError: no such conversation (or not ``owner_id``'s); the transaction

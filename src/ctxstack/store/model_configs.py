@@ -9,8 +9,6 @@ for anything a row leaves NULL.
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Literal
@@ -21,11 +19,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.budget import BudgetRole, ModelBudget, resolve_budget
-from ctxstack.errors import InputError, StorageError
-from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.errors import InputError
+from ctxstack.store.db import (
+    SessionFactory,
+    is_transient_error,
+    reading,
+    retry_transaction,
+)
 from ctxstack.store.models import MODEL_ROLES, ModelConfig, utcnow
-
-MAX_ATTEMPTS = 8
 
 
 class ModelConfigRecord(BaseModel):
@@ -73,18 +74,16 @@ async def set_model_config(
     """
     _check(role, model, context_size, max_output_tokens)
     action = f"setting the {role} model configuration"
-    for attempt in range(1, MAX_ATTEMPTS + 1):
-        try:
-            async with transaction(factory, action) as session:
-                return await _activate(session, role, model.strip(), context_size,
-                                       max_output_tokens)
-        except StorageError as exc:
-            # Admins saving at once: the partial unique index lets one win per round; the
-            # others deactivate the winner's row and try again (last writer wins).
-            if attempt == MAX_ATTEMPTS or not isinstance(exc.__cause__, IntegrityError):
-                raise
-            await asyncio.sleep(random.uniform(0.001, 0.01) * attempt)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def work(session: AsyncSession) -> ModelConfigRecord:
+        return await _activate(session, role, model.strip(), context_size, max_output_tokens)
+
+    # Admins saving at once: the partial unique index lets one win per round; the others
+    # deactivate the winner's row and try again (last writer wins).
+    return await retry_transaction(
+        factory, action, work,
+        retryable=lambda exc: isinstance(exc, IntegrityError) or is_transient_error(exc),
+    )
 
 
 async def _activate(

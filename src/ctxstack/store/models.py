@@ -239,3 +239,30 @@ class CompactionCheckpoint(Base):
     token_count: Mapped[int] = mapped_column(Integer)
     method: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ActiveTurn(Base):
+    """The claim of a running turn on its conversation (one row per busy conversation)."""
+
+    __tablename__ = "active_turns"
+
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    turn_id: Mapped[str] = mapped_column(String(32))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class PendingInject(Base):
+    """A text sent to a running turn and not yet taken by it."""
+
+    __tablename__ = "pending_injects"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    turn_id: Mapped[str] = mapped_column(String(32))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
