@@ -134,3 +134,19 @@ def test_module_and_function_sizes(path: Path) -> None:
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert long == []
+
+
+@pytest.mark.parametrize("command", [["serve"], ["db", "current"], ["user", "create", "x"],
+                                     ["stub-llm"]])
+def test_commands_needing_the_server_extra_name_it(command: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "for name in ('fastapi', 'uvicorn', 'sqlalchemy', 'alembic', 'starlette'):\n"
+        "    sys.modules[name] = None  # as if the server extra were not installed\n"
+        "from ctxstack.cli import main\n"
+        f"main({command!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert "pip install 'ctxstack[server]'" in done.stderr, done.stderr

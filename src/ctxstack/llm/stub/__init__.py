@@ -28,7 +28,8 @@ Typical use::
         assert stub.requests[0].messages[-1].text == "hi"
 """
 
-from ctxstack.llm.stub.app import StubState, create_app
+from typing import TYPE_CHECKING, Any
+
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
     ReplyLike,
@@ -38,7 +39,10 @@ from ctxstack.llm.stub.replies import (
     StubToolCall,
     stub_usage,
 )
-from ctxstack.llm.stub.server import StubServer
+
+if TYPE_CHECKING:
+    from ctxstack.llm.stub.app import StubState, create_app
+    from ctxstack.llm.stub.server import StubServer
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -52,3 +56,17 @@ __all__ = [
     "create_app",
     "stub_usage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The server half needs FastAPI and uvicorn (the ``server`` extra); the replies do not,
+    # so ``ctxstack chat`` can script the stub's answers with the core install alone.
+    if name in ("StubState", "create_app"):
+        from ctxstack.llm.stub import app
+
+        return getattr(app, name)
+    if name == "StubServer":
+        from ctxstack.llm.stub.server import StubServer
+
+        return StubServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
