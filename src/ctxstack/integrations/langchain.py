@@ -355,15 +355,26 @@ def _budget(budget: int | ModelBudget | None, guard: ContextGuard) -> int:
 
 
 def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` from sync code: on a fresh loop here, or in a worker thread when this
+    """Run ``coro`` from sync code: on a private loop here, or in a worker thread when this
     thread already runs a loop (a sync ``invoke`` called from async code)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return _run_on_new_loop(coro)
     ctx = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(ctx.run, asyncio.run, coro).result()
+        return pool.submit(ctx.run, _run_on_new_loop, coro).result()
+
+
+def _run_on_new_loop(coro: Coroutine[Any, Any, T]) -> T:
+    # Not asyncio.run: on the main thread it installs a SIGINT handler whose bookkeeping
+    # formats the task's repr — hundreds of milliseconds with a long history in its frame.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def _payload(event: CompactionEvent) -> dict[str, Any]:
