@@ -6,7 +6,7 @@ import itertools
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -51,7 +51,7 @@ class ToolCallingFake(GenericFakeChatModel):
     """LangChain's own fake chat model, able to sit in an agent (bind_tools) and recording
     exactly the messages each call received (system prompt included)."""
 
-    seen: list[list[BaseMessage]] = []
+    seen: ClassVar[list[list[BaseMessage]]] = []
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
         return self
@@ -123,9 +123,11 @@ def check_calls(model: ToolCallingFake, guard: ContextGuard, query: str) -> None
     assert model.seen, "the model was never called"
     for call in model.seen:
         assert request_tokens(guard, call) <= BUDGET
-        assert isinstance(call[0], SystemMessage) and call[0].content == SYSTEM
+        assert isinstance(call[0], SystemMessage)
+        assert call[0].content == SYSTEM
         humans = [m for m in call if isinstance(m, HumanMessage)]
-        assert humans and humans[-1].content == query
+        assert humans
+        assert humans[-1].content == query
         assert_tool_sequence_valid(call)
 
 
@@ -146,7 +148,8 @@ async def test_agent_runs_32_tool_turns_within_budget_async() -> None:
     check_calls(model, guard, query)
     # Without the guard the last call would have carried every turn: far over budget.
     assert sum(len(m.content) for m in result["messages"]) // 4 < BUDGET * 2
-    assert guard_events and all(e.method == "llm" for e in guard_events)
+    assert guard_events
+    assert all(e.method == "llm" for e in guard_events)
     assert [e["tokens_after"] for e in collector.events] == [e.tokens_after for e in guard_events]
     # The state keeps one rolling summary, as a SystemMessage in LangChain's own form.
     final = result["messages"]
@@ -171,7 +174,8 @@ def test_agent_runs_sync_invoke_with_callbacks() -> None:
                  {"callbacks": [collector], "recursion_limit": 200})
     assert len(model.seen) == 31
     check_calls(model, guard, query)
-    assert collector.events and {e["method"] for e in collector.events} == {"truncate"}
+    assert collector.events
+    assert {e["method"] for e in collector.events} == {"truncate"}
     assert guard.totals.compactions == len(collector.events)
 
 
@@ -267,7 +271,8 @@ def test_cut_message_comes_back_with_new_content_and_same_id() -> None:
     original = HumanMessage([{"type": "text", "text": "x" * 10}], id="h9")
     cm = to_chat_messages([original])[0]
     back = from_chat_messages([cm.replace(content="cut")])[0]
-    assert back.content == "cut" and back.id == "h9"
+    assert back.content == "cut"
+    assert back.id == "h9"
 
 
 def test_unconvertible_message_is_an_input_error_naming_it() -> None:
@@ -339,7 +344,8 @@ async def test_summarizer_streams_text_with_estimated_usage() -> None:
     llm = LangChainSummarizer(GenericFakeChatModel(messages=iter(["one two three"])))
     stream = llm.stream_chat([ChatMessage.user("go")])
     assert await stream.text() == "one two three"
-    assert stream.usage.estimated and stream.usage.output_tokens > 0
+    assert stream.usage.estimated
+    assert stream.usage.output_tokens > 0
 
 
 async def test_summarizer_failure_is_an_llm_error_and_the_guard_falls_back() -> None:
@@ -353,13 +359,14 @@ async def test_summarizer_failure_is_an_llm_error_and_the_guard_falls_back() -> 
     long = [ChatMessage.user("q " * 3000), ChatMessage.assistant("a " * 3000),
             ChatMessage.user("now")]
     fitted = await guard.check_and_compact(long, 1_000)
-    assert events[0].method == "truncate" and events[0].fell_back
+    assert events[0].method == "truncate"
+    assert events[0].fell_back
     assert fitted[-1].text == "now"
 
 
 async def test_summarizer_tools_go_through_bind_tools() -> None:
     class Binding(GenericFakeChatModel):
-        bound: list[Any] = []
+        bound: ClassVar[list[Any]] = []
 
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             self.bound.append(tools)
