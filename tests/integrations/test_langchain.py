@@ -6,7 +6,7 @@ import itertools
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,6 +24,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 
 from ctxstack import (
     CalibratingCounter,
@@ -51,7 +52,7 @@ class ToolCallingFake(GenericFakeChatModel):
     """LangChain's own fake chat model, able to sit in an agent (bind_tools) and recording
     exactly the messages each call received (system prompt included)."""
 
-    seen: ClassVar[list[list[BaseMessage]]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> ToolCallingFake:
         return self
@@ -134,7 +135,6 @@ def check_calls(model: ToolCallingFake, guard: ContextGuard, query: str) -> None
 # ---------------------------------------------------------------------- the agent loop
 async def test_agent_runs_32_tool_turns_within_budget_async() -> None:
     model = ToolCallingFake(messages=tool_turns(32))
-    model.seen = []
     guard_events: list[CompactionEvent] = []
     guard = ContextGuard(compact_llm=summarizer(), on_compact=guard_events.append)
     agent = create_agent(model, [lookup], system_prompt=SYSTEM,
@@ -164,7 +164,6 @@ async def test_agent_runs_32_tool_turns_within_budget_async() -> None:
 
 def test_agent_runs_sync_invoke_with_callbacks() -> None:
     model = ToolCallingFake(messages=tool_turns(30, "s"))
-    model.seen = []
     guard = ContextGuard()  # truncation only
     agent = create_agent(model, [lookup], system_prompt=SYSTEM,
                          middleware=[ContextGuardMiddleware(guard, BUDGET)])
@@ -181,7 +180,6 @@ def test_agent_runs_sync_invoke_with_callbacks() -> None:
 
 async def test_second_turn_keeps_the_new_question_and_one_summary() -> None:
     model = ToolCallingFake(messages=itertools.chain(tool_turns(20, "a"), tool_turns(12, "b")))
-    model.seen = []
     guard = ContextGuard(compact_llm=summarizer())
     agent = create_agent(model, [lookup], system_prompt=SYSTEM, checkpointer=InMemorySaver(),
                          middleware=[ContextGuardMiddleware(guard, BUDGET)])
@@ -205,7 +203,6 @@ async def test_resumed_long_thread_is_fitted_on_the_very_first_call() -> None:
         history += [HumanMessage(f"question {i} " + "words " * 40),
                     AIMessage(f"answer {i} " + "words " * 40)]
     model = ToolCallingFake(messages=iter([AIMessage("done")]))
-    model.seen = []
     guard = ContextGuard()
     middleware = ContextGuardMiddleware(guard, BUDGET)
     agent = create_agent(model, [], system_prompt=SYSTEM, middleware=[middleware])
@@ -218,7 +215,6 @@ async def test_resumed_long_thread_is_fitted_on_the_very_first_call() -> None:
 
 async def test_under_budget_leaves_state_untouched() -> None:
     model = ToolCallingFake(messages=tool_turns(2))
-    model.seen = []
     guard = ContextGuard()
     agent = create_agent(model, [lookup], system_prompt=SYSTEM,
                          middleware=[ContextGuardMiddleware(guard, 100_000)])
@@ -233,7 +229,6 @@ async def test_calibrating_counter_is_the_one_that_decides() -> None:
     for _ in range(30):
         counter.observe(1_000, 2_000)
     model = ToolCallingFake(messages=tool_turns(12, "c"))
-    model.seen = []
     guard = ContextGuard(counter=counter)
     agent = create_agent(model, [lookup], system_prompt=SYSTEM,
                          middleware=[ContextGuardMiddleware(guard, BUDGET)])
@@ -366,7 +361,7 @@ async def test_summarizer_failure_is_an_llm_error_and_the_guard_falls_back() -> 
 
 async def test_summarizer_tools_go_through_bind_tools() -> None:
     class Binding(GenericFakeChatModel):
-        bound: ClassVar[list[Any]] = []
+        bound: list[Any] = Field(default_factory=list)
 
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             self.bound.append(tools)
