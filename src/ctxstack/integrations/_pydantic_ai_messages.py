@@ -80,7 +80,9 @@ def to_chat_messages(messages: Sequence[ModelMessage]) -> list[ChatMessage]:
 def _carrier(message: ModelMessage, parts: list[Any], cm: ChatMessage) -> ChatMessage:
     carrier = {"message": message, "parts": parts, "content": cm.content,
                "tool_calls": cm.tool_calls}
-    return cm.replace(metadata={**cm.metadata, PAI_KEY: carrier})
+    # model_copy, not replace: only metadata changes, and revalidating would double the
+    # cost of a cold conversion.
+    return cm.model_copy(update={"metadata": {**cm.metadata, PAI_KEY: carrier}})
 
 
 def _from_request(request: ModelRequest) -> list[ChatMessage]:

@@ -72,6 +72,7 @@ from ctxstack import (
     ModelBudget,
     Usage,
 )
+from ctxstack.integrations._cache import ConversionCache
 from ctxstack.integrations._events import capture, install_relay
 from ctxstack.integrations._langchain_messages import (
     LC_KEY,
@@ -128,9 +129,9 @@ class ContextGuardMiddleware(AgentMiddleware):
         self.hint = hint
         self.system_tokens = 0
         """Cost of the request's system prompt, as last seen by ``wrap_model_call``."""
-        # id(message) -> (message, its content object, ChatMessage): rebuilt every call, so
-        # it holds the current thread's messages only and a changed message is reconverted.
-        self._cache: dict[int, tuple[BaseMessage, object, ChatMessage]] = {}
+        self._cache: ConversionCache[BaseMessage] = ConversionCache(
+            lambda m: [to_chat_message(m)], _PIN)
+        self._system: tuple[SystemMessage, ChatMessage] | None = None
         install_relay(guard)
 
     # ------------------------------------------------------------------ hooks: state
@@ -185,7 +186,7 @@ class ContextGuardMiddleware(AgentMiddleware):
         self, request: ModelRequest[Any]
     ) -> tuple[ModelRequest[Any], list[CompactionEvent]]:
         system = request.system_message
-        system_cm = to_chat_message(system) if system is not None else None
+        system_cm = self._system_message(system)
         counter = self.guard.counter
         self.system_tokens = counter.count_message(system_cm) if system_cm is not None else 0
         converted = self._convert(request.messages)
@@ -206,28 +207,15 @@ class ContextGuardMiddleware(AgentMiddleware):
         return request.override(system_message=sys_msg, messages=back), events
 
     def _convert(self, messages: Sequence[BaseMessage]) -> list[ChatMessage]:
-        """ChatMessages for ``messages`` (cached per message object), latest user pinned."""
-        old = self._cache
-        new: dict[int, tuple[BaseMessage, object, ChatMessage]] = {}
-        out: list[ChatMessage] = []
-        last_user = -1
-        for i, m in enumerate(messages):
-            key = id(m)
-            hit = old.get(key)
-            if hit is not None and hit[0] is m and hit[1] is m.content:
-                cm = hit[2]
-            else:
-                cm = to_chat_message(m)
-            new[key] = (m, m.content, cm)
-            out.append(cm)
-            if cm.role == "user":
-                last_user = i
-        self._cache = new
-        if last_user >= 0 and not out[last_user].pinned:
-            query = out[last_user]
-            out[last_user] = query.replace(
-                pinned=True, metadata={**query.metadata, "kind": "query", _PIN: True})
-        return out
+        """ChatMessages for ``messages`` (cached per message), the latest user one pinned."""
+        return self._cache.convert(messages)
+
+    def _system_message(self, system: SystemMessage | None) -> ChatMessage | None:
+        if system is None:
+            return None
+        if self._system is None or self._system[0] is not system:
+            self._system = (system, to_chat_message(system))
+        return self._system[1]
 
     @staticmethod
     def _back(

@@ -71,6 +71,7 @@ from ctxstack import (
     ModelBudget,
     Usage,
 )
+from ctxstack.integrations._cache import ConversionCache
 from ctxstack.integrations._events import capture, install_relay
 from ctxstack.integrations._pydantic_ai_messages import (
     PAI_KEY,
@@ -112,9 +113,9 @@ def history_processor(
 class GuardedHistory:
     """The state behind :func:`history_processor`: the guard, the budget and a cache.
 
-    The conversion of each message is cached per message object (rebuilt on every call,
-    so it holds the current history only): under budget, a call costs the guard's check
-    plus one dictionary lookup per message.
+    Conversions are cached per message object (see :mod:`._cache`): under budget, a call
+    costs the guard's check, one identity pass over the history and the new messages'
+    conversion.
     """
 
     def __init__(
@@ -126,7 +127,8 @@ class GuardedHistory:
         self.guard = guard
         self.budget = _budget(budget, guard)
         self.hint = hint
-        self._cache: dict[int, tuple[ModelMessage, object, int, list[ChatMessage]]] = {}
+        self._cache: ConversionCache[ModelMessage] = ConversionCache(
+            lambda m: to_chat_messages([m]), "ctxstack_query_pin")
         install_relay(guard)
 
     async def process(self, messages: list[ModelMessage]) -> list[ModelMessage]:
@@ -155,27 +157,7 @@ class GuardedHistory:
         return 0
 
     def _convert(self, messages: Sequence[ModelMessage]) -> list[ChatMessage]:
-        old: dict[int, tuple[ModelMessage, object, int, list[ChatMessage]]] = self._cache
-        new: dict[int, tuple[ModelMessage, object, int, list[ChatMessage]]] = {}
-        out: list[ChatMessage] = []
-        for m in messages:
-            key = id(m)
-            hit = old.get(key)
-            parts = m.parts
-            if hit is not None and hit[0] is m and hit[1] is parts and hit[2] == len(parts):
-                cms = hit[3]
-            else:
-                cms = to_chat_messages([m])
-            new[key] = (m, parts, len(parts), cms)
-            out.extend(cms)
-        self._cache = new
-        for i in range(len(out) - 1, -1, -1):
-            if out[i].role == "user":
-                if not out[i].pinned:
-                    out[i] = out[i].replace(pinned=True,
-                                            metadata={**out[i].metadata, "kind": "query"})
-                break
-        return out
+        return self._cache.convert(messages)
 
 
 class PydanticAISummarizer:
