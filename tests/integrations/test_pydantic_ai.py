@@ -27,7 +27,6 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
-    repair_messages,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
@@ -48,6 +47,17 @@ from ctxstack.integrations.pydantic_ai import (
     history_processor,
     to_chat_messages,
 )
+
+try:  # pydantic-ai's own history repair, public since 2.3x
+    from pydantic_ai.messages import repair_messages
+
+    def pydantic_ai_repair(history: list[ModelMessage]) -> list[ModelMessage]:
+        return repair_messages(history, repair_last_response=False)
+except ImportError:  # older 2.x: the same pass is private to the agent graph
+    from pydantic_ai._agent_graph import _clean_message_history
+
+    def pydantic_ai_repair(history: list[ModelMessage]) -> list[ModelMessage]:
+        return _clean_message_history(list(history))
 
 BUDGET = 4_000
 SYSTEM = "You are a careful research agent. Cite every figure you use. " * 4
@@ -152,7 +162,7 @@ async def test_agent_runs_32_tool_turns_within_budget(caplog: pytest.LogCaptureF
         assert_pairs_valid(messages)
     # What the processor handed back is what pydantic-ai's own repair leaves as it is.
     for out in outputs:
-        assert repair_messages(out, repair_last_response=False) == out
+        assert pydantic_ai_repair(out) == out
         assert_pairs_valid(out)
     assert events
     assert {e.method for e in events} == {"llm"}
@@ -162,7 +172,8 @@ async def test_agent_runs_32_tool_turns_within_budget(caplog: pytest.LogCaptureF
     summaries = [p for m in history for p in m.parts if isinstance(p, SystemPromptPart)
                  and p.content.startswith("[Conversation summary]")]
     assert len(summaries) == 1
-    assert summaries[0].metadata == {"ctxstack": "summary"}
+    if hasattr(summaries[0], "metadata"):  # pydantic-ai >= 2.5x marks it there too
+        assert summaries[0].metadata == {"ctxstack": "summary"}
     assert history[0].parts[1] is summaries[0]  # right after the system prompt
 
 
@@ -216,7 +227,7 @@ async def test_tool_retries_stay_paired_with_their_calls() -> None:
                for out in outputs for m in out for p in m.parts)
     assert guard.totals.compactions > 0
     for out in outputs:
-        assert repair_messages(out, repair_last_response=False) == out
+        assert pydantic_ai_repair(out) == out
         assert_pairs_valid(out)
         assert guard.counter.count_messages(to_chat_messages(out)) <= 2_000
 

@@ -51,11 +51,14 @@ from pydantic_ai.messages import (
 
 from ctxstack import ChatMessage, ContentPart, ImagePart, InputError, ToolCall
 from ctxstack import TextPart as CtxTextPart
+from ctxstack.prompts import SUMMARY_PREFIX
 
 PAI_KEY = "pydantic_ai"
 """``ChatMessage.metadata`` key holding the original parts and message."""
 SUMMARY_MARK = "ctxstack"
 """``SystemPromptPart.metadata`` key marking a summary ctxstack wrote (value ``"summary"``)."""
+_SYSTEM_METADATA = "metadata" in {f.name for f in dataclasses.fields(SystemPromptPart)}
+"""pydantic-ai before 2.5x has no ``SystemPromptPart.metadata``: the summary prefix marks it."""
 
 
 # ---------------------------------------------------------------------- pydantic-ai → ctxstack
@@ -110,8 +113,10 @@ def request_part_message(part: Any) -> ChatMessage | None:
     """The ChatMessage for one request part, or None for a part ctxstack does not model."""
     kind = getattr(part, "part_kind", "")
     if kind == "system-prompt":
-        meta = {"kind": "summary"} if (part.metadata or {}).get(SUMMARY_MARK) == "summary" else {}
-        return ChatMessage(role="system", content=part.content, metadata=meta)
+        marked = (getattr(part, "metadata", None) or {}).get(SUMMARY_MARK) == "summary"
+        summary = marked or part.content.startswith(SUMMARY_PREFIX)
+        return ChatMessage(role="system", content=part.content,
+                           metadata={"kind": "summary"} if summary else {})
     if kind == "user-prompt":
         return ChatMessage(role="user", content=_user_content(part.content))
     if kind == "compaction":
@@ -252,8 +257,9 @@ def _to_request_parts(
                 for p in original]
     match cm.role:
         case "system":
-            meta = {SUMMARY_MARK: "summary"} if cm.kind == "summary" else None
-            return [SystemPromptPart(content=cm.text, metadata=meta)]
+            if cm.kind == "summary" and _SYSTEM_METADATA:
+                return [SystemPromptPart(content=cm.text, metadata={SUMMARY_MARK: "summary"})]
+            return [SystemPromptPart(content=cm.text)]
         case "user":
             return [UserPromptPart(content=_to_user_content(cm.content))]
         case "tool":
