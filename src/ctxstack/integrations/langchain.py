@@ -97,6 +97,7 @@ EVENT_NAME = "ctxstack_compaction"
 """Name of the LangChain custom event carrying each :class:`~ctxstack.CompactionEvent`."""
 
 _PIN = "ctxstack_query_pin"
+_HAS_SYSTEM_MESSAGE = "system_message" in getattr(ModelRequest, "__dataclass_fields__", {})
 T = TypeVar("T")
 
 
@@ -131,7 +132,7 @@ class ContextGuardMiddleware(AgentMiddleware):
         """Cost of the request's system prompt, as last seen by ``wrap_model_call``."""
         self._cache: ConversionCache[BaseMessage] = ConversionCache(
             lambda m: [to_chat_message(m)], _PIN)
-        self._system: tuple[SystemMessage, ChatMessage] | None = None
+        self._system: tuple[object, ChatMessage] | None = None
         install_relay(guard)
 
     # ------------------------------------------------------------------ hooks: state
@@ -185,8 +186,7 @@ class ContextGuardMiddleware(AgentMiddleware):
     async def _fit_request(
         self, request: ModelRequest[Any]
     ) -> tuple[ModelRequest[Any], list[CompactionEvent]]:
-        system = request.system_message
-        system_cm = self._system_message(system)
+        system_cm = self._system_message(request)
         counter = self.guard.counter
         self.system_tokens = counter.count_message(system_cm) if system_cm is not None else 0
         converted = self._convert(request.messages)
@@ -196,26 +196,40 @@ class ContextGuardMiddleware(AgentMiddleware):
         with capture() as events:
             fitted = await self.guard.check_and_compact([*head, *converted], self.budget,
                                                         self.hint)
-        new_system: BaseMessage | None = system
+        new_system: ChatMessage | None = system_cm
         if head:
             first = fitted[0]
-            if first is not system_cm:
-                new_system = (from_chat_message(first) if first.role == "system" else None)
+            new_system = first if first.role == "system" else None
             fitted = fitted[1:] if first.role == "system" else fitted
         back: list[Any] = self._back(fitted, converted, request.messages)
-        sys_msg = new_system if isinstance(new_system, SystemMessage) else None
-        return request.override(system_message=sys_msg, messages=back), events
+        if new_system is system_cm:
+            return request.override(messages=back), events
+        if _HAS_SYSTEM_MESSAGE:
+            message = from_chat_message(new_system) if new_system is not None else None
+            system = message if isinstance(message, SystemMessage) else None
+            return request.override(system_message=system, messages=back), events
+        text = new_system.text if new_system is not None else None
+        return request.override(system_prompt=text, messages=back), events  # type: ignore[call-arg]
+
+    def _system_message(self, request: ModelRequest[Any]) -> ChatMessage | None:
+        """The request's system prompt as a ChatMessage (cached while it is unchanged).
+
+        LangChain 1.0 carries it as ``system_prompt: str``, later versions as
+        ``system_message: SystemMessage``.
+        """
+        source: Any = (request.system_message if _HAS_SYSTEM_MESSAGE
+                       else getattr(request, "system_prompt", None))
+        if source is None:
+            return None
+        cached = self._system
+        if cached is None or not (cached[0] is source or cached[0] == source):
+            message = source if isinstance(source, BaseMessage) else SystemMessage(str(source))
+            self._system = cached = (source, to_chat_message(message))
+        return cached[1]
 
     def _convert(self, messages: Sequence[BaseMessage]) -> list[ChatMessage]:
         """ChatMessages for ``messages`` (cached per message), the latest user one pinned."""
         return self._cache.convert(messages)
-
-    def _system_message(self, system: SystemMessage | None) -> ChatMessage | None:
-        if system is None:
-            return None
-        if self._system is None or self._system[0] is not system:
-            self._system = (system, to_chat_message(system))
-        return self._system[1]
 
     @staticmethod
     def _back(
