@@ -42,7 +42,7 @@ class _Tap:
     def __init__(self, inner: OnCompact | None) -> None:
         self.inner = inner
 
-    def __call__(self, event: CompactionEvent) -> object:
+    def __call__(self, event: CompactionEvent) -> Awaitable[None] | None:
         sink = _sink.get()
         if sink is not None:
             sink.append(event)

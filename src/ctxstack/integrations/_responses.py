@@ -139,7 +139,7 @@ def items_to_messages(
         if kind == "message":
             flush()
             role = _ROLES.get(str(item["role"]), "user")
-            out.append(ChatMessage(role=role, content=_parts(item.get("content")),  # type: ignore[arg-type]
+            out.append(ChatMessage(role=role, content=_parts(item.get("content")),
                                    metadata={ITEMS_KEY: [key]}))
         elif kind == "output":
             flush()

@@ -131,7 +131,7 @@ class ItemStore:
         factory = await self.factory()
         await self._ensure_conversation(factory)
         messages = [
-            NewMessage(role=role, content=text,  # type: ignore[arg-type]
+            NewMessage(role=role, content=text,
                        metadata={ITEM_KEY: json.loads(json.dumps(item, default=str))})
             for role, text, item in rows
         ]

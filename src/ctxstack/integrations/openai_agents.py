@@ -128,7 +128,7 @@ class CtxstackSession:
         given), in chronological order."""
         stored, checkpoint = await self._store.read(last=limit)
         keys = [s.seq for s in stored]
-        originals = {s.seq: s.item for s in stored}
+        originals: dict[object, Item] = {s.seq: s.item for s in stored}
         messages = items_to_messages([s.item for s in stored], keys)
         converted = {tuple(m.metadata[ITEMS_KEY]): m for m in messages}
         if checkpoint is not None:
@@ -212,7 +212,7 @@ class InputFilter:
             ITEMS_KEY not in result[0].metadata and result[0].kind != "summary"
         ):
             instructions = result.pop(0).text
-        originals = dict(enumerate(items))
+        originals: dict[object, Item] = dict(enumerate(items))
         return ModelInputData(
             input=messages_to_items(result, originals, converted),  # type: ignore[arg-type]
             instructions=instructions,
@@ -260,7 +260,7 @@ class CalibrationHooks(RunHooks[Any]):
         specs = [{"name": getattr(t, "name", ""), "description": getattr(t, "description", ""),
                   "parameters": getattr(t, "params_json_schema", {})} for t in agent.tools]
         estimate = self.counter.base_count(messages) + self.counter.tool_specs_tokens(
-            specs)  # type: ignore[arg-type]
+            specs)
         self._pending[id(context)] = estimate
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any],
