@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -44,7 +46,9 @@ from ctxstack.store.models import CompactionCheckpoint, Conversation, Message, U
 
 ITEM_KEY = "item"
 SERVICE_USER = "ctxstack-integrations"
-_migrated: set[str] = set()
+# Engines already migrated by a store (weak: an engine's identity, not its URL, since two
+# PostgreSQL schemas share a URL).
+_migrated: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def conversation_id_for(namespace: str, session_id: str) -> str:
@@ -79,11 +83,9 @@ class ItemStore:
         if self._factory is None:
             engine = (self._database if isinstance(self._database, AsyncEngine)
                       else create_engine_from_url(self._database))
-            key = engine.url.render_as_string(hide_password=True) + repr(
-                engine.dialect.default_schema_name)
-            if self._migrate and key not in _migrated:
+            if self._migrate and engine.sync_engine not in _migrated:
                 await upgrade(engine)
-                _migrated.add(key)
+                _migrated.add(engine.sync_engine)
             self._engine, self._factory = engine, session_factory(engine)
         return self._factory
 

@@ -1,0 +1,298 @@
+"""The OpenAI Agents SDK adapter driving a real ``Runner`` with the SDK's ``ScriptedModel``.
+
+Every model call is checked as the provider would see it: within budget, every
+``function_call`` answered by its ``function_call_output`` (and no output without its
+call), no reasoning item left without what it reasoned about, the instructions and the
+latest user message intact. Sessions run on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, Session, function_tool, trace
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
+from agents.usage import Usage as AgentsUsage
+from openai.types.responses import ResponseReasoningItem
+from openai.types.responses.response_reasoning_item import Summary
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ctxstack import (
+    CalibratingCounter,
+    ChatMessage,
+    ConfigError,
+    ContextGuard,
+    InputError,
+    ScriptedLLM,
+)
+from ctxstack.integrations._responses import items_to_messages
+from ctxstack.integrations.openai_agents import (
+    CalibrationHooks,
+    CtxstackSession,
+    input_filter,
+)
+from ctxstack.store import list_messages, session_factory
+
+INSTRUCTIONS = "You are a careful inventory assistant. Use the lookup tool for every question."
+CALL_BUDGET = 1_000
+SESSION_BUDGET = 1_200
+TURNS = 32
+
+
+def question(turn: int) -> str:
+    return (f"Question {turn}: what is stored under shelf S-{turn:03d}? Please check the "
+            f"inventory and report the exact row values for shelf S-{turn:03d}.")
+
+
+@function_tool
+def lookup(key: str) -> str:
+    """Look a shelf up in the inventory."""
+    return f"{key}: " + " ".join(f"row{i}={key}-{i * 7}" for i in range(30))
+
+
+class SpanCollector(TracingProcessor):
+    def __init__(self) -> None:
+        self.spans: list[Span[Any]] = []
+
+    def on_trace_start(self, trace: Trace) -> None: ...
+    def on_trace_end(self, trace: Trace) -> None: ...
+    def on_span_start(self, span: Span[Any]) -> None: ...
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        self.spans.append(span)
+
+    def shutdown(self) -> None: ...
+    def force_flush(self) -> None: ...
+
+
+@pytest.fixture
+def spans() -> Iterator[SpanCollector]:
+    collector = SpanCollector()
+    set_trace_processors([collector])  # also keeps the default exporter off the network
+    try:
+        yield collector
+    finally:
+        set_trace_processors([])
+
+
+def summariser() -> ScriptedLLM:
+    return ScriptedLLM(handler=lambda messages, tools: (
+        "The user asked about several shelves; each was looked up with the lookup tool "
+        "and the row values were reported back."))
+
+
+class Inventory:
+    """The test model's behaviour: tool calls (with reasoning) first, then an answer."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.calls: list[ModelCall] = []
+
+    def respond(self, call: ModelCall) -> list[Any]:
+        self.calls.append(call)
+        items = call.input if isinstance(call.input, list) else []
+        last = items[-1] if items else {}
+        if isinstance(last, dict) and last.get("type") == "function_call_output":
+            return [assistant_message(f"Shelf S-{self.turn:03d} holds the rows listed.",
+                                      item_id=f"msg_{self.turn}")]
+        self.turn += 1
+        n = self.turn
+        reasoning = ResponseReasoningItem(
+            id=f"rs_{n}", type="reasoning",
+            summary=[Summary(text=f"Need to look up shelf {n}.", type="summary_text")])
+        calls = [function_call("lookup", {"key": f"S-{n:03d}"}, call_id=f"call_{n}_a")]
+        if n % 3 == 0:  # parallel tool calls every third turn
+            calls.append(function_call("lookup", {"key": f"S-{n:03d}-b"}, call_id=f"call_{n}_b"))
+        return [reasoning, *calls]
+
+
+def input_tokens(guard: ContextGuard, call: ModelCall) -> int:
+    messages = items_to_messages(list(call.input))
+    if call.system_instructions:
+        messages.insert(0, ChatMessage.system(call.system_instructions))
+    return guard.counter.count_messages(messages)
+
+
+def assert_valid_for_provider(items: list[dict[str, Any]]) -> None:
+    """The Responses-API pairing rules the provider enforces on an input list."""
+    calls: list[str] = []
+    outputs: set[str] = set()
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            calls.append(item["call_id"])
+        elif kind == "function_call_output":
+            assert item["call_id"] in calls, f"output {item['call_id']} without its call"
+            outputs.add(item["call_id"])
+        elif kind == "reasoning":
+            nxt = items[i + 1] if i + 1 < len(items) else None
+            assert nxt is not None, "reasoning item at the end of the input"
+            assert nxt.get("type") == "function_call" or nxt.get("role") == "assistant", (
+                "reasoning item left without its output")
+    assert set(calls) <= outputs, f"calls without outputs: {set(calls) - outputs}"
+
+
+async def test_agent_runs_32_tool_turns_within_budget(
+    db_engine: AsyncEngine, spans: SpanCollector
+) -> None:
+    guard = ContextGuard(compact_llm=summariser())
+    session = CtxstackSession("user-42", guard, SESSION_BUDGET, db_engine)
+    behaviour = Inventory()
+    model = ScriptedModel([ModelStep.respond(behaviour.respond) for _ in range(3 * TURNS)])
+    agent = Agent(name="inventory", instructions=INSTRUCTIONS, model=model, tools=[lookup])
+    filt = input_filter(guard, CALL_BUDGET)
+    config = RunConfig(call_model_input_filter=filt, workflow_name="inventory")
+
+    with trace("inventory conversation"):  # session reads happen outside a run's trace
+        for turn in range(1, TURNS + 1):
+            result = await Runner.run(agent, question(turn), session=session,
+                                      run_config=config)
+            assert result.final_output == f"Shelf S-{turn:03d} holds the rows listed."
+
+    assert len(behaviour.calls) == 2 * TURNS
+    for call in behaviour.calls:
+        items = list(call.input)
+        assert input_tokens(guard, call) <= CALL_BUDGET
+        assert call.system_instructions == INSTRUCTIONS
+        assert_valid_for_provider(items)
+    for turn, call in enumerate(behaviour.calls[::2], start=1):  # first call of each turn
+        users = [i for i in call.input if i.get("role") == "user"]
+        assert users[-1]["content"] == question(turn)
+
+    # Compaction happened, by summary, and was reported through the SDK's tracing.
+    assert any(e.method == "llm" for e in session.events)
+    assert any(e.method == "llm" for e in filt.events)
+    assert all(e.tokens_after <= e.budget for e in session.events + filt.events)
+    compaction_spans = [s for s in spans.spans
+                        if getattr(s.span_data, "name", None) == "ctxstack.compaction"]
+    assert len(compaction_spans) == len(session.events) + len(filt.events)
+    assert compaction_spans[0].span_data.data["method"] in ("llm", "truncate")
+
+    # The summary is a system message item, and later runs started from the checkpoint.
+    history = await session.get_items()
+    assert history[0]["role"] == "system"
+    assert history[0]["content"].startswith("[Conversation summary]")
+    assert any(i.get("content", "").startswith("[Conversation summary]")
+               for call in behaviour.calls[-2:] for i in call.input if i.get("role") == "system")
+
+    # Nothing is lost: every item of every turn is stored verbatim.
+    stored = await list_messages(session_factory(db_engine), session._store.conversation_id)
+    expected = sum(1 + 1 + (2 if t % 3 == 0 else 1) * 2 + 1 for t in range(1, TURNS + 1))
+    assert len(stored) == expected
+    await session.close()
+
+
+async def test_session_protocol_and_persistence(db_engine: AsyncEngine) -> None:
+    guard = ContextGuard()
+    session = CtxstackSession("abc", guard, 10_000, db_engine)
+    assert isinstance(session, Session)
+    assert await session.get_items() == []
+    assert await session.pop_item() is None
+    items = [
+        {"role": "user", "content": "hello"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"key":"a"}',
+         "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a=1"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a is 1",
+                                           "annotations": []}],
+         "type": "message", "id": "msg_1", "status": "completed"},
+    ]
+    await session.add_items(items)
+    assert await session.get_items() == items
+    assert await session.get_items(limit=2) == items[2:]
+
+    # Another instance (another process, say) sees the same session; other ids do not.
+    again = CtxstackSession("abc", guard, 10_000, db_engine)
+    assert await again.get_items() == items
+    other = CtxstackSession("abd", guard, 10_000, db_engine)
+    assert await other.get_items() == []
+
+    assert await session.pop_item() == items[-1]
+    assert await again.get_items() == items[:-1]
+    await session.clear_session()
+    assert await again.get_items() == []
+    await session.add_items(items[:1])  # a cleared session can be used again
+    assert await session.get_items() == items[:1]
+    for s in (session, again, other):
+        await s.close()
+
+
+async def test_truncating_session_never_splits_a_tool_pair(tmp_path: Any) -> None:
+    guard = ContextGuard()
+    session = CtxstackSession("t", guard, 120, f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+    items: list[dict[str, Any]] = []
+    for n in range(20):
+        items += [
+            {"role": "user", "content": f"question {n} " + "pad " * 20},
+            {"type": "reasoning", "id": f"rs_{n}", "summary": []},
+            {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": "x " * 40},
+        ]
+    await session.add_items(items)
+    history = await session.get_items()
+    assert history
+    assert history == items[-len(history):]
+    assert history[0]["role"] == "user"
+    assert_valid_for_provider(history)
+    assert session.events
+    assert session.events[0].method == "truncate"
+    await session.close()
+
+
+async def test_input_filter_returns_the_input_untouched_within_budget() -> None:
+    guard = ContextGuard()
+    filt = input_filter(guard, 10_000)
+    behaviour = Inventory()
+    model = ScriptedModel([ModelStep.respond(behaviour.respond) for _ in range(2)])
+    agent = Agent(name="a", instructions=INSTRUCTIONS, model=model, tools=[lookup])
+    await Runner.run(agent, question(1),
+                     run_config=RunConfig(call_model_input_filter=filt, tracing_disabled=True))
+    assert filt.events == []
+    assert behaviour.calls[0].input == [{"role": "user", "content": question(1)}]
+
+
+async def test_calibration_hooks_learn_from_reported_usage() -> None:
+    counter = CalibratingCounter()
+    guard = ContextGuard(counter=counter)
+    filt = input_filter(guard, 10_000)
+    assert filt.counter is counter
+    behaviour = Inventory()
+    model = ScriptedModel([ModelStep.respond(behaviour.respond) for _ in range(2)],
+                          default_usage=AgentsUsage(requests=1, input_tokens=900,
+                                                    output_tokens=5, total_tokens=905))
+    agent = Agent(name="a", instructions=INSTRUCTIONS * 3, model=model, tools=[lookup])
+    await Runner.run(agent, question(1), hooks=CalibrationHooks(counter),
+                     run_config=RunConfig(call_model_input_filter=filt, tracing_disabled=True))
+    assert counter.samples() == 2
+    assert counter.factor() > 1.0  # 900 reported is more than the estimate
+
+
+def test_bad_arguments_are_refused_with_the_argument_named(tmp_path: Any) -> None:
+    guard = ContextGuard()
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(ConfigError, match="budget"):
+        CtxstackSession("s", guard, 0, url)
+    with pytest.raises(ConfigError, match="guard"):
+        CtxstackSession("s", object(), 100, url)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="counter"):
+        input_filter(guard, 100, counter=CalibratingCounter())  # not the guard's counter
+    with pytest.raises(InputError, match="session_id"):
+        CtxstackSession("", guard, 100, url)
+
+
+def test_missing_extra_names_the_install_command() -> None:
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "try:\n"
+        "    import ctxstack.integrations.openai_agents\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "pip install 'ctxstack[openai-agents]'" in out
