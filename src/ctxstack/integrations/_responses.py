@@ -113,10 +113,10 @@ def _output_text(output: object) -> str | list[ContentPart] | None:
 
 
 def items_to_messages(
-    items: Sequence[object], keys: Sequence[object] | None = None
+    items: Sequence[object], keys: Sequence[object] | None = None, *, start: int = 0
 ) -> list[ChatMessage]:
     """Convert input items to guardable messages; ``keys[i]`` names item ``i`` (default
-    its index) in ``metadata["items"]``."""
+    its index plus ``start``) in ``metadata["items"]``."""
     out: list[ChatMessage] = []
     texts: list[str] = []
     calls: list[ToolCall] = []
@@ -134,7 +134,7 @@ def items_to_messages(
 
     for i, raw in enumerate(items):
         item = as_item(raw)
-        key = keys[i] if keys is not None else i
+        key = keys[i] if keys is not None else i + start
         kind = _kind(item)
         if kind == "message":
             flush()
@@ -156,6 +156,40 @@ def items_to_messages(
                 texts.append(json.dumps(item, ensure_ascii=False, default=str))
     flush()
     return out
+
+
+class PrefixCache:
+    """Conversions of the previous call, reused while the input only grows.
+
+    Within a run the SDK hands the filter a new list holding the *same* item objects plus
+    the new ones, so the messages converted from an unchanged prefix are reused — with
+    their cached token counts — and only the tail is converted: the per-call cost stays
+    near the guard's own under-budget cost instead of growing with the history.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[Item] = []
+        self._messages: list[ChatMessage] = []
+
+    def convert(self, items: list[Item]) -> list[ChatMessage]:
+        previous = self._items
+        same = 0
+        for old, new in zip(previous, items, strict=False):
+            if old is not new:
+                break
+            same += 1
+        reused: list[ChatMessage] = []
+        for message in self._messages:
+            refs = message.metadata[ITEMS_KEY]
+            if refs[-1] >= same:
+                break
+            reused.append(message)
+        if reused:
+            reused.pop()  # the last group may continue past the shared prefix
+        start = reused[-1].metadata[ITEMS_KEY][-1] + 1 if reused else 0
+        messages = reused + items_to_messages(items[start:], start=start)
+        self._items, self._messages = list(items), messages
+        return list(messages)
 
 
 def message_to_items(message: ChatMessage) -> list[Item]:

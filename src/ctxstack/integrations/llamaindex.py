@@ -201,6 +201,8 @@ class GuardedMemory(BaseMemory):
     _summary: LIMessage | None = PrivateAttr(default=None)
     _start: int = PrivateAttr(default=0)
     _events: list[CompactionEvent] = PrivateAttr(default_factory=list)
+    _converted: list[tuple[LIMessage, ChatMessage]] = PrivateAttr(default_factory=list)
+    _pinned: tuple[ChatMessage, ChatMessage] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         guard = data.get("guard")
@@ -272,22 +274,24 @@ class GuardedMemory(BaseMemory):
         """The history fitted to the budget: system messages, the summary if any, the
         newest messages verbatim; the latest user message is always kept."""
         history = self.messages
+        all_converted = self._convert_all()
         start = self._start if self._summary is not None and self._start <= len(history) else 0
         keys = [i for i, m in enumerate(history[:start]) if m.role == MessageRole.SYSTEM]
         keys += range(start, len(history))
-        converted = {k: to_ctx(history[k], k) for k in keys}
+        converted = {k: all_converted[k] for k in keys}
         messages = list(converted.values())
-        if start:
+        sources: list[LIMessage] = [history[k] for k in keys]
+        if start and self._summary is not None:
             at = sum(1 for k in keys if k < start)
-            assert self._summary is not None
             messages.insert(at, to_ctx(self._summary, -1).replace(metadata={"kind": "summary"}))
+            sources.insert(at, self._summary)
         last_user = next((i for i in range(len(messages) - 1, -1, -1)
                           if messages[i].role == "user"), None)
         if last_user is not None:
-            query = messages[last_user]
-            messages[last_user] = query.replace(pinned=True,
-                                                metadata={**query.metadata, "kind": "query"})
+            messages[last_user] = self._pinned_query(messages[last_user])
         outcome = await guarded(self.guard, messages, self.budget, self.hint)  # type: ignore[arg-type]
+        if outcome.messages is messages:
+            return sources
         if outcome.events:
             self._record(outcome.events, outcome.messages)
         out: list[LIMessage] = []
@@ -301,6 +305,25 @@ class GuardedMemory(BaseMemory):
             else:
                 out.append(from_ctx(m, history[key]))  # type: ignore[index]
         return out
+
+    def _convert_all(self) -> list[ChatMessage]:
+        """Every stored message converted, reusing earlier conversions (and with them
+        their cached token counts) for messages that are still the same objects."""
+        cache = self._converted
+        history = self.messages
+        del cache[len(history):]
+        for i, message in enumerate(history):
+            if i == len(cache):
+                cache.append((message, to_ctx(message, i)))
+            elif cache[i][0] is not message:
+                cache[i] = (message, to_ctx(message, i))
+        return [c for _, c in cache]
+
+    def _pinned_query(self, query: ChatMessage) -> ChatMessage:
+        if self._pinned is None or self._pinned[0] is not query:
+            self._pinned = (query, query.replace(
+                pinned=True, metadata={**query.metadata, "kind": "query"}))
+        return self._pinned[1]
 
     def _record(self, events: Sequence[CompactionEvent], result: list[ChatMessage]) -> None:
         self._events.extend(events)

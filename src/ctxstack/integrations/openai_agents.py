@@ -40,6 +40,7 @@ from ctxstack.integrations._guarding import check_counter, check_guard, guarded,
 from ctxstack.integrations._responses import (
     ITEMS_KEY,
     Item,
+    PrefixCache,
     as_item,
     items_to_messages,
     messages_to_items,
@@ -187,20 +188,23 @@ class InputFilter:
         self.hint = hint
         self.counter = check_counter(guard, counter)
         self.events: list[CompactionEvent] = []
+        self._cache = PrefixCache()
+        self._system: ChatMessage | None = None
+        self._pinned: tuple[ChatMessage, ChatMessage] | None = None
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
         items = [as_item(i) for i in model_data.input]
-        messages = items_to_messages(items)
-        converted = {tuple(m.metadata[ITEMS_KEY]): m for m in messages}
+        messages = self._cache.convert(items)
+        converted = list(messages)
         last_user = next((i for i in range(len(messages) - 1, -1, -1)
                           if messages[i].role == "user"), None)
         if last_user is not None:
-            query = messages[last_user]
-            messages[last_user] = query.replace(
-                pinned=True, metadata={**query.metadata, "kind": "query"})
+            messages[last_user] = self._pinned_query(messages[last_user])
         if model_data.instructions:
-            messages.insert(0, ChatMessage.system(model_data.instructions, pinned=True))
+            if self._system is None or self._system.content != model_data.instructions:
+                self._system = ChatMessage.system(model_data.instructions, pinned=True)
+            messages.insert(0, self._system)
         outcome = await guarded(self.guard, messages, self.budget, self.hint)
         if outcome.messages is messages:
             return model_data
@@ -213,10 +217,19 @@ class InputFilter:
         ):
             instructions = result.pop(0).text
         originals: dict[object, Item] = dict(enumerate(items))
+        by_refs = {tuple(m.metadata[ITEMS_KEY]): m for m in converted}
         return ModelInputData(
-            input=messages_to_items(result, originals, converted),  # type: ignore[arg-type]
+            input=messages_to_items(result, originals, by_refs),  # type: ignore[arg-type]
             instructions=instructions,
         )
+
+    def _pinned_query(self, query: ChatMessage) -> ChatMessage:
+        """The latest user message pinned as the query (the copy reused while it is the
+        same message, so its token count stays cached)."""
+        if self._pinned is None or self._pinned[0] is not query:
+            self._pinned = (query, query.replace(
+                pinned=True, metadata={**query.metadata, "kind": "query"}))
+        return self._pinned[1]
 
 
 def input_filter(
