@@ -18,6 +18,8 @@ from agents import Agent, RunConfig, Runner, Session, function_tool, trace
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 from agents.usage import Usage as AgentsUsage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,7 +32,7 @@ from ctxstack import (
     InputError,
     ScriptedLLM,
 )
-from ctxstack.integrations._responses import items_to_messages
+from ctxstack.integrations._responses import PrefixCache, items_to_messages
 from ctxstack.integrations.openai_agents import (
     CalibrationHooks,
     CtxstackSession,
@@ -296,3 +298,28 @@ def test_missing_extra_names_the_install_command() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "pip install 'ctxstack[openai-agents]'" in out
+
+
+_KINDS = {
+    "user": lambda n: {"role": "user", "content": f"u{n}"},
+    "reasoning": lambda n: {"type": "reasoning", "id": f"rs{n}", "summary": []},
+    "call": lambda n: {"type": "function_call", "call_id": f"c{n}", "name": "f",
+                       "arguments": "{}"},
+    "output": lambda n: {"type": "function_call_output", "call_id": f"c{n}", "output": "o"},
+    "assistant": lambda n: {"role": "assistant", "content": f"a{n}"},
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(sorted(_KINDS)), min_size=1, max_size=4),
+                min_size=1, max_size=8))
+def test_prefix_cache_converts_a_growing_input_like_a_fresh_conversion(
+    steps: list[list[str]],
+) -> None:
+    cache = PrefixCache()
+    items: list[dict[str, Any]] = []
+    for step in steps:
+        items = [*items, *(_KINDS[k](len(items) + j) for j, k in enumerate(step))]
+        cached = cache.convert(items)
+        fresh = items_to_messages(items)
+        assert [m.model_dump() for m in cached] == [m.model_dump() for m in fresh]

@@ -184,8 +184,10 @@ class PrefixCache:
             if refs[-1] >= same:
                 break
             reused.append(message)
-        if reused:
-            reused.pop()  # the last group may continue past the shared prefix
+        if reused and reused[-1].role == "assistant" and (
+            reused[-1].metadata[ITEMS_KEY][-1] == same - 1
+        ):
+            reused.pop()  # an assistant group ending at the prefix may continue past it
         start = reused[-1].metadata[ITEMS_KEY][-1] + 1 if reused else 0
         messages = reused + items_to_messages(items[start:], start=start)
         self._items, self._messages = list(items), messages
