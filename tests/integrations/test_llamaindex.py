@@ -238,3 +238,11 @@ def test_missing_extra_names_the_install_command() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert "pip install 'ctxstack[llamaindex]'" in out
+
+
+def test_example_runs_offline() -> None:
+    done = subprocess.run([sys.executable, "examples/llamaindex_memory.py"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "compaction: llm" in done.stdout
+    assert "turn 12: Found: shelf 12" in done.stdout

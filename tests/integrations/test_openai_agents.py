@@ -323,3 +323,11 @@ def test_prefix_cache_converts_a_growing_input_like_a_fresh_conversion(
         cached = cache.convert(items)
         fresh = items_to_messages(items)
         assert [m.model_dump() for m in cached] == [m.model_dump() for m in fresh]
+
+
+def test_example_runs_offline() -> None:
+    done = subprocess.run([sys.executable, "examples/openai_agents_session.py"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "compaction: llm" in done.stdout
+    assert "turn 12: Found it: shelf 12" in done.stdout

@@ -15,6 +15,7 @@ so these sessions never appear among a human user's conversations.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import weakref
@@ -78,16 +79,23 @@ class ItemStore:
         self._engine: AsyncEngine | None = None
         self._owns_engine = not isinstance(database, AsyncEngine)
         self._owner_id: int | None = None
+        self._lock: asyncio.Lock | None = None
 
     async def factory(self) -> SessionFactory:
-        if self._factory is None:
+        if self._factory is not None:
+            return self._factory
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # concurrent first calls make one engine, migrate once
+            if self._factory is not None:
+                return self._factory
             engine = (self._database if isinstance(self._database, AsyncEngine)
                       else create_engine_from_url(self._database))
             if self._migrate and engine.sync_engine not in _migrated:
                 await upgrade(engine)
                 _migrated.add(engine.sync_engine)
             self._engine, self._factory = engine, session_factory(engine)
-        return self._factory
+            return self._factory
 
     async def close(self) -> None:
         """Dispose of the engine this store created (a given engine is the caller's)."""

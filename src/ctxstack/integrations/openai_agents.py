@@ -17,8 +17,10 @@
 Conversion (:mod:`._responses`) keeps ``function_call`` / ``function_call_output`` pairs
 together, carries reasoning items with their turn, returns untouched items verbatim, and
 writes the summary as a ``system`` message item. Each compaction is recorded as a custom
-tracing span ``ctxstack.compaction`` (the SDK's own tracing; a no-op outside a trace), is
-logged on ``ctxstack.integrations.openai_agents``, and reaches the guard's ``on_compact``.
+tracing span ``ctxstack.compaction`` (the SDK's own tracing; a no-op outside a trace —
+the SDK reads the session before it opens a run's trace, so wrap runs in
+``agents.trace(...)`` to see the session's), is logged on
+``ctxstack.integrations.openai_agents``, and reaches the guard's ``on_compact``.
 """
 
 from __future__ import annotations
@@ -178,7 +180,12 @@ class CtxstackSession:
 
 
 class InputFilter:
-    """The ``call_model_input_filter`` built by :func:`input_filter` (see there)."""
+    """The ``call_model_input_filter`` built by :func:`input_filter` (see there).
+
+    ``events`` lists the compactions it caused. Within a run the SDK passes the same item
+    objects again plus the new ones: their conversion is reused (see
+    :class:`~ctxstack.integrations._responses.PrefixCache`).
+    """
 
     def __init__(self, guard: ContextGuard, budget: int | ModelBudget, *,
                  hint: Hint = "react_iteration",
@@ -243,7 +250,12 @@ def input_filter(
 
     Counts the instructions (the agent's system prompt) and the input items; pins the
     latest user message; returns the SDK's ``ModelInputData`` unchanged when it fits.
-    Use as ``RunConfig(call_model_input_filter=input_filter(guard, budget))``.
+    Use as ``RunConfig(call_model_input_filter=input_filter(guard, budget))``. Tool
+    schemas are not counted: leave room for them in ``budget``.
+
+    Not for server-managed conversation state (``previous_response_id`` /
+    ``conversation_id``): there the input holds only the new items and the server keeps
+    the history, so there is nothing here to fit.
 
     Raises:
         ConfigError: a bad guard, budget or counter.
