@@ -246,3 +246,25 @@ def test_example_runs_offline() -> None:
     assert done.returncode == 0, done.stderr
     assert "compaction: llm" in done.stdout
     assert "turn 12: Found: shelf 12" in done.stdout
+
+
+async def test_oversized_tool_result_is_cut_in_llamaindex_form() -> None:
+    memory = GuardedMemory.from_defaults(guard=ContextGuard(max_message_chars=1_000),
+                                         budget=50_000)
+    call = LIMessage(role="assistant", blocks=[ToolCallBlock(
+        tool_call_id="c1", tool_name="read_log", tool_kwargs={})])
+    result = LIMessage(role="tool", content="log line\n" * 1_000,
+                       additional_kwargs={"tool_call_id": "c1"})
+    question = LIMessage(role="user", content="Summarise the log.")
+    memory.set([question, call, result])
+    got = await memory.aget()
+    assert got[0] is question
+    assert got[1] is call
+    assert got[2] is not result
+    assert got[2].role == MessageRole.TOOL
+    assert got[2].additional_kwargs["tool_call_id"] == "c1"
+    assert got[2].content is not None
+    assert "[Truncated" in got[2].content
+    assert len(got[2].content) <= 1_000
+    assert memory.get_all()[2] is result  # the stored message is not changed
+    assert_valid_tool_sequence(got)

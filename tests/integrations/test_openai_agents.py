@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner, Session, function_tool, trace
+from agents.run_config import CallModelData, ModelInputData
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 from agents.usage import Usage as AgentsUsage
@@ -331,3 +332,57 @@ def test_example_runs_offline() -> None:
     assert done.returncode == 0, done.stderr
     assert "compaction: llm" in done.stdout
     assert "turn 12: Found it: shelf 12" in done.stdout
+
+
+async def test_oversized_items_are_cut_and_rebuilt_around_their_calls() -> None:
+    guard = ContextGuard(max_message_chars=1_000)
+    filt = input_filter(guard, 50_000)
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "Summarise the log."},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "message", "role": "assistant", "id": "msg_1",
+         "content": [{"type": "output_text", "text": "thinking aloud " * 200,
+                      "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "read_log", "arguments": "{}",
+         "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "log line\n" * 1_000},
+    ]
+    agent = Agent(name="a", instructions="Be brief.")
+    out = await filt(CallModelData(model_data=ModelInputData(input=list(items),  # type: ignore[arg-type]
+                                                             instructions="Be brief."),
+                                   agent=agent, context=None))
+    got = list(out.input)
+    assert_valid_for_provider(got)  # type: ignore[arg-type]
+    assert got[0] is items[0]  # untouched items come back as the very objects
+    assert [i.get("type") for i in got[1:]] == ["message", "function_call",
+                                                "function_call_output"]
+    assert "[Truncated" in got[1]["content"]
+    assert got[2]["call_id"] == "c1"
+    assert "id" not in got[2]  # rebuilt without its reasoning: no server identity
+    assert "[Truncated" in got[3]["output"]
+    assert got[3]["call_id"] == "c1"
+    assert len(got[3]["output"]) <= 1_000
+    assert out.instructions == "Be brief."
+
+
+async def test_session_summarises_once_per_overflow_and_pop_drops_stale_checkpoints(
+    tmp_path: Any,
+) -> None:
+    llm = summariser()
+    guard = ContextGuard(compact_llm=llm)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    session = CtxstackSession("s", guard, 400, url)
+    for n in range(12):
+        await session.add_items([{"role": "user", "content": f"question {n} " + "pad " * 30},
+                                 {"role": "assistant", "content": f"answer {n} " + "pad " * 30}])
+    first = await session.get_items()
+    assert first[0]["content"].startswith("[Conversation summary]")
+    calls = len(llm.calls)
+    again = CtxstackSession("s", guard, 400, url)  # a later run, another instance
+    assert await again.get_items() == first  # started from the checkpoint: no new summary
+    assert len(llm.calls) == calls
+    while await again.pop_item() is not None:
+        pass
+    assert await again.get_items() == []  # no checkpoint outlives the items it covered
+    for s in (session, again):
+        await s.close()
