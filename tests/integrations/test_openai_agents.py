@@ -386,3 +386,44 @@ async def test_session_summarises_once_per_overflow_and_pop_drops_stale_checkpoi
     assert await again.get_items() == []  # no checkpoint outlives the items it covered
     for s in (session, again):
         await s.close()
+
+
+@st.composite
+def tool_turns(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A valid history: turns of user → (reasoning, calls, outputs)* → answer."""
+    items: list[dict[str, Any]] = []
+    for t in range(draw(st.integers(1, 8))):
+        items.append({"role": "user", "content": f"q{t} " + "w " * draw(st.integers(0, 80))})
+        for s in range(draw(st.integers(0, 2))):
+            ids = [f"c{t}_{s}_{k}" for k in range(draw(st.integers(1, 2)))]
+            if draw(st.booleans()):
+                items.append({"type": "reasoning", "id": f"rs{t}_{s}", "summary": []})
+            items += [{"type": "function_call", "call_id": i, "name": "f", "arguments": "{}"}
+                      for i in ids]
+            items += [{"type": "function_call_output", "call_id": i,
+                       "output": "o " * draw(st.integers(0, 120))} for i in ids]
+        items.append({"role": "assistant", "content": f"a{t}"})
+    return items
+
+
+@settings(max_examples=80, deadline=None)
+@given(tool_turns(), st.integers(60, 1_500))
+async def test_filter_output_is_always_a_valid_verbatim_suffix(
+    items: list[dict[str, Any]], budget: int
+) -> None:
+    filt = input_filter(ContextGuard(), budget)
+    agent = Agent(name="a")
+    out = await filt(CallModelData(model_data=ModelInputData(input=list(items),  # type: ignore[arg-type]
+                                                             instructions=None),
+                                   agent=agent, context=None))
+    got = list(out.input)
+    assert_valid_for_provider(got)  # type: ignore[arg-type]
+    assert filt.guard.counter.count_messages(items_to_messages(got)) <= budget
+    last_user = max(i for i, item in enumerate(items) if item.get("role") == "user")
+    query = items[last_user]["content"]
+    users = [i["content"] for i in got if i.get("role") == "user"]
+    # The latest user message is never dropped; only one that alone exceeds the guard's
+    # pinned cap (half the budget) is cut head+tail.
+    assert users[-1] == query or (users[-1].startswith(query[:3]) and "[Truncated" in users[-1])
+    kept = [i for i in got if "[Truncated" not in str(i)]
+    assert all(any(k is i for i in items) for k in kept)  # kept items are the originals
