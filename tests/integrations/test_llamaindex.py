@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import (
     ChatMessage as LIMessage,
@@ -268,3 +270,33 @@ async def test_oversized_tool_result_is_cut_in_llamaindex_form() -> None:
     assert len(got[2].content) <= 1_000
     assert memory.get_all()[2] is result  # the stored message is not changed
     assert_valid_tool_sequence(got)
+
+
+@st.composite
+def li_histories(draw: st.DrawFn) -> list[LIMessage]:
+    out: list[LIMessage] = []
+    for t in range(draw(st.integers(1, 8))):
+        out.append(LIMessage(role="user", content=f"q{t} " + "w " * draw(st.integers(0, 80))))
+        for s in range(draw(st.integers(0, 2))):
+            ids = [f"c{t}_{s}_{k}" for k in range(draw(st.integers(1, 2)))]
+            out.append(LIMessage(role="assistant", blocks=[
+                ToolCallBlock(tool_call_id=i, tool_name="f", tool_kwargs={}) for i in ids]))
+            out += [LIMessage(role="tool", content="o " * draw(st.integers(0, 120)),
+                              additional_kwargs={"tool_call_id": i}) for i in ids]
+        out.append(LIMessage(role="assistant", content=f"a{t}"))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(li_histories(), st.integers(80, 1_500))
+async def test_memory_read_always_fits_and_keeps_tool_pairs(
+    history: list[LIMessage], budget: int
+) -> None:
+    guard = ContextGuard()
+    memory = GuardedMemory.from_defaults(guard=guard, budget=budget, chat_history=history)
+    got = await memory.aget()
+    assert tokens(guard, got) <= budget
+    assert_valid_tool_sequence(got)
+    assert all(any(m is h for h in history) for m in got
+               if "[Truncated" not in (m.content or ""))
+    assert memory.get_all() == history
