@@ -34,6 +34,7 @@ from ctxstack import (
     ChatMessage,
     CompactionEvent,
     ContextGuard,
+    CtxstackError,
     Hint,
     ModelBudget,
 )
@@ -153,9 +154,16 @@ class CtxstackSession:
             return
         summary, first_kept = found
         first_seq = first_kept[0] if isinstance(first_kept, list) and first_kept else None
-        if isinstance(first_seq, int) and first_seq > 1:
+        if not isinstance(first_seq, int) or first_seq <= 1:
+            return
+        try:
             await self._store.checkpoint(summary.text, first_seq - 1,
                                          self.guard.counter.count_message(summary))
+        except CtxstackError:
+            # The history read is complete without it; a lost checkpoint only means the
+            # next run summarises again (e.g. items popped concurrently).
+            log.warning("session %r: could not save the summary checkpoint", self.session_id,
+                        exc_info=True)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store ``items`` after the existing ones, verbatim."""
