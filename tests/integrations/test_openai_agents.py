@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +40,28 @@ from ctxstack.integrations.openai_agents import (
     input_filter,
 )
 from ctxstack.store import list_messages, session_factory
+from ctxstack.store.db import create_engine_from_url
+from tests.store.dbkit import postgres_backend
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def db_engine(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[AsyncEngine]:
+    """An engine on an empty database, SQLite or PostgreSQL (a schema per test, see
+    tests/store/dbkit.py); the session migrates it on first use."""
+    if request.param == "sqlite":
+        engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'agents.db'}")
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+        return
+    async for pg in postgres_backend():
+        engine = pg.engine()
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+
 
 INSTRUCTIONS = "You are a careful inventory assistant. Use the lookup tool for every question."
 CALL_BUDGET = 1_000
