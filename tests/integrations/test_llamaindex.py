@@ -227,6 +227,8 @@ def test_bad_arguments_are_refused() -> None:
         GuardedMemory(guard="nope", budget=100)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="counter"):
         GuardedMemory(guard=ContextGuard(), budget=100, counter=CalibratingCounter())
+    with pytest.raises(ConfigError, match="hint"):
+        GuardedMemory(guard=ContextGuard(), budget=100, hint="bogus")
 
 
 def test_missing_extra_names_the_install_command() -> None:

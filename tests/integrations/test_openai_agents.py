@@ -306,6 +306,8 @@ def test_bad_arguments_are_refused_with_the_argument_named(tmp_path: Any) -> Non
         CtxstackSession("s", object(), 100, url)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="counter"):
         input_filter(guard, 100, counter=CalibratingCounter())  # not the guard's counter
+    with pytest.raises(ConfigError, match="hint"):
+        input_filter(guard, 100, hint="bogus")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="session_id"):
         CtxstackSession("", guard, 100, url)
 
@@ -449,3 +451,24 @@ async def test_filter_output_is_always_a_valid_verbatim_suffix(
     assert users[-1] == query or (users[-1].startswith(query[:3]) and "[Truncated" in users[-1])
     kept = [i for i in got if "[Truncated" not in str(i)]
     assert all(any(k is i for i in items) for k in kept)  # kept items are the originals
+
+
+async def test_streamed_runs_use_the_session_and_the_filter(tmp_path: Any) -> None:
+    guard = ContextGuard()
+    session = CtxstackSession("stream", guard, 500, f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
+    behaviour = Inventory()
+    model = ScriptedModel([ModelStep.respond(behaviour.respond) for _ in range(24)])
+    agent = Agent(name="inventory", instructions=INSTRUCTIONS, model=model, tools=[lookup])
+    filt = input_filter(guard, 700)
+    config = RunConfig(call_model_input_filter=filt, tracing_disabled=True)
+    for turn in range(1, 9):
+        result = Runner.run_streamed(agent, question(turn), session=session, run_config=config)
+        async for _ in result.stream_events():
+            pass
+        assert result.final_output == f"Shelf S-{turn:03d} holds the rows listed."
+    assert all(call.streamed for call in behaviour.calls)
+    for call in behaviour.calls:
+        assert input_tokens(guard, call) <= 700
+        assert_valid_for_provider(list(call.input))
+    assert session.events or filt.events
+    await session.close()

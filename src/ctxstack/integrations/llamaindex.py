@@ -43,6 +43,7 @@ from ctxstack import (
 from ctxstack.integrations._extra import missing_extra
 from ctxstack.integrations._guarding import check_counter, check_guard, guarded, summary_boundary
 from ctxstack.messages import ImageURL, parse_arguments
+from ctxstack.prompts import check_hint
 
 try:
     from llama_index.core.base.llms.types import (
@@ -208,6 +209,7 @@ class GuardedMemory(BaseMemory):
         guard = data.get("guard")
         data["budget"] = check_guard(guard, data.get("budget"))
         data["counter"] = check_counter(guard, data.get("counter"))  # type: ignore[arg-type]
+        data["hint"] = check_hint(data.get("hint", "general"))
         super().__init__(**data)
 
     @classmethod

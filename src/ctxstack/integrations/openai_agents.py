@@ -49,6 +49,7 @@ from ctxstack.integrations._responses import (
     messages_to_items,
 )
 from ctxstack.integrations._session_store import ItemStore
+from ctxstack.prompts import check_hint
 
 try:
     from agents import Agent, ModelResponse, RunContextWrapper, RunHooks
@@ -121,7 +122,7 @@ class CtxstackSession:
         self.budget = check_guard(guard, budget)
         self.guard = guard
         self.counter = check_counter(guard, counter)
-        self.hint = hint
+        self.hint = check_hint(hint)
         self._store = ItemStore(NAMESPACE, session_id, database_url, migrate=migrate)
         self.session_id = session_id
         self.session_settings = session_settings
@@ -200,7 +201,7 @@ class InputFilter:
                  counter: CalibratingCounter | None = None) -> None:
         self.budget = check_guard(guard, budget)
         self.guard = guard
-        self.hint = hint
+        self.hint = check_hint(hint)
         self.counter = check_counter(guard, counter)
         self.events: list[CompactionEvent] = []
         self._cache = PrefixCache()
