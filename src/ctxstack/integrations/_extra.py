@@ -1,13 +1,16 @@
-"""The ImportError every adapter raises when its framework's extra is not installed."""
+"""The one error an adapter raises when its framework is not installed."""
 
 from __future__ import annotations
 
-from typing import NoReturn
 
+def missing_extra(extra: str, package: str, cause: ImportError) -> ImportError:
+    """An ImportError telling the user which ctxstack extra brings ``package``.
 
-def missing_extra(adapter: str, extra: str, exc: ImportError) -> NoReturn:
-    """Raise an ImportError naming the extra to install (``exc`` is the original failure)."""
-    raise ImportError(
-        f"ctxstack.integrations.{adapter} needs the {extra!r} extra: "
-        f"pip install 'ctxstack[{extra}]' (import failed: {exc})"
-    ) from exc
+    Raise it ``from`` the original import failure so the underlying reason stays visible.
+    """
+    error = ImportError(
+        f"ctxstack.integrations.{extra.replace('-', '_')} needs {package}, which is not "
+        f"installed: pip install 'ctxstack[{extra}]' ({cause})"
+    )
+    error.name = package
+    return error

@@ -58,7 +58,7 @@ try:
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    missing_extra("langchain", "langchain", exc)
+    raise missing_extra("langchain", "langchain", exc) from exc
 
 from ctxstack import (
     ChatMessage,

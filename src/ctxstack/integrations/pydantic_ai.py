@@ -56,7 +56,7 @@ try:
     from pydantic_ai.models import Model, ModelRequestParameters
     from pydantic_ai.tools import ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
-    missing_extra("pydantic_ai", "pydantic-ai", exc)
+    raise missing_extra("pydantic-ai", "pydantic-ai-slim", exc) from exc
 
 from ctxstack import (
     ChatMessage,
