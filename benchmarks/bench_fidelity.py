@@ -78,7 +78,6 @@ class FidelityResult:
     mode: str
     runs: list[Run] = field(default_factory=list)
     strategies: list[Strategy] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     conversations: list[Conversation] = field(default_factory=list)
     skipped: str | None = None
 
@@ -344,8 +343,6 @@ def report_markdown(quick: bool) -> str:
             "the scripted summariser ignores the prompt, so equal figures across hints are "
             "expected here. `--llm` measures how a real model follows each hint."
         )
-    for note in res.notes:
-        parts.append(f"**Not measured:** {note}")
     for budget in BUDGETS:
         parts.append(f"#### Budget {budget:,} tokens\n\n{budget_table(res, budget)}")
     parts.append("#### Facts kept by language\n\n" + language_table(res))

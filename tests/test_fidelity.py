@@ -288,7 +288,7 @@ async def test_every_available_strategy_runs_on_a_conversation() -> None:
 
 def test_rows_compare_with_the_naive_baseline() -> None:
     res = bench_fidelity.FidelityResult(quick=True, mode="scripted")
-    res.strategies, res.notes = [NAIVE], []
+    res.strategies = [NAIVE]
     for budget in bench_fidelity.BUDGETS:
         run = bench_fidelity.Run(NAIVE.name, budget, "en", 1)
         conv = generate(1, "en", target_tokens=4_000, n_facts=4)
