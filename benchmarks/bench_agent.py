@@ -9,7 +9,10 @@ guard's estimate / truncation, trace and events.
 
 Baseline, measured in the same run: a bare no-guard loop that appends every observation and
 sends the full history on every call — the cheapest possible loop, and the token cost the
-guard exists to avoid.
+guard exists to avoid. Its *timing* is a real baseline; its *token* figures are not a
+contest: a loop with no bound sends more than a bounded one by construction, so the
+"tokens sent" and "largest prompt" rows are invariants (the guard kept every prompt within
+the budget), not wins.
 
 The ``tokens_per_iteration`` plot shows, per iteration, the input tokens of that
 iteration's call to the main model; for the LLM-compaction guard a summariser call is
@@ -45,7 +48,6 @@ OBS_GROWTH = 300
 BUDGET = 16_000
 OVERHEAD_TARGET_MS = 2.0
 AGENT_ONLY_TARGET_MS = 0.5
-TOKEN_SAVING_TARGET = 2.0
 
 
 class CallLog(UsageMeter):
@@ -219,15 +221,17 @@ def run(quick: bool) -> list[BenchRow]:
             name=f"  of which the agent itself (guard excluded), {label}", value=agent_ms,
             unit="ms", baseline=base_ms, ratio=agent_ms / base_ms if base_ms else None,
             target=f"<= {AGENT_ONLY_TARGET_MS:g} ms", met=agent_ms <= AGENT_ONLY_TARGET_MS))
-        saving = base.sent / r.sent
+        # Both rows below hold by construction: the baseline loop has no bound at all, and
+        # the guard enforces the budget before every call. They check that it did.
         rows.append(BenchRow(
             name=f"tokens sent in {ITERATIONS} iterations, {label} (ratio: x fewer)",
-            value=float(r.sent), unit="tok", baseline=float(base.sent), ratio=saving,
-            target=f">= {TOKEN_SAVING_TARGET:g}x fewer", met=saving >= TOKEN_SAVING_TARGET))
+            value=float(r.sent), unit="tok", baseline=float(base.sent),
+            ratio=base.sent / r.sent, target="fewer than the unbounded loop",
+            met=r.sent < base.sent, invariant=True))
         rows.append(BenchRow(
             name=f"largest prompt, {label} (ratio: x smaller)", value=float(r.largest),
             unit="tok", baseline=float(base.largest), ratio=base.largest / r.largest,
-            target=f"<= budget {BUDGET:,}", met=r.largest <= BUDGET))
+            target=f"<= budget {BUDGET:,}", met=r.largest <= BUDGET, invariant=True))
     return rows
 
 

@@ -8,7 +8,8 @@
    i.e. the scheduler adds little beyond the unavoidable waiting.
 2. Planner input tokens for a long conversation history, with the ``planner_input``
    summary (threshold 16,000) versus without any bound (threshold effectively infinite).
-   Target: at most 16,000 tokens.
+   An invariant, not a win: the summary is a canned answer whose length the benchmark
+   chose, so the row checks that the 16,000-token bound was applied.
 
 Run: ``python -m benchmarks.bench_dag [--quick]`` (exit status 1 if a target is missed).
 """
@@ -104,10 +105,12 @@ async def _run(quick: bool) -> list[BenchRow]:
                  unit="ms", baseline=bound * 1e3, ratio=bound / parallel,
                  target=f"<= {CRITICAL_PATH_SLACK:g}x the bound",
                  met=parallel <= CRITICAL_PATH_SLACK * bound),
+        # Holds by construction: the summary is a canned ScriptedLLM answer of fixed length,
+        # so the row checks the bound was applied, not how well a model summarises.
         BenchRow(name="planner input: 16K summary vs raw history", value=with_summary,
                  unit="tokens", baseline=without, ratio=without / with_summary,
                  target=f"<= {PLANNER_INPUT_LIMIT:,} tokens",
-                 met=with_summary <= PLANNER_INPUT_LIMIT),
+                 met=with_summary <= PLANNER_INPUT_LIMIT, invariant=True),
     ]
 
 

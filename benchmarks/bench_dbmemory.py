@@ -9,7 +9,13 @@ each), a 4,000-token budget, each load timed end to end (query, rebuild, compact
 * *baseline: whole history* — the seed's approach, every row read then truncated
   (``DbMemory(load_window=None, use_checkpoints=False)``).
 
-Target: with checkpoints the 10,000-message load within 2× of the 100-message load.
+Target: with checkpoints the 10,000-message load within 2× of the 100-message load (a
+measurement: the load must cost the same however much history lies before the
+checkpoint). The benchmark seeds the checkpoint itself, so how many rows a load after it
+reads is decided by the set-up: that row is an invariant (exactly the rows after the
+checkpoint are read), not a win, and the "with checkpoint" rows show the whole-history
+figure for scale only, without a ratio: beating it follows from the seeded checkpoint,
+not from anything the benchmark discovered.
 
 **Summariser calls.** A simulated 300-turn chat at a 4,000-token budget with an offline
 summariser (``ScriptedLLM``): each turn stores the user message, loads the history with a
@@ -215,17 +221,23 @@ async def measure(quick: bool) -> list[BenchRow]:
     rows: list[BenchRow] = []
     for n in SIZES:
         cp, win, full = lat["checkpoint"][n], lat["windowed"][n], lat["full"][n]
-        rows.append(BenchRow(f"load {n:,} msgs, with checkpoint", cp, "ms", full, full / cp,
+        # No ratio: the benchmark seeded the checkpoint, so beating the whole-history read
+        # is decided by the set-up; the baseline is shown for scale only.
+        rows.append(BenchRow(f"load {n:,} msgs, with checkpoint", cp, "ms", full, None,
                              "", None))
         rows.append(BenchRow(f"load {n:,} msgs, no checkpoint (budget-bounded read)", win,
                              "ms", full, full / win, "", None))
     growth = lat["checkpoint"][10_000] / lat["checkpoint"][100]
     full_growth = lat["full"][10_000] / lat["full"][100]
     rows.append(BenchRow("with checkpoints: 10,000-msg load / 100-msg load", growth, "x",
-                         full_growth, full_growth / growth, "<= 2x", growth <= 2.0))
+                         full_growth, None, "<= 2x", growth <= 2.0))
+    # By construction: the benchmark seeded a checkpoint covering all but the last
+    # AFTER_CHECKPOINT rows, so the load must read exactly those (an invariant, not a win).
+    cp_rows, full_rows = lat["rows"][10_000][0], lat["rows"][10_000][2]
     rows.append(BenchRow("rows read per 10,000-msg load, with checkpoint",
-                         lat["rows"][10_000][0], "rows", lat["rows"][10_000][2],
-                         lat["rows"][10_000][2] / max(1, lat["rows"][10_000][0]), "", None))
+                         cp_rows, "rows", full_rows, full_rows / max(1, cp_rows),
+                         f"= the {AFTER_CHECKPOINT} rows after the seeded checkpoint",
+                         cp_rows == AFTER_CHECKPOINT, invariant=True))
     per_turn = calls_cp / turns
     baseline_per_turn = calls_lt / turns
     rows.append(BenchRow(f"summariser calls per turn, {turns} turns at 4K (checkpoints)",

@@ -4,7 +4,9 @@ For every generated conversation (English, Chinese, Japanese, mixed; ~40K tokens
 20 planted facts), every strategy (:mod:`benchmarks.fidelity.strategies`) and every budget
 (2K, 4K, 8K, 16K tokens) we measure: the share of planted facts still present verbatim,
 the tokens the result uses, whether the system prompt and the pinned query survived, and
-whether the result is a valid OpenAI message sequence.
+whether the result is a valid OpenAI message sequence. The facts-kept figures are
+measurements; the rest (valid sequence, system prompt and pinned query kept, within
+budget, no exception) are guarantees of the library, reported as invariants.
 
 The summariser is deliberately lossy (first sentence of each message), so the figures show
 what ctxstack itself preserves. ``--llm`` (or ``CTXSTACK_BENCH_LLM=1``) summarises with the
@@ -29,6 +31,7 @@ from benchmarks.fidelity.generator import FACT_KINDS, LANGUAGES, Conversation, g
 from benchmarks.fidelity.scorer import FactsScore, Validity, check_sequence, score_facts, survived
 from benchmarks.fidelity.strategies import Strategy, all_strategies, lossy_summarizer
 from ctxstack.llm import LLM
+from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.metering import UsageMeter
 from ctxstack.tokens import HEURISTIC
 
@@ -75,7 +78,6 @@ class FidelityResult:
     mode: str
     runs: list[Run] = field(default_factory=list)
     strategies: list[Strategy] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
     conversations: list[Conversation] = field(default_factory=list)
     skipped: str | None = None
 
@@ -94,10 +96,6 @@ def conversations(quick: bool) -> list[Conversation]:
 
 def real_llm() -> LLM | str:
     """The configured fast endpoint, or the reason there is none."""
-    try:
-        from ctxstack.llm.openai import OpenAICompatibleLLM
-    except ImportError as exc:
-        return f"the OpenAI-compatible client is not available in this checkout ({exc})"
     try:
         llm: LLM = OpenAICompatibleLLM.from_env("fast")
     except Exception as exc:  # ConfigError and friends: report, never crash the suite
@@ -128,9 +126,8 @@ async def measure(conv: Conversation, strategy: Strategy, budget: int,
 
 
 async def evaluate(quick: bool, use_real_llm: bool) -> FidelityResult:
-    strategies, notes = all_strategies()
     res = FidelityResult(quick=quick, mode="real endpoint" if use_real_llm else "scripted",
-                         strategies=strategies, notes=notes)
+                         strategies=all_strategies())
     shared: LLM | None = None
     if use_real_llm:
         got = real_llm()
@@ -142,7 +139,7 @@ async def evaluate(quick: bool, use_real_llm: bool) -> FidelityResult:
         res.conversations = conversations(quick)
         for conv in res.conversations:
             for budget in BUDGETS:
-                for strategy in strategies:
+                for strategy in res.strategies:
                     res.runs.append(await measure(conv, strategy, budget, shared))
     finally:
         close = getattr(shared, "aclose", None)
@@ -224,9 +221,12 @@ def rows_from(res: FidelityResult) -> list[BenchRow]:
                 if r.strategy in {s.name for s in library if s.budgeted}]
 
     def pct_row(name: str, lib: float | None, base: float | None) -> BenchRow:
+        # The library guarantees these (valid sequence, system prompt and pinned query
+        # kept, within budget): invariants checked on every run, not wins over the naive
+        # baseline, whose figure is shown for reference only (no ratio).
         v = lib if lib is not None else 0.0
-        return BenchRow(name=name, value=v, unit="%", baseline=base,
-                        ratio=(v / base) if base else None, target="100%", met=v >= 100.0)
+        return BenchRow(name=name, value=v, unit="%", baseline=base, ratio=None,
+                        target="100%", met=v >= 100.0, invariant=True)
 
     rows.append(pct_row("valid OpenAI sequence, ctxstack strategies",
                         _valid_pct(lib_runs), _valid_pct(base_runs)))
@@ -238,7 +238,7 @@ def rows_from(res: FidelityResult) -> list[BenchRow]:
                         _pct(budgeted, attr="fits"), _pct(base_runs, attr="fits")))
     errors = sum(1 for r in lib_runs if r.error)
     rows.append(BenchRow(name="strategy errors (exceptions)", value=float(errors), unit="runs",
-                         target="0", met=errors == 0))
+                         target="0", met=errors == 0, invariant=True))
     return rows
 
 
@@ -343,8 +343,6 @@ def report_markdown(quick: bool) -> str:
             "the scripted summariser ignores the prompt, so equal figures across hints are "
             "expected here. `--llm` measures how a real model follows each hint."
         )
-    for note in res.notes:
-        parts.append(f"**Not measured:** {note}")
     for budget in BUDGETS:
         parts.append(f"#### Budget {budget:,} tokens\n\n{budget_table(res, budget)}")
     parts.append("#### Facts kept by language\n\n" + language_table(res))

@@ -26,6 +26,13 @@ class BenchRow:
     same unit (None when there is none); ``ratio`` how many times better ctxstack is (or
     the scaling factor, as the row's name says); ``target`` the goal in words; ``met``
     whether it was reached (None for figures that are only reported).
+
+    ``invariant`` marks a row that holds *by construction* — a guarantee the library
+    enforces (a result within budget, a valid message sequence), or a comparison whose
+    outcome the benchmark's own set-up decides (a checkpoint it seeded, a canned summary's
+    length, a loop without any bound). Such a row checks that the guarantee held (``met``
+    says whether it did); it is not a measured win, and the report shows it as
+    "invariant", never among the targets met.
     """
 
     name: str
@@ -35,6 +42,7 @@ class BenchRow:
     ratio: float | None = None
     target: str = ""
     met: bool | None = None
+    invariant: bool = False
 
 
 @contextmanager
@@ -104,8 +112,13 @@ def fmt_target(target: object) -> str:
     return fmt_number(target) if isinstance(target, int | float) else str(target)
 
 
-def met_mark(met: bool | None) -> str:
-    """``yes`` / ``NO`` / ``–`` (no target): a miss stands out in a table."""
+def met_mark(met: bool | None, invariant: bool = False) -> str:
+    """``yes`` / ``NO`` / ``–`` (no target): a miss stands out in a table.
+
+    An invariant row reads ``invariant`` when it held and ``BROKEN`` when it did not.
+    """
+    if invariant:
+        return "invariant" if met is not False else "**BROKEN**"
     if met is None:
         return "–"
     return "yes" if met else "NO"
@@ -129,7 +142,10 @@ def print_table(rows: Sequence[BenchRow], title: str = "", console: Console | No
                          ("ratio", "right"), ("target", "left"), ("met", "center")]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
-        met = "-" if r.met is None else ("[green]yes[/]" if r.met else "[red]no[/]")
+        if r.invariant:
+            met = "invariant" if r.met is not False else "[red]BROKEN[/]"
+        else:
+            met = "-" if r.met is None else ("[green]yes[/]" if r.met else "[red]no[/]")
         ratio = "-" if r.ratio is None else f"{r.ratio:,.1f}x"
         table.add_row(
             r.name,

@@ -118,7 +118,8 @@ def _check_rows(module: str, rows: object) -> list[BenchRow]:
                 f"{module}.run()[{i}]: {type(row).__name__} lacks BenchRow field(s) "
                 f"{', '.join(missing)}"
             )
-        out.append(BenchRow(**{f: getattr(row, f) for f in ROW_FIELDS}))
+        out.append(BenchRow(**{f: getattr(row, f) for f in ROW_FIELDS},
+                            invariant=bool(getattr(row, "invariant", False))))
     return out
 
 
@@ -204,7 +205,7 @@ def rows_table(rows: Sequence[BenchRow]) -> str:
         ratio = f"{fmt_number(r.ratio)}×" if r.ratio is not None else "–"
         lines.append(
             f"| {_cell(r.name)} | {_cell(value)} | {_cell(baseline)} | {ratio} | "
-            f"{_cell(fmt_target(r.target))} | {met_mark(r.met)} |"
+            f"{_cell(fmt_target(r.target))} | {met_mark(r.met, r.invariant)} |"
         )
     return "\n".join(lines)
 
@@ -262,16 +263,18 @@ def write_report(
         "",
         "## Summary",
         "",
-        "| benchmark | status | figures | targets met | time |",
-        "|---|---|---:|---:|---:|",
+        "| benchmark | status | figures | targets met | invariants held | time |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        judged = [row for row in r.rows if row.met is not None]
+        judged = [row for row in r.rows if row.met is not None and not row.invariant]
         met = sum(1 for row in judged if row.met)
+        invariants = [row for row in r.rows if row.invariant]
+        held = sum(1 for row in invariants if row.met is not False)
         status = "ok" if r.ok else "**FAILED**"
         lines.append(
             f"| [{r.name}](#{r.name}) | {status} | {len(r.rows)} | "
-            f"{met}/{len(judged)} | {r.seconds:.1f} s |"
+            f"{met}/{len(judged)} | {held}/{len(invariants)} | {r.seconds:.1f} s |"
         )
     for r in results:
         lines += ["", f'<a id="{r.name}"></a>', "", f"## {r.title} (`bench_{r.name}`)", ""]
@@ -368,8 +371,11 @@ def run_all(names: Sequence[str], *, quick: bool, repeat: int = 1,
 
 
 def exit_code(results: Sequence[ModuleResult], *, strict: bool = False) -> int:
-    """1 when a module failed (or, with ``strict``, a figure missed its target), else 0."""
+    """1 when a module failed or an invariant broke (or, with ``strict``, a figure missed
+    its target), else 0. A broken invariant is a bug, not a slow machine."""
     if any(not r.ok for r in results):
+        return 1
+    if any(row.invariant and row.met is False for r in results for row in r.rows):
         return 1
     if strict and any(row.met is False for r in results for row in r.rows):
         return 1
@@ -400,10 +406,15 @@ def main(argv: Sequence[str] | None = None, *, loader: Loader | None = None,
         command=command.strip(), total_seconds=total,
     )
     failed = [r.name for r in results if not r.ok]
-    missed = [f"{r.name}: {row.name}" for r in results for row in r.rows if row.met is False]
+    missed = [f"{r.name}: {row.name}" for r in results for row in r.rows
+              if row.met is False and not row.invariant]
+    broken = [f"{r.name}: {row.name}" for r in results for row in r.rows
+              if row.met is False and row.invariant]
     print(f"report: {report}")
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+    if broken:
+        print(f"INVARIANTS BROKEN ({len(broken)}): " + "; ".join(broken), file=sys.stderr)
     if missed:
         print(f"targets missed ({len(missed)}): " + "; ".join(missed), file=sys.stderr)
     if args.quick and total > QUICK_LIMIT_SECONDS:

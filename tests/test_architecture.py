@@ -1,4 +1,4 @@
-"""The package's shape, as promised in docs/DESIGN.md ("Structure").
+"""The package's shape, as promised in docs/DESIGN.md §2 ("Structure").
 
 The import-linter contracts in ``pyproject.toml`` (run by ``scripts/test``) hold the
 dependency direction; these tests hold what import-linter does not check: no import

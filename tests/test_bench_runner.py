@@ -79,6 +79,43 @@ def test_a_failing_module_is_reported_without_hiding_the_others(tmp_path: Path) 
     assert "| git commit | abc123 |" in text
 
 
+def test_invariant_rows_are_labelled_and_not_counted_as_targets_met(tmp_path: Path) -> None:
+    def rows(quick: bool) -> list[BenchRow]:
+        return [
+            BenchRow("speed", 12.5, "ms", baseline=25.0, ratio=2.0, target="≥ 1.5x", met=True),
+            BenchRow("fits the budget", 100.0, "%", target="100%", met=True, invariant=True),
+        ]
+
+    results = runner.run_all(["inv"], quick=True, loader={"inv": _module("inv", rows)}.get)
+    assert results[0].rows[1].invariant
+    text = runner.write_report(results, tmp_path, quick=True, machine=_machine(),
+                               command="benchmarks/run", total_seconds=1.0).read_text()
+    assert "| fits the budget | 100.0 % | – | – | 100% | invariant |" in text
+    # one target judged (speed), one invariant held: the invariant is not a "target met"
+    assert "| [inv](#inv) | ok | 2 | 1/1 | 1/1 |" in text
+    assert runner.exit_code(results) == 0
+
+
+def test_a_broken_invariant_fails_the_run_even_without_strict(tmp_path: Path) -> None:
+    def rows(quick: bool) -> list[BenchRow]:
+        return [BenchRow("fits the budget", 97.0, "%", target="100%", met=False,
+                         invariant=True)]
+
+    results = runner.run_all(["inv"], quick=True, loader={"inv": _module("inv", rows)}.get)
+    text = runner.write_report(results, tmp_path, quick=True, machine=_machine(),
+                               command="benchmarks/run", total_seconds=1.0).read_text()
+    assert "| fits the budget | 97.00 % | – | – | 100% | **BROKEN** |" in text
+    assert runner.exit_code(results) == 1
+
+
+def test_rows_from_another_class_keep_their_invariant_flag() -> None:
+    class Row:
+        name, value, unit, baseline, ratio, target, met = "x", 1.0, "u", None, None, "", True
+        invariant = True
+
+    assert runner._check_rows("m", [Row()])[0].invariant
+
+
 def test_import_errors_become_failed_results(tmp_path: Path) -> None:
     result = runner.import_module("does_not_exist")
     assert isinstance(result, runner.ModuleResult)

@@ -277,7 +277,7 @@ async def test_measure_scores_a_strategy_run() -> None:
 
 async def test_every_available_strategy_runs_on_a_conversation() -> None:
     """Wiring check: each strategy the benchmark finds runs and is scored (no exceptions)."""
-    strategies, _ = all_strategies()
+    strategies = all_strategies()
     conv = generate(3, "mixed", target_tokens=8_000, n_facts=8)
     for strategy in strategies:
         run = await bench_fidelity.measure(conv, strategy, 2_000, None)
@@ -288,7 +288,7 @@ async def test_every_available_strategy_runs_on_a_conversation() -> None:
 
 def test_rows_compare_with_the_naive_baseline() -> None:
     res = bench_fidelity.FidelityResult(quick=True, mode="scripted")
-    res.strategies, res.notes = [NAIVE], []
+    res.strategies = [NAIVE]
     for budget in bench_fidelity.BUDGETS:
         run = bench_fidelity.Run(NAIVE.name, budget, "en", 1)
         conv = generate(1, "en", target_tokens=4_000, n_facts=4)

@@ -1,4 +1,4 @@
-"""ContextGuard: the per-iteration budget enforcer (DESIGN §3 layer 3)."""
+"""ContextGuard: the per-iteration budget enforcer (docs/DESIGN.md §3, layer 3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The import paths DESIGN.md §2 promises are part of the contract."""
+"""The import paths docs/DESIGN.md §2.3 promises are part of the contract."""
 
 from __future__ import annotations
 

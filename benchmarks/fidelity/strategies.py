@@ -26,8 +26,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxstack.compact import CompactUtils
 from ctxstack.llm import LLM, ScriptedLLM
 from ctxstack.llm.scripted import first_sentence_summarizer
+from ctxstack.memory import SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import HINTS
 from ctxstack.tokens import HEURISTIC
@@ -88,43 +90,32 @@ def window_size(messages: Sequence[ChatMessage], budget: int) -> int:
     return max(1, int(budget // mean))
 
 
-def library_strategies() -> tuple[list[Strategy], list[str]]:
-    """ctxstack's strategies that exist in this checkout, and notes on the missing ones."""
-    found: list[Strategy] = []
-    notes: list[str] = []
-    try:
-        from ctxstack.compact import CompactUtils
-    except ImportError as exc:
-        notes.append(f"smart_truncate and llm_compact not measured: {exc}")
-    else:
-        async def smart(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
-            return list(CompactUtils.smart_truncate(messages, budget))
+def library_strategies() -> list[Strategy]:
+    """ctxstack's strategies: ``smart_truncate``, ``llm_compact`` per hint, the memories."""
 
-        found.append(Strategy("smart_truncate", smart, budgeted=True, uses_llm=False))
-        for hint in HINTS:
-            found.append(Strategy(f"llm_compact ({hint})", _compact_with(CompactUtils, hint),
-                                  budgeted=True, uses_llm=True))
-    try:
-        from ctxstack.memory import SummaryMemory, WindowMemory
-    except ImportError as exc:
-        notes.append(f"WindowMemory and SummaryMemory not measured: {exc}")
-    else:
-        async def window(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
-            memory = WindowMemory(window_size(messages, budget))
-            for m in messages:
-                await memory.add_message(m)
-            return list(await memory.get_messages())
+    async def smart(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+        return list(CompactUtils.smart_truncate(messages, budget))
 
-        async def summary(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
-            threshold = max(KEEP_RECENT + 1, window_size(messages, budget))
-            memory = SummaryMemory(llm, threshold, keep_recent=KEEP_RECENT, budget=budget)
-            for m in messages:
-                await memory.add_message(m)
-            return list(await memory.get_messages())
+    async def window(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+        memory = WindowMemory(window_size(messages, budget))
+        for m in messages:
+            await memory.add_message(m)
+        return list(await memory.get_messages())
 
-        found.append(Strategy("WindowMemory", window, budgeted=False, uses_llm=False))
-        found.append(Strategy("SummaryMemory", summary, budgeted=True, uses_llm=True))
-    return found, notes
+    async def summary(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+        threshold = max(KEEP_RECENT + 1, window_size(messages, budget))
+        memory = SummaryMemory(llm, threshold, keep_recent=KEEP_RECENT, budget=budget)
+        for m in messages:
+            await memory.add_message(m)
+        return list(await memory.get_messages())
+
+    return [
+        Strategy("smart_truncate", smart, budgeted=True, uses_llm=False),
+        *(Strategy(f"llm_compact ({hint})", _compact_with(CompactUtils, hint),
+                   budgeted=True, uses_llm=True) for hint in HINTS),
+        Strategy("WindowMemory", window, budgeted=False, uses_llm=False),
+        Strategy("SummaryMemory", summary, budgeted=True, uses_llm=True),
+    ]
 
 
 def _compact_with(utils: Any, hint: str) -> StrategyFn:
@@ -138,7 +129,6 @@ def _compact_with(utils: Any, hint: str) -> StrategyFn:
 NAIVE = Strategy("naive drop-oldest", _naive, budgeted=True, uses_llm=False, baseline=True)
 
 
-def all_strategies() -> tuple[list[Strategy], list[str]]:
-    """The baseline first, then every available ctxstack strategy; plus notes."""
-    found, notes = library_strategies()
-    return [NAIVE, *found], notes
+def all_strategies() -> list[Strategy]:
+    """The baseline first, then every ctxstack strategy."""
+    return [NAIVE, *library_strategies()]

@@ -1,6 +1,6 @@
 """ctxstack: keep an LLM conversation inside its context window without losing what matters.
 
-A five-layer defence in depth (see DESIGN.md): budget (5) → DbMemory (4) → ContextGuard (3)
+A five-layer defence in depth (see docs/DESIGN.md): budget (5) → DbMemory (4) → ContextGuard (3)
 → CompactUtils (2) → memories (1). The public API is re-exported here; engines live in
 ``ctxstack.agent`` and ``ctxstack.dag``, providers in ``ctxstack.llm``, storage in
 ``ctxstack.store``.

@@ -1,6 +1,6 @@
 """LLM compaction: fold the oldest history into one rolling summary.
 
-The flow of :func:`compact_detailed` (DESIGN §3 layer 2):
+The flow of :func:`compact_detailed` (docs/DESIGN.md §3, layer 2):
 
 1. Within budget → returned unchanged (``method="none"``).
 2. Split into system prompt / pinned / compactable units; earlier summaries become the

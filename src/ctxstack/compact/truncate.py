@@ -1,6 +1,6 @@
 """``smart_truncate``: the heuristic fallback that always produces a usable window.
 
-Rules, in priority order (DESIGN §3 layer 2):
+Rules, in priority order (docs/DESIGN.md §3, layer 2):
 
 1. The system prompt (leading system messages) and every pinned unit are kept.
 2. The remaining budget is filled newest → oldest with whole units (a tool call and its

@@ -1,4 +1,4 @@
-"""``CompactUtils``: the layer-2 toolbox as one stateless class (DESIGN §2).
+"""``CompactUtils``: the layer-2 toolbox as one stateless class (docs/DESIGN.md §3, layer 2).
 
 Every method is a static/class method over plain message lists: no instance, no state,
 inputs never mutated. The functions also exist at module level

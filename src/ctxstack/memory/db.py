@@ -1,4 +1,4 @@
-"""``ctxstack.memory.db`` — the import path DESIGN.md names for :class:`DbMemory`.
+"""``ctxstack.memory.db`` — the import path docs/DESIGN.md §2.1 names for :class:`DbMemory`.
 
 DbMemory reads the database, so it lives on the storage side
 (:mod:`ctxstack.store.memory`); the core's ``ctxstack.memory`` package does not import it.

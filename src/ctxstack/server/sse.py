@@ -6,7 +6,7 @@ One ``POST /api/chat`` answers with one ``text/event-stream``. Every frame is::
     data: <one line of JSON>
 
 with ``<name>`` one of ``step``, ``inject``, ``compact``, ``answer``, ``done``, ``error``
-(DESIGN §5). JSON never contains a raw newline, so each frame has exactly one ``data:``
+(docs/DESIGN.md §5). JSON never contains a raw newline, so each frame has exactly one ``data:``
 line. Comment frames (``: keep-alive``) are sent while a turn is quiet so proxies and
 browsers do not drop a long-running connection; clients ignore them.
 

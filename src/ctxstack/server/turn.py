@@ -1,6 +1,6 @@
 """One chat turn, from the stored question to the stored answer, as a stream of SSE events.
 
-The flow (the seed's sequence diagram, DESIGN §5):
+The flow (the seed's sequence diagram, docs/DESIGN.md §5):
 
 1. the route has already stored the user's message and claimed the conversation
    (:meth:`InjectQueue.begin`), so a second turn or an inject can see this one;

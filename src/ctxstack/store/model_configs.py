@@ -1,4 +1,4 @@
-"""Admin-set model limits per role, and the budget they give (DESIGN §3 layer 5).
+"""Admin-set model limits per role, and the budget they give (docs/DESIGN.md §3, layer 5).
 
 At most one row per role is active (a partial unique index enforces it). Setting a new
 configuration deactivates the old one in the same transaction, so a budget read never sees
@@ -139,7 +139,7 @@ async def load_budget(
     """The budget for ``role`` with the database as the first source.
 
     For the fast role the main row is read too: a fast limit nobody set falls back to the
-    main role's resolved value (DESIGN §3 layer 5).
+    main role's resolved value (docs/DESIGN.md §3, layer 5).
 
     Raises:
         ConfigError: a stored or environment value is not a positive integer.
