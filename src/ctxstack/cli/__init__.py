@@ -19,7 +19,7 @@ def main(verbose: int) -> None:
 
 def _register() -> None:
     # Each sub-command module adds itself to ``main`` when imported.
-    from ctxstack.cli import chat, db, demo, serve, stub, user  # noqa: F401
+    from ctxstack.cli import chat, db, demo, proxy, serve, stub, user  # noqa: F401
 
 
 _register()
