@@ -56,40 +56,39 @@ class _Recorder:
         if scope["type"] != "http" or scope["path"].startswith(PREFIX):
             await self.app(scope, receive, send)
             return
+        # Read the whole body first (the stub's bodies are small): a route that never
+        # reads it (a GET, a 404) must still be recorded with it, and after the response
+        # the server would only answer "disconnected".
         chunks: list[bytes] = []
-        recorded = False
-
-        def record() -> None:
-            nonlocal recorded
-            if recorded:
-                return
-            recorded = True
-            raw = b"".join(chunks)
-            text = raw.decode("utf-8", "replace")
-            try:
-                parsed = json.loads(raw) if raw else None
-            except ValueError:
-                parsed = None
-            self.log.add({
-                "method": scope["method"], "path": scope["path"],
-                "query": scope.get("query_string", b"").decode("latin-1"),
-                "headers": {k.decode("latin-1").lower(): v.decode("latin-1")
-                            for k, v in scope["headers"]},
-                "body": text, "json": parsed,
-            })
-
-        async def receiving() -> Message:
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    record()
-            return message
-
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        raw = b"".join(chunks)
         try:
-            await self.app(scope, receiving, send)
-        finally:
-            record()  # a route that never read its body (GET) is recorded too
+            parsed = json.loads(raw) if raw else None
+        except ValueError:
+            parsed = None
+        self.log.add({
+            "method": scope["method"], "path": scope["path"],
+            "query": scope.get("query_string", b"").decode("latin-1"),
+            "headers": {k.decode("latin-1").lower(): v.decode("latin-1")
+                        for k, v in scope["headers"]},
+            "body": raw.decode("utf-8", "replace"), "json": parsed,
+        })
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 def install_recording(app: FastAPI, limit: int = DEFAULT_LIMIT) -> RequestLog:
