@@ -88,13 +88,15 @@ def test_request_within_budget_reaches_upstream_byte_for_byte(proxy: ProxyProces
     assert seen["body"] == body.decode()
     # The client's key is replaced by the upstream key from the environment.
     assert seen["headers"]["authorization"] == f"Bearer {UPSTREAM_KEY}"
-    assert UPSTREAM_KEY not in response.text and UPSTREAM_KEY not in str(response.headers)
+    assert UPSTREAM_KEY not in response.text
+    assert UPSTREAM_KEY not in str(response.headers)
 
 
 def test_other_v1_routes_pass_through_unchanged(proxy: ProxyProcess, upstream: StubServer) -> None:
     direct = httpx.get(f"{upstream.base_url}/models").json()
     via = httpx.get(f"{proxy.base_url}/models?limit=5")
-    assert via.status_code == 200 and via.json() == direct
+    assert via.status_code == 200
+    assert via.json() == direct
     missing = httpx.post(f"{proxy.base_url}/embeddings", json={"input": "x", "model": MODEL})
     assert missing.status_code == 404  # the upstream's own answer, passed through
     seen = recorded(upstream)
@@ -122,7 +124,8 @@ def test_openai_sdk_sync_and_streaming(proxy: ProxyProcess, upstream: StubServer
         if chunk.usage is not None:
             usage = chunk.usage
     assert text == "You said: stream hello"
-    assert usage is not None and usage.prompt_tokens > 0  # the upstream's own usage
+    assert usage is not None
+    assert usage.prompt_tokens > 0
     client.close()
 
 
@@ -166,7 +169,8 @@ def test_over_budget_is_summarised_once_then_the_checkpoint_is_reused(
     client = openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
     first = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
     header = parse_compaction_header(first.headers["x-ctxstack-compaction"])
-    assert header["method"] == "llm" and int(header["summarized"]) > 0
+    assert header["method"] == "llm"
+    assert int(header["summarized"]) > 0
     assert int(header["original"]) == len(messages) > int(header["kept"])
     assert "calls=1" in first.headers["x-ctxstack-summarizer-usage"]
     summaries = [r for r in upstream.requests if is_summary_request(r)]
@@ -200,7 +204,8 @@ def test_huge_last_user_message_is_never_cut(proxy: ProxyProcess, upstream: Stub
                           json={"model": MODEL, "messages": messages})
     assert response.status_code == 200
     sent = upstream.last_request.body["messages"]
-    assert sent[0] == messages[0] and sent[-1] == messages[-1]
+    assert sent[0] == messages[0]
+    assert sent[-1] == messages[-1]
 
 
 # --------------------------------------------------------------------------- bad requests
@@ -220,7 +225,8 @@ def test_bad_requests_are_400_before_any_upstream_call(
     response = httpx.post(f"{proxy.base_url}/chat/completions", content=body)
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and fragment in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert fragment in error["message"]
     assert set(error) == {"message", "type", "param", "code"}
     assert recorded(upstream) == []
 
@@ -256,7 +262,8 @@ def test_upstream_hang_ends_in_504_after_the_timeout(proxy: ProxyProcess,
                           json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
     assert response.status_code == 504
     error = response.json()["error"]
-    assert error["code"] == "upstream_timeout" and "2s" in error["message"]
+    assert error["code"] == "upstream_timeout"
+    assert "2s" in error["message"]
     assert str(upstream.port) not in response.text
 
 
@@ -276,7 +283,7 @@ def test_upstream_overflow_triggers_one_smaller_compaction_and_one_retry(
         proxy: ProxyProcess, upstream: StubServer) -> None:
     upstream.rule = ConversationRule(answer="fits now")
     upstream.push(StubReply.overflow(context_size=3000, requested=4200))
-    messages = long_history(14) + [{"role": "user", "content": "the question"}]
+    messages = [*long_history(14), {"role": "user", "content": "the question"}]
     response = httpx.post(f"{proxy.base_url}/chat/completions", timeout=30,
                           json={"model": MODEL, "messages": messages})
     assert response.status_code == 200, response.text
@@ -294,7 +301,7 @@ def test_upstream_overflow_triggers_one_smaller_compaction_and_one_retry(
 def test_a_second_overflow_is_passed_through(proxy: ProxyProcess, upstream: StubServer) -> None:
     summaries = ConversationRule()
     upstream.rule = lambda r: summaries(r) if is_summary_request(r) else StubReply.overflow()
-    messages = long_history(4) + [{"role": "user", "content": "q"}]
+    messages = [*long_history(4), {"role": "user", "content": "q"}]
     response = httpx.post(f"{proxy.base_url}/chat/completions", timeout=30,
                           json={"model": MODEL, "messages": messages})
     assert response.status_code == 400
@@ -314,7 +321,8 @@ def test_unreachable_upstream_is_502_without_its_address(tmp_path: Path) -> None
             assert response.status_code == 502
             error = response.json()["error"]
             assert error["code"] == "upstream_unreachable"
-            assert str(port) not in response.text and UPSTREAM_KEY not in response.text
+            assert str(port) not in response.text
+            assert UPSTREAM_KEY not in response.text
         client = openai.OpenAI(base_url=dead.base_url, api_key="k", max_retries=0)
         with pytest.raises(openai.APIStatusError) as info:
             client.chat.completions.create(model=MODEL,
