@@ -86,6 +86,10 @@ class Fitter:
         record = None
         if self.store is not None:
             record = await self.store.find(conv.messages, conv.prompt_end, salt)
+        if record is not None:
+            reused = self._reuse(conv, record, limit, tools, total)
+            if reused is not None:
+                return reused
         working = _working(conv, record)
         events: list[CompactionEvent] = []
         guard = ContextGuard(
@@ -121,6 +125,26 @@ class Fitter:
             summarized = record.covered - conv.prompt_end
         return Fit(wire, event.method, n, len(result), summarized, tokens, total + tools,
                    summarizer_usage=event.usage, checkpoint_saved=saved, reason=event.reason)
+
+
+    def _reuse(self, conv: WireConversation, record: ProxyCheckpointRecord, limit: int,
+               tools: int, total: int) -> Fit | None:
+        """System prompt + checkpoint summary + the rest, when that fits as it is.
+
+        Decided from the per-message counts already made, without building a single
+        message model: the common case of a long conversation between two overflows.
+        """
+        if len(conv.counts) != len(conv) or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS:
+            return None
+        counts = conv.counts
+        tokens = (sum(counts[:conv.prompt_end]) + record.token_count
+                  + sum(counts[record.covered:]))
+        if tokens > limit:
+            return None
+        summary = {"role": "system", "content": record.summary}
+        wire = [*conv.messages[:conv.prompt_end], summary, *conv.messages[record.covered:]]
+        return Fit(wire, "checkpoint", len(conv), len(wire),
+                   record.covered - conv.prompt_end, tokens + tools, total + tools)
 
 
 def _working(conv: WireConversation, record: ProxyCheckpointRecord | None) -> list[ChatMessage]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 import httpx
@@ -53,9 +54,14 @@ class Upstream:
         self.timeout = timeout
         self._api_key = api_key
         self.forward_auth = forward_auth
+        # TCP_NODELAY: httpcore writes a request's headers and body separately, and with
+        # Nagle's algorithm the body then waits for the peer's delayed ACK of the headers.
+        transport = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
             transport=transport,
         )
 

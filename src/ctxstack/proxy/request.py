@@ -121,7 +121,7 @@ def validate_messages(messages: Sequence[object]) -> None:
 class WireConversation:
     """The wire messages plus lazily built guard views and token counts."""
 
-    __slots__ = ("_views", "last_user", "messages", "prompt_end")
+    __slots__ = ("_views", "counts", "last_user", "messages", "prompt_end")
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         self.messages = messages
@@ -133,6 +133,8 @@ class WireConversation:
             end += 1
         self.prompt_end = end
         """Leading system (and developer) messages: the system prompt, never compacted."""
+        self.counts: list[int] = []
+        """Tokens per message, filled by :meth:`tokens`."""
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -166,17 +168,19 @@ class WireConversation:
         """
         overhead = getattr(counter, "message_overhead", None)
         if not isinstance(overhead, int):
-            return counter.count_messages(self.views())
-        total = 0
+            self.counts = [counter.count_message(v) for v in self.views()]
+            return sum(self.counts)
+        counts: list[int] = []
         count_text = counter.count_text
         for i, m in enumerate(self.messages):
             content = m.get("content")
             if (isinstance(content, str) and not m.get("tool_calls")
                     and self._views[i] is None):
-                total += overhead + count_text(content)
+                counts.append(overhead + count_text(content))
             else:
-                total += counter.count_message(self.view(i))
-        return total
+                counts.append(counter.count_message(self.view(i)))
+        self.counts = counts
+        return sum(counts)
 
     def longest_protected(self) -> int:
         """Characters of the longest message that must never be cut (prompt, last user)."""
@@ -205,10 +209,10 @@ class WireConversation:
             out["tool_calls"] = fresh["tool_calls"]
         return out
 
-    def longest_text(self) -> int:
-        """Characters of the longest plain-text content (cheap: no views built)."""
+    def longest_text(self, start: int = 0) -> int:
+        """Characters of the longest content from ``start`` on (cheap: no views built)."""
         best = 0
-        for m in self.messages:
+        for m in self.messages[start:]:
             content = m.get("content")
             if isinstance(content, str):
                 best = max(best, len(content))
