@@ -44,8 +44,6 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
       CTXSTACK_DATABASE_URL   checkpoints and tokens (SQLite file by default)
     One JSON log line per chat completion (logger ctxstack.proxy).
     """
-    import logging
-
     import uvicorn
 
     from ctxstack.proxy.settings import ProxySettings
@@ -66,7 +64,7 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
     except CtxstackError as exc:
         raise click.ClickException(str(exc)) from exc
     os.environ.update(settings.to_env())
-    logging.getLogger("ctxstack.proxy").setLevel(log_level.upper())
+    os.environ["CTXSTACK_PROXY_LOG_LEVEL"] = log_level
     auth_text = "API tokens" if settings.auth == "token" else "none (loopback only)"
     click.echo(f"ctxstack proxy on http://{host}:{port}/v1  auth: {auth_text}  "
                f"stats: http://{host}:{port}/ctxstack/stats")

@@ -11,6 +11,7 @@ smaller target and one retry. One structured log line per chat completion.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -219,7 +220,19 @@ def _count_error(state: ProxyState, exc: ProxyError) -> None:
 def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
     """The app configured from the environment (what ``ctxstack proxy`` workers run).
 
+    ``CTXSTACK_PROXY_LOG_LEVEL`` sets the ``ctxstack.proxy`` logger's level; a worker
+    process started by uvicorn has no logging set up, so a handler is added there.
+
     Raises:
         ConfigError: the settings are incomplete or invalid (the message says which).
     """
-    return create_app(ProxySettings.from_env(os.environ if env is None else env))
+    env = os.environ if env is None else env
+    level = env.get("CTXSTACK_PROXY_LOG_LEVEL", "").strip().upper()
+    if level in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
+        logger = logging.getLogger("ctxstack.proxy")
+        logger.setLevel(level)
+        if not logging.getLogger().handlers and not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+    return create_app(ProxySettings.from_env(env))
