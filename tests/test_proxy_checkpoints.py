@@ -156,3 +156,28 @@ def test_prefix_hashes_chain_and_depend_on_the_salt() -> None:
     assert PrefixHasher(messages, "other").at(3) != first[2]
     with pytest.raises(ValueError, match="growing order"):
         a.at(2)
+
+
+async def test_budget_per_model_name_comes_from_model_configs(tmp_path: Path,
+                                                              stub: StubServer) -> None:
+    from ctxstack.store.model_configs import set_model_config
+
+    stub.rule = ConversationRule()
+    backend = Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'budget.db'}")
+    engine = backend.engine()
+    await upgrade(engine)
+    await set_model_config(session_factory(engine), "main", "tiny-model",
+                           context_size=5_000, max_output_tokens=1_000)
+    await engine.dispose()
+    settings = ProxySettings(upstream=stub.base_url, database_url=backend.url)  # env: 64k
+    messages = [*_conversation(60), {"role": "user", "content": "What is the budget?"}]
+    async with AsyncExitStack() as stack:
+        client = await _client(stack, settings)
+        tiny = await client.post("/v1/chat/completions",
+                                 json={"model": "tiny-model", "messages": messages})
+        big = await client.post("/v1/chat/completions",
+                                json={"model": "stub-model", "messages": messages})
+    assert parse_compaction_header(tiny.headers["x-ctxstack-compaction"])["method"] == "llm"
+    assert int(tiny.headers["x-ctxstack-input-tokens-estimated"]) <= 4_000
+    assert parse_compaction_header(big.headers["x-ctxstack-compaction"])["method"] == "none"
+    assert chat_requests(stub.requests)[-1].body["messages"] == messages

@@ -113,3 +113,13 @@ def test_settings_from_env() -> None:
         ProxySettings.from_env({**base, "CTXSTACK_PROXY_TIMEOUT": "soon"})
     with pytest.raises(ConfigError, match="http"):
         ProxySettings.from_env({"CTXSTACK_PROXY_UPSTREAM": "ftp://x"})
+
+
+def test_images_count_as_image_tokens_and_are_forwarded_as_sent() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png",
+                                                "detail": "low"}}
+    request = parse_request(_request([{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, image]}]))
+    conv = request.conversation
+    assert conv.tokens(DEFAULT_COUNTER) >= 765
+    assert conv.wire_form(conv.view(0))["content"][1] == image
