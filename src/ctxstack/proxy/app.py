@@ -33,7 +33,7 @@ from ctxstack.proxy.forwarding import (
     Upstream,
     error_passthrough,
     read_error,
-    stream_response,
+    relay,
 )
 from ctxstack.proxy.request import ChatRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
@@ -102,11 +102,11 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     def st() -> ProxyState:
         return holder["state"]
 
-    @app.get("/ctxstack/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    # Plain Starlette routes (``add_route``): no dependency injection or body validation
+    # to pay for on every request; the handlers read what they need themselves.
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/ctxstack/stats")
     async def stats(request: Request) -> Response:
         try:
             await st().auth.caller(request.headers)
@@ -114,25 +114,27 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             return exc.response()
         return JSONResponse(st().stats.snapshot().model_dump())
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await _chat(st(), request)
 
-    @app.api_route("/v1/{path:path}", methods=PASSTHROUGH_METHODS)
-    async def passthrough(path: str, request: Request) -> Response:
+    async def passthrough(request: Request) -> Response:
         state = st()
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             upstream = await state.upstream.open(
-                request.method, path, query=request.url.query,
+                request.method, request.path_params["path"], query=request.url.query,
                 headers=state.upstream.request_headers(request.headers.items()),
                 content=await request.body())
+            return await relay(upstream)
         except ProxyError as exc:
             _count_error(state, exc)
             return exc.response()
-        return stream_response(upstream)
 
+    app.add_route("/ctxstack/health", health, methods=["GET"])
+    app.add_route("/ctxstack/stats", stats, methods=["GET"])
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 
 
@@ -180,7 +182,7 @@ async def _forward(state: ProxyState, request: Request, chat: ChatRequest, fit: 
         _log_fit(fit, log, added_ms, retried)
         if upstream.status_code < 400:
             log_event("chat_completion", status=upstream.status_code, **log)
-            return stream_response(upstream, extra)
+            return await relay(upstream, extra)
         raw, data = await read_error(upstream)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):

@@ -123,6 +123,35 @@ def response_headers(upstream: httpx.Response, extra: Mapping[str, str] | None =
     return out
 
 
+BUFFER_LIMIT = 4 * 1024 * 1024
+"""Bodies with a known length up to this size are read whole, then sent in one piece."""
+
+
+async def relay(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                ) -> Response:
+    """Relay an open upstream response: streamed as it arrives (SSE, unknown or large
+    length), or read whole and sent at once when it is a small body of known length —
+    cheaper, and the bytes (and their encoding) are the upstream's either way.
+
+    Raises:
+        ProxyError: a small body could not be read (502/504).
+    """
+    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    length = upstream.headers.get("content-length", "")
+    if is_sse or not length.isdigit() or int(length) > BUFFER_LIMIT:
+        return stream_response(upstream, extra)
+    try:
+        raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
+    except httpx.TimeoutException:
+        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
+    except httpx.HTTPError:
+        raise upstream_failed() from None
+    finally:
+        await upstream.aclose()
+    return Response(raw, status_code=upstream.status_code,
+                    headers=response_headers(upstream, extra))
+
+
 def stream_response(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
                     ) -> StreamingResponse:
     """Relay an open upstream response to the client as it arrives."""
@@ -186,4 +215,4 @@ def error_passthrough(upstream: httpx.Response, raw: bytes,
 
 
 __all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
-           "response_headers", "stream_response"]
+           "relay", "response_headers", "stream_response"]
