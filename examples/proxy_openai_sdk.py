@@ -79,7 +79,8 @@ def proxy_url(workdir: Path) -> Iterator[str]:
                                         f"{upstream}/models", env, workdir / "stub.log"))
         port = free_port()
         proxy_env = {**env, "CTXSTACK_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'p.db'}",
-                     "LLM_API_KEY": "upstream-key", "LLM_CONTEXT_SIZE": "5000",
+                     "LLM_API_KEY": os.environ.get("LLM_API_KEY", "upstream-key"),
+                     "LLM_CONTEXT_SIZE": "5000",
                      "LLM_MAX_OUTPUT_TOKENS": "1000"}
         stack.enter_context(started(
             ["proxy", "--upstream", upstream, "--port", str(port), "--log-level", "warning"],
