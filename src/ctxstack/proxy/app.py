@@ -2,8 +2,8 @@
 passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
 
 A chat completion goes: auth → parse and validate (400 before any upstream call) → the
-model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer as it
-streams, with the ``x-ctxstack-*`` headers. An upstream error passes through with its
+model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer (streams
+as they arrive), with the ``x-ctxstack-*`` headers. An upstream error passes through with its
 status and body, except a context-overflow error, which triggers one compaction to a
 smaller target and one retry. One structured log line per chat completion.
 """

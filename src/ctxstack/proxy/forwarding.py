@@ -5,11 +5,12 @@
   ``x-ctxstack-api-key`` never leaves, and ``Authorization`` is *replaced* by the upstream
   key from ``LLM_API_KEY`` (removed when there is none) — unless ``forward_auth``, when
   the client's own header goes through.
-* **Responses** stream back as they arrive (``aiter_raw``: bytes and content encoding
-  untouched), so Server-Sent Events reach the client chunk by chunk. If the upstream stops
-  sending mid-body for longer than the timeout, an SSE body ends with an OpenAI-shaped
-  ``error`` event (the SDKs raise it); any other body is cut short, which its
-  ``content-length`` makes visible.
+* **Responses** keep the upstream's bytes and content encoding (``aiter_raw``). Server-Sent
+  Events and bodies of unknown or large length stream back chunk by chunk as they arrive;
+  a small body of known length is read whole and sent in one piece (cheaper). If the
+  upstream stops sending mid-stream for longer than the timeout, an SSE body ends with an
+  OpenAI-shaped ``error`` event (the SDKs raise it); any other body is cut short, which
+  its ``content-length`` makes visible.
 * **Failures before a response**: connection refused or unresolvable → 502, no bytes
   within the timeout → 504, both in OpenAI's error shape and without the upstream's
   address (:mod:`ctxstack.proxy.errors`).
