@@ -342,3 +342,25 @@ def test_stats_count_requests_and_compactions(proxy: ProxyProcess, upstream: Stu
     assert after["bad_requests"] == before["bad_requests"] + 1
     assert after["compactions"]["none"] == before["compactions"]["none"] + 1
     assert set(after) >= {"tokens_saved", "summarizer", "upstream_errors", "overflow_retries"}
+
+
+def test_two_workers_summarise_a_conversation_once_whichever_answers(
+        stub_server: StubServer, upstream: StubServer, tmp_path: Path) -> None:
+    upstream.rule = ConversationRule()
+    env = {"LLM_API_KEY": UPSTREAM_KEY, "LLM_CONTEXT_SIZE": "6000",
+           "LLM_MAX_OUTPUT_TOKENS": "1000", "CTXSTACK_PROXY_LOG_LEVEL": "info"}
+    with running_proxy(tmp_path, stub_server.base_url, env, args=("--workers", "2")) as proxy:
+        messages = [*long_history(40), {"role": "user", "content": "first question"}]
+        methods = []
+        with httpx.Client(timeout=60) as client:  # one connection per request: any worker
+            for i in range(4):
+                response = client.post(f"{proxy.base_url}/chat/completions",
+                                       headers={"connection": "close"},
+                                       json={"model": MODEL, "messages": messages})
+                assert response.status_code == 200, response.text
+                methods.append(parse_compaction_header(
+                    response.headers["x-ctxstack-compaction"])["method"])
+                messages += [{"role": "assistant", "content": f"answer {i}"},
+                             {"role": "user", "content": f"follow-up {i}"}]
+    assert methods == ["llm", "checkpoint", "checkpoint", "checkpoint"]
+    assert len([r for r in upstream.requests if is_summary_request(r)]) == 1

@@ -68,5 +68,9 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
     auth_text = "API tokens" if settings.auth == "token" else "none (loopback only)"
     click.echo(f"ctxstack proxy on http://{host}:{port}/v1  auth: {auth_text}  "
                f"stats: http://{host}:{port}/ctxstack/stats")
+    # A worker answers uvicorn's health checks only once its imports are done; on a busy
+    # machine that takes longer than the 5 s default, and the worker would be killed as
+    # hung and restarted forever.
     uvicorn.run("ctxstack.proxy.app:app_from_env", factory=True, host=host, port=port,
-                workers=workers, log_level=log_level, timeout_graceful_shutdown=10)
+                workers=workers, log_level=log_level, timeout_graceful_shutdown=10,
+                timeout_worker_healthcheck=60)
