@@ -3,6 +3,10 @@
 For demos, browser tests and trying ctxstack without a real endpoint: point
 ``LLM_BASE_URL`` at the printed URL (any ``LLM_API_KEY``, ``LLM_MODEL`` = the model name).
 Without ``--reply`` the stub echoes the last user message.
+
+Every request it receives is recorded (the last 1,000): ``GET /_stub/requests`` lists
+them (method, path, query, headers, raw body and its JSON), ``DELETE /_stub/requests``
+forgets them — what tests of a process in front of the stub check.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ def echo_rule(request: StubRequest) -> str:
 @click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model name listed by /v1/models.")
 def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str) -> None:
-    """Run a scripted OpenAI-compatible LLM server (no real model, no network)."""
+    """Run a scripted OpenAI-compatible LLM server (no real model, no network).
+
+    Received requests are listed at GET /_stub/requests (DELETE clears them).
+    """
     with needs_extra("server", "stub-llm"):
         import uvicorn
 

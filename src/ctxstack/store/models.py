@@ -266,3 +266,29 @@ class PendingInject(Base):
     turn_id: Mapped[str] = mapped_column(String(32))
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ProxyCheckpoint(Base):
+    """A rolling summary written by ``ctxstack proxy``, keyed by the message prefix it covers.
+
+    Proxy clients resend the whole history without an id, so a conversation is recognised
+    by content: ``prefix_hash`` is the hash of the first ``covered`` wire messages (salted
+    with the caller's identity), ``root_hash`` the hash of its opening messages, the lookup
+    key. ``summary`` stands for messages ``[prompt_end, covered)``. Rows expire by age and
+    are bounded in number (:mod:`ctxstack.store.proxy_checkpoints`).
+    """
+
+    __tablename__ = "proxy_checkpoints"
+    __table_args__ = (
+        Index("ix_proxy_checkpoints_root_covered", "root_hash", "covered"),
+        CheckConstraint("covered > 0", name="covered_positive"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    prefix_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    root_hash: Mapped[str] = mapped_column(String(64))
+    covered: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(200))
+    summary: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ctxstack.errors import MessageError
+from ctxstack.llm.stub.recording import install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
     ReplyLike,
@@ -232,6 +233,7 @@ def create_app(state: StubState) -> FastAPI:
         return _SSEResponse(_paced(state, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
 
+    app.state.request_log = install_recording(app)  # GET /_stub/requests
     return app
 
 

@@ -1,0 +1,171 @@
+"""Fitting one chat request into its model's budget: unchanged, checkpoint, or the guard.
+
+The decision, cheapest first:
+
+1. **Within budget** (by the guard's counter, tool definitions included, no message over
+   the cut size) → the request is forwarded *unchanged*: the very bytes the client sent.
+2. **A checkpoint covers a prefix** (:mod:`ctxstack.proxy.checkpoints`) → system prompt +
+   stored summary + the messages after it. Within budget → forwarded so (method
+   ``checkpoint``): no summariser call for a conversation that grew by a turn.
+3. **Otherwise the guard** (:class:`~ctxstack.ContextGuard`, its whole pipeline) on that
+   list — or on the full list when no checkpoint applies. The system prompt and the last
+   user message are never compacted: the last user message is pinned, and the cut size is
+   raised above both. A new summary becomes a checkpoint for the requests that follow.
+
+Pure of HTTP: the route hands in a parsed request and a budget and gets a :class:`Fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctxstack import LLM, ChatMessage, CompactionEvent, ContextGuard, TokenCounter, Usage
+from ctxstack.proxy.checkpoints import CheckpointStore
+from ctxstack.proxy.request import WIRE_KEY, ChatRequest, WireConversation
+from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
+
+FitMethod = Literal["none", "checkpoint", "llm", "truncate"]
+DEFAULT_CUT_CHARS = 50_000
+MIN_LIMIT = 256
+"""The smallest message budget the guard is given (when tool definitions eat the rest)."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What to forward. ``messages`` is None when the request goes out unchanged."""
+
+    messages: list[dict[str, Any]] | None
+    method: FitMethod
+    original: int
+    kept: int
+    summarized: int
+    tokens: int
+    """Estimated input tokens of what is forwarded (messages and tool definitions)."""
+    tokens_before: int
+    summarizer_usage: Usage = field(default_factory=Usage)
+    checkpoint_saved: bool = False
+    reason: str | None = None
+
+
+class Fitter:
+    """Applies the decision above with one counter, summariser timeout and checkpoint store."""
+
+    def __init__(self, counter: TokenCounter, store: CheckpointStore | None, *,
+                 summary_timeout: float) -> None:
+        self.counter = counter
+        self.store = store
+        self.summary_timeout = summary_timeout
+
+    async def fit(self, request: ChatRequest, budget: int, *, salt: str,
+                  summarizer: LLM | None) -> Fit:
+        """Fit ``request`` into ``budget`` tokens (messages and tool definitions)."""
+        conv = request.conversation
+        tools = request.tools_tokens(self.counter)
+        limit = max(MIN_LIMIT, budget - tools)
+        total = conv.tokens(self.counter)
+        n = len(conv)
+        if total <= limit and conv.longest_text() <= DEFAULT_CUT_CHARS:
+            return Fit(None, "none", n, n, 0, total + tools, total + tools)
+        return await self._compact(request, limit, tools, total, salt=salt,
+                                   summarizer=summarizer)
+
+    async def refit(self, request: ChatRequest, limit: int, *, salt: str,
+                    summarizer: LLM | None) -> Fit:
+        """Compact to an explicit, smaller ``limit`` (after an upstream overflow error)."""
+        tools = request.tools_tokens(self.counter)
+        total = request.conversation.tokens(self.counter)
+        return await self._compact(request, max(MIN_LIMIT, limit - tools), tools, total,
+                                   salt=salt, summarizer=summarizer)
+
+    async def _compact(self, request: ChatRequest, limit: int, tools: int, total: int, *,
+                       salt: str, summarizer: LLM | None) -> Fit:
+        conv = request.conversation
+        n = len(conv)
+        record = None
+        if self.store is not None:
+            record = await self.store.find(conv.messages, conv.prompt_end, salt)
+        if record is not None:
+            reused = self._reuse(conv, record, limit, tools, total)
+            if reused is not None:
+                return reused
+        working = _working(conv, record)
+        events: list[CompactionEvent] = []
+        guard = ContextGuard(
+            compact_llm=summarizer,
+            default_budget=limit,
+            max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
+            timeout=self.summary_timeout,
+            counter=self.counter,
+            on_compact=events.append,
+        )
+        result = await guard.check_and_compact(working, limit)
+        event = events[0] if events else None
+        unchanged = result is working or _same(result, working)
+        if unchanged and record is None:
+            return Fit(None, "none", n, n, 0, total + tools, total + tools)
+        tokens = self.counter.count_messages(result) + tools
+        wire = [conv.wire_form(m) for m in result]
+        if event is None or unchanged:
+            assert record is not None
+            return Fit(wire, "checkpoint", n, len(result), record.covered - conv.prompt_end,
+                       tokens, total + tools)
+        summarized = 0
+        saved = False
+        covered = _covered(result, conv.prompt_end, n)
+        summary = next((m for m in result if m.kind == "summary"), None)
+        if event.method == "llm" and summary is not None:
+            summarized = covered - conv.prompt_end
+            if self.store is not None:
+                saved = await self.store.save(
+                    conv.messages, conv.prompt_end, salt, covered=covered, summary=summary.text,
+                    token_count=self.counter.count_message(summary), model=request.model)
+        elif summary is not None and record is not None:
+            summarized = record.covered - conv.prompt_end
+        return Fit(wire, event.method, n, len(result), summarized, tokens, total + tools,
+                   summarizer_usage=event.usage, checkpoint_saved=saved, reason=event.reason)
+
+
+    def _reuse(self, conv: WireConversation, record: ProxyCheckpointRecord, limit: int,
+               tools: int, total: int) -> Fit | None:
+        """System prompt + checkpoint summary + the rest, when that fits as it is.
+
+        Decided from the per-message counts already made, without building a single
+        message model: the common case of a long conversation between two overflows.
+        """
+        if len(conv.counts) != len(conv) or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS:
+            return None
+        counts = conv.counts
+        tokens = (sum(counts[:conv.prompt_end]) + record.token_count
+                  + sum(counts[record.covered:]))
+        if tokens > limit:
+            return None
+        summary = {"role": "system", "content": record.summary}
+        wire = [*conv.messages[:conv.prompt_end], summary, *conv.messages[record.covered:]]
+        return Fit(wire, "checkpoint", len(conv), len(wire),
+                   record.covered - conv.prompt_end, tokens + tools, total + tools)
+
+
+def _working(conv: WireConversation, record: ProxyCheckpointRecord | None) -> list[ChatMessage]:
+    """The list the guard sees: everything, or prompt + stored summary + the rest."""
+    if record is None:
+        return conv.views()
+    summary = ChatMessage(role="system", content=record.summary, metadata={"kind": "summary"})
+    return [*conv.views(0, conv.prompt_end), summary, *conv.views(record.covered)]
+
+
+def _same(a: Sequence[ChatMessage], b: Sequence[ChatMessage]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _covered(result: Sequence[ChatMessage], prompt_end: int, n: int) -> int:
+    """Wire messages before the first one kept after the summary: what the summary covers.
+
+    When compaction kept an early anchor (a user turn of a long tool loop) the summary
+    covers messages after it too; counting from the anchor only repeats a little context
+    on reuse, never loses any.
+    """
+    kept = [m.metadata.get(WIRE_KEY) for m in result]
+    after = [i for i in kept if isinstance(i, int) and i >= prompt_end]
+    return min(after) if after else n

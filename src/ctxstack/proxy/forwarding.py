@@ -1,0 +1,219 @@
+"""Talking to the upstream: one pooled httpx client, headers rewritten, bodies streamed.
+
+* **Requests** keep the client's method, path under ``/v1/``, query string, headers and
+  body, except: hop-by-hop headers and ``Host`` are dropped, the proxy's own
+  ``x-ctxstack-api-key`` never leaves, and ``Authorization`` is *replaced* by the upstream
+  key from ``LLM_API_KEY`` (removed when there is none) — unless ``forward_auth``, when
+  the client's own header goes through.
+* **Responses** keep the upstream's bytes and content encoding (``aiter_raw``). Server-Sent
+  Events and bodies of unknown or large length stream back chunk by chunk as they arrive;
+  a small body of known length is read whole and sent in one piece (cheaper). If the
+  upstream stops sending mid-stream for longer than the timeout, an SSE body ends with an
+  OpenAI-shaped ``error`` event (the SDKs raise it); any other body is cut short, which
+  its ``content-length`` makes visible.
+* **Failures before a response**: connection refused or unresolvable → 502, no bytes
+  within the timeout → 504, both in OpenAI's error shape and without the upstream's
+  address (:mod:`ctxstack.proxy.errors`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterable, Mapping
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.responses import Response, StreamingResponse
+
+from ctxstack.proxy.errors import (
+    ProxyError,
+    error_body,
+    upstream_failed,
+    upstream_timeout,
+    upstream_unreachable,
+)
+
+log = logging.getLogger("ctxstack.proxy")
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+    "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
+})
+PROXY_KEY_HEADER = "x-ctxstack-api-key"
+_RESPONSE_DROP = HOP_BY_HOP - {"content-length"} | {"server", "date"}
+
+
+class Upstream:
+    """The upstream endpoint (base URL with ``/v1``) and the pooled client to reach it."""
+
+    def __init__(self, base_url: str, *, api_key: str | None, forward_auth: bool,
+                 timeout: float, connect_timeout: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._api_key = api_key
+        self.forward_auth = forward_auth
+        # TCP_NODELAY: httpcore writes a request's headers and body separately, and with
+        # Nagle's algorithm the body then waits for the peer's delayed ACK of the headers.
+        transport = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def url(self, path: str) -> str:
+        """The upstream URL of ``path`` (the part after ``/v1/``)."""
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def request_headers(self, incoming: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The client's headers as sent upstream (see the module doc)."""
+        out: list[tuple[str, str]] = []
+        for name, value in incoming:
+            key = name.lower()
+            if key in HOP_BY_HOP or key == PROXY_KEY_HEADER:
+                continue
+            if key == "authorization" and not self.forward_auth:
+                continue
+            out.append((name, value))
+        if not self.forward_auth and self._api_key:
+            out.append(("authorization", f"Bearer {self._api_key}"))
+        return out
+
+    async def open(self, method: str, path: str, *, query: str,
+                   headers: list[tuple[str, str]], content: bytes | AsyncIterator[bytes],
+                   ) -> httpx.Response:
+        """Send the request and return the response with its body not yet read.
+
+        Raises:
+            ProxyError: 502 unreachable / broken connection, 504 timeout.
+        """
+        url = self.url(path) + (f"?{query}" if query else "")
+        request = self.client.build_request(method, url, headers=headers, content=content)
+        try:
+            return await self.client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+            log.warning("proxy: upstream unreachable (%s)", type(exc).__name__)
+            raise upstream_unreachable() from None
+        except httpx.TimeoutException as exc:
+            log.warning("proxy: upstream timed out (%s)", type(exc).__name__)
+            raise upstream_timeout(self.timeout) from None
+        except httpx.HTTPError as exc:
+            log.warning("proxy: upstream request failed (%s)", type(exc).__name__)
+            raise upstream_failed() from None
+
+
+def response_headers(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                     *, keep_length: bool = True) -> dict[str, str]:
+    """The upstream's response headers minus hop-by-hop ones, plus ``extra``."""
+    out: dict[str, str] = {}
+    for name, value in upstream.headers.multi_items():
+        key = name.lower()
+        if key in _RESPONSE_DROP or (not keep_length and key in (
+                "content-length", "content-encoding")):
+            continue
+        out[key] = value
+    out.update(extra or {})
+    return out
+
+
+BUFFER_LIMIT = 4 * 1024 * 1024
+"""Bodies with a known length up to this size are read whole, then sent in one piece."""
+
+
+async def relay(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                ) -> Response:
+    """Relay an open upstream response: streamed as it arrives (SSE, unknown or large
+    length), or read whole and sent at once when it is a small body of known length —
+    cheaper, and the bytes (and their encoding) are the upstream's either way.
+
+    Raises:
+        ProxyError: a small body could not be read (502/504).
+    """
+    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    length = upstream.headers.get("content-length", "")
+    if is_sse or not length.isdigit() or int(length) > BUFFER_LIMIT:
+        return stream_response(upstream, extra)
+    try:
+        raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
+    except httpx.TimeoutException:
+        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
+    except httpx.HTTPError:
+        raise upstream_failed() from None
+    finally:
+        await upstream.aclose()
+    return Response(raw, status_code=upstream.status_code,
+                    headers=response_headers(upstream, extra))
+
+
+def stream_response(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                    ) -> StreamingResponse:
+    """Relay an open upstream response to the client as it arrives."""
+    is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    return StreamingResponse(
+        _relay(upstream, is_sse),
+        status_code=upstream.status_code,
+        headers=response_headers(upstream, extra),
+        background=BackgroundTask(upstream.aclose),
+    )
+
+
+async def _relay(upstream: httpx.Response, is_sse: bool) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as exc:
+        timed_out = isinstance(exc, httpx.TimeoutException)
+        log.warning("proxy: upstream body %s mid-stream (%s)",
+                    "stalled" if timed_out else "broke", type(exc).__name__)
+        if is_sse:
+            err = upstream_timeout(upstream_timeout_seconds(upstream)) if timed_out \
+                else upstream_failed()
+            body = error_body(err.message, type=err.type, code=err.code)
+            yield f"\n\ndata: {json.dumps(body)}\n\n".encode()
+    finally:
+        await upstream.aclose()
+
+
+def upstream_timeout_seconds(upstream: httpx.Response) -> float:
+    timeout = upstream.request.extensions.get("timeout", {})
+    read = timeout.get("read") if isinstance(timeout, dict) else None
+    return float(read) if isinstance(read, int | float) else 0.0
+
+
+async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
+    """Read an error response whole: its (decoded) bytes and its JSON (None if not JSON).
+
+    Raises:
+        ProxyError: the body could not be read (502/504).
+    """
+    try:
+        raw = await upstream.aread()
+    except httpx.TimeoutException:
+        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
+    except httpx.HTTPError:
+        raise upstream_failed() from None
+    finally:
+        await upstream.aclose()
+    try:
+        return raw, json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw, None
+
+
+def error_passthrough(upstream: httpx.Response, raw: bytes,
+                      extra: Mapping[str, str] | None = None) -> Response:
+    """The upstream's error answered as is: same status, same body, its headers."""
+    return Response(raw, status_code=upstream.status_code,
+                    headers=response_headers(upstream, extra, keep_length=False))
+
+
+__all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
+           "relay", "response_headers", "stream_response"]

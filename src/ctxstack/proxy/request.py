@@ -1,0 +1,259 @@
+"""Reading a ``/v1/chat/completions`` request: validate the wire messages, parse lazily.
+
+The proxy must refuse what an upstream would refuse anyway *before* calling it (not JSON,
+no messages, unknown roles, a tool result without its call → 400), and must be cheap on
+the common path: a client resending a 2,000-message history should not pay for 2,000
+pydantic models when a checkpoint covers most of them. So validation runs over the raw
+dicts (a few dictionary reads per message) and :class:`WireConversation` builds the
+guard's :class:`~ctxstack.ChatMessage` views only for the messages that are looked at.
+
+A message's guard view differs from its wire form only where the guard needs it to:
+``developer`` becomes ``system``, content parts the guard does not model (audio, files)
+count as their JSON text, tool-call arguments that are not a JSON object are kept as
+``{"_raw": text}``, and the last user message is pinned (never compacted). Each view
+records its wire index in ``metadata["wire"]``; what is forwarded for an unchanged message
+is always the client's own dict, unknown fields included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxstack import ChatMessage, TokenCounter
+from ctxstack.errors import MessageError
+from ctxstack.proxy.errors import bad_request
+
+WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_KNOWN_PARTS = frozenset({"text", "image_url"})
+WIRE_KEY = "wire"
+
+
+class ChatRequest:
+    """A validated chat-completions request.
+
+    ``body`` is the decoded JSON object (field order kept), ``raw`` the bytes as received
+    (forwarded unchanged when nothing is compacted), ``messages`` the wire message dicts.
+    """
+
+    __slots__ = ("body", "conversation", "model", "raw", "stream")
+
+    def __init__(self, raw: bytes, body: dict[str, Any], model: str,
+                 conversation: WireConversation) -> None:
+        self.raw = raw
+        self.body = body
+        self.model = model
+        self.stream = bool(body.get("stream"))
+        self.conversation = conversation
+
+    def with_messages(self, messages: list[dict[str, Any]]) -> bytes:
+        """The body with ``messages`` replaced (every other field, and its order, kept)."""
+        body = dict(self.body)
+        body["messages"] = messages
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def tools_tokens(self, counter: TokenCounter) -> int:
+        """What the tool definitions cost in the prompt (they share the input budget)."""
+        tools = self.body.get("tools")
+        if not tools:
+            return 0
+        return counter.count_text(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
+
+
+def parse_request(raw: bytes) -> ChatRequest:
+    """Validate a chat-completions body.
+
+    Raises:
+        ProxyError: 400 naming what is wrong (not JSON, no model, no messages, a message
+            that is not an object, an unknown role, a tool result without its call, a
+            malformed message).
+    """
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("'model' is required (a model name string)", param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' is required: a non-empty list of messages",
+                          param="messages")
+    validate_messages(messages)
+    return ChatRequest(raw, body, model, WireConversation(messages))
+
+
+def validate_messages(messages: Sequence[object]) -> None:
+    """Roles known, tool results answering an earlier call (raw dicts; no models built)."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad_request(f"messages[{i}]: expected an object, got {type(m).__name__}",
+                              param=f"messages[{i}]")
+        role = m.get("role")
+        if role not in WIRE_ROLES:
+            raise bad_request(
+                f"messages[{i}].role: unknown role {role!r} (expected one of "
+                f"{', '.join(sorted(WIRE_ROLES))})", param=f"messages[{i}].role")
+        if role == "assistant":
+            tool_calls = m.get("tool_calls")
+            if tool_calls:
+                if not isinstance(tool_calls, list):
+                    raise bad_request(f"messages[{i}].tool_calls: expected a list",
+                                      param=f"messages[{i}].tool_calls")
+                for call in tool_calls:
+                    if isinstance(call, dict) and isinstance(call.get("id"), str):
+                        calls.add(call["id"])
+        elif role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise bad_request(f"messages[{i}].tool_call_id: a tool message must carry "
+                                  "the id of its tool call", param=f"messages[{i}].tool_call_id")
+            if call_id not in calls:
+                raise bad_request(
+                    f"messages[{i}]: tool result for call {call_id!r} has no preceding "
+                    "assistant message with that tool call", param=f"messages[{i}]")
+
+
+class WireConversation:
+    """The wire messages plus lazily built guard views and token counts."""
+
+    __slots__ = ("_views", "counts", "last_user", "messages", "prompt_end")
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+        self._views: list[ChatMessage | None] = [None] * len(messages)
+        self.last_user = next((i for i in range(len(messages) - 1, -1, -1)
+                               if messages[i].get("role") == "user"), -1)
+        end = 0
+        while end < len(messages) and messages[end].get("role") in ("system", "developer"):
+            end += 1
+        self.prompt_end = end
+        """Leading system (and developer) messages: the system prompt, never compacted."""
+        self.counts: list[int] = []
+        """Tokens per message, filled by :meth:`tokens`."""
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def view(self, i: int) -> ChatMessage:
+        """The guard's view of message ``i`` (built once).
+
+        Raises:
+            ProxyError: 400 when the message is malformed (the error names it).
+        """
+        found = self._views[i]
+        if found is None:
+            try:
+                found = guard_view(self.messages[i], i, pinned=i == self.last_user)
+            except MessageError as exc:
+                raise bad_request(f"messages[{i}].{exc}", param=f"messages[{i}]") from None
+            self._views[i] = found
+        return found
+
+    def views(self, start: int = 0, stop: int | None = None) -> list[ChatMessage]:
+        """Views of ``messages[start:stop]``."""
+        stop = len(self.messages) if stop is None else stop
+        return [self.view(i) for i in range(start, stop)]
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """Tokens of every message by ``counter``.
+
+        A plain-text message without tool calls is counted straight from its string
+        (what ``counter.count_message`` computes for it: overhead + text); anything else
+        through its view.
+        """
+        overhead = getattr(counter, "message_overhead", None)
+        if not isinstance(overhead, int):
+            self.counts = [counter.count_message(v) for v in self.views()]
+            return sum(self.counts)
+        counts: list[int] = []
+        count_text = counter.count_text
+        for i, m in enumerate(self.messages):
+            content = m.get("content")
+            if (isinstance(content, str) and not m.get("tool_calls")
+                    and self._views[i] is None):
+                counts.append(overhead + count_text(content))
+            else:
+                counts.append(counter.count_message(self.view(i)))
+        self.counts = counts
+        return sum(counts)
+
+    def longest_protected(self) -> int:
+        """Characters of the longest message that must never be cut (prompt, last user)."""
+        protected = [*range(self.prompt_end)]
+        if self.last_user >= 0:
+            protected.append(self.last_user)
+        return max((len(self.view(i).text) for i in protected), default=0)
+
+    def wire_form(self, message: ChatMessage) -> dict[str, Any]:
+        """What to forward for one message of the guard's result.
+
+        An unchanged view forwards the client's dict itself; a view the guard cut
+        forwards the client's dict with the cut content (and tool calls); anything the
+        guard made (a summary) forwards its own wire form.
+        """
+        index = message.metadata.get(WIRE_KEY)
+        if not isinstance(index, int):
+            return message.to_openai()
+        original = self.messages[index]
+        if self._views[index] is message:
+            return original
+        out = dict(original)
+        fresh = message.to_openai()
+        out["content"] = fresh.get("content")
+        if "tool_calls" in fresh:
+            out["tool_calls"] = fresh["tool_calls"]
+        return out
+
+    def longest_text(self, start: int = 0) -> int:
+        """Characters of the longest content from ``start`` on (cheap: no views built)."""
+        best = 0
+        for m in self.messages[start:]:
+            content = m.get("content")
+            if isinstance(content, str):
+                best = max(best, len(content))
+            elif content is not None:
+                best = max(best, len(json.dumps(content)))
+        return best
+
+
+def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> ChatMessage:
+    """The :class:`ChatMessage` the guard works on for one wire message."""
+    data: dict[str, Any] = dict(wire)
+    if data.get("role") == "developer":
+        data["role"] = "system"
+    content = data.get("content")
+    if isinstance(content, list):
+        data["content"] = [
+            p if isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS
+            else {"type": "text", "text": json.dumps(p, ensure_ascii=False)}
+            for p in content
+        ]
+    calls = data.get("tool_calls")
+    if isinstance(calls, list):
+        data["tool_calls"] = [_safe_call(c) for c in calls]
+    message = ChatMessage.from_openai(data)
+    return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
+
+
+def _safe_call(call: object) -> object:
+    """A tool call whose arguments are not a JSON object keeps them as ``{"_raw": text}``."""
+    if not isinstance(call, Mapping):
+        return call
+    fn = call.get("function")
+    if not isinstance(fn, Mapping):
+        return call
+    args = fn.get("arguments")
+    if not isinstance(args, str) or not args:
+        return call
+    try:
+        ok = isinstance(json.loads(args), dict)
+    except json.JSONDecodeError:
+        ok = False
+    if ok:
+        return call
+    return {**call, "function": {**fn, "arguments": json.dumps({"_raw": args})}}

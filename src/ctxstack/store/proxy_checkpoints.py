@@ -1,0 +1,133 @@
+"""The proxy's checkpoints: rolling summaries keyed by the hash of the prefix they cover.
+
+``ctxstack proxy`` sees no conversation ids: clients resend the whole history on every
+call. After the proxy had a summary written it stores it here with the hash of the message
+prefix the summary stands for; the next request of the same (grown) conversation finds it
+by its ``root_hash`` (its opening messages), checks the prefix hash, and starts from the
+summary instead of summarising again. One summarisation per overflow, shared by every
+proxy worker that uses the same database.
+
+The table is bounded: rows older than ``ttl`` are neither returned nor kept, and beyond
+``max_rows`` the oldest rows are deleted. Both happen when a checkpoint is saved, which is
+rare (once per overflow), so lookups stay one indexed read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+
+from ctxstack.errors import InputError, StorageError
+from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.models import ProxyCheckpoint, utcnow
+
+DEFAULT_MAX_ROWS = 10_000
+DEFAULT_TTL = timedelta(days=7)
+LOOKUP_LIMIT = 8
+"""Candidates read per lookup: the newest few checkpoints of a conversation root."""
+
+
+class ProxyCheckpointRecord(BaseModel):
+    """One stored proxy checkpoint (see :class:`~ctxstack.store.models.ProxyCheckpoint`)."""
+
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+    prefix_hash: str = Field(min_length=1, max_length=64)
+    root_hash: str = Field(min_length=1, max_length=64)
+    covered: int = Field(gt=0)
+    model: str = Field(max_length=200)
+    summary: str = Field(min_length=1)
+    token_count: int = Field(ge=0)
+    created_at: datetime | None = None
+
+
+async def find_proxy_checkpoints(
+    factory: SessionFactory,
+    root_hash: str,
+    max_covered: int,
+    *,
+    ttl: timedelta = DEFAULT_TTL,
+    limit: int = LOOKUP_LIMIT,
+) -> list[ProxyCheckpointRecord]:
+    """Unexpired checkpoints of ``root_hash`` covering at most ``max_covered`` messages,
+    longest first. The caller verifies which one's ``prefix_hash`` matches its messages.
+
+    Raises:
+        StorageError: the database failed.
+    """
+    stmt = (
+        select(ProxyCheckpoint)
+        .where(
+            ProxyCheckpoint.root_hash == root_hash,
+            ProxyCheckpoint.covered <= max_covered,
+            ProxyCheckpoint.created_at >= utcnow() - ttl,
+        )
+        .order_by(ProxyCheckpoint.covered.desc(), ProxyCheckpoint.id.desc())
+        .limit(limit)
+    )
+    async with reading(factory, "looking up proxy checkpoints") as session:
+        return [ProxyCheckpointRecord.model_validate(r) for r in await session.scalars(stmt)]
+
+
+async def save_proxy_checkpoint(
+    factory: SessionFactory,
+    record: ProxyCheckpointRecord,
+    *,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    ttl: timedelta = DEFAULT_TTL,
+) -> bool:
+    """Store ``record`` and prune expired and surplus rows. Returns False when a checkpoint
+    with the same prefix hash already existed (another worker summarised the same prefix
+    first; its summary is as good as ours, so ours is dropped).
+
+    Raises:
+        InputError: ``max_rows`` is not a positive integer.
+        StorageError: the database failed.
+    """
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise InputError(f"max_rows: expected a positive integer, got {max_rows!r}")
+    now = utcnow()
+    row = ProxyCheckpoint(
+        prefix_hash=record.prefix_hash, root_hash=record.root_hash, covered=record.covered,
+        model=record.model[:200], summary=record.summary, token_count=record.token_count,
+        created_at=now,
+    )
+    try:
+        async with transaction(factory, "saving a proxy checkpoint") as session:
+            session.add(row)
+    except StorageError as exc:  # the unique prefix hash: a concurrent save of one prefix
+        if isinstance(exc.__cause__, IntegrityError):
+            return False
+        raise
+    await prune_proxy_checkpoints(factory, max_rows=max_rows, ttl=ttl, now=now)
+    return True
+
+
+async def prune_proxy_checkpoints(
+    factory: SessionFactory,
+    *,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    ttl: timedelta = DEFAULT_TTL,
+    now: datetime | None = None,
+) -> None:
+    """Delete expired rows, then all but the newest ``max_rows``."""
+    now = now or utcnow()
+    async with transaction(factory, "pruning proxy checkpoints") as session:
+        await session.execute(
+            delete(ProxyCheckpoint).where(ProxyCheckpoint.created_at < now - ttl)
+        )
+        boundary = await session.scalar(
+            select(ProxyCheckpoint.id).order_by(ProxyCheckpoint.id.desc())
+            .offset(max_rows).limit(1)
+        )
+        if boundary is not None:
+            await session.execute(delete(ProxyCheckpoint).where(ProxyCheckpoint.id <= boundary))
+
+
+async def count_proxy_checkpoints(factory: SessionFactory) -> int:
+    """How many checkpoints are stored (for stats and tests)."""
+    async with reading(factory, "counting proxy checkpoints") as session:
+        return int(await session.scalar(select(func.count(ProxyCheckpoint.id))) or 0)

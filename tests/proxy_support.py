@@ -1,0 +1,139 @@
+"""Helpers for the proxy tests: a real ``ctxstack proxy`` process, and the stub's script.
+
+The proxy under test is started exactly as a user starts it (the CLI, migrations on
+start) on a random loopback port, in front of a :class:`~ctxstack.llm.stub.StubServer`
+(real HTTP on loopback) whose script the test changes as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ctxstack.llm.stub import StubReply, StubRequest
+from ctxstack.prompts import LANGUAGE_INSTRUCTION
+from tests.service_support import clean_env, free_port
+
+_LAUNCH = "import ctxstack.cli.proxy\nfrom ctxstack.cli import main\nmain()\n"
+SUMMARY_TEXT = "Summary: the user discussed the quarterly plan, order #A-1042 and 3.2% growth."
+
+
+@dataclass
+class ProxyProcess:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-8000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | None = None, *,
+                args: tuple[str, ...] = (), startup_timeout: float = 60.0) -> ProxyProcess:
+    """Start ``ctxstack proxy --upstream UPSTREAM`` on a free port; wait until it answers."""
+    port = free_port()
+    env = clean_env(env_extra)
+    env.setdefault("CTXSTACK_DATABASE_URL", f"sqlite+aiosqlite:///{workdir / 'proxy.db'}")
+    log_path = workdir / f"proxy-{port}.log"
+    cmd = [sys.executable, "-c", _LAUNCH, "proxy", "--upstream", upstream, "--host",
+           "127.0.0.1", "--port", str(port), *args]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    server = ProxyProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    deadline = time.monotonic() + startup_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ctxstack proxy exited with {proc.returncode}:\n{server.log()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{server.url}/ctxstack/health", timeout=2).status_code == 200:
+                return server
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"ctxstack proxy did not answer within {startup_timeout}s:\n{server.log()}")
+
+
+@contextlib.contextmanager
+def running_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | None = None,
+                  **kw: Any) -> Iterator[ProxyProcess]:
+    proxy = start_proxy(workdir, upstream, env_extra, **kw)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def is_summary_request(request: StubRequest) -> bool:
+    """A compaction call: its system prompt ends with the language instruction."""
+    system = "\n".join(m.text for m in request.messages if m.role == "system")
+    return system.rstrip().endswith(LANGUAGE_INSTRUCTION)
+
+
+class ConversationRule:
+    """The stub's answers: a summary for compaction calls; for chat calls a tool call when
+    the last user message asks for one (and no result came yet), else a text answer."""
+
+    def __init__(self, answer: str = "Noted. Here is a detailed answer about the plan.") -> None:
+        self.answer = answer
+
+    def __call__(self, request: StubRequest) -> StubReply:
+        if is_summary_request(request):
+            return StubReply.text(SUMMARY_TEXT)
+        messages = request.messages
+        last_user = max(i for i, m in enumerate(messages) if m.role == "user")
+        wants_tool = "look it up" in messages[last_user].text
+        answered = any(m.role == "tool" for m in messages[last_user:])
+        if wants_tool and not answered:
+            return StubReply.tool_call("lookup", {"query": messages[last_user].text[:40]})
+        return StubReply.text(self.answer)
+
+
+def chat_requests(requests: list[StubRequest]) -> list[StubRequest]:
+    """The recorded chat calls that are not compaction calls."""
+    return [r for r in requests if not is_summary_request(r)]
+
+
+def tool_sequence_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """Every way ``messages`` breaks OpenAI's tool rules (empty when valid): each tool
+    result answers a call of the assistant message just before the results, and each call
+    of an assistant message is answered before the next non-tool message."""
+    problems: list[str] = []
+    pending: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            if m.get("tool_call_id") not in pending:
+                problems.append(f"messages[{i}]: tool result without its call")
+            pending.discard(m.get("tool_call_id"))
+            continue
+        if pending:
+            problems.append(f"messages[{i}]: calls {sorted(pending)} left unanswered")
+            pending = set()
+        if role == "assistant" and m.get("tool_calls"):
+            pending = {c["id"] for c in m["tool_calls"]}
+    if pending:
+        problems.append(f"end: calls {sorted(pending)} left unanswered")
+    return problems
