@@ -35,7 +35,7 @@ from ctxstack.proxy.forwarding import (
     read_error,
     relay,
 )
-from ctxstack.proxy.request import ChatRequest, parse_request
+from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
@@ -165,7 +165,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
     return response
 
 
-async def _forward(state: ProxyState, request: Request, chat: ChatRequest, fit: Fit,
+async def _forward(state: ProxyState, request: Request, chat: CompletionRequest, fit: Fit,
                    budget: int, salt: str, summarizer: LLM, started: float,
                    log: dict[str, Any]) -> Response:
     """Send the fitted request; on an overflow error compact smaller and retry once."""

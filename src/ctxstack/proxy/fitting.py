@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ctxstack import LLM, ChatMessage, CompactionEvent, ContextGuard, TokenCounter, Usage
 from ctxstack.proxy.checkpoints import CheckpointStore
-from ctxstack.proxy.request import WIRE_KEY, ChatRequest, WireConversation
+from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
 
 FitMethod = Literal["none", "checkpoint", "llm", "truncate"]
@@ -58,7 +58,7 @@ class Fitter:
         self.store = store
         self.summary_timeout = summary_timeout
 
-    async def fit(self, request: ChatRequest, budget: int, *, salt: str,
+    async def fit(self, request: CompletionRequest, budget: int, *, salt: str,
                   summarizer: LLM | None) -> Fit:
         """Fit ``request`` into ``budget`` tokens (messages and tool definitions)."""
         conv = request.conversation
@@ -71,7 +71,7 @@ class Fitter:
         return await self._compact(request, limit, tools, total, salt=salt,
                                    summarizer=summarizer)
 
-    async def refit(self, request: ChatRequest, limit: int, *, salt: str,
+    async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
                     summarizer: LLM | None) -> Fit:
         """Compact to an explicit, smaller ``limit`` (after an upstream overflow error)."""
         tools = request.tools_tokens(self.counter)
@@ -79,7 +79,7 @@ class Fitter:
         return await self._compact(request, max(MIN_LIMIT, limit - tools), tools, total,
                                    salt=salt, summarizer=summarizer)
 
-    async def _compact(self, request: ChatRequest, limit: int, tools: int, total: int, *,
+    async def _compact(self, request: CompletionRequest, limit: int, tools: int, total: int, *,
                        salt: str, summarizer: LLM | None) -> Fit:
         conv = request.conversation
         n = len(conv)

@@ -30,7 +30,7 @@ _KNOWN_PARTS = frozenset({"text", "image_url"})
 WIRE_KEY = "wire"
 
 
-class ChatRequest:
+class CompletionRequest:
     """A validated chat-completions request.
 
     ``body`` is the decoded JSON object (field order kept), ``raw`` the bytes as received
@@ -61,7 +61,7 @@ class ChatRequest:
         return counter.count_text(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
 
 
-def parse_request(raw: bytes) -> ChatRequest:
+def parse_request(raw: bytes) -> CompletionRequest:
     """Validate a chat-completions body.
 
     Raises:
@@ -83,7 +83,7 @@ def parse_request(raw: bytes) -> ChatRequest:
         raise bad_request("'messages' is required: a non-empty list of messages",
                           param="messages")
     validate_messages(messages)
-    return ChatRequest(raw, body, model, WireConversation(messages))
+    return CompletionRequest(raw, body, model, WireConversation(messages))
 
 
 def validate_messages(messages: Sequence[object]) -> None:
