@@ -60,7 +60,6 @@ believing it calibrated.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ from dataclasses import dataclass, field
 from ctxstack.errors import ConfigError
 from ctxstack.llm.base import LLMResult, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, budget_margin, tool_specs_tokens
 
 
 @dataclass
@@ -219,16 +218,18 @@ class CalibratingCounter:
 
     def tool_specs_tokens(self, tools: Sequence[ToolSpec] | None) -> int:
         """The base counter's estimate of the tool specs' compact JSON (0 without tools)."""
-        if not tools:
-            return 0
-        text = json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"), default=str)
-        return self.base.count_text(text)
+        return tool_specs_tokens(tools, self.base)
 
     def base_count(self, messages: Iterable[ChatMessage]) -> int:
         """The base counter's (uncalibrated, cached) total for ``messages``."""
         return self.base.count_messages(messages)
 
     # ------------------------------------------------------------------ TokenCounter
+    @property
+    def margin(self) -> float:
+        """The base counter's margin: the factor corrects a bias, not the scatter."""
+        return budget_margin(self.base)
+
     @property
     def cache_key(self) -> str:
         return f"calibrated({self.base.cache_key})"

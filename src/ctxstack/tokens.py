@@ -32,12 +32,13 @@ object, keyed by the counter's ``cache_key``, so re-estimating an unchanged list
 dict lookup per message.
 
 Pluggable: anything implementing :class:`TokenCounter` can replace the heuristic;
-:func:`ctxstack.tokenizers.counter_for_model` picks an exact tokenizer by model name when
+:func:`ctxstack.model_counters.counter_for_model` picks an exact tokenizer by model name when
 one is available offline.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -280,6 +281,17 @@ SEED_HEURISTIC = SeedHeuristicCounter()
 """The seed's formula, by name."""
 DEFAULT_COUNTER: TokenCounter = HEURISTIC
 """The counter used wherever none is passed explicitly."""
+
+
+def tool_specs_tokens(tools: Sequence[Any] | None, counter: TokenCounter | None = None) -> int:
+    """Tokens of the tool specs sent with a request: their compact JSON, counted as text.
+
+    Providers bill the tool list as input; whoever fits messages to a budget for a call
+    that carries tools must leave this much room (the agent does, for every call)."""
+    if not tools:
+        return 0
+    text = json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"), default=str)
+    return (counter or DEFAULT_COUNTER).count_text(text)
 
 
 def budget_margin(counter: TokenCounter) -> float:

@@ -58,7 +58,7 @@ from ctxstack.llm.base import LLM, LLMResult, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import Hint, strip_scratchpad
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, TokenCounter, tool_specs_tokens
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,8 @@ class ReActAgent:
         history = await self.memory.get_messages() if self.memory is not None else []
         messages = decisions.initial_messages(self.system_prompt, history, run.query)
         specs = await self._select_tools(run)
+        # The tool list is billed as input on every call: the messages get what it leaves.
+        budget = self._message_budget(self.budget, specs)
         answer: str | None = None
         last_note: str | None = None
         stopped: StopReason = "answer"
@@ -314,7 +316,7 @@ class ReActAgent:
                 run.injected.append(text)
                 yield InjectedEvent(iteration=iteration, text=text)
 
-            messages = await self._check(run.compactions, messages, self.budget, "react_iteration")
+            messages = await self._check(run.compactions, messages, budget, "react_iteration")
             for event in self._new_compactions(run, recovery=False):
                 yield event
             yield IterationStartedEvent(
@@ -380,6 +382,12 @@ class ReActAgent:
 
         yield DoneEvent(result=self._result(run, answer, messages, stopped))
 
+    def _message_budget(self, budget: int, specs: list[ToolSpec] | None) -> int:
+        """``budget`` less the tool specs' tokens (by the guard's counter), at least 1."""
+        counter = getattr(self.guard, "counter", None)
+        spent = tool_specs_tokens(specs, counter if isinstance(counter, TokenCounter) else None)
+        return max(1, budget - spent)
+
     # ------------------------------------------------------------------ I/O helpers
     async def _check(
         self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
@@ -407,7 +415,7 @@ class ReActAgent:
         try:
             reply = await self.llm.chat(messages, tools=specs)
         except ContextOverflowError as first:
-            half = max(1, self.budget // 2)
+            half = self._message_budget(max(1, self.budget // 2), specs)
             log.warning("context overflow at %d budget; compacting to %d and retrying: %s",
                         self.budget, half, first)
             messages = await self._check(run.compactions, messages, half, "react_iteration")

@@ -40,7 +40,7 @@ from ctxstack.errors import ConfigError
 from ctxstack.llm.base import LLM, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 logger = logging.getLogger("ctxstack.compact")
 
@@ -144,6 +144,10 @@ async def compact_detailed(
     check_target_fill(target_fill)
     check_timeout(timeout)
     counter = counter or DEFAULT_COUNTER
+    nominal = max_tokens
+    # Compare with the counter's margin applied; smart_truncate receives the nominal
+    # budget and applies the same margin itself (never twice).
+    max_tokens = effective_budget(nominal, counter)
     msgs = list(messages)
     before = counter.count_messages(msgs)
 
@@ -179,7 +183,7 @@ async def compact_detailed(
     ) -> CompactionResult:
         if reason not in ("no_llm", "nothing_to_summarize"):
             logger.warning("LLM compaction failed (%s); falling back to smart_truncate", reason)
-        out = smart_truncate(msgs, max_tokens, counter=counter)
+        out = smart_truncate(msgs, nominal, counter=counter)
         return result(out, "truncate", reason=reason, usage=usage, previous=previous)
 
     if llm is None:
@@ -236,7 +240,7 @@ async def compact_detailed(
         if not unit.summary and (i in plan.keep or unit.pinned):
             out.extend(msgs[unit.start : unit.stop])
     if counter.count_messages(out) > max_tokens:
-        out = smart_truncate(out, max_tokens, counter=counter)
+        out = smart_truncate(out, nominal, counter=counter)
     return result(
         out,
         "llm",
