@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctxstack.errors import TokenizerUnavailableError
+from ctxstack.errors import ConfigError, TokenizerUnavailableError
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.errors import ConfigError
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     HEURISTIC,

@@ -38,8 +38,8 @@ from ctxstack.store import (
 )
 from ctxstack.store.models import Message
 from ctxstack.tokens import HEURISTIC
-from tests.store.samples import GIF, png
 from tests.conversations import budget_for
+from tests.store.samples import GIF, png
 
 
 def turn_text(i: int, words: int = 30) -> str:

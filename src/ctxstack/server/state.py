@@ -21,6 +21,7 @@ from ctxstack.errors import ConfigError
 from ctxstack.files import FileStore
 from ctxstack.llm.base import LLM
 from ctxstack.llm.metering import MeteredLLM, UsageMeter
+from ctxstack.model_counters import counter_for_model
 from ctxstack.server.auth import CurrentUser, ensure_local_user
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
@@ -63,15 +64,25 @@ class LLMProvider:
         self.settings = settings
         self._main: LLM | None = main
         self._fast: LLM | None = fast
-        self._counters: dict[Role, CalibratingCounter] = (
-            {role: CalibratingCounter(model=role, min_factor=1.0) for role in ("main", "fast")}
-            if settings.calibrate else {}
-        )
         if main is None and not settings.demo_model:
             from ctxstack.llm.openai import OpenAICompatibleLLM
 
             self._main = OpenAICompatibleLLM.from_env("main")
             self._fast = OpenAICompatibleLLM.from_env("fast")
+        # Each role counts with its model's own tokenizer when it is available offline
+        # (ctxstack.model_counters), else the heuristic with the matching weights.
+        self._counters: dict[Role, CalibratingCounter] = (
+            {role: CalibratingCounter(counter_for_model(self._model_of(role)), model=role,
+                                      min_factor=1.0) for role in ("main", "fast")}
+            if settings.calibrate else {}
+        )
+
+    def _model_of(self, role: Role) -> str | None:
+        client = self._main if role == "main" else self._fast
+        name = getattr(client, "model", None)
+        if role == "main" and self.settings.llm_model:
+            return self.settings.llm_model
+        return name if isinstance(name, str) else None
 
     @property
     def model_name(self) -> str:
