@@ -117,9 +117,19 @@ def pair_codes(text: str) -> bytes:
     return (x | (x >> 4)).to_bytes(len(classes), "little")
 
 
+# Traditional Chinese text of any length almost always has one of these; checking for
+# them (a C substring search) spares the regular-expression scan on all other text.
+_TRADITIONAL_HINTS: Final = tuple(c.encode() for c in "這個們為時會說於")
+
+
 def traditional_count(text: str) -> int:
     """How many of ``text``'s characters are frequent traditional-only Chinese ones."""
-    return 0 if text.isascii() else len(_TRADITIONAL.findall(text))
+    if text.isascii():
+        return 0
+    raw = text.encode("utf-8", "surrogatepass")
+    if not any(hint in raw for hint in _TRADITIONAL_HINTS):
+        return 0
+    return len(_TRADITIONAL.findall(text))
 
 
 # Fitted by benchmarks/fit_tokens.py against tiktoken's o200k_base and cl100k_base counts
