@@ -61,8 +61,9 @@ believing it calibrated.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxstack.errors import ConfigError
 from ctxstack.llm.base import LLMResult, ToolSpec, Usage
@@ -77,6 +78,7 @@ class _State:
     factors: dict[str | None, float] = field(default_factory=dict)
     samples: dict[str | None, int] = field(default_factory=dict)
     rejected: int = 0
+    listeners: list[Callable[[CalibratingCounter], None]] = field(default_factory=list)
 
 
 class CalibratingCounter:
@@ -175,7 +177,39 @@ class CalibratingCounter:
         updated = current + self.smoothing * (ratio - current)
         factors[key] = min(self.max_factor, max(self.min_factor, updated))
         self._state.samples[key] = self._state.samples.get(key, 0) + 1
+        for listener in list(self._state.listeners):
+            listener(self)
         return True
+
+    # ------------------------------------------------------------------ persistence
+    @property
+    def listeners(self) -> list[Callable[[CalibratingCounter], None]]:
+        """Called with this counter after every accepted sample (e.g. to persist it);
+        shared by every model view. A listener must not raise."""
+        return self._state.listeners
+
+    def export_state(self) -> dict[str, Any]:
+        """What was learnt, as JSON-ready data (the unnamed factor under ``""``)."""
+        return {
+            "factors": {k or "": v for k, v in self._state.factors.items()},
+            "samples": {k or "": v for k, v in self._state.samples.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Adopt an :meth:`export_state` result (factors clamped to this counter's bounds;
+        malformed entries are ignored, never trusted)."""
+        factors = state.get("factors", {})
+        samples = state.get("samples", {})
+        if not isinstance(factors, Mapping) or not isinstance(samples, Mapping):
+            return
+        for raw_key, value in factors.items():
+            if not isinstance(raw_key, str) or not isinstance(value, int | float) \
+                    or isinstance(value, bool) or not math.isfinite(value):
+                continue
+            key = raw_key or None
+            self._state.factors[key] = min(self.max_factor, max(self.min_factor, float(value)))
+            count = samples.get(raw_key, 0)
+            self._state.samples[key] = count if isinstance(count, int) and count >= 0 else 0
 
     def observe_messages(
         self, messages: Sequence[ChatMessage], reported_input_tokens: int,
