@@ -267,7 +267,8 @@ def fits_by_exact_count(pools: dict[str, list[str]], exact: TokenCounter,
     rng = random.Random(2024)
     out = FitsResult()
     fills = []
-    lo, hi = (math.log(b) for b in BUDGETS)
+    smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")
+    lo, hi = math.log(BUDGETS[0]), math.log(16_000 if smoke else BUDGETS[1])
     for _ in range(n):
         budget = int(math.exp(rng.uniform(lo, hi)))
         conv = random_conversation(pools, rng, int(budget * rng.uniform(1.2, 2.5)),
