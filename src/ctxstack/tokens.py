@@ -148,6 +148,12 @@ class BaseCounter:
         return self.count_parts(content) + self.count_text(extra)
 
 
+def message_cache(message: ChatMessage) -> dict[str, int]:
+    """The message's private per-counter cache (str → int): what counters may store
+    figures derived from the message's (frozen) content under their own keys."""
+    return _token_cache(message)
+
+
 def _token_cache(message: ChatMessage) -> dict[str, int]:
     """The message's per-counter estimate cache.
 
