@@ -50,7 +50,8 @@ async def test_bad_model_names_and_bad_state_are_refused(sf: SessionFactory) -> 
     counter = CalibratingCounter(max_factor=2.0)
     counter.load_state({"factors": {"": 99.0, "m": "nan", "n": float("inf")}, "samples": {}})
     assert counter.factor() == 2.0  # clamped, never trusted beyond the bounds
-    assert counter.factor("m") == 2.0 and counter.factor("n") == 2.0  # ignored: unnamed one
+    assert counter.factor("m") == 2.0  # ignored: the unnamed factor applies
+    assert counter.factor("n") == 2.0
 
 
 async def test_the_service_loads_at_start_and_saves_after_learning(sf: SessionFactory) -> None:
