@@ -242,8 +242,16 @@ class CalibratingCounter:
     def kind_estimates(self, messages: Iterable[ChatMessage]) -> list[int]:
         """The base estimate of ``messages`` split by content kind (cached per message)."""
         out = [0] * len(CONTENT_KINDS)
+        key = self.base.cache_key
         for message in messages:
-            out[message_kind(message)] += self.base.count_message(message)
+            # both figures are cached on the message: read them without function calls
+            # (this runs on the guard's under-budget path)
+            private = message.__pydantic_private__
+            cache = private["_token_cache"] if private else message_cache(message)
+            tokens = cache.get(key)
+            kind = cache.get("content-kind")
+            out[message_kind(message) if kind is None else kind] += (
+                self.base.count_message(message) if tokens is None else tokens)
         return out
 
     # ------------------------------------------------------------------ persistence
