@@ -142,7 +142,11 @@ def test_heuristic_family_and_margin_are_validated() -> None:
 
 def test_tiktoken_never_downloads(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     pytest.importorskip("tiktoken")
+    import tiktoken.registry
+
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty cache: must not fetch
+    # and no vocabulary already loaded by an earlier test of this process
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     with pytest.raises(TokenizerUnavailableError, match="not available offline"):
         TiktokenCounter("cl100k_base")
 
