@@ -192,3 +192,17 @@ def assert_opens_with_user(out: Sequence[ChatMessage]) -> None:
 
 def snapshot(msgs: Sequence[ChatMessage]) -> list[tuple[int, dict[str, object]]]:
     return [(id(m), m.model_dump()) for m in msgs]
+
+
+def budget_for(tokens: int, counter: object = HEURISTIC) -> int:
+    """The smallest nominal budget whose usable part (after ``counter``'s margin, see
+    :func:`ctxstack.tokens.effective_budget`) holds ``tokens``: tests written as "a budget
+    that fits exactly this much" stay exact whatever the default margin."""
+    from ctxstack.tokens import effective_budget
+
+    budget = max(1, tokens)
+    while effective_budget(budget, counter) < tokens:  # type: ignore[arg-type]
+        budget += 1 + (tokens - effective_budget(budget, counter)) // 2  # type: ignore[arg-type]
+    while budget > 1 and effective_budget(budget - 1, counter) >= tokens:  # type: ignore[arg-type]
+        budget -= 1
+    return budget

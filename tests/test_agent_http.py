@@ -16,7 +16,7 @@ from ctxstack.guard_events import GuardCheck
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, tool_specs_tokens
 
 
 class SpyGuard(ContextGuard):
@@ -94,7 +94,9 @@ async def test_overflow_from_the_server_is_retried_once_at_half_budget(stub: Stu
     stub.push(StubReply.overflow(), "fits now")
     result = await make_agent(stub_client, guard, budget=8_000).run("q")
     assert result.answer == "fits now"
-    assert [b for _, b, _ in guard.calls] == [8_000, 4_000]
+    spent = tool_specs_tokens(stub.requests[0].tools)  # the tool list is billed as input
+    assert spent > 0
+    assert [b for _, b, _ in guard.calls] == [8_000 - spent, 4_000 - spent]
     stub.push(StubReply.overflow(), StubReply.overflow())
     with pytest.raises(AgentError, match="half the budget"):
         await make_agent(stub_client, budget=8_000).run("q")
@@ -184,7 +186,8 @@ def test_chat_cli_shows_compaction_notices() -> None:
     from ctxstack.cli import main
 
     result = CliRunner().invoke(
-        main, ["chat", "--stub", "--no-synthesis", "--budget", "160"],
+        # the three tools' specs take ~300 tokens of the budget on every call
+        main, ["chat", "--stub", "--no-synthesis", "--budget", "450"],
         input="What is 1+1?\nWhat is 2+2?\nWhat is 3+3?\nWhat is 4+4?\n",
     )
     assert result.exit_code == 0, result.output
@@ -253,10 +256,13 @@ async def test_long_run_over_http_stays_in_budget_and_keeps_query_and_summary(
     agent_requests = [r for r in stub.requests if r.tools is not None]
     summary_requests = [r for r in stub.requests if r.tools is None]
     assert len(agent_requests) == result.iterations
-    assert [(b, h) for _, b, h in guard.calls] == [(budget, "react_iteration")] * result.iterations
+    spent = tool_specs_tokens(agent_requests[0].tools)
+    assert [(b, h) for _, b, h in guard.calls] == [
+        (budget - spent, "react_iteration")] * result.iterations
     for r in agent_requests:
-        # what went over the wire fits the budget and still carries the user's question
-        assert HEURISTIC.count_messages(r.messages) <= budget
+        # what went over the wire (tool list included) fits the budget and still carries
+        # the user's question
+        assert HEURISTIC.count_messages(r.messages) + tool_specs_tokens(r.tools) <= budget
         assert sum(1 for m in r.messages if m.role == "user" and m.text == QUERY) == 1
     assert summary_requests, "the run must have compacted with the LLM"
     assert any(m.role == "system" and m.text.startswith("[Conversation summary]")

@@ -32,7 +32,7 @@ from ctxstack.guard_events import GuardCheck
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, tool_specs_tokens
 
 
 class SpyGuard(ContextGuard):
@@ -88,6 +88,12 @@ def kinds(messages: Sequence[ChatMessage]) -> list[str | None]:
     return [m.kind for m in messages]
 
 
+def for_messages(budget: int, llm: ScriptedLLM) -> int:
+    """What the agent gives the guard for messages: the budget less the tool specs sent
+    (they are billed as input too), counted by the default counter."""
+    return budget - tool_specs_tokens(llm.calls[0].tools)
+
+
 def agent_for(llm: ScriptedLLM, guard: Any = None, **kw: Any) -> ReActAgent:
     kw.setdefault("tools", [add, search])
     return ReActAgent(llm, guard=guard or SpyGuard(), system_prompt="You are a test agent.", **kw)
@@ -128,7 +134,9 @@ async def test_guard_is_called_before_every_model_call_with_react_iteration() ->
                                                             max_output_tokens=4_000),
                              checklist_threshold=None).run("q")
     assert result.iterations == 3
-    assert [(b, h) for _, b, h in guard.calls] == [(16_000, "react_iteration")] * 3
+    assert [(b, h) for _, b, h in guard.calls] == [(for_messages(16_000, llm),
+                                                    "react_iteration")] * 3
+    assert for_messages(16_000, llm) < 16_000
     # and the guard saw the growing context each time
     assert [n for n, _, _ in guard.calls] == [2, 4, 6]
 
@@ -362,8 +370,8 @@ async def test_overflow_compacts_to_half_the_budget_and_retries_once() -> None:
     llm = ScriptedLLM([ContextOverflowError("too long", status_code=400), "fits now"])
     result = await agent_for(llm, guard, budget=10_000).run("q")
     assert result.answer == "fits now"
-    assert [(b, h) for _, b, h in guard.calls] == [(10_000, "react_iteration"),
-                                                   (5_000, "react_iteration")]
+    assert [(b, h) for _, b, h in guard.calls] == [(for_messages(10_000, llm), "react_iteration"),
+                                                   (for_messages(5_000, llm), "react_iteration")]
     assert len(llm.calls) == 2
 
 
@@ -470,8 +478,9 @@ async def test_usage_sums_every_call_including_synthesis() -> None:
     assert result.usage == llm.total_usage
     assert result.usage.calls == 3
     # the synthesis prompt went through the guard too, with the general hint
-    assert [(b, h) for _, b, h in guard.calls] == [(9_000, "react_iteration")] * 2 + [
-        (9_000, "general")]
+    # (the synthesis call carries no tools: its budget is whole)
+    assert [(b, h) for _, b, h in guard.calls] == [
+        (for_messages(9_000, llm), "react_iteration")] * 2 + [(9_000, "general")]
     synth = llm.calls[-1]
     assert synth.kind == "stream"
     prompt = synth.messages[-1].text
@@ -551,7 +560,9 @@ QUERY = "Read every page of the sensor log and report the anomalies. (ref: Q-773
 
 @pytest.mark.parametrize("summarise", [False, True], ids=["truncate", "llm-compaction"])
 async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: bool) -> None:
-    budget = 6_000
+    # The largest page is ~5,200 real (o200k) tokens: the budget must hold it plus the
+    # pinned query, a summary and the counter's margin, or nothing but a cut page can fit.
+    budget = 12_000
     compact_llm = ScriptedLLM(handler=lambda m, t: "## Goal\nRead all pages (Q-7731).\n"
                               "## Key data\nPages read so far look normal.") if summarise else None
     guard = SpyGuard(compact_llm=compact_llm)
@@ -562,10 +573,11 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     assert result.answer == "All pages read."
     assert result.iterations == 31
     # the guard ran before every model call, with the agent's budget and the ReAct hint
-    assert [(b, h) for _, b, h in guard.calls] == [(budget, "react_iteration")] * 31
+    assert [(b, h) for _, b, h in guard.calls] == [
+        (for_messages(budget, llm), "react_iteration")] * 31
     for call in llm.calls:
         msgs = list(call.messages)
-        assert HEURISTIC.count_messages(msgs) <= budget
+        assert HEURISTIC.count_messages(msgs) + tool_specs_tokens(call.tools) <= budget
         # the pinned query survives every compaction, verbatim and still pinned
         queries = [m for m in msgs if m.kind == "query"]
         assert [(q.text, q.pinned) for q in queries] == [(QUERY, True)]

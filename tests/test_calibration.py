@@ -145,3 +145,50 @@ async def test_observe_result_learns_from_reported_usage_and_skips_estimates() -
 def test_bad_settings_are_config_errors(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigError):
         CalibratingCounter(**kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- per content kind
+def test_content_kinds_are_told_apart() -> None:
+    from ctxstack.token_model import CONTENT_KINDS, content_kind
+
+    assert CONTENT_KINDS[content_kind("The meeting moved to Thursday; bring the notes.")] \
+        == "prose"
+    assert CONTENT_KINDS[content_kind('{"id": 7, "tags": ["a", "b"], "ok": true}')] == "code"
+    assert CONTENT_KINDS[content_kind("def f(x_1):\n    return {k: v for k, v in x_1}")] \
+        == "code"
+    assert CONTENT_KINDS[content_kind("会議は木曜日に変更されました。資料を持ってきてください。")] \
+        == "cjk"
+
+
+def test_per_kind_factors_are_learnt_from_mixed_calls() -> None:
+    """A provider whose tokenizer bills CJK at 1.6x the heuristic and everything else at
+    1.0x: one overall factor cannot be right for both; per-kind factors are."""
+    from ctxstack.calibration import message_kind
+    from ctxstack.token_model import CONTENT_KINDS
+
+    prose = ChatMessage.user("Please summarise the quarterly report for the board. " * 12)
+    cjk = ChatMessage.user("四半期報告書を取締役会向けに要約してください。" * 12)
+    assert CONTENT_KINDS[message_kind(prose)] == "prose"
+    assert CONTENT_KINDS[message_kind(cjk)] == "cjk"
+
+    def billed(msgs: list[ChatMessage]) -> int:
+        return sum(round(HEURISTIC.count_message(m) * (1.6 if m is cjk else 1.0))
+                   for m in msgs)
+
+    counter = CalibratingCounter(model="m", max_factor=3.0)
+    for mix in ([prose], [cjk], [prose, cjk], [cjk, cjk, prose], [prose, prose]):
+        assert counter.observe_messages(mix, billed(mix))
+    assert counter.kind_factor(CONTENT_KINDS.index("cjk")) == pytest.approx(1.6, rel=0.08)
+    assert counter.kind_factor(CONTENT_KINDS.index("prose")) == pytest.approx(1.0, rel=0.08)
+    for mix in ([cjk, prose, cjk], [prose] * 3, [cjk] * 3):
+        assert counter.count_messages(mix) == pytest.approx(billed(mix), rel=0.08)
+    single = CalibratingCounter(model="m")
+    for mix in ([prose], [cjk], [prose, cjk], [cjk, cjk, prose], [prose, prose]):
+        single.observe(HEURISTIC.count_messages(mix), billed(mix))  # no kinds: one factor
+    worst_single = max(abs(single.count_messages(m) - billed(m)) / billed(m)
+                       for m in ([prose] * 3, [cjk] * 3))
+    assert worst_single > 0.15  # what the per-kind factors fix
+    # and what was learnt survives a round trip through export_state/load_state
+    fresh = CalibratingCounter(model="m", max_factor=3.0)
+    fresh.load_state(counter.export_state())
+    assert fresh.count_messages([cjk, prose, cjk]) == counter.count_messages([cjk, prose, cjk])

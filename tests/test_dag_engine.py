@@ -432,7 +432,8 @@ def test_should_replan_rule() -> None:
 # ---------------------------------------------------------------------------- enrichment
 
 
-def long_history(n: int = 120, chars: int = 700) -> list[ChatMessage]:
+def long_history(n: int = 120, chars: int = 1_000) -> list[ChatMessage]:
+    """~20K tokens by the default counter (a word is about one token)."""
     out = []
     for i in range(n):
         role = ChatMessage.user if i % 2 == 0 else ChatMessage.assistant
@@ -812,7 +813,7 @@ async def test_history_from_a_real_dbmemory(tmp_path: Any) -> None:
         query = "Now plan the Lyon trip within my budget."
         stored = [
             NewMessage(role="user" if i % 2 == 0 else "assistant",
-                       content=f"turn {i}: " + "details " * 150)
+                       content=f"turn {i}: " + "details " * 300)
             for i in range(160)
         ]
         await append_messages(sf, conversation.id, [*stored, NewMessage(role="user", content=query)])
@@ -864,9 +865,9 @@ async def test_step_guards_count_with_the_step_counter() -> None:
     guard = executor.guard_factory(None, executor.budget, executor.max_message_chars)
     assert guard.counter is counter
     messages = [ChatMessage.system("s")] + [
-        ChatMessage.user("x" * 4_000) if i % 2 == 0 else ChatMessage.assistant("y" * 4_000)
+        ChatMessage.user("word " * 1_000) if i % 2 == 0 else ChatMessage.assistant("ok " * 1_000)
         for i in range(5)
-    ]  # ≈ 5,000 heuristic tokens: fits 6,000, but not when billed double
+    ]  # ≈ 5,000 heuristic tokens: fits 6,000 (margin included), but not when billed double
     assert await DAGEngine(ScriptedLLM(), fast_budget=budget).make_executor(
         ScriptedLLM()
     ).guard_factory(None, budget, 50_000).check_and_compact(messages) is messages

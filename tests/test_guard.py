@@ -17,7 +17,7 @@ from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import HINTS, LANGUAGE_INSTRUCTION, SUMMARY_PREFIX, compaction_prompt
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
 from ctxstack.working_summary import parse_summary
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
@@ -299,16 +299,17 @@ def _inject(i: int, chars: int) -> ChatMessage:
 
 async def test_pinned_cap_unpins_injected_messages_oldest_first_never_the_query() -> None:
     rec = Recorder()
-    guard = ContextGuard(default_budget=3_000, on_compact=rec)
+    # The seed's formula as the ruler (explicitly): ~4 characters per token, no margin.
+    guard = ContextGuard(default_budget=3_000, on_compact=rec, counter=SEED_HEURISTIC)
     msgs = conversation(6, tool_chars=800)
     # Four injected messages of ~600 tokens each: ~2,400 pinned > 1,500 (50% of 3,000),
     # so the two oldest must be unpinned (one is not enough).
     for i in range(4):
         msgs.append(_inject(i, 2_400))
         msgs.append(ChatMessage.assistant(f"noted {i}"))
-    assert tokens(msgs) > 3_000
+    assert SEED_HEURISTIC.count_messages(msgs) > 3_000
     out = await guard.check_and_compact(msgs, hint="react_iteration")
-    assert tokens(out) <= 3_000
+    assert SEED_HEURISTIC.count_messages(out) <= 3_000
     (event,) = rec.events
     assert event.unpinned == 2
     still_pinned = [m.text[:10] for m in out if m.kind == "inject" and m.pinned]

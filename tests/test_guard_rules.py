@@ -13,7 +13,7 @@ from ctxstack.guard_rules import (
     is_oversized,
 )
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 
@@ -126,15 +126,16 @@ def test_pinned_cap_unpins_the_oldest_injected_messages_first_and_never_the_quer
     query = _pinned("query", 4_000, "query ")
     msgs = [system, inj1, ChatMessage.assistant("ok"), inj2, inj3, query]
     snapshot = [m.model_dump() for m in msgs]
+    # The seed's formula as the ruler (explicitly): 4 characters per token, exactly.
     # Each pinned message costs ~1,000 tokens: 4,000 pinned against a 2,500 cap (5,000 × 0.5).
-    out, unpinned, cut = apply_pinned_cap(msgs, 5_000, 0.5, HEURISTIC)
+    out, unpinned, cut = apply_pinned_cap(msgs, 5_000, 0.5, SEED_HEURISTIC)
     assert (unpinned, cut) == (2, 0)
     assert [m.pinned for m in out] == [False, False, False, False, True, True]
     assert out[1].text == inj1.text
     assert out[3].text == inj2.text
     assert out[4] is inj3
     assert out[5] is query
-    assert sum(HEURISTIC.count_message(m) for m in out if m.pinned) <= 2_500
+    assert sum(SEED_HEURISTIC.count_message(m) for m in out if m.pinned) <= 2_500
     assert [m.model_dump() for m in msgs] == snapshot  # input never mutated
 
 
@@ -142,13 +143,13 @@ def test_pinned_cap_cuts_a_huge_query_instead_of_unpinning_it() -> None:
     query = _pinned("query", 40_000, "QUESTION-START ")
     inject = _pinned("inject", 2_000, "inj ")
     msgs = [inject, query]
-    out, unpinned, cut = apply_pinned_cap(msgs, 8_000, 0.5, HEURISTIC)
+    out, unpinned, cut = apply_pinned_cap(msgs, 8_000, 0.5, SEED_HEURISTIC)
     assert (unpinned, cut) == (1, 1)
     assert out[1].pinned
     assert out[1].kind == "query"
     assert out[1].text.startswith("QUESTION-START")
     assert MARKER.search(out[1].text)
-    assert HEURISTIC.count_message(out[1]) <= 4_000
+    assert SEED_HEURISTIC.count_message(out[1]) <= 4_000
 
 
 def test_pinned_cap_under_the_limit_returns_the_same_list() -> None:

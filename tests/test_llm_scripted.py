@@ -7,6 +7,7 @@ import pytest
 from ctxstack.errors import LLMError
 from ctxstack.llm import LLM, LLMResult, ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage
+from ctxstack.tokens import HEURISTIC
 
 
 async def test_queued_replies_and_recorded_calls() -> None:
@@ -37,10 +38,14 @@ async def test_exception_reply_is_raised_and_empty_queue_is_an_error() -> None:
 async def test_usage_is_deterministic_and_summed() -> None:
     llm = ScriptedLLM(["a" * 40, "b" * 80])
     r1 = await llm.chat([ChatMessage.user("a" * 400)])
-    assert r1.usage == Usage(input_tokens=104, output_tokens=10, calls=1)
+    # usage is the default counter's figure: the messages (with overhead) in, the text out
+    assert r1.usage == Usage(input_tokens=4 + HEURISTIC.count_text("a" * 400),
+                             output_tokens=HEURISTIC.count_text("a" * 40), calls=1)
+    again = await ScriptedLLM(["a" * 40]).chat([ChatMessage.user("a" * 400)])
+    assert again.usage == r1.usage  # deterministic
     stream = llm.stream_chat([ChatMessage.user("q")])
     assert await stream.text() == "b" * 80
-    assert stream.usage.output_tokens == 20
+    assert stream.usage.output_tokens == HEURISTIC.count_text("b" * 80)
     assert llm.total_usage == r1.usage + stream.usage
     assert sum([r1.usage, stream.usage]) == llm.total_usage
 

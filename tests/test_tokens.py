@@ -1,14 +1,17 @@
-"""The seed's estimator, exactly, plus caching and the pluggable counter."""
+"""The seed's estimator (by name), exactly; the default heuristic; caching; pluggability."""
 
 from __future__ import annotations
 
 import pytest
 
-from ctxstack.errors import TokenizerUnavailableError
+from ctxstack.errors import ConfigError, TokenizerUnavailableError
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
 from ctxstack.tokens import (
+    DEFAULT_COUNTER,
     HEURISTIC,
+    SEED_HEURISTIC,
     HeuristicCounter,
+    SeedHeuristicCounter,
     TiktokenCounter,
     TokenCounter,
     estimate_messages_tokens,
@@ -31,27 +34,42 @@ from ctxstack.tokens import (
         ("日本語のテキスト" * 3, 16),
     ],
 )
-def test_exact_values(text: str, expected: int) -> None:
+def test_seed_formula_exact_values(text: str, expected: int) -> None:
     assert heuristic_text_tokens(text) == expected
-    assert estimate_tokens(text) == expected
+    assert SEED_HEURISTIC.count_parts(text) == expected
+    assert SeedHeuristicCounter().count_text(text) == expected
+
+
+def test_the_default_counter_is_the_bpe_heuristic_not_the_seed() -> None:
+    assert DEFAULT_COUNTER is HEURISTIC
+    assert isinstance(HEURISTIC, HeuristicCounter)
+    assert HEURISTIC.cache_key != SEED_HEURISTIC.cache_key
+    text = "The quick brown fox jumps over the lazy dog. " * 20
+    assert estimate_tokens(text) == HEURISTIC.count_text(text) != heuristic_text_tokens(text)
 
 
 def test_images_cost_765_each_and_text_parts_join() -> None:
     img = ImagePart(image_url=ImageURL(url="data:image/png;base64,AA"))
     parts = [TextPart(text="a" * 40), img, TextPart(text="b" * 39), img]
     # "a"*40 + "\n" + "b"*39 = 80 chars -> 20 tokens, plus two images
-    assert estimate_tokens(parts) == 20 + 2 * 765
+    assert SEED_HEURISTIC.count_parts(parts) == 20 + 2 * 765
+    joined = "a" * 40 + "\n" + "b" * 39
+    assert estimate_tokens(parts) == HEURISTIC.count_text(joined) + 2 * 765
 
 
 def test_message_overhead_and_list_total() -> None:
     msgs = [ChatMessage.system("a" * 40), ChatMessage.user("中" * 3)]
-    assert HEURISTIC.count_message(msgs[0]) == 4 + 10
-    assert HEURISTIC.count_message(msgs[1]) == 4 + 2
-    assert estimate_messages_tokens(msgs) == 20
+    assert SEED_HEURISTIC.count_message(msgs[0]) == 4 + 10
+    assert SEED_HEURISTIC.count_message(msgs[1]) == 4 + 2
+    assert estimate_messages_tokens(msgs, SEED_HEURISTIC) == 20
+    assert HEURISTIC.count_message(msgs[0]) == 4 + HEURISTIC.count_text("a" * 40)
+    assert estimate_messages_tokens(msgs) == 8 + sum(
+        HEURISTIC.count_text(m.text) for m in msgs)
 
 
 def test_empty_message_costs_only_overhead() -> None:
     assert HEURISTIC.count_message(ChatMessage.assistant("")) == 4
+    assert SEED_HEURISTIC.count_message(ChatMessage.assistant("")) == 4
 
 
 def test_tool_calls_count() -> None:
@@ -59,8 +77,10 @@ def test_tool_calls_count() -> None:
     big = ChatMessage.assistant(
         None, tool_calls=[ToolCall(id="1", name="f", arguments={"q": "x" * 400})]
     )
-    assert HEURISTIC.count_message(bare) >= 5
-    assert HEURISTIC.count_message(big) >= 4 + 100
+    for counter in (HEURISTIC, SEED_HEURISTIC):
+        assert counter.count_message(bare) >= 5
+        assert counter.count_message(big) >= 4 + counter.count_text("x" * 400)
+    assert SEED_HEURISTIC.count_message(big) >= 4 + 100
 
 
 def test_estimates_are_cached_per_message() -> None:
@@ -81,8 +101,12 @@ def test_estimates_are_cached_per_message() -> None:
 
 def test_changed_message_is_re_estimated() -> None:
     m = ChatMessage.user("a" * 40)
-    assert HEURISTIC.count_message(m) == 14
-    assert HEURISTIC.count_message(m.replace(content="a" * 400)) == 104
+    assert SEED_HEURISTIC.count_message(m) == 14
+    assert SEED_HEURISTIC.count_message(m.replace(content="a" * 400)) == 104
+    longer = m.replace(content="a sentence of several words. " * 40)
+    assert HEURISTIC.count_message(m) == 4 + HEURISTIC.count_text("a" * 40)
+    assert HEURISTIC.count_message(longer) == 4 + HEURISTIC.count_text(longer.text)
+    assert HEURISTIC.count_message(longer) > HEURISTIC.count_message(m)
 
 
 def test_heuristic_is_a_token_counter() -> None:
@@ -101,11 +125,28 @@ def test_custom_counter_is_used() -> None:
     msgs = [ChatMessage.user("abcd")]
     assert estimate_messages_tokens(msgs, OnePerChar()) == 8
     assert estimate_messages_tokens(msgs) == 5  # separate cache entry per counter
+    assert estimate_messages_tokens(msgs, SEED_HEURISTIC) == 5
+
+
+def test_heuristic_family_and_margin_are_validated() -> None:
+    with pytest.raises(ConfigError, match="family"):
+        HeuristicCounter("p50k")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="margin"):
+        HeuristicCounter(margin=0.7)
+    cl100k = HeuristicCounter("cl100k")
+    assert cl100k.cache_key != HEURISTIC.cache_key  # cached figures never mix families
+    # the two vocabularies differ most on CJK: cl100k needs more tokens per character
+    text = "这条命令修改某些全局用户权限和认证设置。只有数据库超级用户可以用这条命令。" * 5
+    assert cl100k.count_text(text) > HEURISTIC.count_text(text)
 
 
 def test_tiktoken_never_downloads(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     pytest.importorskip("tiktoken")
+    import tiktoken.registry
+
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty cache: must not fetch
+    # and no vocabulary already loaded by an earlier test of this process
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     with pytest.raises(TokenizerUnavailableError, match="not available offline"):
         TiktokenCounter("cl100k_base")
 

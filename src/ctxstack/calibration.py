@@ -60,15 +60,34 @@ believing it calibrated.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLMResult, ToolSpec, Usage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.token_model import CONTENT_KINDS, content_kind
+from ctxstack.tokens import (
+    DEFAULT_COUNTER,
+    TokenCounter,
+    budget_margin,
+    message_cache,
+    tool_specs_tokens,
+)
+
+
+def message_kind(message: ChatMessage) -> int:
+    """The content kind of a message's text (index into ``CONTENT_KINDS``), cached on it."""
+    cache = message_cache(message)
+    kind = cache.get("content-kind")
+    if kind is None:
+        text = message.text
+        if message.tool_calls:
+            text = " ".join([text, *(c.arguments_json for c in message.tool_calls)])
+        kind = cache["content-kind"] = content_kind(text)
+    return kind
 
 
 @dataclass
@@ -78,6 +97,9 @@ class _State:
     factors: dict[str | None, float] = field(default_factory=dict)
     samples: dict[str | None, int] = field(default_factory=dict)
     rejected: int = 0
+    listeners: list[Callable[[CalibratingCounter], None]] = field(default_factory=list)
+    kind_factors: dict[tuple[str | None, int], float] = field(default_factory=dict)
+    """(model, content kind) → factor, learnt from calls whose messages are known."""
 
 
 class CalibratingCounter:
@@ -153,11 +175,14 @@ class CalibratingCounter:
         return self._state.rejected
 
     def observe(
-        self, estimated_input_tokens: int, reported_input_tokens: int, model: str | None = None
+        self, estimated_input_tokens: int, reported_input_tokens: int, model: str | None = None,
+        *, kinds: Sequence[int] | None = None,
     ) -> bool:
         """Learn from one call: the base estimate and the provider-reported input tokens.
 
-        ``model`` defaults to this view's model. Returns whether the sample was used.
+        ``model`` defaults to this view's model. ``kinds``: the same estimate split by
+        content kind (:meth:`kind_estimates`), which also trains the per-kind factors.
+        Returns whether the sample was used.
         """
         key = self.model if model is None else model
         if estimated_input_tokens < self.min_sample_tokens or reported_input_tokens <= 0:
@@ -174,16 +199,107 @@ class CalibratingCounter:
         # before any evidence about this model.
         current = factors.get(key, factors.get(None, 1.0))
         updated = current + self.smoothing * (ratio - current)
-        factors[key] = min(self.max_factor, max(self.min_factor, updated))
+        factors[key] = self._clamp(updated)
         self._state.samples[key] = self._state.samples.get(key, 0) + 1
+        if kinds is not None:
+            self._learn_kinds(key, kinds, reported_input_tokens)
+        for listener in list(self._state.listeners):
+            listener(self)
         return True
+
+    def _clamp(self, value: float) -> float:
+        return min(self.max_factor, max(self.min_factor, value))
+
+    def _learn_kinds(self, key: str | None, kinds: Sequence[int], reported: int) -> None:
+        """Per-kind factors by normalised least mean squares: the call's error is shared
+        among the kinds in proportion to their share of the estimate (a call of one kind
+        moves that kind's factor like an exponential average)."""
+        table = self._state.kind_factors
+        current = [self.kind_factor(kind, key) for kind in range(len(CONTENT_KINDS))]
+        predicted = sum(f * e for f, e in zip(current, kinds, strict=True))
+        norm = sum(e * e for e in kinds)
+        if norm <= 0:
+            return
+        error = reported - predicted
+        # The first few calls average the evidence (weight 1, 1/2, 1/3…) before the moving
+        # average takes over: five calls should be enough to learn a tokenizer.
+        rate = max(self.smoothing, 1.0 / max(1, self._state.samples.get(key, 1)))
+        for kind, estimate in enumerate(kinds):
+            if estimate > 0:
+                step = rate * error * estimate / norm
+                table[(key, kind)] = self._clamp(current[kind] + step)
+
+    def kind_factor(self, kind: int, model: str | None = None) -> float:
+        """The correction for content kind ``kind`` (index into ``CONTENT_KINDS``): learnt
+        for the model, else for no model name, else the model's overall factor."""
+        key = self.model if model is None else model
+        table = self._state.kind_factors
+        hit = table.get((key, kind))
+        if hit is None:
+            hit = table.get((None, kind))
+        return hit if hit is not None else self.factor(key)
+
+    def kind_estimates(self, messages: Iterable[ChatMessage]) -> list[int]:
+        """The base estimate of ``messages`` split by content kind (cached per message)."""
+        out = [0] * len(CONTENT_KINDS)
+        key = self.base.cache_key
+        for message in messages:
+            # both figures are cached on the message: read them without function calls
+            # (this runs on the guard's under-budget path)
+            private = message.__pydantic_private__
+            cache = private["_token_cache"] if private else message_cache(message)
+            tokens = cache.get(key)
+            kind = cache.get("content-kind")
+            out[message_kind(message) if kind is None else kind] += (
+                self.base.count_message(message) if tokens is None else tokens)
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    @property
+    def listeners(self) -> list[Callable[[CalibratingCounter], None]]:
+        """Called with this counter after every accepted sample (e.g. to persist it);
+        shared by every model view. A listener must not raise."""
+        return self._state.listeners
+
+    def export_state(self) -> dict[str, Any]:
+        """What was learnt, as JSON-ready data (the unnamed factor under ``""``)."""
+        return {
+            "factors": {k or "": v for k, v in self._state.factors.items()},
+            "samples": {k or "": v for k, v in self._state.samples.items()},
+            "kinds": {f"{CONTENT_KINDS[kind]}:{model or ''}": v
+                      for (model, kind), v in self._state.kind_factors.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Adopt an :meth:`export_state` result (factors clamped to this counter's bounds;
+        malformed entries are ignored, never trusted)."""
+        factors = state.get("factors", {})
+        samples = state.get("samples", {})
+        if not isinstance(factors, Mapping) or not isinstance(samples, Mapping):
+            return
+        for raw_key, value in factors.items():
+            if not isinstance(raw_key, str) or not isinstance(value, int | float) \
+                    or isinstance(value, bool) or not math.isfinite(value):
+                continue
+            key = raw_key or None
+            self._state.factors[key] = min(self.max_factor, max(self.min_factor, float(value)))
+            count = samples.get(raw_key, 0)
+            self._state.samples[key] = count if isinstance(count, int) and count >= 0 else 0
+        kinds = state.get("kinds", {})
+        for raw_key, value in (kinds.items() if isinstance(kinds, Mapping) else ()):
+            name, _, model = str(raw_key).partition(":")
+            if name in CONTENT_KINDS and isinstance(value, int | float) \
+                    and not isinstance(value, bool) and math.isfinite(value):
+                self._state.kind_factors[(model or None, CONTENT_KINDS.index(name))] = \
+                    self._clamp(float(value))
 
     def observe_messages(
         self, messages: Sequence[ChatMessage], reported_input_tokens: int,
         model: str | None = None,
     ) -> bool:
-        """:meth:`observe` with the base estimate of ``messages`` computed here."""
-        return self.observe(self.base_count(messages), reported_input_tokens, model)
+        """:meth:`observe` with the base estimate of ``messages`` (by kind) computed here."""
+        kinds = self.kind_estimates(messages)
+        return self.observe(sum(kinds), reported_input_tokens, model, kinds=kinds)
 
     def observe_result(
         self, messages: Sequence[ChatMessage], result: LLMResult, model: str | None = None
@@ -214,21 +330,24 @@ class CalibratingCounter:
         """
         if usage.estimated or usage.input_tokens <= 0:
             return False
-        estimate = self.base_count(messages) + self.tool_specs_tokens(tools)
-        return self.observe(estimate, usage.input_tokens)
+        kinds = self.kind_estimates(messages)
+        kinds[CONTENT_KINDS.index("code")] += self.tool_specs_tokens(tools)  # JSON schemas
+        return self.observe(sum(kinds), usage.input_tokens, kinds=kinds)
 
     def tool_specs_tokens(self, tools: Sequence[ToolSpec] | None) -> int:
         """The base counter's estimate of the tool specs' compact JSON (0 without tools)."""
-        if not tools:
-            return 0
-        text = json.dumps(list(tools), ensure_ascii=False, separators=(",", ":"), default=str)
-        return self.base.count_text(text)
+        return tool_specs_tokens(tools, self.base)
 
     def base_count(self, messages: Iterable[ChatMessage]) -> int:
         """The base counter's (uncalibrated, cached) total for ``messages``."""
         return self.base.count_messages(messages)
 
     # ------------------------------------------------------------------ TokenCounter
+    @property
+    def margin(self) -> float:
+        """The base counter's margin: the factor corrects a bias, not the scatter."""
+        return budget_margin(self.base)
+
     @property
     def cache_key(self) -> str:
         return f"calibrated({self.base.cache_key})"
@@ -239,15 +358,30 @@ class CalibratingCounter:
         # Round up: the factor protects a budget, so err on the side of fitting.
         return math.ceil(tokens * self.factor())
 
+    def _kinds_learnt(self) -> bool:
+        table = self._state.kind_factors
+        return bool(table) and any(k[0] in (self.model, None) for k in table)
+
     def count_text(self, text: str) -> int:
-        return self._apply(self.base.count_text(text))
+        tokens = self.base.count_text(text)
+        if tokens <= 0 or not self._kinds_learnt():
+            return self._apply(tokens)
+        return math.ceil(tokens * self.kind_factor(content_kind(text)))
 
     def count_message(self, message: ChatMessage) -> int:
-        return self._apply(self.base.count_message(message))
+        tokens = self.base.count_message(message)
+        if tokens <= 0 or not self._kinds_learnt():
+            return self._apply(tokens)
+        return math.ceil(tokens * self.kind_factor(message_kind(message)))
 
     def count_messages(self, messages: Iterable[ChatMessage]) -> int:
-        """The calibrated total: the factor times the base total (one rounding)."""
-        return self._apply(self.base.count_messages(messages))
+        """The calibrated total: each kind's factor times its base total (one rounding);
+        before any per-kind learning, the overall factor times the base total."""
+        if not self._kinds_learnt():
+            return self._apply(self.base.count_messages(messages))
+        kinds = self.kind_estimates(messages)
+        total = sum(self.kind_factor(k) * e for k, e in enumerate(kinds) if e)
+        return math.ceil(total) if total > 0 else 0
 
     def __repr__(self) -> str:
         return (

@@ -38,7 +38,7 @@ from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class ContextGuard:
         self._checks += 1
         current, cut = self._cut_oversized(messages)
         total = self.counter.count_messages(current)
-        if total <= limit:
+        if total <= effective_budget(limit, self.counter):
             self._cuts += cut
             return GuardCheck(current, None)
         return await self._compact(current, total, limit, checked, cut)
@@ -234,7 +234,8 @@ class ContextGuard:
     ) -> GuardCheck:
         started = time.perf_counter()
         counter = self.counter
-        pool, unpinned, cut_queries = apply_pinned_cap(messages, limit, self.pinned_cap, counter)
+        fits = effective_budget(limit, counter)  # what the result may fill (margin kept)
+        pool, unpinned, cut_queries = apply_pinned_cap(messages, fits, self.pinned_cap, counter)
         method: CompactionMethod = "truncate"
         reason: str | None = None
         usage = Usage()
@@ -246,17 +247,17 @@ class ContextGuard:
                 pool, limit, hint
             )
         tokens_after = counter.count_messages(result)
-        if tokens_after > limit:
+        if tokens_after > fits:
             # Defence in depth: whatever compaction returned, enforce the budget once more.
             retried = CompactUtils.smart_truncate(result, limit, counter=counter)
             retried_tokens = counter.count_messages(retried)
             if retried_tokens < tokens_after:
                 result, tokens_after = retried, retried_tokens
-            if tokens_after > limit:
+            if tokens_after > fits:
                 log.warning(
                     "guard: still %d tokens over a %d-token budget after compaction: "
                     "system and pinned messages alone exceed it",
-                    tokens_after - limit, limit,
+                    tokens_after - fits, fits,
                 )
         event = CompactionEvent(
             hint=hint,

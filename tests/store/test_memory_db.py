@@ -38,6 +38,7 @@ from ctxstack.store import (
 from ctxstack.store.files import FileStore
 from ctxstack.store.models import Message
 from ctxstack.tokens import HEURISTIC
+from tests.conversations import budget_for
 from tests.store.samples import GIF, png
 
 
@@ -338,7 +339,7 @@ async def test_checkpoint_is_written_then_reused_so_the_summariser_runs_once(
 ) -> None:
     await seed(sf, conv, 41)
     llm = summariser("First summary")
-    mem = memory(sf, conv, budget=1200, compact_llm=llm, user_id=alice.id)
+    mem = memory(sf, conv, budget=budget_for(1200), compact_llm=llm, user_id=alice.id)
     first = await mem.get_messages()
     saved = await mem.save_checkpoint()
     assert saved is not None

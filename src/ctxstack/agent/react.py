@@ -56,7 +56,7 @@ from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.prompts import Hint, strip_scratchpad
 from ctxstack.protocol import LLM, LLMResult, ToolSpec, Usage
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, TokenCounter, tool_specs_tokens
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +260,8 @@ class ReActAgent:
         history = await self.memory.get_messages() if self.memory is not None else []
         messages = decisions.initial_messages(self.system_prompt, history, run.query)
         specs = await self._select_tools(run)
+        # The tool list is billed as input on every call: the messages get what it leaves.
+        budget = self._message_budget(self.budget, specs)
         answer: str | None = None
         last_note: str | None = None
         stopped: StopReason = "answer"
@@ -271,7 +273,7 @@ class ReActAgent:
                 run.injected.append(text)
                 yield InjectedEvent(iteration=iteration, text=text)
 
-            messages = await self._check(run.compactions, messages, self.budget, "react_iteration")
+            messages = await self._check(run.compactions, messages, budget, "react_iteration")
             for event in self._new_compactions(run, recovery=False):
                 yield event
             yield IterationStartedEvent(
@@ -285,30 +287,8 @@ class ReActAgent:
 
             if message.tool_calls:
                 last_note = message.text or last_note
-                calls = message.tool_calls
-                for call in calls:
-                    yield ToolCallEvent(iteration=iteration, call_id=call.id, tool=call.name,
-                                        arguments=call.arguments)
-                outcomes = await asyncio.gather(*(
-                    self.tools.execute(call, default_timeout=self.tool_timeout) for call in calls
-                ))
-                messages.extend(decisions.tool_turn_messages(message, outcomes))
-                entries = decisions.trace_entries(iteration, outcomes)
-                run.trace.extend(entries)
-                run.calls.extend(calls)
-                for entry in entries:
-                    yield ToolResultEvent(
-                        iteration=iteration, call_id=entry.call_id, tool=entry.tool,
-                        arguments=entry.arguments, result_preview=entry.result_preview,
-                        duration_s=entry.duration_s, error=entry.error,
-                    )
-                hit = decisions.detect_cycle(run.calls, len(calls), self.cycle_threshold)
-                if hit is not None:
-                    warning = decisions.cycle_warning_message(hit)
-                    messages.append(warning)
-                    yield WarningEvent(iteration=iteration, tool=hit.tool,
-                                       arguments=hit.arguments, repeats=hit.repeats,
-                                       message=warning.text)
+                async for step in self._run_tools(run, message, messages):
+                    yield step
                 continue
 
             action = decisions.on_final_answer(
@@ -337,6 +317,42 @@ class ReActAgent:
 
         yield DoneEvent(result=self._result(run, answer, messages, stopped))
 
+    async def _run_tools(
+        self, run: _Run, message: ChatMessage, messages: list[ChatMessage]
+    ) -> AsyncIterator[AgentEvent]:
+        """Run the tool calls of ``message`` (in parallel), append the tool turn to
+        ``messages``, and warn the model when the same call keeps repeating."""
+        iteration = run.iteration
+        calls = message.tool_calls or []
+        for call in calls:
+            yield ToolCallEvent(iteration=iteration, call_id=call.id, tool=call.name,
+                                arguments=call.arguments)
+        outcomes = await asyncio.gather(*(
+            self.tools.execute(call, default_timeout=self.tool_timeout) for call in calls
+        ))
+        messages.extend(decisions.tool_turn_messages(message, outcomes))
+        entries = decisions.trace_entries(iteration, outcomes)
+        run.trace.extend(entries)
+        run.calls.extend(calls)
+        for entry in entries:
+            yield ToolResultEvent(
+                iteration=iteration, call_id=entry.call_id, tool=entry.tool,
+                arguments=entry.arguments, result_preview=entry.result_preview,
+                duration_s=entry.duration_s, error=entry.error,
+            )
+        hit = decisions.detect_cycle(run.calls, len(calls), self.cycle_threshold)
+        if hit is not None:
+            warning = decisions.cycle_warning_message(hit)
+            messages.append(warning)
+            yield WarningEvent(iteration=iteration, tool=hit.tool, arguments=hit.arguments,
+                               repeats=hit.repeats, message=warning.text)
+
+    def _message_budget(self, budget: int, specs: list[ToolSpec] | None) -> int:
+        """``budget`` less the tool specs' tokens (by the guard's counter), at least 1."""
+        counter = getattr(self.guard, "counter", None)
+        spent = tool_specs_tokens(specs, counter if isinstance(counter, TokenCounter) else None)
+        return max(1, budget - spent)
+
     # ------------------------------------------------------------------ I/O helpers
     async def _check(
         self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
@@ -361,7 +377,7 @@ class ReActAgent:
         try:
             reply = await self.llm.chat(messages, tools=specs)
         except ContextOverflowError as first:
-            half = max(1, self.budget // 2)
+            half = self._message_budget(max(1, self.budget // 2), specs)
             log.warning("context overflow at %d budget; compacting to %d and retrying: %s",
                         self.budget, half, first)
             messages = await self._check(run.compactions, messages, half, "react_iteration")

@@ -41,7 +41,7 @@ from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 logger = logging.getLogger("ctxstack.compact")
 
@@ -201,8 +201,13 @@ async def compact_detailed(
     check_target_fill(target_fill)
     check_timeout(timeout)
     counter = counter or DEFAULT_COUNTER
+    nominal = max_tokens
+    # Compare with the counter's margin applied; smart_truncate receives the nominal
+    # budget and applies the same margin itself (never twice).
+    max_tokens = effective_budget(nominal, counter)
     msgs = list(messages)
-    done = _Outcomes(msgs, counter.count_messages(msgs), counter, max_tokens)
+    # _Outcomes.fallback truncates to the nominal budget (smart_truncate applies the margin).
+    done = _Outcomes(msgs, counter.count_messages(msgs), counter, nominal)
     if done.before <= max_tokens:
         return done.result(msgs, "none")
     if llm is None:
@@ -244,7 +249,7 @@ async def compact_detailed(
     )
     out = _assemble(msgs, layout, plan.keep, summary)
     if counter.count_messages(out) > max_tokens:
-        out = smart_truncate(out, max_tokens, counter=counter)
+        out = smart_truncate(out, nominal, counter=counter)
     return done.result(
         out, "llm", usage=outcome.usage, summary=summary, summarized=tuple(folded),
         previous=previous,

@@ -32,7 +32,7 @@ from ctxstack.compact.cut import cut_group
 from ctxstack.compact.groups import Layout, Unit, split_layout
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 MIN_CUT_TOKENS = 24
 """Below this much room a cut message would be little more than its marker: drop instead."""
@@ -53,6 +53,10 @@ def smart_truncate(
 ) -> list[ChatMessage]:
     """Fit ``messages`` into ``max_tokens`` without an LLM. See the module docstring.
 
+    "Fits" means within ``effective_budget(max_tokens, counter)``: the counter's margin
+    (the default heuristic's measured error) is kept free so the result fits by the
+    model's own tokenizer too; an exact counter has no margin.
+
     Returns a new list (the input is untouched); within budget it is a plain copy.
     If the system prompt and pinned messages alone exceed the budget they are still all
     returned — nothing else is — and the result is over budget: dropping them would be
@@ -60,12 +64,13 @@ def smart_truncate(
     """
     check_budget(max_tokens)
     counter = counter or DEFAULT_COUNTER
+    limit = effective_budget(max_tokens, counter)
     msgs = list(messages)
-    if counter.count_messages(msgs) <= max_tokens:
+    if counter.count_messages(msgs) <= limit:
         return msgs
     layout = split_layout(msgs, counter)
     pinned_tokens = sum(u.tokens for u in layout.units if u.pinned)
-    budget = max_tokens - layout.prompt_tokens - pinned_tokens
+    budget = limit - layout.prompt_tokens - pinned_tokens
     kept = plan_truncation(msgs, layout, budget, counter)
     return assemble(msgs, layout, kept)
 

@@ -36,7 +36,7 @@ from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, strip_scratchpad
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import HEURISTIC, TokenCounter
+from ctxstack.tokens import HEURISTIC, TokenCounter, effective_budget
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ async def _summarise(
         SUMMARISER_MIN_INPUT_TOKENS,
         llm.context_size - llm.max_output_tokens - counter.count_text(prompt) - 64,
     )
-    if counter.count_messages(messages) > room:
+    if counter.count_messages(messages) > effective_budget(room, counter):
         log.info("planner_input summary: history over the fast model's input, truncating first")
         messages = CompactUtils.smart_truncate(messages, room, counter=counter)
     body = "\n\n".join(format_message(m) for m in messages)
@@ -195,13 +195,15 @@ async def build_enriched_query(
         tokens_before=tokens_before, tokens_after=tokens_before,
         usage=load_usage, load_usage=load_usage,
     )
-    if tokens_before <= threshold_tokens or not messages:
+    # "Fits" keeps the counter's margin free (see ctxstack.tokens.effective_budget).
+    limit = effective_budget(threshold_tokens, counter)
+    if tokens_before <= limit or not messages:
         return base
 
     # Room for the history block once the query and the framing are in (less a few tokens:
     # counts of joined strings can exceed the sum of their parts' by rounding).
     framing = counter.count_text(combine(HISTORY_PREFIX + "\n", query))
-    room = threshold_tokens - framing - _ROUNDING_MARGIN
+    room = limit - framing - _ROUNDING_MARGIN
     if room <= 0:
         log.warning(
             "planner input: the query alone (%d tokens) leaves no room under %d tokens; "

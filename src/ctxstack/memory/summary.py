@@ -36,7 +36,7 @@ from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 logger = logging.getLogger("ctxstack.memory")
 
@@ -123,7 +123,8 @@ class SummaryMemory(BaseMemory):
         held = sum(1 for m in self._messages if m.role != "system" and not m.pinned)
         if held > self.threshold:
             return True
-        return self.budget is not None and self.counter.count_messages(self._messages) > self.budget
+        return self.budget is not None and self.counter.count_messages(
+            self._messages) > effective_budget(self.budget, self.counter)
 
     def _awaiting_results(self) -> bool:
         """Whether the newest message opens a tool group whose results have not all arrived.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,13 +18,15 @@ from starlette.requests import Request
 
 from ctxstack.budget import ModelBudget
 from ctxstack.calibration import CalibratingCounter
-from ctxstack.errors import ConfigError
+from ctxstack.errors import ConfigError, CtxstackError
 from ctxstack.metering import MeteredLLM, UsageMeter
+from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
 from ctxstack.server.identity import CurrentUser, ensure_local_user
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
+from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
 from ctxstack.store.model_configs import load_budget
@@ -63,15 +66,67 @@ class LLMProvider:
         self.settings = settings
         self._main: LLM | None = main
         self._fast: LLM | None = fast
-        self._counters: dict[Role, CalibratingCounter] = (
-            {role: CalibratingCounter(model=role, min_factor=1.0) for role in ("main", "fast")}
-            if settings.calibrate else {}
-        )
         if main is None and not settings.demo_model:
             from ctxstack.llm.openai import OpenAICompatibleLLM
 
             self._main = OpenAICompatibleLLM.from_env("main")
             self._fast = OpenAICompatibleLLM.from_env("fast")
+        # Each role counts with its model's own tokenizer when it is available offline
+        # (ctxstack.model_counters), else the heuristic with the matching weights.
+        self._counters: dict[Role, CalibratingCounter] = (
+            {role: CalibratingCounter(counter_for_model(self._model_of(role)), model=role,
+                                      min_factor=1.0) for role in ("main", "fast")}
+            if settings.calibrate else {}
+        )
+
+    async def persist_calibration(self, factory: SessionFactory) -> None:
+        """Start each role's counter from what was saved for its model (by any worker, any
+        earlier run), and save it again after every accepted sample (one save in flight per
+        role; a failed save is logged, never raised into a turn)."""
+        self._saves: set[asyncio.Task[None]] = set()
+        for role, counter in self._counters.items():
+            key = self._model_of(role) or f"role:{role}"
+            try:
+                saved = await load_calibration(factory, key)
+            except CtxstackError:
+                log.warning("token calibration for %s not loaded", key, exc_info=True)
+                saved = None
+            if saved is not None:
+                counter.load_state(saved)
+            counter.listeners.append(self._saver(factory, key))
+
+    def _saver(self, factory: SessionFactory, key: str) -> Callable[[CalibratingCounter], None]:
+        busy: dict[str, bool] = {"running": False, "dirty": False}
+
+        async def save(counter: CalibratingCounter) -> None:
+            try:
+                while True:
+                    busy["dirty"] = False
+                    await save_calibration(factory, key, counter.export_state())
+                    if not busy["dirty"]:
+                        return
+            except CtxstackError:
+                log.warning("token calibration for %s not saved", key, exc_info=True)
+            finally:
+                busy["running"] = False
+
+        def listener(counter: CalibratingCounter) -> None:
+            busy["dirty"] = True
+            if busy["running"]:
+                return
+            busy["running"] = True
+            task = asyncio.get_running_loop().create_task(save(counter))
+            self._saves.add(task)
+            task.add_done_callback(self._saves.discard)
+
+        return listener
+
+    def _model_of(self, role: Role) -> str | None:
+        client = self._main if role == "main" else self._fast
+        name = getattr(client, "model", None)
+        if role == "main" and self.settings.llm_model:
+            return self.settings.llm_model
+        return name if isinstance(name, str) else None
 
     @property
     def model_name(self) -> str:
@@ -102,6 +157,9 @@ class LLMProvider:
                 MeteredLLM(fast_llm, meter, calibrate=self.counter("fast")))
 
     async def aclose(self) -> None:
+        saves = list(getattr(self, "_saves", ()))
+        if saves:
+            await asyncio.wait(saves, timeout=5.0)
         for client in {id(c): c for c in (self._main, self._fast) if c is not None}.values():
             close = getattr(client, "aclose", None)
             if close is not None:
@@ -151,8 +209,10 @@ async def open_state(settings: Settings, *, factory: SessionFactory | None = Non
     user_id, name = await ensure_local_user(factory, settings.local_user) if (
         settings.auth == "none") else (0, "")
     local = CurrentUser(id=user_id, name=name, is_admin=True)
+    llms = LLMProvider(settings)
+    await llms.persist_calibration(factory)
     return ServiceState(settings=settings, factory=factory, files=files, injects=injects,
-                        llms=LLMProvider(settings), local_user=local)
+                        llms=llms, local_user=local)
 
 
 async def close_state(state: ServiceState, *, grace: float = 10.0) -> None:

@@ -69,7 +69,7 @@ from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore, valid_file_id
 from ctxstack.store.messages import HISTORY_ROLES, MessageRecord, read_page
 from ctxstack.store.models import Message
-from ctxstack.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter, effective_budget
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ class DbMemory(BaseMemory):
 
     # ------------------------------------------------------------------ compacting
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
-        if self.counter.count_messages(history) <= self.max_tokens:
+        if self.counter.count_messages(history) <= effective_budget(self.max_tokens, self.counter):
             return list(history)
         if self.compact_llm is None:
             out = CompactUtils.smart_truncate(history, self.max_tokens, counter=self.counter)

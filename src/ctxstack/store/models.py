@@ -292,3 +292,16 @@ class ProxyCheckpoint(Base):
     summary: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
+class TokenCalibration(Base):
+    """What a :class:`~ctxstack.calibration.CalibratingCounter` learnt for one model:
+    its correction factors and sample counts as JSON (``CalibratingCounter.export_state``).
+    Loaded when a service process starts and saved after it learns, so what one worker
+    learnt survives restarts and reaches the others."""
+
+    __tablename__ = "token_calibrations"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    state: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,161 @@
+"""Fit the token estimator's weights (``ctxstack.token_model.PAIR_WEIGHTS``): deterministic.
+
+Data: the ``"fit"`` split of :mod:`benchmarks.token_corpus` only (the accuracy benchmark
+evaluates on the disjoint ``"eval"`` split). Exact counts: tiktoken's ``o200k_base`` and
+``cl100k_base``, loaded offline from the ``bpe-openai`` package (:mod:`benchmarks.vocab`).
+
+Model (see :mod:`ctxstack.token_model`): tokens = Σ over characters of W[class, next
+class] + t × (traditional-Chinese characters). W is parametrised as U[class] + B[class,
+next class], and B is ridge-penalised (``RIDGE``) so that a class pair seen rarely in the
+fit data falls back to its class's own weight instead of an arbitrary one.
+
+Method, per tokenizer family: least squares on the *relative* error — minimise
+Σ ((features · w − exact) / exact)² — with each kind of text (prose, code, JSON, Chinese,
+Japanese) weighted equally whatever its number of samples; then W is clipped to the
+storable range [−OFFSET, 255 − OFFSET]/SCALE, rounded to 1/SCALE token, and the rounding is repaired by a
+few greedy ±1 passes over the most frequent pairs (each kept only if it lowers the
+objective). Deterministic: the corpus is chosen by stable hashes and a seeded RNG, and
+every step is exact arithmetic or a unique least-squares solution.
+
+    python -m benchmarks.fit_tokens            # print the fit-set errors
+    python -m benchmarks.fit_tokens --write    # also rewrite the constants in token_model.py
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.token_corpus import gather
+from benchmarks.vocab import ensure_offline
+from ctxstack.token_model import CLASSES, OFFSET, SCALE, Family, pair_codes, traditional_count
+
+ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
+SAMPLES_PER_KIND = 400
+RIDGE = 1e-5
+LOW, HIGH = -OFFSET, 255 - OFFSET  # storable pair weights, in 1/SCALE token units
+PRIOR = {"two_byte": 0.6, "symbol": 1.0, "kana": 0.7, "han": 0.9, "cjk_punct": 1.0,
+         "other3": 1.0, "four_byte": 1.5}
+"""Tokens per character a class is pulled towards when the fit data has (almost) none of
+it (emoji, Thai…): the same ridge penalty applies, so classes with data ignore it."""
+MODEL_FILE = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "token_model.py"
+
+
+def feature_rows(texts: Sequence[str]) -> np.ndarray:
+    """Per text: 256 class-pair counts, then the traditional-character count."""
+    rows = np.zeros((len(texts), 257))
+    for i, text in enumerate(texts):
+        for code, count in Counter(pair_codes(text)).items():
+            rows[i, code] = count
+        rows[i, 256] = traditional_count(text)
+    return rows
+
+
+def exact_counts(texts: Sequence[str], family: Family) -> np.ndarray:
+    import tiktoken
+
+    reason = ensure_offline(ENCODING_OF[family])
+    if reason is not None:
+        raise SystemExit(f"cannot fit {family}: {reason}")
+    enc = tiktoken.get_encoding(ENCODING_OF[family])
+    return np.array([len(enc.encode(t, disallowed_special=())) for t in texts], float)
+
+
+def _design(x: np.ndarray) -> np.ndarray:
+    """Columns: U (16, per class), B (256, per pair), t (1)."""
+    unigram = np.zeros((len(x), 16))
+    for code in range(256):
+        unigram[:, code & 15] += x[:, code]
+    return np.hstack([unigram, x[:, :256], x[:, 256:]])
+
+
+def solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, float]:
+    """(W as 256 pair weights in tokens, traditional weight)."""
+    d = _design(x) * (w / y)[:, None]
+    penalty = np.sqrt(RIDGE) * np.eye(d.shape[1])[:272]
+    prior = np.zeros(272)
+    for i, name in enumerate(CLASSES):
+        prior[i] = np.sqrt(RIDGE) * PRIOR.get(name, 0.25)
+    coef, *_ = np.linalg.lstsq(np.vstack([d, penalty]), np.concatenate([w, prior]),
+                               rcond=None)
+    pair = np.array([coef[c & 15] + coef[16 + c] for c in range(256)])
+    return pair, float(coef[272])
+
+
+def objective(x: np.ndarray, y: np.ndarray, w: np.ndarray, units: np.ndarray, t: float) -> float:
+    est = x[:, :256] @ units / SCALE + x[:, 256] * t
+    return float(np.sum((w * (est - y) / y) ** 2))
+
+
+def quantise(x: np.ndarray, y: np.ndarray, w: np.ndarray, pair: np.ndarray,
+             t: float) -> np.ndarray:
+    units = np.clip(np.round(pair * SCALE), LOW, HIGH)
+    best = objective(x, y, w, units, t)
+    order = np.argsort(-x[:, :256].sum(axis=0))[:64]
+    for _ in range(3):
+        for code in order:
+            for step in (1, -1):
+                trial = units.copy()
+                trial[code] = min(HIGH, max(LOW, trial[code] + step))
+                score = objective(x, y, w, trial, t)
+                if score < best:
+                    best, units = score, trial
+    return units.astype(int)
+
+
+def fit(texts: dict[str, list[str]], family: Family,
+        rows: np.ndarray) -> tuple[np.ndarray, float, dict[str, float]]:
+    """Quantised pair weights, traditional weight, and fit-set p95 |error| per kind."""
+    kinds = [k for k, items in texts.items() for _ in items]
+    y = exact_counts([t for items in texts.values() for t in items], family)
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k in kinds])
+    pair, t = solve(rows, y, w)
+    units = quantise(rows, y, w, pair, t)
+    est = np.maximum(1, np.floor(rows[:, :256] @ units / SCALE + rows[:, 256] * t + 0.5))
+    err = np.abs(est - y) / y
+    p95 = {k: float(np.percentile(err[[kk == k for kk in kinds]], 95)) for k in texts}
+    return units, t, p95
+
+
+def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
+    blocks = []
+    for fam, (units, _t) in params.items():
+        rows = "".join(
+            "        (" + ", ".join(str(int(units[a | b << 4])) for b in range(16)) + "),\n"
+            for a in range(16))
+        blocks.append(f'    "{fam}": (\n{rows}    ),')
+    trad = ", ".join(f'"{fam}": {round(t, 4)!r}' for fam, (_u, t) in params.items())
+    source = MODEL_FILE.read_text()
+    source = re.sub(r"(PAIR_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
+                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    source = re.sub(r"(TRADITIONAL_WEIGHT: Final\[dict\[Family, float\]\] = )\{.*?\}",
+                    lambda m: m.group(1) + "{" + trad + "}", source)
+    MODEL_FILE.write_text(source)
+
+
+def main(argv: Sequence[str]) -> int:
+    texts, missing = gather("fit", SAMPLES_PER_KIND)
+    texts = {k: v for k, v in texts.items() if v}
+    for kind, why in missing.items():
+        print(f"{kind}: {why}", file=sys.stderr)
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    rows = feature_rows([t for items in texts.values() for t in items])
+    params: dict[Family, tuple[np.ndarray, float]] = {}
+    for family in ENCODING_OF:
+        units, t, p95 = fit(texts, family, rows)
+        params[family] = (units, t)
+        print(family, "fit-set p95 |error|:",
+              ", ".join(f"{k} {100 * v:.1f}%" for k, v in p95.items()), f"traditional {t:.3f}")
+    if "--write" in argv:
+        write(params)
+        print(f"wrote {MODEL_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

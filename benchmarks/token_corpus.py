@@ -1,0 +1,357 @@
+"""Real text for fitting and evaluating the token estimator, gathered from what is installed.
+
+Nothing here is written by us to suit the estimator and nothing is downloaded: every text
+comes from the running Python's standard library, the packages installed in this
+environment, or Debian's Japanese and Chinese manual pages (``scripts/install-corpus-deps``
+installs ``manpages-ja`` and ``manpages-zh``). The corpora themselves are not committed;
+they are read at run time, so the figures follow the installed versions.
+
+Two **disjoint** splits:
+
+``"fit"`` — used only by ``benchmarks/fit_tokens.py`` to fit the estimator's constants:
+
+* prose: docstrings (``ast``) of standard-library ``.py`` files whose path hashes even,
+  and the README (``METADATA`` body) and licence files of installed distributions whose
+  name hashes even (licences differing only in their copyright line count once);
+* code: the source of those same even-hashed standard-library files and the top-level
+  modules of even-hashed third-party distributions;
+* json: ``importlib.metadata`` records of installed distributions whose name hashes even,
+  serialised as a package-inspection tool would (indented and compact), and ``os.stat``
+  listings of even-hashed standard-library directories;
+* zh / ja: Debian manual pages (``/usr/share/man/zh_CN``, ``zh_TW``, ``ja``) whose file
+  name hashes even, roff markup stripped.
+
+``"eval"`` — used only by ``benchmarks/bench_tokens_accuracy.py``:
+
+* prose: the odd-hashed halves of the same sources (other files, other distributions);
+* code: likewise;
+* json: the odd-hashed halves of the records and listings above, plus every ``.json`` file
+  shipped inside installed packages (SBOMs, schemas…) and ``sysconfig``'s build variables;
+* zh / ja: odd-hashed manual pages plus CPython's ``Lib/test/cjkencodings/*-utf8.txt``;
+* mixed chat: role-prefixed turns stitched from the other eval texts (English, Chinese,
+  Japanese, code, JSON), as a conversation mixing them would read.
+
+A split is chosen by a stable hash (``zlib.crc32``) of the file path or distribution
+name, so it is the same on every run and machine. Texts are cut into chunks of
+``MIN_CHARS``–``MAX_CHARS`` characters at line boundaries with a seeded RNG.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import importlib.metadata as md
+import json
+import os
+import random
+import re
+import sys
+import sysconfig
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+Split = Literal["fit", "eval"]
+KINDS = ("prose", "code", "json", "zh", "ja", "mixed")
+KIND_LABELS = {"prose": "English prose", "code": "code", "json": "JSON tool output",
+               "zh": "Chinese", "ja": "Japanese", "mixed": "mixed chat"}
+MIN_CHARS = 500
+MAX_CHARS = 4000
+MAN_DIRS = {"zh": ("/usr/share/man/zh_CN", "/usr/share/man/zh_TW"),
+            "ja": ("/usr/share/man/ja",)}
+MAN_PACKAGES = {"zh": "manpages-zh", "ja": "manpages-ja"}
+
+
+def _half(key: str) -> Split:
+    return "fit" if zlib.crc32(key.encode()) % 2 == 0 else "eval"
+
+
+def _stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("site-packages", "test", "idlelib", "lib2to3", "turtledemo", "tkinter")
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if rel and rel[0] in skip:
+            continue
+        out.append(path)
+    return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _docstrings(source: str) -> str:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    docs = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and len(doc) > 80:
+                docs.append(doc)
+    return "\n\n".join(docs)
+
+
+# ---------------------------------------------------------------------------- sources
+
+
+def stdlib_texts(split: Split) -> tuple[list[str], list[str]]:
+    """(prose, code) from the standard library files of ``split``."""
+    prose, code = [], []
+    for path in _stdlib_files():
+        if _half(path.name + str(path.parent.name)) != split:
+            continue
+        source = _read(path)
+        if source:
+            code.append(source)
+            prose.append(_docstrings(source))
+    return prose, code
+
+
+def _distributions() -> list[md.Distribution]:
+    seen: dict[str, md.Distribution] = {}
+    for dist in md.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name and name not in seen:
+            seen[name] = dist
+    return [seen[k] for k in sorted(seen)]
+
+
+def _dist_record(dist: md.Distribution) -> dict[str, object]:
+    meta = dist.metadata
+    files = []
+    for f in (dist.files or [])[:400]:
+        files.append({"path": str(f), "size": f.size,
+                      "hash": f"{f.hash.mode}={f.hash.value}" if f.hash else None})
+    return {"name": meta["Name"], "version": meta["Version"], "summary": meta["Summary"],
+            "license": meta["License"], "requires_python": meta["Requires-Python"],
+            "requires_dist": dist.requires or [],
+            "entry_points": [{"name": e.name, "group": e.group, "value": e.value}
+                             for e in dist.entry_points],
+            "files": files}
+
+
+def _stat_listing(directory: Path) -> list[dict[str, object]]:
+    rows = []
+    for entry in sorted(directory.iterdir())[:300]:
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        rows.append({"name": entry.name, "type": "dir" if entry.is_dir() else "file",
+                     "size": st.st_size, "mode": oct(st.st_mode), "mtime": int(st.st_mtime),
+                     "inode": st.st_ino})
+    return rows
+
+
+def json_texts(split: Split) -> list[str]:
+    """Serialised real data (see the module docstring)."""
+    out: list[str] = []
+    for dist in _distributions():
+        name = dist.metadata["Name"] or ""
+        if _half(name.lower()) != split:
+            continue
+        record = _dist_record(dist)
+        out.append(json.dumps(record, indent=2, ensure_ascii=False))
+        out.append(json.dumps(record, ensure_ascii=False))
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for directory in sorted(p for p in root.iterdir() if p.is_dir()):
+        if _half("dir:" + directory.name) != split:
+            continue
+        listing = _stat_listing(directory)
+        if listing:
+            out.append(json.dumps(listing, indent=1))
+    if split == "eval":
+        out.extend(_shipped_json())
+        config = {k: v for k, v in sorted(sysconfig.get_config_vars().items())
+                  if isinstance(v, str | int)}
+        out.append(json.dumps(config, indent=2))
+    return out
+
+
+def _site_packages() -> list[Path]:
+    return [Path(p) for p in sorted(set(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+            if Path(p).is_dir()]
+
+
+def _shipped_json() -> list[str]:
+    out = []
+    for sp in _site_packages():
+        for path in sorted(sp.rglob("*.json")):
+            text = _read(path)
+            if len(text) >= MIN_CHARS:
+                out.append(text)
+    return out
+
+
+def package_texts(split: Split) -> tuple[list[str], list[str]]:
+    """(prose, code) of the installed distributions whose name falls in ``split``: their
+    READMEs/licences and, for third-party packages, their top-level modules' code."""
+    prose, code = [], []
+    names = set()
+    for dist in _distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if _half("pkg:" + name) != split:
+            continue
+        names.update(p.parts[0] for p in dist.files or [] if len(p.parts) > 1)
+        body = dist.metadata.get_payload()  # type: ignore[attr-defined]
+        if isinstance(body, str) and len(body) >= MIN_CHARS:
+            prose.append(body)
+        for f in dist.files or []:
+            name = f.name.upper()
+            if name.startswith(("LICENSE", "LICENCE", "COPYING")) and not name.endswith(".PY"):
+                prose.append(_read(Path(str(f.locate()))))
+    prose = _dedupe_licences(p for p in prose if p)
+    skip = {"ctxstack", "pip", "setuptools"}
+    for sp in _site_packages():
+        for path in sorted(sp.glob("*/*.py")):
+            if path.parts[-2] in names and path.parts[-2] not in skip:
+                code.append(_read(path))
+    return prose, [c for c in code if c]
+
+
+def _dedupe_licences(texts: Iterable[str]) -> list[str]:
+    """Each text once, where licences differing only in their copyright lines count as one
+    (dozens of packages ship the same BSD/MIT text; it is one sample, not dozens)."""
+    seen: dict[str, str] = {}
+    for text in texts:
+        key = re.sub(r"\s+", " ", re.sub(r"(?i)copyright[^\n]*", "", text))[:2000]
+        seen.setdefault(key, text)
+    return list(seen.values())
+
+
+_ROFF_ESCAPES = re.compile(r"\\f[BIRPC]|\\f\(..|\\s[+-]?\d|\\\(..|\\\*.|\\[&|^%ce]")
+
+
+def strip_roff(source: str) -> str:
+    """Plain text of a roff manual page: comments and macro names gone, escapes removed."""
+    lines = []
+    for line in source.splitlines():
+        if line.startswith(('.\\"', "'\\\"", '.de', '..')):
+            continue
+        if line.startswith((".", "'")):
+            parts = line.split(None, 1)
+            if len(parts) < 2 or parts[0] in (".if", ".ie", ".el", ".nr", ".ds", ".so"):
+                continue
+            line = parts[1].replace('"', "")
+        line = _ROFF_ESCAPES.sub("", line).replace("\\-", "-").replace("\\e", "\\")
+        lines.append(line.replace("\\ ", " ").strip())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def man_texts(lang: Literal["zh", "ja"], split: Split) -> list[str]:
+    """Stripped manual pages in ``lang`` for ``split`` ([] when the package is missing)."""
+    out = []
+    for directory in MAN_DIRS[lang]:
+        for path in sorted(Path(directory).glob("man*/*.gz")):
+            if _half(path.name) != split:
+                continue
+            try:
+                raw = gzip.decompress(path.read_bytes()).decode("utf-8")
+            except (OSError, UnicodeDecodeError, EOFError):
+                continue
+            out.append(strip_roff(raw))
+    return out
+
+
+def cjkencodings(lang: Literal["zh", "ja"]) -> list[str]:
+    """CPython's CJK codec test texts (UTF-8 versions), eval split only."""
+    names = {"zh": ("gb2312", "gbk", "gb18030", "big5", "big5hkscs", "hz"),
+             "ja": ("euc_jp", "shift_jis", "euc_jisx0213", "shift_jisx0213", "iso2022_jp")}
+    root = Path(sysconfig.get_paths()["stdlib"]) / "test" / "cjkencodings"
+    return [t for n in names[lang] if (t := _read(root / f"{n}-utf8.txt"))]
+
+
+def cjk_share(text: str) -> float:
+    """Share of the text's characters that are CJK ideographs or kana."""
+    if not text:
+        return 0.0
+    return len(_CJK.findall(text)) / len(text)
+
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
+
+
+# ---------------------------------------------------------------------------- chunks
+
+
+def chunks(texts: Iterable[str], rng: random.Random, per_text: int = 3) -> Iterator[str]:
+    """Up to ``per_text`` line-aligned slices of MIN_CHARS–MAX_CHARS characters per text."""
+    for text in texts:
+        if len(text) < MIN_CHARS:
+            continue
+        for _ in range(per_text):
+            size = rng.randint(MIN_CHARS, MAX_CHARS)
+            start = rng.randrange(0, max(1, len(text) - size))
+            start = text.rfind("\n", 0, start) + 1
+            piece = text[start:start + size].strip()
+            if len(piece) >= MIN_CHARS:
+                yield piece
+
+
+def _sample(pool: list[str], rng: random.Random, n: int) -> list[str]:
+    pool = list(dict.fromkeys(pool))
+    rng.shuffle(pool)
+    return pool[:n]
+
+
+def gather(split: Split, n: int, seed: int = 13) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Up to ``n`` texts per kind for ``split``, and why a kind is missing (kind → reason)."""
+    rng = random.Random(seed)
+    prose_src, code_src = stdlib_texts(split)
+    pkg_prose, pkg_code = package_texts(split)
+    prose_src += pkg_prose
+    code_src += pkg_code
+    out: dict[str, list[str]] = {
+        "prose": _sample(list(chunks(prose_src, rng)), rng, n),
+        "code": _sample(list(chunks(code_src, rng)), rng, n),
+        "json": _sample(list(chunks(json_texts(split), rng)), rng, n),
+    }
+    missing: dict[str, str] = {}
+    for lang in ("zh", "ja"):
+        pages = man_texts(lang, split)  # type: ignore[arg-type]
+        if not pages:
+            missing[lang] = (f"not measured: {MAN_PACKAGES[lang]} not installed "
+                             "(scripts/install-corpus-deps)")
+            out[lang] = []
+            continue
+        extra = cjkencodings(lang) if split == "eval" else []  # type: ignore[arg-type]
+        pieces = [c for c in chunks(pages + extra, rng, per_text=2) if cjk_share(c) >= 0.3]
+        out[lang] = _sample(pieces, rng, n)
+    if split == "eval":
+        out["mixed"] = mixed_chats(out, rng, n)
+    return out, missing
+
+
+def mixed_chats(pools: dict[str, list[str]], rng: random.Random, n: int) -> list[str]:
+    """Conversations stitched from real eval texts of several kinds (≥ 3 turns each)."""
+    kinds = [k for k in ("prose", "zh", "ja", "code", "json") if pools.get(k)]
+    if len(kinds) < 2:
+        return []
+    out = []
+    for _ in range(n):
+        turns = []
+        for i in range(rng.randint(3, 6)):
+            kind = rng.choice(kinds)
+            text = rng.choice(pools[kind])
+            cut = rng.randint(120, 900)
+            role = ("user", "assistant", "tool")[i % 3] if kind == "json" else \
+                ("user", "assistant")[i % 2]
+            turns.append(f"{role}: {text[:cut]}")
+        out.append("\n\n".join(turns))
+    return out
+
+
+if __name__ == "__main__":  # a quick look: counts and one sample per kind
+    data, why = gather(sys.argv[1] if len(sys.argv) > 1 else "eval", 50)  # type: ignore[arg-type]
+    for kind, texts in data.items():
+        print(kind, len(texts), why.get(kind, ""), repr(texts[0][:160]) if texts else "")
+    print(os.linesep.join(f"{k}: {v}" for k, v in why.items()))

@@ -1,0 +1,196 @@
+"""The default estimator against real tokenizers, its floor, the margin, model counters."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.vocab import ensure_offline
+from ctxstack.calibration import CalibratingCounter
+from ctxstack.compact import CompactUtils
+from ctxstack.errors import TokenizerUnavailableError
+from ctxstack.messages import ChatMessage
+from ctxstack.model_counters import (
+    TokenizerJsonCounter,
+    counter_for_model,
+    family_for_model,
+)
+from ctxstack.token_model import FAMILIES, estimate, lower_bound, pair_codes
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    HeuristicCounter,
+    TiktokenCounter,
+    budget_margin,
+    effective_budget,
+    tool_specs_tokens,
+)
+
+
+def exact(encoding: str) -> TiktokenCounter:
+    pytest.importorskip("tiktoken")
+    reason = ensure_offline(encoding)
+    if reason is not None:
+        pytest.skip(reason)
+    return TiktokenCounter(encoding)
+
+
+def real_texts() -> dict[str, str]:
+    """Real text installed with Python (not corpus data: whole files, other modules)."""
+    texts = {
+        "code": inspect.getsource(importlib.import_module("json.encoder")),
+        "prose": inspect.getdoc(importlib.import_module("argparse")) or "",
+    }
+    cjk = Path(sysconfig.get_paths()["stdlib"]) / "test" / "cjkencodings"
+    for name, file in (("zh", "gb2312-utf8.txt"), ("ja", "euc_jp-utf8.txt")):
+        if (cjk / file).is_file():
+            texts[name] = (cjk / file).read_text(encoding="utf-8")
+    return texts
+
+
+@pytest.mark.parametrize(("family", "encoding", "tolerance"),
+                         [("o200k", "o200k_base", 0.15), ("cl100k", "cl100k_base", 0.15)])
+def test_estimates_are_close_to_the_real_tokenizer(family: str, encoding: str,
+                                                   tolerance: float) -> None:
+    counter = exact(encoding)
+    for kind, text in real_texts().items():
+        truth = counter.count_text(text)
+        guess = estimate(text, family)  # type: ignore[arg-type]
+        assert abs(guess - truth) <= tolerance * truth, (kind, guess, truth)
+        # and far closer than the seed's formula on text it gets badly wrong
+    json_text = '{"id": 1779294426, "name": "pydantic_core", "files": ["a.py", "b.py"]}' * 40
+    truth = counter.count_text(json_text)
+    assert abs(estimate(json_text, family) - truth) < abs(  # type: ignore[arg-type]
+        SEED_HEURISTIC.count_text(json_text) - truth)
+
+
+def test_empty_and_tiny_texts() -> None:
+    for family in FAMILIES:
+        assert estimate("", family) == 0
+        assert estimate("a", family) >= 1
+        assert estimate(" ", family) >= 1
+
+
+def test_degenerate_runs_never_count_below_the_floor() -> None:
+    # the pair model never saw 2,000 identical letters; the floor (8 characters per
+    # token) keeps it near the real count (o200k: 250) instead of far below
+    assert HEURISTIC.count_text("x" * 2000) >= lower_bound(2000) == 250
+
+
+def test_pair_codes_hold_this_and_the_next_class() -> None:
+    codes = pair_codes("aB1")
+    # lower(0) then upper(1), upper then digit(2), digit then nothing (0)
+    assert list(codes) == [0 | 1 << 4, 1 | 2 << 4, 2]
+    assert len(pair_codes("日本語 and ひらがな")) == len("日本語 and ひらがな")
+
+
+@settings(max_examples=200, deadline=None)
+@given(budget=st.integers(min_value=1, max_value=2_000_000),
+       margin=st.floats(min_value=0.0, max_value=0.49))
+def test_effective_budget_keeps_the_margin_free(budget: int, margin: float) -> None:
+    counter = HeuristicCounter(margin=margin)
+    usable = effective_budget(budget, counter)
+    assert 1 <= usable <= budget
+    assert usable <= max(1, budget * (1 - margin))
+    assert usable >= budget * (1 - margin) - 1
+    assert effective_budget(budget + 1, counter) >= usable  # monotone
+
+
+@settings(max_examples=60, deadline=None)
+@given(words=st.lists(st.sampled_from(["alpha", "注文", "ORD-7", "{\"k\": 1}", "😀", "x"]),
+                      min_size=20, max_size=400),
+       budget=st.integers(min_value=40, max_value=3_000))
+def test_truncation_leaves_the_margin_free(words: list[str], budget: int) -> None:
+    msgs = [ChatMessage.system("sys")] + [
+        ChatMessage.user(" ".join(words[i:i + 7])) if (i // 7) % 2 == 0
+        else ChatMessage.assistant(" ".join(words[i:i + 7]))
+        for i in range(0, len(words), 7)]
+    out = CompactUtils.smart_truncate(msgs, budget)
+    if HEURISTIC.count_messages(out[:1]) <= effective_budget(budget, HEURISTIC):
+        assert HEURISTIC.count_messages(out) <= effective_budget(budget, HEURISTIC)
+
+
+def test_exact_and_custom_counters_have_no_margin() -> None:
+    assert budget_margin(HEURISTIC) == HEURISTIC.margin > 0
+    assert budget_margin(SEED_HEURISTIC) == 0
+    assert effective_budget(1000, SEED_HEURISTIC) == 1000
+    assert budget_margin(exact("o200k_base")) == 0
+    assert CalibratingCounter().margin == HEURISTIC.margin  # inherits its base's
+
+    class Custom:  # a structural TokenCounter without a margin attribute: trusted exact
+        cache_key = "custom"
+
+    assert budget_margin(Custom()) == 0  # type: ignore[arg-type]
+
+
+def test_tool_specs_count_as_their_json() -> None:
+    spec = {"type": "function", "function": {"name": "search", "description": "Find it.",
+                                             "parameters": {"type": "object"}}}
+    assert tool_specs_tokens(None) == tool_specs_tokens([]) == 0
+    assert tool_specs_tokens([spec, spec]) > tool_specs_tokens([spec]) > 5
+
+
+@pytest.mark.parametrize(("model", "family"), [
+    ("gpt-4o", "o200k"), ("gpt-4o-mini-2024-07-18", "o200k"), ("openai/gpt-4.1", "o200k"),
+    ("o3-mini", "o200k"), ("gpt-5", "o200k"), ("gpt-4", "cl100k"), ("gpt-4-turbo", "cl100k"),
+    ("gpt-3.5-turbo", "cl100k"), ("llama-3.1-70b", None), ("", None), (None, None),
+])
+def test_family_by_model_name(model: str | None, family: str | None) -> None:
+    assert family_for_model(model) == family
+
+
+def test_counter_for_model_is_exact_when_the_vocabulary_is_offline() -> None:
+    exact("o200k_base")
+    exact("cl100k_base")
+    assert isinstance(counter_for_model("gpt-4o"), TiktokenCounter)
+    assert counter_for_model("gpt-4o").cache_key == "tiktoken:o200k_base"
+    assert counter_for_model("gpt-4").cache_key == "tiktoken:cl100k_base"
+    assert counter_for_model("gpt-4o") is counter_for_model("gpt-4o")  # built once
+    unknown = counter_for_model("some-local-model")
+    assert isinstance(unknown, HeuristicCounter)
+    assert unknown.family == "o200k"
+
+
+def test_counter_for_model_falls_back_to_the_matching_heuristic(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pytest.importorskip("tiktoken")
+    import tiktoken.registry
+
+    from ctxstack import model_counters
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing offline
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # forget loaded vocabularies
+    monkeypatch.setattr(model_counters, "_built", {})
+    counter = counter_for_model("gpt-3.5-turbo")
+    assert isinstance(counter, HeuristicCounter)
+    assert counter.family == "cl100k"
+    missing = counter_for_model("gpt-4o", tokenizer_path=tmp_path / "nope.json")
+    assert isinstance(missing, HeuristicCounter)
+
+
+def test_tokenizer_json_counts_exactly(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = tokenizers.Tokenizer(WordLevel({"hello": 0, "world": 1, "[UNK]": 2},
+                                         unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    counter = TokenizerJsonCounter(path)
+    assert counter.count_text("hello world hello") == 3
+    assert counter.count_text("hello, there") == 3  # "hello" "," "there"(unknown)
+    assert counter.margin == 0
+    assert counter_for_model("my-model", tokenizer_path=path).count_text("hello world") == 2
+    with pytest.raises(TokenizerUnavailableError, match="not found"):
+        TokenizerJsonCounter(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(TokenizerUnavailableError, match="cannot read"):
+        TokenizerJsonCounter(tmp_path / "bad.json")
