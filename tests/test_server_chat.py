@@ -115,7 +115,8 @@ def test_react_turn_streams_steps_then_answer_then_done(
     assert assistant["id"] == done["message_id"]
     assert assistant["usage"] == done["usage"]
     stored_names = [e["event"] for e in assistant["events"]]
-    assert stored_names == ["step", "step", "done"]  # answer deltas are the content
+    # answer deltas are the content; only the last context-meter reading is kept
+    assert stored_names == ["step", "step", "context", "done"]
     title = client.get(f"/api/conversations/{cid}").json()["title"]
     assert title == "What is 6*7? Use the calculator."
 

@@ -5,10 +5,13 @@ browser test and a first-time user all see the whole machinery work without a ne
 
 * as the ReAct agent's model it calls a tool first (``calculate`` when the question holds
   arithmetic, ``text_stats`` otherwise), then gives a brief answer from the tool result;
+* it declares a small context window (:data:`DEMO_CONTEXT_SIZE`, 8K, of which
+  :data:`DEMO_MAX_OUTPUT_TOKENS` are reserved for the answer) unless the admin's model
+  config or the environment sets one, so a first run shows history compaction within a
+  few turns with no variables (:func:`demo_budget`);
 * as the synthesis model (streamed) it writes a long Markdown answer — long on purpose,
-  so a small budget (``LLM_CONTEXT_SIZE=8000 LLM_MAX_OUTPUT_TOKENS=4000``) shows history
-  compaction after a few turns — that quotes the question, reports the tool result and
-  says what the model could see (including whether a conversation summary was present);
+  so that small budget fills after a few turns — that quotes the question, reports the
+  tool result and says what the model could see (including whether a conversation summary was present);
 * as the summariser (a compaction prompt) it writes a short factual summary that keeps
   the numbers it saw;
 * as the DAG planner / analyzer it returns a valid one- or two-step plan and "achieved".
@@ -25,12 +28,17 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ctxstack.budget import ModelBudget
 from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import LANGUAGE_INSTRUCTION, SUMMARY_PREFIX
 from ctxstack.server.tools import find_arithmetic
 
 DEMO_MODEL_NAME = "ctxstack-demo"
+DEMO_CONTEXT_SIZE = 8_000
+"""The demo model's declared context window (tokens)."""
+DEMO_MAX_OUTPUT_TOKENS = 2_000
+"""The demo model's declared answer reserve: 6,000 input tokens are left for the context."""
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 
@@ -349,3 +357,23 @@ def build_demo_llm(
         name=name,
     )
     return DemoLLM(scripted, chunk_delay=chunk_delay)
+
+
+def demo_budget(budget: ModelBudget) -> ModelBudget:
+    """``budget`` with the demo model's declared window wherever no one set a value.
+
+    Only numbers that came from the library defaults (source ``"default"``, or
+    ``"main:default"`` for the fast role) are replaced, with source ``"demo"``: an admin
+    model config or an environment variable always wins, and a real endpoint never goes
+    through here (its budget is its own).
+    """
+    demo = {"context_size": DEMO_CONTEXT_SIZE, "max_output_tokens": DEMO_MAX_OUTPUT_TOKENS}
+    values: dict[str, int] = {}
+    sources = dict(budget.sources)
+    for field, value in demo.items():
+        if sources.get(field) in ("default", "main:default"):
+            values[field] = value
+            sources[field] = "demo"
+    if not values:
+        return budget
+    return budget.model_copy(update={**values, "sources": sources})

@@ -20,14 +20,13 @@ from sqlalchemy.exc import DBAPIError
 
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
-from ctxstack.server.sse import SSEEvent, stored_form
+from ctxstack.server.sse import EVENT_NAMES, SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import DB_ERRORS, SessionFactory, engine_of, storage_error
 from ctxstack.store.messages import NewMessage, append_messages_in, is_transient_error
 from ctxstack.store.models import CompactionCheckpoint, utcnow
 
 MAX_ATTEMPTS = 5
-_EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
 
 
 class SavedTurn(BaseModel):
@@ -118,5 +117,5 @@ def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(events, list):
         return []
     return [e for e in events
-            if isinstance(e, dict) and e.get("event") in _EVENT_NAMES
+            if isinstance(e, dict) and e.get("event") in EVENT_NAMES
             and isinstance(e.get("data"), dict)]

@@ -20,7 +20,7 @@ from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
 from ctxstack.metering import MeteredLLM, UsageMeter
 from ctxstack.protocol import LLM
-from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
+from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm, demo_budget
 from ctxstack.server.identity import CurrentUser, ensure_local_user
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
@@ -74,6 +74,11 @@ class LLMProvider:
             self._fast = OpenAICompatibleLLM.from_env("fast")
 
     @property
+    def is_demo(self) -> bool:
+        """True when the offline demo model answers (no endpoint, no injected clients)."""
+        return self._main is None
+
+    @property
     def model_name(self) -> str:
         if self._main is None:
             return DEMO_MODEL_NAME
@@ -121,10 +126,14 @@ class ServiceState:
     turns: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
-        """(main, fast) budgets: admin model configs first, then env, then defaults."""
+        """(main, fast) budgets: admin model configs first, then env, then defaults (the
+        demo model's declared 8K window replaces the defaults when it answers)."""
         env = self.settings.budget_env
-        return (await load_budget(self.factory, "main", env=env),
-                await load_budget(self.factory, "fast", env=env))
+        main = await load_budget(self.factory, "main", env=env)
+        fast = await load_budget(self.factory, "fast", env=env)
+        if self.llms.is_demo:  # the demo model declares its own small window
+            return demo_budget(main), demo_budget(fast)
+        return main, fast
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Keep a running turn referenced until it ends (it outlives its HTTP response
