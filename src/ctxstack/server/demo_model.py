@@ -37,8 +37,9 @@ from ctxstack.server.tools import find_arithmetic
 DEMO_MODEL_NAME = "ctxstack-demo"
 DEMO_CONTEXT_SIZE = 8_000
 """The demo model's declared context window (tokens)."""
-DEMO_MAX_OUTPUT_TOKENS = 2_000
-"""The demo model's declared answer reserve: 6,000 input tokens are left for the context."""
+DEMO_MAX_OUTPUT_TOKENS = 4_000
+"""The demo model's declared answer reserve: 4,000 input tokens are left for the context,
+so the stored history (about 900 tokens a turn) is first summarised on the sixth turn."""
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 
@@ -156,21 +157,30 @@ class DemoHandler:
 
     # ------------------------------------------------------------------ summariser
     def summarise(self, messages: Sequence[ChatMessage]) -> str:
+        """A short factual summary: the questions asked (carried over from the previous
+        summary, then the newly folded ones) and the numbers seen."""
         body = "\n".join(m.text for m in messages if m.role != "system")
         numbers = list(dict.fromkeys(_NUMBER.findall(body)))[:30]
-        questions = [line for line in body.splitlines() if line.strip()][:6]
+        lines_in = [line.strip() for line in body.splitlines() if line.strip()]
+        carried = [line[2:] for line in lines_in if line.startswith("- ") and (
+            line.startswith("- The user asked") or line.startswith("- ユーザーの質問"))]
+        asked = [line.removeprefix("[user]").strip() for line in lines_in
+                 if line.startswith("[user]")]
         japanese = is_japanese(body)
         if japanese:
             lines = ["これまでの会話の要約（デモモデル）:"]
-            lines += [f"- {_quote(q, 120)}" for q in questions]
+            lines += [f"- {c}" for c in carried]
+            lines += [f"- ユーザーの質問: 「{_quote(q, 120)}」" for q in asked]
             if numbers:
                 lines.append("数値: " + ", ".join(numbers))
         else:
             lines = ["Summary of the earlier conversation (demo model):"]
-            lines += [f"- {_quote(q, 120)}" for q in questions]
+            lines += [f"- {c}" for c in carried]
+            lines += [f'- The user asked: "{_quote(q, 120)}"; the demo model answered it '
+                      "with a tool result and its fixed explanation." for q in asked]
             if numbers:
                 lines.append("Numbers mentioned: " + ", ".join(numbers))
-        return "\n".join(lines)
+        return "\n".join(lines[:14])
 
     # ------------------------------------------------------------------ DAG
     def structured(self, system: str, messages: Sequence[ChatMessage]) -> str | None:
@@ -233,7 +243,8 @@ usage card below are all real output of the service. Configure `LLM_BASE_URL`,
 
 ### How ctxstack keeps a long conversation inside the window
 1. **Budget (layer 5).** The usable input is `context_size - max_output_tokens`, taken from
-   the admin's model config, then the environment, then the defaults (128k - 64k).
+   the admin's model config, then the environment, then the model (this demo model
+   declares 8k - 4k), then the defaults (128k - 64k).
 2. **DbMemory (layer 4).** Each turn loads the stored history once and compacts it to the
    budget: older turns become one `[Conversation summary]`, recent ones stay verbatim.
    The summary is saved as a checkpoint, so the next turn does not summarise again.
@@ -252,8 +263,20 @@ reads them at its next step.
 ### Why this answer is long
 A real model writes as much as the question needs. The demo writes a fixed, fairly long
 text on purpose, so that with a small budget you can watch compaction happen after a few
-turns: look for the dashed line that says the earlier context was summarized, and for the
-token counts on each answer's card, which include the summariser's own calls.
+turns: look for the dashed line that says how many earlier messages were summarized, and
+for the token counts on each answer's card, which include the summariser's own calls.
+
+### What to try next
+- **Click the dashed divider** once it appears: it opens *what the model remembers* — the
+  summary text, the facts kept verbatim (numbers, IDs, dates) and the range of messages it
+  covers. Everything above the divider reaches the model only through that summary.
+- **Watch the context meter** under each answer and above the message box: it shows how
+  full the context was at the last model call, split into system prompt, summary,
+  history, tool outputs and the question, against the budget. Hover or tap it for details.
+- **Switch to DAG mode** at the top: the question is split into a small plan whose steps
+  run in parallel; the plan is drawn as a graph and each step's result opens on click.
+- **Press Stop** while an answer streams: what was written so far is kept, marked as
+  stopped, and stays in the conversation.
 """
 
 
@@ -297,7 +320,8 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int | 
 
 ### この回答が長い理由
 小さな予算で数ターン会話すると圧縮が起きる様子を確認できるよう、デモはわざと長めの固定文を
-書きます。「Earlier context … was summarized by AI.」という破線と、要約の呼び出しも含めた
+書きます。「… earlier messages summarized by AI」という破線（クリックするとモデルが覚えている
+内容が開きます）と、要約の呼び出しも含めた
 各回答のトークン数を確認してください。
 """
 

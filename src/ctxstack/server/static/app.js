@@ -4,14 +4,17 @@
 // Everything the model or a user wrote reaches the DOM either as textContent or through
 // renderMarkdown(), which escapes HTML before formatting (see markdown.js).
 
-import { dividerText, fmtK, usageText } from "./format.js";
+import { PlanView } from "./dagview.js";
+import { dividerText, usageText } from "./format.js";
 import { renderMarkdown } from "./markdown.js";
+import { renderMeter, setComposerMeter } from "./meter.js";
+import { openRemembers, placeDivider } from "./remember.js";
+import { renderAccount, renderInfo, syncModeInputs } from "./settings.js";
 import { readEventStream } from "./sse.js";
 
 const $ = (sel) => document.querySelector(sel);
 const TOKEN_KEY = "ctxstack.token";
 const MODE_KEY = "ctxstack.mode";
-const BANNER_KEY = "ctxstack.demo-banner";
 
 const state = {
   info: null,
@@ -20,6 +23,9 @@ const state = {
   currentId: null,
   running: null, // {conversationId, controller, turn}
   attachments: [], // {id, url, name}
+  me: null,
+  divider: null, // the latest compact payload with a last_seq: where the divider goes
+  meter: null, // the latest context reading of the conversation
 };
 
 // ------------------------------------------------------------------ helpers
@@ -118,6 +124,10 @@ class AssistantTurn {
     this.renderQueued = false;
     this.finished = false;
     this.replay = false; // drawing stored history: steps start collapsed
+    this.context = null; // the last `context` reading (the meter)
+    this.planView = null;
+    this.question = null; // the question this answers (for Regenerate)
+    this.hooks = {}; // onDivider(data), onContext(data), onRegenerate(turn)
   }
 
   append(node) {
@@ -128,7 +138,7 @@ class AssistantTurn {
     if (!this.steps) {
       this.steps = el("details", "steps");
       this.steps.open = !this.finished && !this.replay;
-      this.stepSummary = el("summary");
+      this.stepSummary = el("summary", "", "Details");
       this.stepList = el("div", "step-list");
       this.steps.append(this.stepSummary, this.stepList);
       this.append(this.steps);
@@ -144,6 +154,7 @@ class AssistantTurn {
   handle(event, data) {
     switch (event) {
       case "compact": return this.onCompact(data);
+      case "context": return this.onContext(data);
       case "step": return this.onStep(data);
       case "inject": return this.onInject(data);
       case "answer": return this.onAnswer(data);
@@ -154,6 +165,22 @@ class AssistantTurn {
   }
 
   onCompact(data) {
+    if (data?.scope === "step") {
+      const what = data.hint === "step_dependency"
+        ? "a dependency result over its cut was summarised for it" : "its context was compacted";
+      this.ensureSteps().append(el("div", "step-note", `Step ${data.step ?? "?"}: ${what} (${data.method}).`));
+      return;
+    }
+    if (data?.last_seq != null && data.method === "llm") {
+      // The conversation's divider goes where the summarised span ends (remember.js).
+      this.hooks.onDivider?.(data);
+      if (data.scope === "run") {
+        const turnPart = data.turn_messages ? ` and ${data.turn_messages} of this turn's tool messages` : "";
+        this.ensureSteps().append(el("div", "step-note compact-note",
+          `Context compacted mid-turn: ${dividerText(data)}${turnPart}.`));
+      }
+      return;
+    }
     const divider = el("div", "compact-divider");
     divider.setAttribute("role", "separator");
     divider.dataset.method = data?.method || "";
@@ -188,6 +215,8 @@ class AssistantTurn {
       const ms = data.duration_ms != null ? ` · ${Math.round(data.duration_ms)} ms` : "";
       item.querySelector(".status").textContent = `${data.error ? "failed" : "done"}${ms}`;
       item.append(el("pre", "result", clip(pretty(data.result ?? ""), 20000)));
+    } else if (kind === "dag_step" && this.planView?.step(data)) {
+      // drawn on the plan graph
     } else if (kind === "dag_step") {
       const key = `dag:${data.id}`;
       let item = this.toolSteps.get(key);
@@ -213,6 +242,12 @@ class AssistantTurn {
       const steps = Array.isArray(data.steps) ? data.steps : [];
       const round = data.round > 1 ? ` (round ${data.round})` : "";
       list.append(el("div", "step-note", `Plan${round}: ${steps.length} step${steps.length === 1 ? "" : "s"}`));
+      if (!this.planView) {
+        const box = el("div", "plan-box");
+        this.append(box);
+        this.planView = new PlanView(box);
+      }
+      this.planView.plan(data);
     } else {
       const text = data?.text || data?.message || kind || "step";
       list.append(el("div", "step-note", clip(text, 500)));
@@ -255,6 +290,46 @@ class AssistantTurn {
     this.answerEl.innerHTML = renderMarkdown(text);
   }
 
+  onContext(data) {
+    this.context = data;
+    this.hooks.onContext?.(data);
+  }
+
+  /** Copy and Regenerate under a finished answer, and the meter of its last call. */
+  addFooter(card) {
+    const bar = el("div", "answer-actions");
+    const copy = el("button", "btn btn-small copy-btn", "Copy");
+    copy.type = "button";
+    copy.addEventListener("click", async () => {
+      const ok = await copyText(this.text);
+      copy.textContent = ok ? "Copied" : "Copy failed";
+      setTimeout(() => { copy.textContent = "Copy"; }, 1500);
+    });
+    bar.append(copy);
+    if (this.question) {
+      const regen = el("button", "btn btn-small regen-btn", "Regenerate");
+      regen.type = "button";
+      regen.title = "Ask the same question again";
+      regen.addEventListener("click", () => this.hooks.onRegenerate?.(this));
+      bar.append(regen);
+    }
+    if (card) bar.append(card);
+    this.append(bar);
+    if (this.context) this.append(renderMeter(this.context, { label: "Context at the last call" }));
+  }
+
+  /** The client stopped the turn: keep the partial answer, say so in a neutral note. */
+  markStopped() {
+    if (this.root.querySelector(".turn-stopped")) return;
+    if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
+    this.root.classList.add("stopped");
+    this.append(el("div", "turn-stopped", this.text
+      ? "Stopped — the answer above is what was written before Stop. It is saved."
+      : "Stopped before any answer was written."));
+    this.addFooter(null);
+    this.finish();
+  }
+
   onDone(data) {
     if (!this.text && data?.answer) this.setAnswer(data.answer);
     else if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
@@ -265,11 +340,15 @@ class AssistantTurn {
       card.append(el("span", "", `${data.iterations} iteration${data.iterations === 1 ? "" : "s"}`));
     }
     if (data?.elapsed != null) card.append(el("span", "", `${Number(data.elapsed).toFixed(1)} s`));
-    this.append(card);
+    this.addFooter(card);
     this.finish();
   }
 
   onError(data) {
+    if (data?.kind === "stopped") {
+      this.markStopped();
+      return;
+    }
     const message = typeof data === "string" ? data : data?.message || "The turn failed.";
     this.append(el("div", "turn-error", message));
     this.finish();
@@ -332,30 +411,89 @@ function renderUser(text, images = []) {
   return wrap;
 }
 
+function newTurn(question) {
+  const turn = new AssistantTurn(messagesBox());
+  turn.question = question;
+  turn.hooks = {
+    onDivider: (data) => showDivider(data),
+    onContext: (data) => {
+      state.meter = data;
+      setComposerMeter($("#composer-meter"), data, state.info?.budget?.usable_input_tokens);
+    },
+    onRegenerate: (t) => regenerate(t),
+  };
+  return turn;
+}
+
+function showDivider(data) {
+  state.divider = data;
+  placeDivider(messagesBox(), data, (d) => openRemembers($("#remembers"), d, () =>
+    api(`/api/conversations/${encodeURIComponent(state.currentId)}/compactions`)));
+}
+
+/** Only the newest answer offers Regenerate (it asks the same question again). */
+function pruneRegenerate() {
+  const buttons = [...document.querySelectorAll("#messages .regen-btn")];
+  buttons.slice(0, -1).forEach((b) => b.remove());
+}
+
 function renderHistory(messages) {
   clearMessages();
+  state.divider = null;
+  state.meter = null;
   if (messages.length) $("#empty")?.remove();
+  let question = null;
   for (const m of messages) {
     if (m.role === "user") {
       if (m.kind === "inject") continue; // drawn inside the turn that consumed it
-      renderUser(m.content, m.images || []);
+      renderUser(m.content, m.images || []).dataset.seq = String(m.seq);
+      question = m.content;
     } else if (m.role === "assistant") {
-      const turn = new AssistantTurn(messagesBox());
+      const turn = newTurn(question);
+      turn.root.dataset.seq = String(m.seq);
       turn.replay = true;
       const events = Array.isArray(m.events) ? m.events : [];
       const failed = m.status === "failed";
-      let doneEvent = null;
+      const last = events.filter((ev) => ev.event === "done" || ev.event === "error").pop();
       for (const ev of events) {
-        if (ev.event === "done") doneEvent = ev;
-        else turn.handle(ev.event, ev.data);
+        if (ev.event !== "done" && ev.event !== "error") turn.handle(ev.event, ev.data);
       }
       if (!failed) turn.setAnswer(m.content || "");
-      if (doneEvent) turn.onDone(doneEvent.data);
-      else if (m.status === "stopped") turn.append(el("div", "step-note", "Stopped before the end."));
+      if (last) turn.handle(last.event, last.data);
+      else if (m.status === "stopped") turn.markStopped();
       turn.finish();
     }
   }
+  setComposerMeter($("#composer-meter"), state.meter, state.info?.budget?.usable_input_tokens);
+  if (state.divider) showDivider(state.divider);
+  pruneRegenerate();
   autoScroll(true);
+}
+
+/** After a live turn: give the drawn messages their stored seq (the divider needs it). */
+async function syncSeqs(conversationId) {
+  const messages = await api(`/api/conversations/${encodeURIComponent(conversationId)}/messages`);
+  if (state.currentId !== conversationId || state.running) return;
+  const shown = messages.filter((m) => !(m.role === "user" && m.kind === "inject"));
+  const nodes = [...messagesBox().querySelectorAll(":scope > .msg.user, :scope > .msg.assistant")];
+  if (nodes.length !== shown.length) return;
+  nodes.forEach((node, i) => { node.dataset.seq = String(shown[i].seq); });
+  if (state.divider) showDivider(state.divider);
+}
+
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    const area = el("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    const ok = document.execCommand("copy");
+    area.remove();
+    return ok;
+  }
 }
 
 function renderConversationList() {
@@ -461,6 +599,9 @@ async function selectConversation(id) {
 function newChat() {
   if (state.running) return;
   state.currentId = null;
+  state.divider = null;
+  state.meter = null;
+  setComposerMeter($("#composer-meter"), null, state.info?.budget?.usable_input_tokens);
   history.replaceState(null, "", location.pathname);
   clearMessages();
   renderConversationList();
@@ -482,9 +623,14 @@ function setRunning(running) {
   else $("#query").focus();
 }
 
-async function sendMessage() {
-  const query = $("#query").value.trim();
-  const attachments = state.attachments.slice();
+async function regenerate(turn) {
+  if (state.running || !turn.question) return;
+  await sendMessage(turn.question);
+}
+
+async function sendMessage(again = null) {
+  const query = again ?? $("#query").value.trim();
+  const attachments = again ? [] : state.attachments.slice();
   if (!query && !attachments.length) return;
   if (state.running) return;
   if (!query) {
@@ -503,12 +649,15 @@ async function sendMessage() {
       return;
     }
   }
-  $("#query").value = "";
-  resizeTextarea($("#query"));
-  state.attachments = [];
-  renderAttachments();
+  if (!again) {
+    $("#query").value = "";
+    resizeTextarea($("#query"));
+    state.attachments = [];
+    renderAttachments();
+  }
   renderUser(query, attachments.map((a) => ({ file_id: a.id, url: a.url })));
-  const turn = new AssistantTurn(messagesBox());
+  document.querySelectorAll("#messages .regen-btn").forEach((b) => b.remove());
+  const turn = newTurn(query);
   stickToBottom = true;
   autoScroll(true);
   const controller = new AbortController();
@@ -525,18 +674,21 @@ async function sendMessage() {
       turn.handle(event, data);
       autoScroll();
     }
-    if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
+    if (!turn.finished && controller.signal.aborted) turn.markStopped();
+    else if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
   } catch (err) {
     if (controller.signal.aborted) {
-      turn.append(el("div", "step-note", "Stopped. What was produced so far is saved."));
-      turn.finish();
+      turn.markStopped();
     } else {
       turn.onError({ message: err.message });
     }
   } finally {
     state.running = null;
     setRunning(false);
+    pruneRegenerate();
     loadConversations().catch(() => {});
+    // A stopped turn is saved by the server a moment after the disconnect.
+    setTimeout(() => syncSeqs(conversationId).catch(() => {}), controller.signal.aborted ? 800 : 0);
   }
 }
 
@@ -623,36 +775,6 @@ function hideLogin() {
   document.querySelector(".composer-wrap").hidden = false;
 }
 
-function renderInfo(info) {
-  const banner = $("#demo-banner");
-  if (info.demo_model && sessionStorage.getItem(BANNER_KEY) !== "closed") {
-    banner.replaceChildren();
-    const close = el("button", "btn btn-icon btn-small banner-close", "×");
-    close.type = "button";
-    close.setAttribute("aria-label", "Hide this notice");
-    close.addEventListener("click", () => {
-      banner.hidden = true;
-      sessionStorage.setItem(BANNER_KEY, "closed");
-    });
-    banner.append(close);
-    banner.append(el("strong", "", "Demo model. "),
-      document.createTextNode("Answers come from ctxstack's built-in offline demo model, not a real LLM. "
-        + "To use a real endpoint, set "));
-    ["LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL"].forEach((name, i) => {
-      if (i) banner.append(document.createTextNode(i === 2 ? " and " : ", "));
-      banner.append(el("code", "", name));
-    });
-    banner.append(document.createTextNode(" in the server's environment and restart "),
-      el("code", "", "ctxstack serve"), document.createTextNode("."));
-    banner.hidden = false;
-  } else {
-    banner.hidden = true;
-  }
-  const foot = $("#sidebar-foot");
-  const budget = info.budget?.usable_input_tokens;
-  foot.textContent = `Model: ${info.model || "unknown"}${budget ? ` · budget ${fmtK(budget)} tokens` : ""}`;
-}
-
 function bind() {
   $("#composer").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
   $("#inject-form").addEventListener("submit", (e) => { e.preventDefault(); sendInject(); });
@@ -677,13 +799,18 @@ function bind() {
   });
   messagesBox().addEventListener("scroll", () => { stickToBottom = isNearBottom(); });
   const savedMode = localStorage.getItem(MODE_KEY);
-  if (savedMode) {
-    const radio = document.querySelector(`input[name="mode"][value="${savedMode === "dag" ? "dag" : "react"}"]`);
-    if (radio) radio.checked = true;
-  }
-  document.querySelectorAll('input[name="mode"]').forEach((r) => {
-    r.addEventListener("change", () => localStorage.setItem(MODE_KEY, currentMode()));
+  if (savedMode) syncModeInputs(savedMode === "dag" ? "dag" : "react");
+  document.querySelectorAll('input[name="mode"], input[name="settings-mode"]').forEach((r) => {
+    r.addEventListener("change", () => {
+      syncModeInputs(r.value);
+      localStorage.setItem(MODE_KEY, r.value);
+    });
   });
+  $("#open-settings").addEventListener("click", () => $("#settings").showModal());
+  for (const dialog of document.querySelectorAll("dialog")) {
+    dialog.querySelector(".dialog-close")?.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
+  }
   $("#login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     state.token = $("#token-input").value.trim();
@@ -698,7 +825,20 @@ function bind() {
   });
 }
 
+function signOut() {
+  localStorage.removeItem(TOKEN_KEY);
+  state.token = "";
+  state.me = null;
+  state.conversations = [];
+  renderConversationList();
+  newChat();
+  renderAccount(state, signOut);
+  showLogin("");
+}
+
 async function start() {
+  state.me = await api("/api/me");
+  renderAccount(state, signOut);
   await loadConversations();
   const match = location.hash.match(/^#c=(.+)$/);
   const wanted = match ? decodeURIComponent(match[1]) : null;
@@ -715,6 +855,7 @@ async function boot() {
     return;
   }
   renderInfo(state.info);
+  setComposerMeter($("#composer-meter"), null, state.info?.budget?.usable_input_tokens);
   if (state.info.auth_required && !state.token) {
     showLogin("");
     return;
