@@ -22,7 +22,7 @@ from ctxstack.budget import ModelBudget
 from ctxstack.guard_events import CompactionEvent
 from ctxstack.llm.stub import StubServer
 from ctxstack.messages import ChatMessage
-from ctxstack.server.compactions import Fold, Span, run_compaction, split_summary
+from ctxstack.server.compactions import GuardFold, Span, run_compaction, split_summary
 from ctxstack.server.context_meter import measure, part_of
 from tests.service_support import ServiceRule, SSEEvent, chat, llm_env, running_server
 from tests.test_server_access import make_user
@@ -132,7 +132,7 @@ def _event(method: str = "llm") -> CompactionEvent:
 def test_a_mid_turn_fold_counts_only_stored_messages() -> None:
     summary = ChatMessage.system("[Conversation summary]\nShort.\n\nFacts kept verbatim:\n- 42 EUR",
                                  metadata={"kind": "summary"})
-    fold = Fold(stored_in=[5, 6, 7, 8], stored_out=[8], turn_in=4, turn_out=2, summary=summary)
+    fold = GuardFold(stored_in=[5, 6, 7, 8], stored_out=[8], turn_in=4, turn_out=2, summary=summary)
     base = Span(count=4, first_seq=1, last_seq=4)
     data, span = run_compaction(_event(), fold, base)
     assert (data.summarized_messages, data.first_seq, data.last_seq) == (7, 1, 7)
@@ -145,7 +145,7 @@ def test_a_mid_turn_fold_counts_only_stored_messages() -> None:
 
 
 def test_a_truncation_mid_turn_summarises_nothing_new() -> None:
-    fold = Fold(stored_in=[5, 6], stored_out=[6], turn_in=0, turn_out=0, summary=None)
+    fold = GuardFold(stored_in=[5, 6], stored_out=[6], turn_in=0, turn_out=0, summary=None)
     data, span = run_compaction(_event("truncate"), fold, Span(count=4, first_seq=1, last_seq=4))
     assert data.method == "truncate"
     assert data.summarized_messages == 4

@@ -9,7 +9,8 @@
 // equal to GET /compactions; the remembers panel; the context meter on the answer card
 // and the composer, with details on hover; Copy and Regenerate; Stop keeping the partial
 // answer (live and after a reload); the settings panel; the DAG plan graph (live states,
-// result on click, after a reload); a 390 px phone width. Prints one JSON line.
+// result on click, after a reload); a 390 px phone width; /docs showing the SSE payloads.
+// Prints one JSON line.
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -65,14 +66,14 @@ async function dividerState(page) {
   return page.evaluate(() => {
     const d = document.querySelector("#messages > .conversation-divider");
     if (!d) return null;
-    const above = [...document.querySelectorAll("#messages > .msg[data-seq]")]
-      .filter((m) => m.compareDocumentPosition(d) & Node.DOCUMENT_POSITION_FOLLOWING);
+    const all = [...document.querySelectorAll("#messages > .msg")];
+    const above = all.filter((m) => m.compareDocumentPosition(d) & Node.DOCUMENT_POSITION_FOLLOWING);
     return {
       text: d.querySelector(".divider-text").textContent,
       lastSeq: Number(d.dataset.lastSeq),
       anchorSeq: Number(d.previousElementSibling?.dataset.seq),
       above: above.length,
-      below: document.querySelectorAll("#messages > .msg[data-seq]").length - above.length,
+      below: all.length - above.length,
     };
   });
 }
@@ -257,6 +258,22 @@ try {
   await shot(page, "remember-phone-dialog.png");
   await page.locator("#remembers .dialog-close").click();
   checks.phone = true;
+
+  // ---- the API reference shows every SSE event's payload
+  await page.setViewportSize({ width: 1280, height: 860 });
+  await page.goto(`${baseUrl}/docs`, { waitUntil: "domcontentloaded" });
+  const chatOp = page.locator("details.docs-op", { hasText: "/api/chat" }).first();
+  await chatOp.locator("summary").click();
+  const reference = await chatOp.innerText();
+  for (const field of ["summarized_messages", "cleared_tool_outputs", "last_seq", "\"context\"",
+    "\"dag_step\"", "model_calls", "text/event-stream"]) {
+    expect(reference.includes(field), `/docs does not show ${field} for POST /api/chat`);
+  }
+  const sse = chatOp.locator(".docs-schema", { hasText: "text/event-stream" });
+  await sse.locator("pre").evaluate((pre) => { pre.scrollTop = pre.scrollHeight / 4; });
+  await sse.scrollIntoViewIfNeeded();
+  await shot(page, "remember-docs.png");
+  checks.docs = true;
 
   const realErrors = consoleErrors.filter((e) => !/favicon/i.test(e));
   expect(realErrors.length === 0, `console errors: ${realErrors.join(" | ")}`);

@@ -222,13 +222,13 @@ async def _command(command: str, console: Console, memory: SessionMemory, guard:
                    fast: LLM, budget: int) -> None:
     """Run a slash command (``quit`` is handled by the loop)."""
     if command == "help":
-        console.print(HELP, markup=False, highlight=False)
+        console.print(HELP, markup=False, highlight=False, soft_wrap=True)
     elif command == "context":
         if guard.last is None:
             console.print("[dim]no model call yet: ask something first[/]")
         else:
             console.print(meter_line(context_parts(guard.last, guard.counter),
-                                     guard.last_budget or budget), markup=False)
+                                     guard.last_budget or budget), markup=False, soft_wrap=True)
     elif command == "new":
         await memory.clear()
         guard.last = None

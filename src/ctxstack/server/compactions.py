@@ -138,7 +138,7 @@ def _method(value: str) -> EventMethod:
 
 
 @dataclass
-class Fold:
+class GuardFold:
     """What one guard check changed: stored and in-turn messages in and out."""
 
     stored_in: list[int]
@@ -148,7 +148,7 @@ class Fold:
     summary: ChatMessage | None
 
 
-def _fold(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> Fold:
+def _fold(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> GuardFold:
     stored_in = [s for m in before if (s := stored_seq(m)) is not None]
     stored_out = [s for m in after if (s := stored_seq(m)) is not None]
 
@@ -157,7 +157,7 @@ def _fold(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> Fold:
                    and stored_seq(m) is None)
 
     summary = next((m for m in after if m.metadata.get("kind") == "summary"), None)
-    return Fold(stored_in, stored_out, turn(before), turn(after), summary)
+    return GuardFold(stored_in, stored_out, turn(before), turn(after), summary)
 
 
 class TrackingGuard(ContextGuard):
@@ -172,7 +172,7 @@ class TrackingGuard(ContextGuard):
                  **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.listeners: list[CheckListener] = list(listeners)
-        self.last_fold: Fold | None = None
+        self.last_fold: GuardFold | None = None
 
     async def check_and_compact(
         self, messages: Sequence[ChatMessage], budget: object = None,
@@ -186,14 +186,14 @@ class TrackingGuard(ContextGuard):
         return out
 
 
-def run_compaction(event: CompactionEvent, fold: Fold | None, base: Span) -> tuple[
+def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -> tuple[
         CompactData, Span]:
     """The ``compact`` event of a mid-turn compaction and the span covered after it.
 
     ``base`` is what the summary covered before (the load's span). Stored messages that
     left the context were folded into the new summary (``"llm"``) or dropped.
     """
-    fold = fold or Fold([], [], 0, 0, None)
+    fold = fold or GuardFold([], [], 0, 0, None)
     gone = sorted(set(fold.stored_in) - set(fold.stored_out))
     method = _method(event.method)
     span = base
