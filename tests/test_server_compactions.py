@@ -173,3 +173,22 @@ def test_meter_parts_add_up_and_classify_each_message() -> None:
     assert data.context_size == 8000
     assert data.used == sum(data.parts.model_dump().values()) > 0
     assert all(v > 0 for v in data.parts.model_dump().values())
+
+
+def test_the_demo_budget_replaces_only_the_defaults() -> None:
+    from ctxstack.budget import resolve_budget
+    from ctxstack.server.demo_model import demo_budget
+
+    first_run = demo_budget(resolve_budget("main", env={}))
+    assert (first_run.context_size, first_run.max_output_tokens) == (8000, 4000)
+    assert first_run.usable_input_tokens == 4000
+    assert first_run.sources == {"context_size": "demo", "max_output_tokens": "demo"}
+    fast = demo_budget(resolve_budget("fast", env={}))
+    assert fast.usable_input_tokens == 4000
+    # an operator's value always wins, number by number
+    chosen = demo_budget(resolve_budget("main", env={"LLM_CONTEXT_SIZE": "32000"}))
+    assert (chosen.context_size, chosen.max_output_tokens) == (32000, 4000)
+    admin = demo_budget(resolve_budget("main", {"context_size": 16000, "max_output_tokens": 2000},
+                                       env={}))
+    assert admin.usable_input_tokens == 14000
+    assert admin.sources == {"context_size": "db", "max_output_tokens": "db"}

@@ -11,7 +11,8 @@ browser test and a first-time user all see the whole machinery work without a ne
   few turns with no variables (:func:`demo_budget`);
 * as the synthesis model (streamed) it writes a long Markdown answer — long on purpose,
   so that small budget fills after a few turns — that quotes the question, reports the
-  tool result and says what the model could see (including whether a conversation summary was present);
+  tool result and says what the model could see (including whether a conversation
+  summary was present);
 * as the summariser (a compaction prompt) it writes a short factual summary that keeps
   the numbers it saw;
 * as the DAG planner / analyzer it returns a valid one- or two-step plan and "achieved".

@@ -7,8 +7,9 @@ One ``POST /api/chat`` answers with one ``text/event-stream``. Every frame is::
 
 with ``<name>`` one of ``step``, ``inject``, ``compact``, ``context``, ``answer``, ``done``,
 ``error`` (DESIGN §5; ``context`` is the context meter). JSON never contains a raw
-newline, so each frame has exactly one ``data:`` line. Comment frames (``: keep-alive``) are sent while a turn is quiet so proxies and
-browsers do not drop a long-running connection; clients ignore them.
+newline, so each frame has exactly one ``data:`` line. Comment frames (``: keep-alive``)
+are sent while a turn is quiet so proxies and browsers do not drop a long-running
+connection; clients ignore them.
 
 The same event objects are what the service stores on the assistant message (all but the
 ``answer`` deltas, whose sum is the message content), so the page redraws history with
