@@ -192,3 +192,36 @@ def test_the_demo_budget_replaces_only_the_defaults() -> None:
                                        env={}))
     assert admin.usable_input_tokens == 14000
     assert admin.sources == {"context_size": "db", "max_output_tokens": "db"}
+
+
+async def test_tracking_guard_reports_each_check_and_what_a_compaction_folded() -> None:
+    from ctxstack.llm import ScriptedLLM
+    from ctxstack.server.compactions import TrackingGuard
+
+    seen: list[tuple[int, int, str]] = []
+    guard = TrackingGuard(
+        compact_llm=ScriptedLLM(handler=lambda messages, tools: "Short summary."),
+        default_budget=4000,
+        listeners=[lambda before, after, hint: seen.append((len(before), len(after), hint))])
+    history = [_stored(seq, "user" if seq % 2 else "assistant") for seq in range(1, 9)]
+    long_history = [m.replace(content=f"{m.text} " + "words " * 600) for m in history]
+    messages = [ChatMessage.system("You are helpful."), *long_history,
+                ChatMessage.user("the question", pinned=True),
+                ChatMessage(role="tool", content="42", tool_call_id="c1")]
+    small = [ChatMessage.system("You are helpful."), _stored(1), ChatMessage.user("q")]
+    assert await guard.check_and_compact(small, hint="react_iteration") == small
+    assert guard.last_fold is None  # nothing was compacted
+    out = await guard.check_and_compact(messages, hint="react_iteration")
+    assert seen[0] == (3, 3, "react_iteration")
+    assert seen[1] == (len(messages), len(out), "react_iteration")
+    fold = guard.last_fold
+    assert fold is not None
+    assert fold.stored_in == list(range(1, 9))
+    assert set(fold.stored_out) < set(fold.stored_in)
+    assert fold.summary is not None
+    assert split_summary(fold.summary.text)[0].startswith("Short summary.")
+    data, after = run_compaction(_event(), fold, Span())
+    assert after.last_seq == data.last_seq
+    gone = sorted(set(fold.stored_in) - set(fold.stored_out))
+    assert (data.summarized_messages, data.first_seq, data.last_seq) == (len(gone), 1, gone[-1])
+    assert data.summarized_messages + data.kept_messages == data.original_messages == 8
