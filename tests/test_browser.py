@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.service_support import ROOT, running_server
+from tests.service_support import ROOT, run_cli, running_server
 
 pytestmark = pytest.mark.browser
 
@@ -57,13 +57,20 @@ def browser_ready() -> None:
     pytest.skip(message)
 
 
-def _run_script(script: str, tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+def _run_script(script: str, tmp_path: Path, env: dict[str, str], *,
+                auth: bool = False, user: str | None = None) -> dict[str, Any]:
     """Serve the demo model with ``env``, run ``tests/browser/<script>`` against it and
-    return its checks (failing with its error and the server log)."""
+    return its checks (failing with its error and the server log). With ``user``, that
+    user is created first and its token is the script's third argument."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_server(tmp_path, env) as server:
+    with running_server(tmp_path, env, auth=auth) as server:
+        extra = []
+        if user is not None:
+            made = run_cli("user", "create", user, env=server.env)
+            assert made.returncode == 0, made.stderr
+            extra.append(made.stdout.strip())
         proc = subprocess.run(
-            ["node", str(BROWSER_DIR / script), server.url, str(ARTIFACTS)],
+            ["node", str(BROWSER_DIR / script), server.url, str(ARTIFACTS), *extra],
             cwd=BROWSER_DIR, capture_output=True, text=True, timeout=400, check=False,
             env={**os.environ, "CHROMIUM_PATH": CHROMIUM},
         )
@@ -115,3 +122,9 @@ def test_what_the_model_remembers_in_chromium(browser_ready: None, tmp_path: Pat
     for name in ("divider-live", "meter", "dialog", "stopped", "settings", "dag", "phone",
                  "phone-dialog"):
         assert (ARTIFACTS / f"remember-{name}.png").stat().st_size > 5_000, name
+
+
+def test_signed_in_user_and_sign_out_in_chromium(browser_ready: None, tmp_path: Path) -> None:
+    checks = _run_script("account.mjs", tmp_path, {}, auth=True, user="alice")
+    assert "Signed in as alice" in " ".join(checks["sidebar"].split())
+    assert checks["signed_out"] is True
