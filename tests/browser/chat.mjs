@@ -174,6 +174,9 @@ try {
   checks.renamed = true;
   await page.click("#new-chat");
   await sendAndWait(page, "A second conversation to delete.");
+  // the list is reloaded once the turn has ended
+  await page.waitForFunction(() => document.querySelectorAll("#conversation-list li").length === 2,
+    null, { timeout: 10000 }).catch(() => {});
   expect(await page.locator("#conversation-list li").count() === 2, "second conversation missing");
   const second = page.locator("#conversation-list li.active");
   await second.hover();
