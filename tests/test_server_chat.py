@@ -314,7 +314,10 @@ def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
 
 def test_openapi_describes_every_sse_event_payload(client: httpx.Client) -> None:
     spec = client.get("/openapi.json").json()
-    stream = spec["paths"]["/api/chat"]["post"]["responses"]["200"]["content"]
+    responses = spec["paths"]["/api/chat"]["post"]["responses"]
+    stream = responses["200"]["content"]
+    assert list(stream) == ["text/event-stream"]
+    assert list(responses["404"]["content"]) == ["application/json"]  # errors stay JSON
     schema = stream["text/event-stream"]["schema"]
     assert schema["discriminator"]["propertyName"] == "event"
     mapping = schema["discriminator"]["mapping"]

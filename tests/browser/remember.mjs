@@ -269,8 +269,8 @@ try {
     "\"dag_step\"", "model_calls", "text/event-stream"]) {
     expect(reference.includes(field), `/docs does not show ${field} for POST /api/chat`);
   }
-  const sse = chatOp.locator(".docs-schema", { hasText: "text/event-stream" });
-  await sse.locator("pre").evaluate((pre) => { pre.scrollTop = pre.scrollHeight / 4; });
+  const sse = chatOp.locator(".docs-schema", { hasText: "text/event-stream" }).first();
+  await sse.locator("pre").first().evaluate((pre) => { pre.scrollTop = pre.scrollHeight / 4; });
   await sse.scrollIntoViewIfNeeded();
   await shot(page, "remember-docs.png");
   checks.docs = true;

@@ -123,6 +123,9 @@ def _document_sse(app: FastAPI) -> None:
             spec = build()
             _, defs = sse_openapi_schema()
             spec.setdefault("components", {}).setdefault("schemas", {}).update(defs)
+            # The turn answers with an event stream only (FastAPI adds a JSON default).
+            chat_ok = spec["paths"]["/api/chat"]["post"]["responses"]["200"]["content"]
+            chat_ok.pop("application/json", None)
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -183,7 +183,7 @@ async def get_compactions(request: Request, user: UserDep,
 
 # ---------------------------------------------------------------------------- chat
 @router.post(
-    "/chat", tags=["chat"], response_class=EventStreamResponse, responses={
+    "/chat", tags=["chat"], responses={
         200: {"content": {"text/event-stream": {"schema": sse_openapi_schema()[0]}},
               "description": "SSE frames (`event: <name>` / `data: <JSON payload>`): step, "
                              "inject, compact, context, answer, then done or error. The "

@@ -292,8 +292,6 @@ class EventStreamResponse(StreamingResponse):
     before the stream ended.
     """
 
-    media_type = "text/event-stream"
-
     def __init__(
         self,
         content: AsyncIterator[bytes],
