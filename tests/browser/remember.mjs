@@ -115,6 +115,10 @@ try {
   while (!divider && turns < QUESTIONS.length) {
     await sendAndWait(page, QUESTIONS[turns]);
     turns += 1;
+    // live: the divider is drawn while the turn runs, once the earlier messages' seqs are
+    // known (a moment after each turn) — allow that moment on a busy machine
+    await page.locator("#messages > .conversation-divider").waitFor({ timeout: turns >= 6 ? 5000 : 300 })
+      .catch(() => {});
     divider = await dividerState(page);
   }
   expect(divider, `no divider after ${turns} turns`);
@@ -197,7 +201,12 @@ try {
   expect(partial.length > 300, "the partial answer was not kept");
   expect(await stopped.locator(".turn-error").count() === 0, "Stop shows an error box");
   await shot(page, "remember-stopped.png");
-  await page.waitForTimeout(1500); // the server saves the stopped turn after the disconnect
+  // the server saves the stopped turn right after the disconnect: wait until it is stored
+  await page.waitForFunction(async () => {
+    const id = decodeURIComponent(location.hash.replace("#c=", ""));
+    const messages = await (await fetch(`/api/conversations/${id}/messages`)).json();
+    return messages.at(-1)?.status === "stopped";
+  }, null, { timeout: 15000, polling: 250 });
   await page.reload({ waitUntil: "domcontentloaded" });
   const again = page.locator(".msg.assistant").last();
   await again.locator(".turn-stopped").waitFor({ timeout: 10000 });
