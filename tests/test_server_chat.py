@@ -3,7 +3,7 @@
 Covers the turn flow of issue 8: ReAct and DAG turns with their event order, usage in
 ``done`` equal to the sum of what the stub reported for every call of the turn,
 compaction on load (``compact`` event with correct counts, the divider text the page
-shows), a failing LLM mid-turn, and a client that disconnects mid-answer.
+shows; issue 16's exact fields are in tests/test_server_compactions.py), a failing LLM mid-turn, and a client that disconnects mid-answer.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def test_react_turn_streams_steps_then_answer_then_done(
     assert assistant["id"] == done["message_id"]
     assert assistant["usage"] == done["usage"]
     stored_names = [e["event"] for e in assistant["events"]]
-    assert stored_names == ["step", "step", "done"]  # answer deltas are the content
+    # answer deltas are the content; only the last context-meter reading is kept
+    assert stored_names == ["step", "step", "context", "done"]
     title = client.get(f"/api/conversations/{cid}").json()["title"]
     assert title == "What is 6*7? Use the calculator."
 
@@ -189,11 +190,18 @@ def test_compaction_on_load_emits_compact_with_counts(
         assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
         stored = messages(client, cid)[-1]
         assert stored["events"][0] == {"event": "compact", "data": compact.data}
+        summarized = compact.data["summarized_messages"]
+        assert summarized + compact.data["kept_messages"] == history  # none dropped
         text = _divider_text(compact.data)
         if text is not None:
-            assert text == f"Earlier context ({history} messages) was summarized by AI."
-            trimmed = _divider_text({**compact.data, "method": "truncate"})
-            assert trimmed == f"Earlier context ({history} messages) was trimmed."
+            # the divider counts the messages folded into the summary, not the history
+            assert text == f"{summarized} earlier messages summarized by AI"
+            trimmed = _divider_text({**compact.data, "method": "truncate", "kept_messages": 3,
+                                     "summarized_messages": 0})
+            assert trimmed == f"{history - 3} earlier messages trimmed"
+            legacy = _divider_text({"original_messages": history, "kept_messages": 4,
+                                    "method": "llm"})  # stored before issue 16
+            assert legacy == f"Earlier context ({history} messages) was summarized by AI."
     finally:
         client.put("/api/admin/model-configs/main", json={
             "model": "stub-model", "context_size": 128000, "max_output_tokens": 64000})
@@ -291,7 +299,8 @@ def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
     assert page.status_code == 200
     assert "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    for asset in ("app.js", "markdown.js", "format.js", "sse.js", "style.css"):
+    for asset in ("app.js", "markdown.js", "format.js", "sse.js", "style.css", "meter.js",
+                  "remember.js", "dagview.js", "settings.js", "turn.js"):
         assert client.get(f"/static/{asset}").status_code == 200, asset
     info = client.get("/api/info").json()
     assert info["demo_model"] is False
@@ -301,3 +310,40 @@ def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
     assert docs.status_code == 200
     assert "openapi.json" in docs.text
     assert "cdn" not in docs.text.lower()  # works without internet access
+
+
+def test_openapi_describes_every_sse_event_payload(client: httpx.Client) -> None:
+    spec = client.get("/openapi.json").json()
+    responses = spec["paths"]["/api/chat"]["post"]["responses"]
+    stream = responses["200"]["content"]
+    assert list(stream) == ["text/event-stream"]
+    assert list(responses["404"]["content"]) == ["application/json"]  # errors stay JSON
+    schema = stream["text/event-stream"]["schema"]
+    assert schema["discriminator"]["propertyName"] == "event"
+    mapping = schema["discriminator"]["mapping"]
+    assert set(mapping) == {"step", "inject", "compact", "context", "answer", "done", "error"}
+    components = spec["components"]["schemas"]
+
+    def resolve(ref: str) -> dict:
+        return dict(components[ref.rsplit("/", 1)[-1]])
+
+    for name, ref in mapping.items():
+        frame = resolve(ref)
+        assert frame["properties"]["event"]["const"] == name
+        payload = resolve(frame["properties"]["data"]["$ref"]) if "$ref" in frame[
+            "properties"]["data"] else frame["properties"]["data"]
+        assert payload, name
+    compact = components["CompactData"]["properties"]
+    for field in ("original_messages", "kept_messages", "summarized_messages",
+                  "cleared_tool_outputs", "first_seq", "last_seq", "summary", "facts"):
+        assert field in compact, field
+    assert set(components["ContextParts"]["properties"]) == {
+        "system", "summary", "history", "tools", "question"}
+    step_kinds = components["StepEvent"]["properties"]["data"]["discriminator"]["mapping"]
+    assert set(step_kinds) == {"tool_call", "tool_result", "plan", "dag_step", "iteration",
+                               "warning", "checklist", "analysis", "note"}
+    compactions = spec["paths"]["/api/conversations/{conversation_id}/compactions"]["get"]
+    item = compactions["responses"]["200"]["content"]["application/json"]["schema"]["items"]
+    assert set(resolve(item["$ref"])["properties"]) == {
+        "created_at", "method", "summarized_messages", "first_seq", "last_seq", "summary",
+        "facts"}

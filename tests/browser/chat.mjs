@@ -21,7 +21,7 @@ mkdirSync(artifacts, { recursive: true });
 
 const MAX_TURNS = Number(process.env.CTXSTACK_BROWSER_MAX_TURNS || 9);
 const USAGE = /\d+\.\dk in \/ \d+\.\dk out/;
-const DIVIDER = /Earlier context \(\d+ messages?\) was (summarized by AI|trimmed)\./;
+const DIVIDER = /^\d+ earlier messages? (summarized by AI|trimmed)/;
 // A 1x1 PNG.
 const PNG = Buffer.from(
   "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==",
@@ -138,8 +138,9 @@ try {
   // ---- keep talking until history is compacted on load
   let divider = null;
   for (let i = 0; i < MAX_TURNS && !divider; i += 1) {
-    const turn = await sendAndWait(page, `Turn ${i + 1}: summarise what we said so far, with the number ${100 + i}.`);
-    if (await turn.locator(".compact-divider").count()) divider = await turn.locator(".compact-divider").first().innerText();
+    await sendAndWait(page, `Turn ${i + 1}: summarise what we said so far, with the number ${100 + i}.`);
+    await page.waitForTimeout(300); // the page learns the new messages' seq after the turn
+    if (await page.locator(".compact-divider").count()) divider = await page.locator(".compact-divider .divider-text").first().innerText();
   }
   expect(divider !== null, `no compact divider after ${MAX_TURNS} more turns`);
   expect(DIVIDER.test(divider), `divider text: ${divider}`);
@@ -157,7 +158,7 @@ try {
   expect(await page.locator(".done-card").count() === liveCards, "reload lost usage cards");
   expect(await page.locator(".compact-divider").count() === liveDividers, "reload lost compact dividers");
   expect(await page.locator(".injected").count() >= 1, "reload lost the inject");
-  expect(DIVIDER.test(await page.locator(".compact-divider").first().innerText()), "reloaded divider text");
+  expect(DIVIDER.test(await page.locator(".compact-divider .divider-text").first().innerText()), "reloaded divider text");
   expect(await page.locator(".thinking").count() === 0, "a reloaded answer still shows 'Thinking…'");
   expect(await page.locator("details.steps[open]").count() === 0, "reloaded tool steps should start collapsed");
   checks.reload_cards = liveCards;
@@ -173,6 +174,9 @@ try {
   checks.renamed = true;
   await page.click("#new-chat");
   await sendAndWait(page, "A second conversation to delete.");
+  // the list is reloaded once the turn has ended
+  await page.waitForFunction(() => document.querySelectorAll("#conversation-list li").length === 2,
+    null, { timeout: 10000 }).catch(() => {});
   expect(await page.locator("#conversation-list li").count() === 2, "second conversation missing");
   const second = page.locator("#conversation-list li.active");
   await second.hover();

@@ -6,6 +6,10 @@ model, for compaction summaries, from ``FAST_LLM_*`` falling back to those) or, 
 gets three harmless demo tools (calculator, clock, word counter). Each turn shows the tool
 steps, any compaction of the context, the answer (streamed), and a "X.Xk in / X.Xk out"
 line counting every LLM call of the turn — compaction and synthesis included.
+
+Slash commands are handled here and never sent to the model (:mod:`ctxstack.cli.commands`):
+``/help``, ``/context`` (the context meter in text), ``/compact`` (summarise the earlier
+conversation now), ``/new`` and ``/quit``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import click
 from rich.console import Console
@@ -25,6 +29,8 @@ from ctxstack.agent.demo_tools import demo_tools
 from ctxstack.agent.events import AgentEvent
 from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.cli.app import main, needs_extra
+from ctxstack.cli.commands import HELP, context_parts, meter_line, parse_line
+from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm.openai import OpenAICompatibleLLM
@@ -34,6 +40,7 @@ from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
+COMPACT_KEEP_RECENT = 2
 
 
 def format_usage(usage: Usage) -> str:
@@ -55,6 +62,24 @@ class SessionMemory(BaseMemory):
 
     async def clear(self) -> None:
         self._messages.clear()
+
+    def replace(self, messages: Sequence[ChatMessage]) -> None:
+        """Swap the history for a compacted one (``/compact``)."""
+        self._messages = list(messages)
+
+
+class MeterGuard(ContextGuard):
+    """A guard that remembers the last context it let through (for ``/context``)."""
+
+    last: list[ChatMessage] | None = None
+    last_budget: int = 0
+
+    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: object = None,
+                                hint: str = "general") -> list[ChatMessage]:
+        out = await super().check_and_compact(messages, budget, hint)  # type: ignore[arg-type]
+        self.last = list(out)
+        self.last_budget = budget if isinstance(budget, int) else self.default_budget
+        return out
 
 
 # --------------------------------------------------------------------------- stub script
@@ -166,24 +191,73 @@ async def _converse(
     llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
     max_iterations: int, synthesize: bool, system_prompt: str | None,
 ) -> bool:
-    guard = ContextGuard(compact_llm=fast)
-    agent = ReActAgent(llm, demo_tools(), guard, memory=SessionMemory(), budget=budget,
+    guard = MeterGuard(compact_llm=fast)
+    memory = SessionMemory()
+    agent = ReActAgent(llm, demo_tools(), guard, memory=memory, budget=budget,
                        max_iterations=max_iterations,
                        system_prompt=system_prompt or DEFAULT_SYSTEM_PROMPT)
     if once is not None:
         return await _turn(agent, console, once, synthesize)
     console.print(f"[bold]ctxstack chat[/] · budget {agent.budget:,} tokens · tools: "
-                  f"{', '.join(agent.tools.names)} · /exit to leave")
+                  f"{', '.join(agent.tools.names)} · /help for commands")
     while True:
         try:
-            query = await asyncio.to_thread(console.input, "[bold blue]you>[/] ")
+            line = await asyncio.to_thread(console.input, "[bold blue]you>[/] ")
         except (EOFError, KeyboardInterrupt):
             console.print()
             return True
-        if query.strip().lower() in EXIT_WORDS:
+        parsed = parse_line(line)
+        if parsed.command == "quit":
             return True
-        if query.strip():
-            await _turn(agent, console, query, synthesize)
+        if parsed.command is not None:
+            await _command(parsed.command, console, memory, guard, fast, agent.budget)
+        elif parsed.unknown is not None:
+            console.print(f"[yellow]unknown command {escape(parsed.unknown)}: "
+                          "type /help for the list (it was not sent to the model)[/]")
+        elif parsed.question is not None:
+            await _turn(agent, console, parsed.question, synthesize)
+
+
+async def _command(command: str, console: Console, memory: SessionMemory, guard: MeterGuard,
+                   fast: LLM, budget: int) -> None:
+    """Run a slash command (``quit`` is handled by the loop)."""
+    if command == "help":
+        console.print(HELP, markup=False, highlight=False, soft_wrap=True)
+    elif command == "context":
+        if guard.last is None:
+            console.print("[dim]no model call yet: ask something first[/]")
+        else:
+            console.print(meter_line(context_parts(guard.last, guard.counter),
+                                     guard.last_budget or budget), markup=False, soft_wrap=True)
+    elif command == "new":
+        await memory.clear()
+        guard.last = None
+        console.print("[dim]new conversation: the history is forgotten[/]")
+    elif command == "compact":
+        await _compact_now(console, memory, guard, fast)
+
+
+async def _compact_now(console: Console, memory: SessionMemory, guard: MeterGuard,
+                       fast: LLM) -> None:
+    """Fold all but the last exchange into a summary now, whatever the budget says."""
+    history = await memory.get_messages()
+    if len(history) <= COMPACT_KEEP_RECENT:
+        console.print("[dim]nothing to compact yet[/]")
+        return
+    tokens = guard.counter.count_messages(history)
+    result = await CompactUtils.compact_detailed(
+        history, fast, max(1, tokens // 2), COMPACT_KEEP_RECENT, "general",
+        counter=guard.counter)
+    if result.method == "none":
+        console.print("[dim]nothing to compact yet[/]")
+        return
+    memory.replace(result.messages)
+    folded = len([m for m in result.summarized if m.metadata.get("kind") != "summary"])
+    how = (f"{folded} message(s) summarised" if result.method == "llm"
+           else f"summariser unavailable ({result.reason}); older messages dropped")
+    console.print(f"  [yellow]⟲ compacted now: {how}; {result.messages_before} → "
+                  f"{result.messages_after} messages, {result.tokens_before:,} → "
+                  f"{result.tokens_after:,} tokens[/]")
 
 
 @contextlib.contextmanager

@@ -100,25 +100,50 @@ def build_step_context(
         InputError: a dependency has no result (the executor only calls this once all of
             a step's dependencies are done).
     """
-    head = step.task
-    if step.tool_hint:
-        head += f"\n\n(Suggested tool: {step.tool_hint})"
+    head = _step_head(step)
     missing = [d for d in step.dependencies if d not in results]
     if missing:
         raise InputError(f"step {step.id!r}: no result yet for dependencies {missing}")
     deps = [results[d] for d in step.dependencies]
     if not deps:
         return head
-    intro = "\n\nResults of the steps this task depends on:\n\n"
     headers = [_step_header(r.step_id, r.task) for r in deps]
-    separators = len(_BLOCK_SEPARATOR) * (len(deps) - 1)
-    overhead = len(head) + len(intro) + sum(len(h) for h in headers) + separators
-    shares = fair_shares([len(r.answer) for r in deps], max_chars - overhead)
+    shares = dependency_shares(step, results, max_chars)
     blocks = [
         header + cut_middle(result.answer, share)
         for header, result, share in zip(headers, deps, shares, strict=True)
     ]
-    return head + intro + _BLOCK_SEPARATOR.join(blocks)
+    return head + _DEPS_INTRO + _BLOCK_SEPARATOR.join(blocks)
+
+
+_DEPS_INTRO = "\n\nResults of the steps this task depends on:\n\n"
+
+
+def _step_head(step: PlanStep) -> str:
+    head = step.task
+    if step.tool_hint:
+        head += f"\n\n(Suggested tool: {step.tool_hint})"
+    return head
+
+
+def dependency_shares(
+    step: PlanStep, results: dict[str, StepResult], max_chars: int = STEP_CONTEXT_MAX_CHARS
+) -> list[int]:
+    """The characters each dependency result may keep in the step's starting message
+    (in ``step.dependencies`` order): what :func:`build_step_context` cuts each one to.
+
+    A result longer than its share is *over its cut*: the executor first asks the fast
+    model for a ``step_dependency`` summary of it, and the cut applies only when that
+    fails or is still too long.
+    """
+    deps = [results[d] for d in step.dependencies]
+    if not deps:
+        return []
+    headers = [_step_header(r.step_id, r.task) for r in deps]
+    separators = len(_BLOCK_SEPARATOR) * (len(deps) - 1)
+    overhead = (len(_step_head(step)) + len(_DEPS_INTRO) + sum(len(h) for h in headers)
+                + separators)
+    return fair_shares([len(r.answer) for r in deps], max_chars - overhead)
 
 
 def _status_line(result: StepResult) -> str:

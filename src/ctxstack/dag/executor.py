@@ -18,6 +18,11 @@ Injects: given a :class:`~ctxstack.dag.injects.RunInbox`, every step agent is at
 it before it runs (so it starts with the injects taken so far, pinned, and gets those
 arriving while it works) and detached when it ends.
 
+Dependencies over their cut: a dependency result longer than its share of the starting
+message is first summarised by the compact model with the ``step_dependency`` hint
+(:mod:`ctxstack.dag.dependencies`), the character cut being the fallback; each attempt is
+relayed as a compaction of the step (``CompactionNoticeEvent`` at iteration 0).
+
 Usage: each step's LLM (and its guard's compaction LLM) is metered, so a step's usage
 includes its compactions and the calls it made before failing.
 """
@@ -42,6 +47,7 @@ from ctxstack.agent import (
 )
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
+from ctxstack.dag.dependencies import condense_dependencies
 from ctxstack.dag.events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
 from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan, PlanStep
@@ -49,9 +55,10 @@ from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
 from ctxstack.errors import ConfigError
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import CompactionEvent
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM
-from ctxstack.tokens import TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 _build_step_context = build_step_context
 """The seed's name for the function that builds a step's starting message."""
@@ -128,6 +135,7 @@ class DAGExecutor:
         self.guard_factory: GuardFactory = guard_factory or partial(
             default_guard, counter=counter
         )
+        self.counter: TokenCounter = counter or DEFAULT_COUNTER
         self.max_concurrency = max_concurrency
         self.max_message_chars = max_message_chars
         self.system_prompt = system_prompt
@@ -245,7 +253,14 @@ class DAGExecutor:
     ) -> StepResult:
         meter = UsageMeter()
         compact = meter.wrap(self.compact_llm) if self.compact_llm is not None else None
-        query = _build_step_context(step, results, self.max_message_chars)
+
+        def report(event: CompactionEvent) -> None:
+            if relay is not None:
+                relay(CompactionNoticeEvent(iteration=0, compaction=event))
+
+        inputs = await condense_dependencies(step, results, self.max_message_chars, compact,
+                                             counter=self.counter, report=report)
+        query = _build_step_context(step, inputs, self.max_message_chars)
         try:
             guard = self.guard_factory(compact, self.budget, self.max_message_chars)
             agent = self.make_agent(meter.wrap(self.llm), guard, relay)

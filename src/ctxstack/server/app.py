@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,6 +43,7 @@ from ctxstack.errors import (
 )
 from ctxstack.server.routes import router
 from ctxstack.server.settings import Settings
+from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import close_state, open_state
 from ctxstack.store.db import SessionFactory
 
@@ -113,6 +115,23 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+def _document_sse(app: FastAPI) -> None:
+    """Put the SSE event payload schemas (``POST /api/chat``) in the OpenAPI document."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = build()
+            _, defs = sse_openapi_schema()
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(defs)
+            # The turn answers with an event stream only (FastAPI adds a JSON default).
+            chat_ok = spec["paths"]["/api/chat"]["post"]["responses"]["200"]["content"]
+            chat_ok.pop("application/json", None)
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings | None = None, *,
                session_factory: SessionFactory | None = None) -> FastAPI:
     """Build the service (see the module docstring). ``settings`` default to the env."""
@@ -141,6 +160,7 @@ def create_app(settings: Settings | None = None, *,
     )
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
+    _document_sse(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

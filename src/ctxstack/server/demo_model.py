@@ -5,10 +5,14 @@ browser test and a first-time user all see the whole machinery work without a ne
 
 * as the ReAct agent's model it calls a tool first (``calculate`` when the question holds
   arithmetic, ``text_stats`` otherwise), then gives a brief answer from the tool result;
+* it declares a small context window (:data:`DEMO_CONTEXT_SIZE`, 8K, of which
+  :data:`DEMO_MAX_OUTPUT_TOKENS` are reserved for the answer) unless the admin's model
+  config or the environment sets one, so a first run shows history compaction within a
+  few turns with no variables (:func:`demo_budget`);
 * as the synthesis model (streamed) it writes a long Markdown answer — long on purpose,
-  so a small budget (``LLM_CONTEXT_SIZE=8000 LLM_MAX_OUTPUT_TOKENS=4000``) shows history
-  compaction after a few turns — that quotes the question, reports the tool result and
-  says what the model could see (including whether a conversation summary was present);
+  so that small budget fills after a few turns — that quotes the question, reports the
+  tool result and says what the model could see (including whether a conversation
+  summary was present);
 * as the summariser (a compaction prompt) it writes a short factual summary that keeps
   the numbers it saw;
 * as the DAG planner / analyzer it returns a valid one- or two-step plan and "achieved".
@@ -25,12 +29,18 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from ctxstack.budget import ModelBudget
 from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import LANGUAGE_INSTRUCTION, SUMMARY_PREFIX
 from ctxstack.server.tools import find_arithmetic
 
 DEMO_MODEL_NAME = "ctxstack-demo"
+DEMO_CONTEXT_SIZE = 8_000
+"""The demo model's declared context window (tokens)."""
+DEMO_MAX_OUTPUT_TOKENS = 4_000
+"""The demo model's declared answer reserve: 4,000 input tokens are left for the context,
+so the stored history (about 900 tokens a turn) is first summarised on the sixth turn."""
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 
@@ -148,21 +158,30 @@ class DemoHandler:
 
     # ------------------------------------------------------------------ summariser
     def summarise(self, messages: Sequence[ChatMessage]) -> str:
+        """A short factual summary: the questions asked (carried over from the previous
+        summary, then the newly folded ones) and the numbers seen."""
         body = "\n".join(m.text for m in messages if m.role != "system")
         numbers = list(dict.fromkeys(_NUMBER.findall(body)))[:30]
-        questions = [line for line in body.splitlines() if line.strip()][:6]
+        lines_in = [line.strip() for line in body.splitlines() if line.strip()]
+        carried = [line[2:] for line in lines_in if line.startswith("- ") and (
+            line.startswith("- The user asked") or line.startswith("- ユーザーの質問"))]
+        asked = [line.removeprefix("[user]").strip() for line in lines_in
+                 if line.startswith("[user]")]
         japanese = is_japanese(body)
         if japanese:
             lines = ["これまでの会話の要約（デモモデル）:"]
-            lines += [f"- {_quote(q, 120)}" for q in questions]
+            lines += [f"- {c}" for c in carried]
+            lines += [f"- ユーザーの質問: 「{_quote(q, 120)}」" for q in asked]
             if numbers:
                 lines.append("数値: " + ", ".join(numbers))
         else:
             lines = ["Summary of the earlier conversation (demo model):"]
-            lines += [f"- {_quote(q, 120)}" for q in questions]
+            lines += [f"- {c}" for c in carried]
+            lines += [f'- The user asked: "{_quote(q, 120)}"; the demo model answered it '
+                      "with a tool result and its fixed explanation." for q in asked]
             if numbers:
                 lines.append("Numbers mentioned: " + ", ".join(numbers))
-        return "\n".join(lines)
+        return "\n".join(lines[:14])
 
     # ------------------------------------------------------------------ DAG
     def structured(self, system: str, messages: Sequence[ChatMessage]) -> str | None:
@@ -225,7 +244,8 @@ usage card below are all real output of the service. Configure `LLM_BASE_URL`,
 
 ### How ctxstack keeps a long conversation inside the window
 1. **Budget (layer 5).** The usable input is `context_size - max_output_tokens`, taken from
-   the admin's model config, then the environment, then the defaults (128k - 64k).
+   the admin's model config, then the environment, then the model (this demo model
+   declares 8k - 4k), then the defaults (128k - 64k).
 2. **DbMemory (layer 4).** Each turn loads the stored history once and compacts it to the
    budget: older turns become one `[Conversation summary]`, recent ones stay verbatim.
    The summary is saved as a checkpoint, so the next turn does not summarise again.
@@ -244,8 +264,20 @@ reads them at its next step.
 ### Why this answer is long
 A real model writes as much as the question needs. The demo writes a fixed, fairly long
 text on purpose, so that with a small budget you can watch compaction happen after a few
-turns: look for the dashed line that says the earlier context was summarized, and for the
-token counts on each answer's card, which include the summariser's own calls.
+turns: look for the dashed line that says how many earlier messages were summarized, and
+for the token counts on each answer's card, which include the summariser's own calls.
+
+### What to try next
+- **Click the dashed divider** once it appears: it opens *what the model remembers* — the
+  summary text, the facts kept verbatim (numbers, IDs, dates) and the range of messages it
+  covers. Everything above the divider reaches the model only through that summary.
+- **Watch the context meter** under each answer and above the message box: it shows how
+  full the context was at the last model call, split into system prompt, summary,
+  history, tool outputs and the question, against the budget. Hover or tap it for details.
+- **Switch to DAG mode** at the top: the question is split into a small plan whose steps
+  run in parallel; the plan is drawn as a graph and each step's result opens on click.
+- **Press Stop** while an answer streams: what was written so far is kept, marked as
+  stopped, and stays in the conversation.
 """
 
 
@@ -289,7 +321,8 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int | 
 
 ### この回答が長い理由
 小さな予算で数ターン会話すると圧縮が起きる様子を確認できるよう、デモはわざと長めの固定文を
-書きます。「Earlier context … was summarized by AI.」という破線と、要約の呼び出しも含めた
+書きます。「… earlier messages summarized by AI」という破線（クリックするとモデルが覚えている
+内容が開きます）と、要約の呼び出しも含めた
 各回答のトークン数を確認してください。
 """
 
@@ -349,3 +382,23 @@ def build_demo_llm(
         name=name,
     )
     return DemoLLM(scripted, chunk_delay=chunk_delay)
+
+
+def demo_budget(budget: ModelBudget) -> ModelBudget:
+    """``budget`` with the demo model's declared window wherever no one set a value.
+
+    Only numbers that came from the library defaults (source ``"default"``, or
+    ``"main:default"`` for the fast role) are replaced, with source ``"demo"``: an admin
+    model config or an environment variable always wins, and a real endpoint never goes
+    through here (its budget is its own).
+    """
+    demo = {"context_size": DEMO_CONTEXT_SIZE, "max_output_tokens": DEMO_MAX_OUTPUT_TOKENS}
+    values: dict[str, int] = {}
+    sources = dict(budget.sources)
+    for field, value in demo.items():
+        if sources.get(field) in ("default", "main:default"):
+            values[field] = value
+            sources[field] = "demo"
+    if not values:
+        return budget
+    return budget.model_copy(update={**values, "sources": sources})

@@ -19,13 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxstack.messages import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
-from ctxstack.server.sse import SSEEvent, stored_form
+from ctxstack.server.sse import EVENT_NAMES, SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import SessionFactory, retry_transaction
 from ctxstack.store.messages import NewMessage, append_messages_in
 from ctxstack.store.models import CompactionCheckpoint, utcnow
-
-_EVENT_NAMES = ("step", "inject", "compact", "answer", "done", "error")
 
 
 class SavedTurn(BaseModel):
@@ -109,5 +107,5 @@ def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(events, list):
         return []
     return [e for e in events
-            if isinstance(e, dict) and e.get("event") in _EVENT_NAMES
+            if isinstance(e, dict) and e.get("event") in EVENT_NAMES
             and isinstance(e.get("data"), dict)]

@@ -20,6 +20,7 @@ from ctxstack.budget import ModelBudget
 from ctxstack.errors import NotFoundError
 from ctxstack.messages import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
+from ctxstack.server.compactions import CompactionOut, list_compactions
 from ctxstack.server.injects import MAX_INJECT_CHARS
 from ctxstack.server.persist import stored_events
 from ctxstack.server.schemas import (
@@ -42,6 +43,7 @@ from ctxstack.server.schemas import (
     UsageOut,
 )
 from ctxstack.server.sse import EventStreamResponse, frames
+from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.turn import Turn, TurnSpec
 from ctxstack.store import conversations as conv_store
@@ -170,11 +172,23 @@ async def get_messages(
     return [message_out(r) for r in records]
 
 
+@router.get("/conversations/{conversation_id}/compactions",
+            response_model=list[CompactionOut], responses=_404, tags=["conversations"])
+async def get_compactions(request: Request, user: UserDep,
+                          conversation_id: str) -> list[CompactionOut]:
+    """What the model remembers: the conversation's persisted summaries, oldest first —
+    each with its prose, the facts kept verbatim and the stored messages it covers
+    (``first_seq``..``last_seq``, ``summarized_messages`` of them)."""
+    return await list_compactions(_state(request).factory, conversation_id, user.id)
+
+
 # ---------------------------------------------------------------------------- chat
 @router.post(
     "/chat", tags=["chat"], responses={
-        200: {"content": {"text/event-stream": {}},
-              "description": "SSE: step, inject, compact, answer, then done or error."},
+        200: {"content": {"text/event-stream": {"schema": sse_openapi_schema()[0]}},
+              "description": "SSE frames (`event: <name>` / `data: <JSON payload>`): step, "
+                             "inject, compact, context, answer, then done or error. The "
+                             "schema is one frame as `{event, data}`."},
         409: {"model": ErrorOut, "description": "A turn is already running here."},
         **_404,
     },

@@ -29,7 +29,9 @@ variable                         meaning                                        
 ===============================  =============================================  ==========
 
 Budget variables (``LLM_CONTEXT_SIZE`` …) are read by :func:`ctxstack.budget.resolve_budget`
-at each turn, after the database's model configs.
+at each turn, after the database's model configs; when the offline demo model answers, the
+numbers nobody set come from its declared 8,000-token window with 4,000 kept for the answer
+(:func:`ctxstack.server.demo_model.demo_budget`) instead of the library defaults.
 """
 
 from __future__ import annotations

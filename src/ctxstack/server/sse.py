@@ -5,10 +5,11 @@ One ``POST /api/chat`` answers with one ``text/event-stream``. Every frame is::
     event: <name>
     data: <one line of JSON>
 
-with ``<name>`` one of ``step``, ``inject``, ``compact``, ``answer``, ``done``, ``error``
-(docs/DESIGN.md §5). JSON never contains a raw newline, so each frame has exactly one ``data:``
-line. Comment frames (``: keep-alive``) are sent while a turn is quiet so proxies and
-browsers do not drop a long-running connection; clients ignore them.
+with ``<name>`` one of ``step``, ``inject``, ``compact``, ``context``, ``answer``, ``done``,
+``error`` (docs/DESIGN.md §5; ``context`` is the context meter). JSON never contains a raw
+newline, so each frame has exactly one ``data:`` line. Comment frames (``: keep-alive``)
+are sent while a turn is quiet so proxies and browsers do not drop a long-running
+connection; clients ignore them.
 
 The same event objects are what the service stores on the assistant message (all but the
 ``answer`` deltas, whose sum is the message content), so the page redraws history with
@@ -68,13 +69,14 @@ class PlanStepData(_Data):
 
 
 class DagStepStatus(_Data):
-    """A DAG step changed state."""
+    """A DAG step changed state (steps of a plan not yet reported are "waiting")."""
 
     kind: Literal["dag_step"] = "dag_step"
     id: str
     task: str = ""
-    status: Literal["running", "done", "failed"]
+    status: Literal["running", "done", "failed", "skipped"]
     result: str | None = None
+    round: int | None = None
 
 
 class NoteStep(_Data):
@@ -113,17 +115,78 @@ class InjectEvent(_Data):
 
 
 class CompactData(_Data):
-    """``scope`` "load": DbMemory compacted the history; "run": the guard did mid-turn."""
+    """The context was compacted. ``scope`` "load": DbMemory compacted the stored history
+    before the turn; "run": the guard did mid-turn; "step": a DAG step's input was (a
+    dependency result over its cut, or the step agent's own context).
+
+    Every ``*_messages`` count is over the conversation's **stored history** (its user and
+    assistant rows before the current question) — never the system prompt, the current
+    question or this turn's own tool messages, so ``summarized_messages + kept_messages``
+    never exceeds ``original_messages`` (the rest were dropped by truncation):
+
+    * ``original_messages``: stored messages the context stood for;
+    * ``summarized_messages``: stored messages the rolling summary now covers (folded in
+      this time or by an earlier compaction), ``first_seq``..``last_seq`` — the divider
+      goes right after message ``last_seq``;
+    * ``kept_messages``: stored messages still in the context verbatim;
+    * ``cleared_tool_outputs``: tool results whose content was cleared (masked) instead of
+      summarised; 0 unless a mask stage ran (``method`` "mask");
+    * ``turn_messages``: this turn's own messages (tool calls and results) folded (scope
+      "run"/"step").
+
+    ``summary`` and ``facts`` are what the model keeps from the folded span (the summary
+    prose and its "Facts kept verbatim" list); both are empty for truncation.
+    """
 
     original_messages: int
     kept_messages: int
-    method: Literal["llm", "truncate"]
-    scope: Literal["load", "run"] = "load"
+    summarized_messages: int = 0
+    cleared_tool_outputs: int = 0
+    method: Literal["llm", "truncate", "mask"]
+    scope: Literal["load", "run", "step"] = "load"
+    first_seq: int | None = None
+    last_seq: int | None = None
+    turn_messages: int = 0
+    summary: str | None = None
+    facts: list[str] = Field(default_factory=list)
+    step: str | None = None
+    hint: str | None = None
 
 
 class CompactEvent(_Data):
     event: Literal["compact"] = "compact"
     data: CompactData
+
+
+class ContextParts(_Data):
+    """Tokens of each part of the context sent to the model."""
+
+    system: int = 0
+    summary: int = 0
+    history: int = 0
+    tools: int = 0
+    question: int = 0
+
+
+class ContextData(_Data):
+    """How full the context was at the last model call (a fuel gauge).
+
+    ``used`` is the sum of ``parts`` (the guard's counter); ``budget`` the usable input
+    tokens (``context_size - max_output_tokens``). ``at`` is "load" for the estimate made
+    before the first call (the history and the question), "call" for a measured call.
+    """
+
+    budget: int
+    context_size: int
+    used: int
+    parts: ContextParts
+    model_calls: int = 0
+    at: Literal["load", "call"] = "call"
+
+
+class ContextEvent(_Data):
+    event: Literal["context"] = "context"
+    data: ContextData
 
 
 class AnswerData(_Data):
@@ -163,10 +226,23 @@ class SseErrorEvent(_Data):
 
 
 SSEEvent = Annotated[
-    StepEvent | InjectEvent | CompactEvent | AnswerEvent | SseDoneEvent | SseErrorEvent,
+    StepEvent | InjectEvent | CompactEvent | ContextEvent | AnswerEvent | SseDoneEvent
+    | SseErrorEvent,
     Field(discriminator="event"),
 ]
 EVENT_ADAPTER: TypeAdapter[SSEEvent] = TypeAdapter(SSEEvent)
+EVENT_NAMES = ("step", "inject", "compact", "context", "answer", "done", "error")
+
+
+def openapi_schema() -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the schema of one SSE frame, the component schemas it refers to) for the API
+    reference: a union of ``{"event": name, "data": payload}`` discriminated by ``event``
+    (on the wire ``event`` is the frame's ``event:`` line and ``data`` its ``data:`` line).
+    """
+    schema = EVENT_ADAPTER.json_schema(ref_template="#/components/schemas/{model}",
+                                       mode="serialization")
+    defs = schema.pop("$defs", {})
+    return schema, defs
 
 
 def encode(event: SSEEvent) -> bytes:

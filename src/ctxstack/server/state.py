@@ -22,7 +22,7 @@ from ctxstack.errors import ConfigError, CtxstackError
 from ctxstack.metering import MeteredLLM, UsageMeter
 from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM
-from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm
+from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm, demo_budget
 from ctxstack.server.identity import CurrentUser, ensure_local_user
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
@@ -129,6 +129,11 @@ class LLMProvider:
         return name if isinstance(name, str) else None
 
     @property
+    def is_demo(self) -> bool:
+        """True when the offline demo model answers (no endpoint, no injected clients)."""
+        return self._main is None
+
+    @property
     def model_name(self) -> str:
         if self._main is None:
             return DEMO_MODEL_NAME
@@ -179,10 +184,14 @@ class ServiceState:
     turns: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
-        """(main, fast) budgets: admin model configs first, then env, then defaults."""
+        """(main, fast) budgets: admin model configs first, then env, then defaults (the
+        demo model's declared 8K window replaces the defaults when it answers)."""
         env = self.settings.budget_env
-        return (await load_budget(self.factory, "main", env=env),
-                await load_budget(self.factory, "fast", env=env))
+        main = await load_budget(self.factory, "main", env=env)
+        fast = await load_budget(self.factory, "fast", env=env)
+        if self.llms.is_demo:  # the demo model declares its own small window
+            return demo_budget(main), demo_budget(fast)
+        return main, fast
 
     def track(self, task: asyncio.Task[None]) -> None:
         """Keep a running turn referenced until it ends (it outlives its HTTP response

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,19 +36,26 @@ from ctxstack.budget import ModelBudget
 from ctxstack.dag import events as dag_events
 from ctxstack.dag.engine import DAGEngine
 from ctxstack.errors import CtxstackError
-from ctxstack.guard import ContextGuard
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM, Usage
+from ctxstack.server.compactions import (
+    Span,
+    TrackingGuard,
+    load_compaction,
+    run_compaction,
+    step_compaction,
+)
+from ctxstack.server.context_meter import measure
 from ctxstack.server.injects import InjectPoller
 from ctxstack.server.persist import SavedTurn, save_turn
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
     AnswerData,
     AnswerEvent,
-    CompactData,
     CompactEvent,
+    ContextEvent,
     DagStepStatus,
     DoneData,
     ErrorData,
@@ -130,11 +137,21 @@ class Turn:
         self.started = time.perf_counter()
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
+        self.span = Span()  # the stored messages the context's summary covers
+        self.model_calls = 0
 
     # ------------------------------------------------------------------ events
     async def emit(self, event: SSEEvent) -> None:
+        self.push(event)
+
+    def push(self, event: SSEEvent) -> None:
+        """Record ``event`` (answer deltas are summed, only the last meter reading kept)
+        and send it."""
         if isinstance(event, AnswerEvent):
             self.answer_parts.append(event.data.delta)
+        elif isinstance(event, ContextEvent):  # only the last reading is worth storing
+            self.events = [e for e in self.events if not isinstance(e, ContextEvent)]
+            self.events.append(event)
         else:
             self.events.append(event)
         self.queue.put_nowait(event)
@@ -147,6 +164,7 @@ class Turn:
             main_budget, fast_budget = await self.state.budgets()
             main_llm, fast_llm = self.state.llms.for_turn(main_budget, fast_budget, self.meter)
             history = await self._load_history(main_budget, fast_llm)
+            await self._measure_load(main_budget, history)
             poll = InjectPoller(self.state.injects, self.spec.conversation_id, self.spec.turn_id)
             poller = asyncio.create_task(poll.run(self._deliver))
             if self.spec.mode == "dag":
@@ -198,14 +216,32 @@ class Turn:
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate
-        if memory.was_compacted:
-            method = "llm" if memory.method == "llm" else "truncate"
-            await self.emit(CompactEvent(data=CompactData(
-                original_messages=memory.original_count, kept_messages=memory.compacted_count,
-                method=method, scope="load")))
+        compacted, self.span = await load_compaction(memory, history, self.state.factory)
+        if compacted is not None:
+            await self.emit(CompactEvent(data=compacted))
         if self.spec.images:
             history.append(await self._images_message())
         return history
+
+    async def _measure_load(self, budget: ModelBudget, history: list[ChatMessage]) -> None:
+        """The meter before the first call: system prompt, history and the question."""
+        system = [ChatMessage.system(SYSTEM_PROMPT)] if self.spec.mode == "react" else []
+        messages = [*system, *history, ChatMessage.user(self.spec.query)]
+        await self.emit(ContextEvent(data=measure(
+            messages, budget, counter=self.state.llms.counter("main"), at="load")))
+
+    def _on_check(self, budget: ModelBudget) -> Callable[
+            [Sequence[ChatMessage], list[ChatMessage], str], None]:
+        """A guard listener: one meter reading per agent call (the conversation's context;
+        the closing synthesis, which sees only the request and the trace, is not one)."""
+        def listener(_: Sequence[ChatMessage], out: list[ChatMessage], hint: str) -> None:
+            if hint != "react_iteration":
+                return
+            self.model_calls += 1
+            self.push(ContextEvent(data=measure(
+                out, budget, counter=self.state.llms.counter("main"),
+                model_calls=self.model_calls)))
+        return listener
 
     async def _images_message(self) -> ChatMessage:
         """The current question's images, as a user message just before the question.
@@ -225,8 +261,9 @@ class Turn:
     async def _run_react(
         self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
-        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget,
-                             counter=self.state.llms.counter("main"))
+        guard = TrackingGuard(compact_llm=fast_llm, default_budget=budget,
+                              counter=self.state.llms.counter("main"),
+                              listeners=[self._on_check(budget)])
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,
@@ -249,10 +286,9 @@ class Turn:
                         result=_preview(event.result_preview), error=event.error is not None,
                         duration_ms=round(event.duration_s * 1000, 1))))
                 case agent_events.CompactionNoticeEvent():
-                    await self.emit(CompactEvent(data=CompactData(
-                        original_messages=event.original_messages,
-                        kept_messages=event.kept_messages,
-                        method="llm" if event.method == "llm" else "truncate", scope="run")))
+                    data, self.span = run_compaction(event.compaction, guard.last_fold,
+                                                     self.span)
+                    await self.emit(CompactEvent(data=data))
                 case agent_events.InjectedEvent():
                     self.consumed.append(event.text)
                     await self.emit(InjectEvent(data=InjectData(text=event.text)))
@@ -299,12 +335,16 @@ class Turn:
                         for s in event.plan.steps])))
                 case dag_events.StepStartedEvent():
                     await self.emit(StepEvent(data=DagStepStatus(
-                        id=event.step_id, task=event.task, status="running")))
+                        id=event.step_id, task=event.task, status="running",
+                        round=event.round)))
                 case dag_events.StepFinishedEvent():
                     ok = event.status == "done"
                     await self.emit(StepEvent(data=DagStepStatus(
-                        id=event.step_id, task=event.task, status="done" if ok else "failed",
+                        id=event.step_id, task=event.task, status=event.status,
+                        round=event.round,
                         result=_preview(event.answer if ok else (event.error or event.status)))))
+                case dag_events.StepActivityEvent(activity=agent_events.CompactionNoticeEvent()):
+                    await self.emit(CompactEvent(data=step_compaction(event)))
                 case dag_events.AnalysisEvent():
                     verdict = ("achieved" if event.achieved else "not achieved"
                                if event.achieved is not None else "no verdict")

@@ -1,17 +1,19 @@
-// ctxstack chat page: conversation list, streamed turns over SSE, tool steps, injects,
-// image attachments, compact dividers and usage cards. Plain ES modules, no build step.
+// ctxstack chat page: conversation list, streamed turns over SSE (each answer drawn by
+// turn.js), injects, image attachments, the conversation's divider (remember.js) and the
+// composer's context meter (meter.js). Plain ES modules, no build step.
 //
 // Everything the model or a user wrote reaches the DOM either as textContent or through
 // renderMarkdown(), which escapes HTML before formatting (see markdown.js).
 
-import { dividerText, fmtK, usageText } from "./format.js";
-import { renderMarkdown } from "./markdown.js";
+import { setComposerMeter } from "./meter.js";
+import { openRemembers, placeDivider } from "./remember.js";
+import { renderAccount, renderInfo, syncModeInputs } from "./settings.js";
 import { readEventStream } from "./sse.js";
+import { AssistantTurn } from "./turn.js";
 
 const $ = (sel) => document.querySelector(sel);
 const TOKEN_KEY = "ctxstack.token";
 const MODE_KEY = "ctxstack.mode";
-const BANNER_KEY = "ctxstack.demo-banner";
 
 const state = {
   info: null,
@@ -20,6 +22,9 @@ const state = {
   currentId: null,
   running: null, // {conversationId, controller, turn}
   attachments: [], // {id, url, name}
+  me: null,
+  divider: null, // the latest compact payload with a last_seq: where the divider goes
+  meter: null, // the latest context reading of the conversation
 };
 
 // ------------------------------------------------------------------ helpers
@@ -97,193 +102,6 @@ async function imageUrl(fileId) {
   return imageUrls.get(fileId);
 }
 
-// ------------------------------------------------------------------ one assistant turn
-
-/**
- * The view of one assistant answer. Live turns and reloaded history feed it the same
- * events (compact, step, inject, answer, done, error), so both draw the same thing.
- */
-class AssistantTurn {
-  constructor(container) {
-    this.root = el("div", "msg assistant");
-    this.thinking = el("div", "thinking", "Thinking…");
-    this.root.append(this.thinking);
-    container.append(this.root);
-    this.steps = null;
-    this.stepList = null;
-    this.stepCount = 0;
-    this.toolSteps = new Map();
-    this.answerEl = null;
-    this.text = "";
-    this.renderQueued = false;
-    this.finished = false;
-    this.replay = false; // drawing stored history: steps start collapsed
-  }
-
-  append(node) {
-    this.root.insertBefore(node, this.thinking.isConnected ? this.thinking : null);
-  }
-
-  ensureSteps() {
-    if (!this.steps) {
-      this.steps = el("details", "steps");
-      this.steps.open = !this.finished && !this.replay;
-      this.stepSummary = el("summary");
-      this.stepList = el("div", "step-list");
-      this.steps.append(this.stepSummary, this.stepList);
-      this.append(this.steps);
-    }
-    return this.stepList;
-  }
-
-  countStep() {
-    this.stepCount += 1;
-    this.stepSummary.textContent = `${this.stepCount} step${this.stepCount === 1 ? "" : "s"}`;
-  }
-
-  handle(event, data) {
-    switch (event) {
-      case "compact": return this.onCompact(data);
-      case "step": return this.onStep(data);
-      case "inject": return this.onInject(data);
-      case "answer": return this.onAnswer(data);
-      case "done": return this.onDone(data);
-      case "error": return this.onError(data);
-      default: return undefined;
-    }
-  }
-
-  onCompact(data) {
-    const divider = el("div", "compact-divider");
-    divider.setAttribute("role", "separator");
-    divider.dataset.method = data?.method || "";
-    divider.append(el("span", "", dividerText(data)));
-    if (data?.scope === "run" && this.steps) this.stepList.append(divider);
-    else this.append(divider);
-  }
-
-  onStep(data) {
-    const list = this.ensureSteps();
-    const kind = data?.kind;
-    if (kind === "tool_call") {
-      const item = el("details", "step running");
-      const summary = el("summary");
-      summary.append(el("span", "name", data.tool || "tool"), el("span", "status", "running…"));
-      item.append(summary, el("pre", "args", pretty(data.arguments ?? {})));
-      list.append(item);
-      this.toolSteps.set(data.id || `${data.tool}:${this.stepCount}`, item);
-      this.countStep();
-    } else if (kind === "tool_result") {
-      let item = this.toolSteps.get(data.id);
-      if (!item) {
-        item = el("details", "step");
-        const summary = el("summary");
-        summary.append(el("span", "name", data.tool || "tool"), el("span", "status"));
-        item.append(summary);
-        list.append(item);
-        this.countStep();
-      }
-      item.classList.remove("running");
-      item.classList.add(data.error ? "failed" : "ok");
-      const ms = data.duration_ms != null ? ` · ${Math.round(data.duration_ms)} ms` : "";
-      item.querySelector(".status").textContent = `${data.error ? "failed" : "done"}${ms}`;
-      item.append(el("pre", "result", clip(pretty(data.result ?? ""), 20000)));
-    } else if (kind === "dag_step") {
-      const key = `dag:${data.id}`;
-      let item = this.toolSteps.get(key);
-      if (!item) {
-        item = el("details", "step running");
-        const summary = el("summary");
-        summary.append(el("span", "name", `step ${data.id}`), el("span", "status"));
-        item.append(summary, el("pre", "args", data.task || ""));
-        list.append(item);
-        this.toolSteps.set(key, item);
-        this.countStep();
-      }
-      const status = data.status || "running";
-      item.classList.toggle("running", status === "running");
-      item.classList.toggle("ok", status === "done");
-      item.classList.toggle("failed", status === "failed");
-      item.querySelector(".status").textContent = status;
-      if (data.result != null) {
-        item.querySelector("pre.result")?.remove();
-        item.append(el("pre", "result", clip(pretty(data.result), 20000)));
-      }
-    } else if (kind === "plan") {
-      const steps = Array.isArray(data.steps) ? data.steps : [];
-      const round = data.round > 1 ? ` (round ${data.round})` : "";
-      list.append(el("div", "step-note", `Plan${round}: ${steps.length} step${steps.length === 1 ? "" : "s"}`));
-    } else {
-      const text = data?.text || data?.message || kind || "step";
-      list.append(el("div", "step-note", clip(text, 500)));
-    }
-  }
-
-  onInject(data) {
-    const note = el("div", "injected", data?.text ?? "");
-    if (data?.consumed === false) {
-      note.classList.add("late");
-      note.title = "Arrived after the answer was under way: kept in the conversation for the next turn.";
-    }
-    this.append(note);
-  }
-
-  onAnswer(data) {
-    const delta = typeof data === "string" ? data : data?.delta ?? "";
-    if (!this.answerEl) {
-      this.answerEl = el("div", "answer streaming");
-      this.append(this.answerEl);
-    }
-    this.text += delta;
-    if (!this.renderQueued) {
-      this.renderQueued = true;
-      requestAnimationFrame(() => {
-        this.renderQueued = false;
-        this.answerEl.innerHTML = renderMarkdown(this.text);
-        autoScroll();
-      });
-    }
-  }
-
-  setAnswer(text) {
-    if (!text) return;
-    if (!this.answerEl) {
-      this.answerEl = el("div", "answer");
-      this.append(this.answerEl);
-    }
-    this.text = text;
-    this.answerEl.innerHTML = renderMarkdown(text);
-  }
-
-  onDone(data) {
-    if (!this.text && data?.answer) this.setAnswer(data.answer);
-    else if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
-    const usage = data?.usage || {};
-    const card = el("div", "done-card");
-    card.append(el("span", "usage", usageText(usage)));
-    if (data?.iterations != null) {
-      card.append(el("span", "", `${data.iterations} iteration${data.iterations === 1 ? "" : "s"}`));
-    }
-    if (data?.elapsed != null) card.append(el("span", "", `${Number(data.elapsed).toFixed(1)} s`));
-    this.append(card);
-    this.finish();
-  }
-
-  onError(data) {
-    const message = typeof data === "string" ? data : data?.message || "The turn failed.";
-    this.append(el("div", "turn-error", message));
-    this.finish();
-  }
-
-  finish() {
-    if (this.finished) return;
-    this.finished = true;
-    this.thinking.remove();
-    this.answerEl?.classList.remove("streaming");
-    if (this.steps) this.steps.open = false;
-  }
-}
-
 // ------------------------------------------------------------------ rendering
 
 function messagesBox() {
@@ -332,30 +150,79 @@ function renderUser(text, images = []) {
   return wrap;
 }
 
+function newTurn(question) {
+  const turn = new AssistantTurn(messagesBox());
+  turn.question = question;
+  turn.hooks = {
+    onDivider: (data) => showDivider(data),
+    onContext: (data) => {
+      state.meter = data;
+      setComposerMeter($("#composer-meter"), data, state.info?.budget?.usable_input_tokens);
+    },
+    onRegenerate: (t) => regenerate(t),
+    onRender: () => autoScroll(),
+  };
+  return turn;
+}
+
+function showDivider(data) {
+  state.divider = data;
+  placeDivider(messagesBox(), data, (d) => openRemembers($("#remembers"), d, () =>
+    api(`/api/conversations/${encodeURIComponent(state.currentId)}/compactions`)));
+}
+
+/** Only the newest answer offers Regenerate (it asks the same question again). */
+function pruneRegenerate() {
+  const buttons = [...document.querySelectorAll("#messages .regen-btn")];
+  buttons.slice(0, -1).forEach((b) => b.remove());
+}
+
 function renderHistory(messages) {
   clearMessages();
+  state.divider = null;
+  state.meter = null;
   if (messages.length) $("#empty")?.remove();
+  let question = null;
   for (const m of messages) {
     if (m.role === "user") {
       if (m.kind === "inject") continue; // drawn inside the turn that consumed it
-      renderUser(m.content, m.images || []);
+      renderUser(m.content, m.images || []).dataset.seq = String(m.seq);
+      question = m.content;
     } else if (m.role === "assistant") {
-      const turn = new AssistantTurn(messagesBox());
+      const turn = newTurn(question);
+      turn.root.dataset.seq = String(m.seq);
       turn.replay = true;
       const events = Array.isArray(m.events) ? m.events : [];
       const failed = m.status === "failed";
-      let doneEvent = null;
+      const last = events.filter((ev) => ev.event === "done" || ev.event === "error").pop();
       for (const ev of events) {
-        if (ev.event === "done") doneEvent = ev;
-        else turn.handle(ev.event, ev.data);
+        if (ev.event !== "done" && ev.event !== "error") turn.handle(ev.event, ev.data);
       }
       if (!failed) turn.setAnswer(m.content || "");
-      if (doneEvent) turn.onDone(doneEvent.data);
-      else if (m.status === "stopped") turn.append(el("div", "step-note", "Stopped before the end."));
+      if (last) turn.handle(last.event, last.data);
+      else if (m.status === "stopped") turn.markStopped();
       turn.finish();
     }
   }
+  setComposerMeter($("#composer-meter"), state.meter, state.info?.budget?.usable_input_tokens);
+  if (state.divider) showDivider(state.divider);
+  pruneRegenerate();
   autoScroll(true);
+}
+
+/** After a live turn: give the drawn messages their stored seq (the divider needs it). */
+async function syncSeqs(conversationId) {
+  const messages = await api(`/api/conversations/${encodeURIComponent(conversationId)}/messages`);
+  if (state.currentId !== conversationId) return;
+  const shown = messages.filter((m) => !(m.role === "user" && m.kind === "inject"));
+  const nodes = [...messagesBox().querySelectorAll(":scope > .msg.user, :scope > .msg.assistant")];
+  // A turn started meanwhile: its question is stored, its answer not yet (one node more).
+  const extra = nodes.length - shown.length;
+  if (extra < 0 || extra > 1) return;
+  shown.forEach((m, i) => {
+    if (nodes[i].classList.contains(m.role)) nodes[i].dataset.seq = String(m.seq);
+  });
+  if (state.divider) showDivider(state.divider);
 }
 
 function renderConversationList() {
@@ -461,6 +328,9 @@ async function selectConversation(id) {
 function newChat() {
   if (state.running) return;
   state.currentId = null;
+  state.divider = null;
+  state.meter = null;
+  setComposerMeter($("#composer-meter"), null, state.info?.budget?.usable_input_tokens);
   history.replaceState(null, "", location.pathname);
   clearMessages();
   renderConversationList();
@@ -482,9 +352,14 @@ function setRunning(running) {
   else $("#query").focus();
 }
 
-async function sendMessage() {
-  const query = $("#query").value.trim();
-  const attachments = state.attachments.slice();
+async function regenerate(turn) {
+  if (state.running || !turn.question) return;
+  await sendMessage(turn.question);
+}
+
+async function sendMessage(again = null) {
+  const query = again ?? $("#query").value.trim();
+  const attachments = again ? [] : state.attachments.slice();
   if (!query && !attachments.length) return;
   if (state.running) return;
   if (!query) {
@@ -503,12 +378,15 @@ async function sendMessage() {
       return;
     }
   }
-  $("#query").value = "";
-  resizeTextarea($("#query"));
-  state.attachments = [];
-  renderAttachments();
+  if (!again) {
+    $("#query").value = "";
+    resizeTextarea($("#query"));
+    state.attachments = [];
+    renderAttachments();
+  }
   renderUser(query, attachments.map((a) => ({ file_id: a.id, url: a.url })));
-  const turn = new AssistantTurn(messagesBox());
+  document.querySelectorAll("#messages .regen-btn").forEach((b) => b.remove());
+  const turn = newTurn(query);
   stickToBottom = true;
   autoScroll(true);
   const controller = new AbortController();
@@ -525,18 +403,21 @@ async function sendMessage() {
       turn.handle(event, data);
       autoScroll();
     }
-    if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
+    if (!turn.finished && controller.signal.aborted) turn.markStopped();
+    else if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
   } catch (err) {
     if (controller.signal.aborted) {
-      turn.append(el("div", "step-note", "Stopped. What was produced so far is saved."));
-      turn.finish();
+      turn.markStopped();
     } else {
       turn.onError({ message: err.message });
     }
   } finally {
     state.running = null;
     setRunning(false);
+    pruneRegenerate();
     loadConversations().catch(() => {});
+    // A stopped turn is saved by the server a moment after the disconnect.
+    setTimeout(() => syncSeqs(conversationId).catch(() => {}), controller.signal.aborted ? 800 : 0);
   }
 }
 
@@ -623,36 +504,6 @@ function hideLogin() {
   document.querySelector(".composer-wrap").hidden = false;
 }
 
-function renderInfo(info) {
-  const banner = $("#demo-banner");
-  if (info.demo_model && sessionStorage.getItem(BANNER_KEY) !== "closed") {
-    banner.replaceChildren();
-    const close = el("button", "btn btn-icon btn-small banner-close", "×");
-    close.type = "button";
-    close.setAttribute("aria-label", "Hide this notice");
-    close.addEventListener("click", () => {
-      banner.hidden = true;
-      sessionStorage.setItem(BANNER_KEY, "closed");
-    });
-    banner.append(close);
-    banner.append(el("strong", "", "Demo model. "),
-      document.createTextNode("Answers come from ctxstack's built-in offline demo model, not a real LLM. "
-        + "To use a real endpoint, set "));
-    ["LLM_BASE_URL", "LLM_API_KEY", "LLM_MODEL"].forEach((name, i) => {
-      if (i) banner.append(document.createTextNode(i === 2 ? " and " : ", "));
-      banner.append(el("code", "", name));
-    });
-    banner.append(document.createTextNode(" in the server's environment and restart "),
-      el("code", "", "ctxstack serve"), document.createTextNode("."));
-    banner.hidden = false;
-  } else {
-    banner.hidden = true;
-  }
-  const foot = $("#sidebar-foot");
-  const budget = info.budget?.usable_input_tokens;
-  foot.textContent = `Model: ${info.model || "unknown"}${budget ? ` · budget ${fmtK(budget)} tokens` : ""}`;
-}
-
 function bind() {
   $("#composer").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
   $("#inject-form").addEventListener("submit", (e) => { e.preventDefault(); sendInject(); });
@@ -677,13 +528,18 @@ function bind() {
   });
   messagesBox().addEventListener("scroll", () => { stickToBottom = isNearBottom(); });
   const savedMode = localStorage.getItem(MODE_KEY);
-  if (savedMode) {
-    const radio = document.querySelector(`input[name="mode"][value="${savedMode === "dag" ? "dag" : "react"}"]`);
-    if (radio) radio.checked = true;
-  }
-  document.querySelectorAll('input[name="mode"]').forEach((r) => {
-    r.addEventListener("change", () => localStorage.setItem(MODE_KEY, currentMode()));
+  if (savedMode) syncModeInputs(savedMode === "dag" ? "dag" : "react");
+  document.querySelectorAll('input[name="mode"], input[name="settings-mode"]').forEach((r) => {
+    r.addEventListener("change", () => {
+      syncModeInputs(r.value);
+      localStorage.setItem(MODE_KEY, r.value);
+    });
   });
+  $("#open-settings").addEventListener("click", () => $("#settings").showModal());
+  for (const dialog of document.querySelectorAll("dialog")) {
+    dialog.querySelector(".dialog-close")?.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
+  }
   $("#login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     state.token = $("#token-input").value.trim();
@@ -698,7 +554,20 @@ function bind() {
   });
 }
 
+function signOut() {
+  localStorage.removeItem(TOKEN_KEY);
+  state.token = "";
+  state.me = null;
+  state.conversations = [];
+  renderConversationList();
+  newChat();
+  renderAccount(state, signOut);
+  showLogin("");
+}
+
 async function start() {
+  state.me = await api("/api/me");
+  renderAccount(state, signOut);
   await loadConversations();
   const match = location.hash.match(/^#c=(.+)$/);
   const wanted = match ? decodeURIComponent(match[1]) : null;
@@ -715,6 +584,7 @@ async function boot() {
     return;
   }
   renderInfo(state.info);
+  setComposerMeter($("#composer-meter"), null, state.info?.budget?.usable_input_tokens);
   if (state.info.auth_required && !state.token) {
     showLogin("");
     return;

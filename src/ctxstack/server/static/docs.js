@@ -9,7 +9,7 @@ const el = (tag, className, text) => {
 };
 
 function resolve(schema, spec, depth = 0) {
-  if (!schema || depth > 6) return schema;
+  if (!schema || depth > 8) return schema;
   if (schema.$ref) {
     const name = schema.$ref.split("/").pop();
     return { title: name, ...resolve(spec.components?.schemas?.[name], spec, depth + 1) };

@@ -97,8 +97,17 @@ function renderList(lines, start) {
   const tag = ordered ? "ol" : "ul";
   const body = items
     .map(([head, ...rest]) => {
-      const nested = rest.length ? renderBlocks(rest) : "";
-      return `<li>${renderInline(head)}${nested}</li>`;
+      // Lazy continuation lines (wrapped text of the item) belong to the item's first
+      // paragraph; what follows them (a nested list, a code block) is rendered as blocks.
+      let text = head;
+      let k = 0;
+      while (k < rest.length && rest[k].trim() !== "" && !UL.test(rest[k]) && !OL.test(rest[k])
+             && !/^\s*(```|>|\|)/.test(rest[k])) {
+        text += ` ${rest[k].trim()}`;
+        k += 1;
+      }
+      const nested = rest.length > k ? renderBlocks(rest.slice(k)) : "";
+      return `<li>${renderInline(text)}${nested}</li>`;
     })
     .join("");
   return [`<${tag}${startAttr}>${body}</${tag}>`, i];

@@ -1,0 +1,301 @@
+// Issue 16 in a real browser: what the model remembers, shown. Drives Debian's chromium
+// (playwright-core) against `ctxstack serve` with the offline demo model and NO budget
+// variables — the first run a newcomer gets. Called by tests/test_browser.py:
+//
+//   node tests/browser/remember.mjs <base-url> <artifacts-dir>
+//
+// Checks: the 8K window in the banner and sidebar; the divider within 6 turns, its count
+// and position (right after the last summarised stored message) live and after a reload,
+// equal to GET /compactions; the remembers panel; the context meter on the answer card
+// and the composer, with details on hover; Copy and Regenerate; Stop keeping the partial
+// answer (live and after a reload); the settings panel; the DAG plan graph (live states,
+// result on click, after a reload); a 390 px phone width; /docs showing the SSE payloads.
+// Prints one JSON line.
+
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const [baseUrl, artifacts] = process.argv.slice(2);
+if (!baseUrl || !artifacts) {
+  console.error("usage: node remember.mjs <base-url> <artifacts-dir>");
+  process.exit(2);
+}
+mkdirSync(artifacts, { recursive: true });
+const DIVIDER = /^(\d+) earlier messages? summarized by AI/;
+const QUESTIONS = [
+  "How many words are in this sentence about context windows?",
+  "What is 12*7? Ticket TCK-4521 needs it.",
+  "Tell me about budgets.",
+  "Summarise what we said so far.",
+  "What is 2+3?",
+  "Explain compaction once more.",
+  "And what about tools?",
+];
+const checks = {};
+const profile = mkdtempSync(join(tmpdir(), "ctxstack-remember-"));
+let context;
+
+function expect(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(artifacts, name) });
+}
+
+async function send(page, text) {
+  const before = await page.locator(".msg.assistant").count();
+  await page.fill("#query", text);
+  await page.press("#query", "Enter");
+  const turn = page.locator(".msg.assistant").nth(before);
+  await turn.waitFor({ timeout: 15000 });
+  return turn;
+}
+
+async function sendAndWait(page, text) {
+  const turn = await send(page, text);
+  await turn.locator(".done-card, .turn-error, .turn-stopped").first().waitFor({ timeout: 60000 });
+  await page.locator("#composer").waitFor({ state: "visible", timeout: 10000 });
+  return turn;
+}
+
+/** The divider as the page shows it, and the message right above it. */
+async function dividerState(page) {
+  return page.evaluate(() => {
+    const d = document.querySelector("#messages > .conversation-divider");
+    if (!d) return null;
+    const all = [...document.querySelectorAll("#messages > .msg")];
+    const above = all.filter((m) => m.compareDocumentPosition(d) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return {
+      text: d.querySelector(".divider-text").textContent,
+      lastSeq: Number(d.dataset.lastSeq),
+      anchorSeq: Number(d.previousElementSibling?.dataset.seq),
+      above: above.length,
+      below: all.length - above.length,
+    };
+  });
+}
+
+async function compactions(page) {
+  return page.evaluate(async () => {
+    const id = decodeURIComponent(location.hash.replace("#c=", ""));
+    return (await fetch(`/api/conversations/${id}/compactions`)).json();
+  });
+}
+
+try {
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    viewport: { width: 1280, height: 860 },
+  });
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: baseUrl });
+  const page = context.pages()[0] || (await context.newPage());
+  const consoleErrors = [];
+  page.on("console", (msg) => { if (msg.type() === "error") consoleErrors.push(msg.text()); });
+  page.on("pageerror", (err) => consoleErrors.push(String(err)));
+
+  // ---- a first run states the demo model's 8K window
+  await page.goto(baseUrl, { waitUntil: "domcontentloaded" });
+  const banner = await page.locator("#demo-banner").innerText({ timeout: 10000 });
+  expect(banner.includes("8K context window"), `banner: ${banner}`);
+  const model = await page.locator("#sidebar-model").innerText();
+  expect(model.includes("8K window") && model.includes("4.0k for context"), `sidebar: ${model}`);
+  expect((await page.locator("#sidebar-user").innerText()).includes("Local user"), "no user in the sidebar");
+  checks.banner = banner;
+  checks.sidebar_model = model;
+
+  // ---- talk until the divider appears (at most 6 turns with no variables)
+  let divider = null;
+  let turns = 0;
+  while (!divider && turns < QUESTIONS.length) {
+    await sendAndWait(page, QUESTIONS[turns]);
+    turns += 1;
+    // live: the divider is drawn while the turn runs, once the earlier messages' seqs are
+    // known (a moment after each turn) — allow that moment on a busy machine
+    await page.locator("#messages > .conversation-divider").waitFor({ timeout: turns >= 6 ? 5000 : 300 })
+      .catch(() => {});
+    divider = await dividerState(page);
+  }
+  expect(divider, `no divider after ${turns} turns`);
+  expect(turns <= 6, `the divider took ${turns} turns`);
+  checks.divider_turn = turns;
+  const match = DIVIDER.exec(divider.text);
+  expect(match, `divider text: ${divider.text}`);
+  const [entry] = await compactions(page);
+  expect(entry, "GET /compactions is empty after the divider appeared");
+  expect(Number(match[1]) === entry.summarized_messages, `divider says ${match[1]}, API ${entry.summarized_messages}`);
+  expect(divider.lastSeq === entry.last_seq, `divider at ${divider.lastSeq}, API last_seq ${entry.last_seq}`);
+  expect(divider.anchorSeq === entry.last_seq, `the message above the divider is #${divider.anchorSeq}`);
+  expect(divider.above === entry.summarized_messages, `${divider.above} messages above the divider`);
+  checks.divider_live = divider;
+  await page.locator(".conversation-divider").scrollIntoViewIfNeeded();
+  await shot(page, "remember-divider-live.png");
+
+  // ---- the meter: on the answer card and the composer, details on hover
+  const cardMeter = page.locator(".msg.assistant").last().locator(".meter");
+  const used = Number(await cardMeter.getAttribute("data-used"));
+  expect(used > 0 && Number(await cardMeter.getAttribute("data-budget")) === 4000, "card meter values");
+  expect(Number(await page.locator("#composer-meter .meter").getAttribute("data-used")) === used,
+    "the composer meter does not show the last call");
+  await cardMeter.scrollIntoViewIfNeeded();
+  await cardMeter.locator(".meter-toggle").hover();
+  const detail = cardMeter.locator(".meter-detail");
+  await detail.waitFor({ state: "visible", timeout: 5000 });
+  const detailText = await detail.innerText();
+  for (const part of ["System prompt", "Summary", "History", "Tool outputs", "Question"]) {
+    expect(detailText.includes(part), `meter details lack ${part}: ${detailText}`);
+  }
+  checks.meter = { used, detail: detailText.replace(/\s+/g, " ") };
+  await shot(page, "remember-meter.png");
+  await page.mouse.move(5, 5);
+
+  // ---- what the model remembers
+  await page.locator(".conversation-divider .divider-button").click();
+  const dialog = page.locator("#remembers");
+  await dialog.locator(".remember-summary").waitFor({ timeout: 5000 });
+  const remembered = await dialog.innerText();
+  expect(remembered.includes(`#${entry.first_seq}–#${entry.last_seq}`), `range missing: ${remembered}`);
+  expect(remembered.includes("The user asked"), "the summary text is not shown");
+  const facts = await dialog.locator(".remember-facts li").allInnerTexts();
+  expect(facts.length >= 1 && facts.every((f) => entry.facts.includes(f)), `facts: ${facts}`);
+  checks.remembers = { facts, range: `${entry.first_seq}-${entry.last_seq}` };
+  await shot(page, "remember-dialog.png");
+  await dialog.locator(".dialog-close").click();
+
+  // ---- reload: the same divider in the same place
+  await page.reload({ waitUntil: "domcontentloaded" });
+  await page.locator("#messages > .conversation-divider").waitFor({ timeout: 10000 });
+  const reloaded = await dividerState(page);
+  expect(JSON.stringify(reloaded) === JSON.stringify(divider), `after reload ${JSON.stringify(reloaded)} vs ${JSON.stringify(divider)}`);
+  expect(await page.locator(".turn-error").count() === 0, "a reloaded turn shows an error box");
+  checks.divider_reload = reloaded;
+
+  // ---- copy and regenerate
+  const lastTurn = page.locator(".msg.assistant").last();
+  await lastTurn.locator(".copy-btn").click();
+  await lastTurn.locator(".copy-btn", { hasText: "Copied" }).waitFor({ timeout: 3000 });
+  const copied = await page.evaluate(() => navigator.clipboard.readText());
+  expect(copied.includes("Answer (demo model)"), `clipboard: ${copied.slice(0, 80)}`);
+  expect(await page.locator(".regen-btn").count() === 1, "Regenerate should be on the last answer only");
+  const answers = await page.locator(".msg.assistant").count();
+  await page.locator(".regen-btn").click();
+  await page.locator(".msg.assistant").nth(answers).locator(".done-card").waitFor({ timeout: 60000 });
+  const lastQuestion = await page.locator(".msg.user .bubble").last().innerText();
+  expect(lastQuestion === QUESTIONS[turns - 1], `regenerate asked: ${lastQuestion}`);
+  checks.copy_regenerate = true;
+
+  // ---- Stop keeps the partial answer, neutral, also after a reload
+  const stopped = await send(page, "Tell me everything about context windows, slowly.");
+  await page.waitForFunction(() => {
+    const a = [...document.querySelectorAll(".msg.assistant")].pop().querySelector(".answer");
+    return a && a.textContent.length > 300;
+  }, null, { timeout: 30000 });
+  await page.click("#stop");
+  await stopped.locator(".turn-stopped").waitFor({ timeout: 10000 });
+  const partial = await stopped.locator(".answer").innerText();
+  expect(partial.length > 300, "the partial answer was not kept");
+  expect(await stopped.locator(".turn-error").count() === 0, "Stop shows an error box");
+  await shot(page, "remember-stopped.png");
+  // the server saves the stopped turn right after the disconnect: wait until it is stored
+  await page.waitForFunction(async () => {
+    const id = decodeURIComponent(location.hash.replace("#c=", ""));
+    const messages = await (await fetch(`/api/conversations/${id}/messages`)).json();
+    return messages.at(-1)?.status === "stopped";
+  }, null, { timeout: 15000, polling: 250 });
+  await page.reload({ waitUntil: "domcontentloaded" });
+  const again = page.locator(".msg.assistant").last();
+  await again.locator(".turn-stopped").waitFor({ timeout: 10000 });
+  const stored = await again.locator(".answer").innerText();
+  expect(stored.length > 300 && partial.startsWith(stored.slice(0, 200)), "reload lost the stopped text");
+  expect(await again.locator(".turn-error").count() === 0, "a reloaded stopped turn shows an error box");
+  checks.stop = { live: partial.length, stored: stored.length };
+
+  // ---- settings panel: model, budget, mode
+  await page.click("#open-settings");
+  const settings = await page.locator("#settings").innerText();
+  expect(settings.includes("ctxstack-demo") && settings.includes("8,000 tokens") && settings.includes("4,000 tokens"),
+    `settings: ${settings}`);
+  await page.locator('#settings input[value="dag"]').check();
+  await shot(page, "remember-settings.png");
+  await page.locator("#settings .dialog-close").click();
+  expect(await page.locator('.mode input[value="dag"]').isChecked(), "the settings panel did not switch the mode");
+  checks.settings = true;
+
+  // ---- DAG mode: the plan as a graph, live states, result on click, after a reload
+  await page.evaluate(() => {
+    window.__dagStates = new Set();
+    new MutationObserver(() => {
+      for (const n of document.querySelectorAll(".dag-node")) window.__dagStates.add(n.getAttribute("class"));
+    }).observe(document.querySelector("#messages"), { subtree: true, childList: true, attributes: true });
+  });
+  const dagTurn = await sendAndWait(page, "Compare 6*7 with the length of this question.");
+  const nodes = dagTurn.locator(".dag-node");
+  const count = await nodes.count();
+  expect(count >= 1, "no plan graph in a DAG turn");
+  const states = await page.evaluate(() => [...window.__dagStates]);
+  expect(states.some((c) => c.includes("status-running")), `never saw a running step: ${states}`);
+  for (let i = 0; i < count; i += 1) {
+    expect((await nodes.nth(i).getAttribute("class")).includes("status-done"), "a step is not done");
+  }
+  await nodes.first().click();
+  const stepDetail = await dagTurn.locator(".dag-detail").innerText();
+  expect(/Step \S+ · done/.test(stepDetail), `step detail: ${stepDetail}`);
+  await dagTurn.locator(".dag-plan").scrollIntoViewIfNeeded();
+  await shot(page, "remember-dag.png");
+  await page.reload({ waitUntil: "domcontentloaded" });
+  const dagAgain = page.locator(".msg.assistant").last();
+  await dagAgain.locator(".dag-node").first().waitFor({ timeout: 10000 });
+  expect(await dagAgain.locator(".dag-node.status-done").count() === count, "reload lost the plan graph");
+  checks.dag = { steps: count, states };
+
+  // ---- phone width
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(400);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  expect(overflow <= 1, `the page scrolls sideways at 390 px (${overflow}px)`);
+  await page.locator("#messages > .conversation-divider").scrollIntoViewIfNeeded();
+  expect(await page.locator("#messages > .conversation-divider").isVisible(), "no divider at phone width");
+  expect(await page.locator("#composer-meter .meter").isVisible(), "no composer meter at phone width");
+  await shot(page, "remember-phone.png");
+  await page.locator("#messages > .conversation-divider .divider-button").click();
+  await page.locator("#remembers .remember-summary").waitFor({ timeout: 5000 });
+  await shot(page, "remember-phone-dialog.png");
+  await page.locator("#remembers .dialog-close").click();
+  checks.phone = true;
+
+  // ---- the API reference shows every SSE event's payload
+  await page.setViewportSize({ width: 1280, height: 860 });
+  await page.goto(`${baseUrl}/docs`, { waitUntil: "domcontentloaded" });
+  const chatOp = page.locator("details.docs-op", { hasText: "/api/chat" }).first();
+  await chatOp.locator("summary").click();
+  const reference = await chatOp.innerText();
+  for (const field of ["summarized_messages", "cleared_tool_outputs", "last_seq", "\"context\"",
+    "\"dag_step\"", "model_calls", "text/event-stream"]) {
+    expect(reference.includes(field), `/docs does not show ${field} for POST /api/chat`);
+  }
+  const sse = chatOp.locator(".docs-schema", { hasText: "text/event-stream" }).first();
+  await sse.locator("pre").first().evaluate((pre) => { pre.scrollTop = pre.scrollHeight / 4; });
+  await sse.scrollIntoViewIfNeeded();
+  await shot(page, "remember-docs.png");
+  checks.docs = true;
+
+  const realErrors = consoleErrors.filter((e) => !/favicon/i.test(e));
+  expect(realErrors.length === 0, `console errors: ${realErrors.join(" | ")}`);
+  console.log(JSON.stringify({ ok: true, checks }));
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+} catch (error) {
+  try {
+    const page = context?.pages()[0];
+    if (page) await page.screenshot({ path: join(artifacts, "remember-failure.png"), fullPage: true });
+  } catch { /* best effort */ }
+  console.log(JSON.stringify({ ok: false, error: String(error?.stack || error), checks }));
+  await context?.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+  process.exit(1);
+}

@@ -1,0 +1,78 @@
+"""The terminal chat's slash commands (issue 16): /help, /context, /compact, /new, /quit —
+handled by ``ctxstack chat`` itself and never sent to the model. Runs the real command
+against the real stub server (``--stub``)."""
+
+from __future__ import annotations
+
+import re
+
+from click.testing import CliRunner
+
+import ctxstack.cli.chat  # noqa: F401  (registers the command)
+from ctxstack.cli import main
+from ctxstack.cli.commands import Parsed, context_parts, meter_line, parse_line
+from ctxstack.messages import ChatMessage, ToolCall
+
+
+def test_parse_line_tells_commands_from_questions() -> None:
+    assert parse_line("/help") == Parsed(command="help")
+    assert parse_line("  /CONTEXT ") == Parsed(command="context")
+    assert parse_line("/exit") == Parsed(command="quit")
+    assert parse_line("quit") == Parsed(command="quit")
+    assert parse_line("/compact now please") == Parsed(command="compact")
+    assert parse_line("/frobnicate") == Parsed(unknown="/frobnicate")
+    # a path is a question, not a command
+    assert parse_line("/etc/hosts is missing") == Parsed(question="/etc/hosts is missing")
+    assert parse_line("What is 6*7?") == Parsed(question="What is 6*7?")
+    assert parse_line("   ") == Parsed()
+
+
+def test_context_parts_split_the_last_call() -> None:
+    call = ToolCall(id="c1", name="calculator", arguments={"expression": "6*7"})
+    messages = [
+        ChatMessage.system("You are helpful."),
+        ChatMessage.system("[Conversation summary]\nEarlier: 2+2=4.", metadata={"kind": "summary"}),
+        ChatMessage.user("What is 1+1?"), ChatMessage.assistant("2"),
+        ChatMessage.user("What is 6*7?"),
+        ChatMessage.assistant(None, tool_calls=[call]),
+        ChatMessage(role="tool", content="42", tool_call_id="c1"),
+    ]
+    parts = context_parts(messages)
+    assert all(parts[p] > 0 for p in ("system", "summary", "history", "question", "tools"))
+    line = meter_line(parts, 4000)
+    assert line.startswith(f"context {sum(parts.values()):,} / 4,000 tokens (")
+    assert "tool outputs" in line
+
+
+def test_slash_commands_are_handled_locally_and_never_sent() -> None:
+    session = "\n".join([
+        "/help", "/context", "What is 6*7?", "/context", "Count the words: one two three",
+        "hello there", "/compact", "/context", "/frobnicate", "/new", "/context", "/quit",
+        "this is never read",
+    ]) + "\n"
+    result = CliRunner().invoke(main, ["chat", "--stub", "--no-synthesis", "--budget", "4000"],
+                                input=session)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "/help for commands" in out
+    assert "/compact  summarise the earlier conversation now" in out
+    assert "no model call yet" in out  # /context before any question, and after /new
+    assert out.count("no model call yet") == 2
+    meters = re.findall(r"context ([\d,]+) / 4,000 tokens \(\d+%\) — system \d+ · summary "
+                        r"(\d+) · history [\d,]+ · tool outputs \d+ · question \d+", out)
+    assert len(meters) == 2
+    assert int(meters[0][1]) == 0  # nothing summarised yet
+    assert re.search(r"⟲ compacted now: (\d+ message\(s\) summarised|summariser unavailable)",
+                     out)
+    assert "unknown command /frobnicate" in out
+    # Three questions reached the model, no command did, and nothing after /quit.
+    assert out.count("k in / ") == 3
+    assert "You said: /" not in out
+    assert "never read" not in out
+
+
+def test_compact_with_nothing_to_fold_says_so() -> None:
+    result = CliRunner().invoke(main, ["chat", "--stub", "--no-synthesis"],
+                                input="/compact\n/quit\n")
+    assert result.exit_code == 0, result.output
+    assert "nothing to compact yet" in result.output

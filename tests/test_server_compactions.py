@@ -1,0 +1,227 @@
+"""What the model remembers, over real HTTP on SQLite and PostgreSQL (issue 16).
+
+A ``ctxstack serve --auth`` process talks to the stub LLM with a 4,000-token budget; turns
+go on until the stored history is compacted on load. Then the ``compact`` event's counts
+must match the stored messages exactly (counted over stored history only: never the
+system prompt or the current question), the divider's position (``last_seq``) must be a
+stored message, ``GET /api/conversations/{id}/compactions`` must return the same span,
+summary and facts, and another user must get a 404. The ``context`` meter events must add
+up. Pure parts (mid-turn fold counting, the meter's classification) are tested below
+without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ctxstack.budget import ModelBudget
+from ctxstack.guard_events import CompactionEvent
+from ctxstack.llm.stub import StubServer
+from ctxstack.messages import ChatMessage
+from ctxstack.server.compactions import GuardFold, Span, run_compaction, split_summary
+from ctxstack.server.context_meter import measure, part_of
+from tests.service_support import ServiceRule, SSEEvent, chat, llm_env, running_server
+from tests.test_server_access import make_user
+from tests.test_server_injects import PG_URL, pg_schema  # noqa: F401 (fixture)
+
+LONG_ANSWER = ("Context windows are finite, so older turns must be compacted. " * 40).strip()
+SUMMARY = "The user asked several questions about context windows."
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[tuple[StubServer, ServiceRule]]:
+    rule = ServiceRule(answer=LONG_ANSWER, summary=SUMMARY)
+    with StubServer(rule=rule) as server:
+        yield server, rule
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> dict[str, str]:
+    if request.param == "sqlite":
+        return {}
+    schema = request.getfixturevalue("pg_schema")
+    return {"CTXSTACK_DATABASE_URL": PG_URL, "CTXSTACK_DATABASE_SCHEMA": schema}
+
+
+def _compact_until_load(alice: httpx.Client, cid: str) -> tuple[SSEEvent, list[SSEEvent], int]:
+    for turn in range(1, 12):
+        events = chat(alice, cid, f"Question {turn}: tell me more about windows "
+                                  f"(ticket TCK-{turn}00).")
+        assert events[-1].event == "done", [e.event for e in events]
+        found = [e for e in events if e.event == "compact" and e.data["scope"] == "load"]
+        if found:
+            return found[0], events, turn
+    raise AssertionError("the history never compacted at a 4,000-token budget")
+
+
+def test_compact_event_counts_stored_history_and_the_route_shows_the_summary(
+    stub: tuple[StubServer, ServiceRule], backend: dict[str, str], tmp_path: Path
+) -> None:
+    server, _ = stub
+    env = llm_env(server, LLM_CONTEXT_SIZE="8000", LLM_MAX_OUTPUT_TOKENS="4000", **backend)
+    with running_server(tmp_path, env, auth=True) as proc, \
+            make_user(proc, "alice") as alice, make_user(proc, "bob") as bob:
+        cid = alice.post("/api/conversations", json={}).json()["id"]
+        compact, events, turns = _compact_until_load(alice, cid)
+        data = compact.data
+        stored = alice.get(f"/api/conversations/{cid}/messages").json()
+        earlier = stored[:-2]  # this turn's question and answer are not history
+        assert len(earlier) == 2 * (turns - 1)
+        assert data["original_messages"] == len(earlier)
+        assert data["method"] == "llm"
+        assert data["cleared_tool_outputs"] == 0
+        summarized = data["summarized_messages"]
+        assert summarized >= 1
+        assert summarized + data["kept_messages"] == data["original_messages"]
+        # the divider goes right after the last summarised stored message
+        assert data["first_seq"] == earlier[0]["seq"]
+        assert data["last_seq"] == earlier[summarized - 1]["seq"]
+        assert data["summary"] == SUMMARY
+        assert "TCK-100" in data["facts"]  # the first question's ticket, kept verbatim
+        assert stored[-1]["events"][0] == {"event": "compact", "data": data}
+
+        meters = [e.data for e in events if e.event == "context"]
+        assert meters[0]["at"] == "load"
+        assert [m["model_calls"] for m in meters[1:]] == list(range(1, len(meters)))
+        for meter in meters:
+            assert meter["budget"] == 4000
+            assert meter["used"] == sum(meter["parts"].values())
+            assert meter["parts"]["summary"] > 0, meters
+            assert meter["parts"]["question"] > 0
+        assert meters[-1]["parts"]["tools"] > 0  # the calculator's call and result
+        assert stored[-1]["events"][-2] == {"event": "context", "data": meters[-1]}
+
+        listed = alice.get(f"/api/conversations/{cid}/compactions")
+        assert listed.status_code == 200, listed.text
+        [entry] = listed.json()
+        assert entry["method"] == "llm"
+        assert entry["summarized_messages"] == summarized
+        assert (entry["first_seq"], entry["last_seq"]) == (data["first_seq"], data["last_seq"])
+        assert entry["summary"] == SUMMARY
+        assert entry["facts"] == data["facts"]
+
+        assert bob.get(f"/api/conversations/{cid}/compactions").status_code == 404
+        missing = alice.get("/api/conversations/" + "0" * 32 + "/compactions")
+        assert missing.status_code == 404
+
+        # The next turn starts from the checkpoint: the summary now covers at least as much.
+        events = chat(alice, cid, "Question last: and now?")
+        again = [e.data for e in events if e.event == "compact" and e.data["scope"] == "load"]
+        for later in again:
+            assert later["summarized_messages"] >= summarized
+            assert later["first_seq"] == data["first_seq"]
+        listed = alice.get(f"/api/conversations/{cid}/compactions").json()
+        assert [c["last_seq"] for c in listed] == sorted(c["last_seq"] for c in listed)
+
+
+# ---------------------------------------------------------------------------- pure parts
+def _stored(seq: int, role: str = "user") -> ChatMessage:
+    return ChatMessage(role=role, content=f"message {seq}", metadata={"seq": seq})  # type: ignore[arg-type]
+
+
+def _event(method: str = "llm") -> CompactionEvent:
+    return CompactionEvent(hint="react_iteration", method=method, budget=4000,  # type: ignore[arg-type]
+                           messages_before=9, messages_after=4, tokens_before=5000,
+                           tokens_after=2000, summarized=5)
+
+
+def test_a_mid_turn_fold_counts_only_stored_messages() -> None:
+    summary = ChatMessage.system("[Conversation summary]\nShort.\n\nFacts kept verbatim:\n- 42 EUR",
+                                 metadata={"kind": "summary"})
+    fold = GuardFold(stored_in=[5, 6, 7, 8], stored_out=[8], turn_in=4, turn_out=2, summary=summary)
+    base = Span(count=4, first_seq=1, last_seq=4)
+    data, span = run_compaction(_event(), fold, base)
+    assert (data.summarized_messages, data.first_seq, data.last_seq) == (7, 1, 7)
+    assert data.original_messages == 8
+    assert data.kept_messages == 1
+    assert data.turn_messages == 2
+    assert data.scope == "run"
+    assert (data.summary, data.facts) == ("Short.", ["42 EUR"])
+    assert span == Span(count=7, first_seq=1, last_seq=7)
+
+
+def test_a_truncation_mid_turn_summarises_nothing_new() -> None:
+    fold = GuardFold(stored_in=[5, 6], stored_out=[6], turn_in=0, turn_out=0, summary=None)
+    data, span = run_compaction(_event("truncate"), fold, Span(count=4, first_seq=1, last_seq=4))
+    assert data.method == "truncate"
+    assert data.summarized_messages == 4
+    assert data.kept_messages == 1
+    assert span.last_seq == 4
+
+
+def test_split_summary_without_facts() -> None:
+    assert split_summary("[Conversation summary]\nJust prose.") == ("Just prose.", [])
+
+
+def test_meter_parts_add_up_and_classify_each_message() -> None:
+    messages = [
+        ChatMessage.system("You are helpful."),
+        ChatMessage.system("[Conversation summary]\nEarlier.", metadata={"kind": "summary"}),
+        _stored(3), _stored(4, "assistant"),
+        ChatMessage.user("the question"),
+        ChatMessage(role="tool", content="42", tool_call_id="c1"),
+    ]
+    assert [part_of(m) for m in messages] == [
+        "system", "summary", "history", "history", "question", "tools"]
+    budget = ModelBudget(context_size=8000, max_output_tokens=2000)
+    data = measure(messages, budget)
+    assert data.budget == 6000
+    assert data.context_size == 8000
+    assert data.used == sum(data.parts.model_dump().values()) > 0
+    assert all(v > 0 for v in data.parts.model_dump().values())
+
+
+def test_the_demo_budget_replaces_only_the_defaults() -> None:
+    from ctxstack.budget import resolve_budget
+    from ctxstack.server.demo_model import demo_budget
+
+    first_run = demo_budget(resolve_budget("main", env={}))
+    assert (first_run.context_size, first_run.max_output_tokens) == (8000, 4000)
+    assert first_run.usable_input_tokens == 4000
+    assert first_run.sources == {"context_size": "demo", "max_output_tokens": "demo"}
+    fast = demo_budget(resolve_budget("fast", env={}))
+    assert fast.usable_input_tokens == 4000
+    # an operator's value always wins, number by number
+    chosen = demo_budget(resolve_budget("main", env={"LLM_CONTEXT_SIZE": "32000"}))
+    assert (chosen.context_size, chosen.max_output_tokens) == (32000, 4000)
+    admin = demo_budget(resolve_budget("main", {"context_size": 16000, "max_output_tokens": 2000},
+                                       env={}))
+    assert admin.usable_input_tokens == 14000
+    assert admin.sources == {"context_size": "db", "max_output_tokens": "db"}
+
+
+async def test_tracking_guard_reports_each_check_and_what_a_compaction_folded() -> None:
+    from ctxstack.llm import ScriptedLLM
+    from ctxstack.server.compactions import TrackingGuard
+
+    seen: list[tuple[int, int, str]] = []
+    guard = TrackingGuard(
+        compact_llm=ScriptedLLM(handler=lambda messages, tools: "Short summary."),
+        default_budget=4000,
+        listeners=[lambda before, after, hint: seen.append((len(before), len(after), hint))])
+    history = [_stored(seq, "user" if seq % 2 else "assistant") for seq in range(1, 9)]
+    long_history = [m.replace(content=f"{m.text} " + "words " * 600) for m in history]
+    messages = [ChatMessage.system("You are helpful."), *long_history,
+                ChatMessage.user("the question", pinned=True),
+                ChatMessage(role="tool", content="42", tool_call_id="c1")]
+    small = [ChatMessage.system("You are helpful."), _stored(1), ChatMessage.user("q")]
+    assert await guard.check_and_compact(small, hint="react_iteration") == small
+    assert guard.last_fold is None  # nothing was compacted
+    out = await guard.check_and_compact(messages, hint="react_iteration")
+    assert seen[0] == (3, 3, "react_iteration")
+    assert seen[1] == (len(messages), len(out), "react_iteration")
+    fold = guard.last_fold
+    assert fold is not None
+    assert fold.stored_in == list(range(1, 9))
+    assert set(fold.stored_out) < set(fold.stored_in)
+    assert fold.summary is not None
+    assert split_summary(fold.summary.text)[0].startswith("Short summary.")
+    data, after = run_compaction(_event(), fold, Span())
+    assert after.last_seq == data.last_seq
+    gone = sorted(set(fold.stored_in) - set(fold.stored_out))
+    assert (data.summarized_messages, data.first_seq, data.last_seq) == (len(gone), 1, gone[-1])
+    assert data.summarized_messages + data.kept_messages == data.original_messages == 8
