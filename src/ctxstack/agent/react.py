@@ -49,8 +49,10 @@ from ctxstack.agent.events import (
     WarningEvent,
 )
 from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from ctxstack.agent.recall import RECALL_TOOL_NAME, recall_tool
 from ctxstack.agent.result import AgentResult, StopReason, ToolTraceEntry
 from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
+from ctxstack.archive import Archive
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ContextOverflowError, LLMError
 from ctxstack.guard_events import CompactionEvent
@@ -303,6 +305,7 @@ class ReActAgent:
         history = await self.memory.get_messages() if self.memory is not None else []
         messages = decisions.initial_messages(self.system_prompt, history, run.query)
         specs = await self._select_tools(run)
+        tools, recall = self._recall_tools()
         answer: str | None = None
         last_note: str | None = None
         stopped: StopReason = "answer"
@@ -321,7 +324,10 @@ class ReActAgent:
                 iteration=iteration, messages=len(messages),
                 tokens=HEURISTIC.count_messages(messages),
             )
-            reply, messages = await self._chat(run, messages, specs)
+            offered = specs
+            if recall is not None and len(recall[1]):  # something was archived: offer recall
+                offered = [*(specs or []), recall[0].spec()]
+            reply, messages = await self._chat(run, messages, offered)
             for event in self._new_compactions(run, recovery=True):
                 yield event
             message = reply.message
@@ -333,7 +339,7 @@ class ReActAgent:
                     yield ToolCallEvent(iteration=iteration, call_id=call.id, tool=call.name,
                                         arguments=call.arguments)
                 outcomes = await asyncio.gather(*(
-                    self.tools.execute(call, default_timeout=self.tool_timeout) for call in calls
+                    tools.execute(call, default_timeout=self.tool_timeout) for call in calls
                 ))
                 messages.extend(decisions.tool_turn_messages(message, outcomes))
                 entries = decisions.trace_entries(iteration, outcomes)
@@ -420,6 +426,15 @@ class ReActAgent:
                 ) from second
         run.usage += reply.usage
         return reply, messages
+
+    def _recall_tools(self) -> tuple[ToolRegistry, tuple[Tool, Archive] | None]:
+        """The run's tools plus ``recall`` when the guard archives (see
+        :mod:`ctxstack.agent.recall`); a user tool already named ``recall`` wins."""
+        archive = getattr(self.guard, "archive", None)
+        if not isinstance(archive, Archive) or RECALL_TOOL_NAME in self.tools:
+            return self.tools, None
+        recall = recall_tool(archive)
+        return ToolRegistry([*self.tools, recall]), (recall, archive)
 
     async def _select_tools(self, run: _Run) -> list[ToolSpec] | None:
         if not len(self.tools):

@@ -47,6 +47,7 @@ from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
+from ctxstack.archive import HistoryArchive
 from ctxstack.guard import ContextGuard
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM
@@ -71,10 +72,15 @@ def default_guard(
     max_chars: int,
     counter: TokenCounter | None = None,
 ) -> ContextGuard:
-    """A ContextGuard on ``budget`` that compacts with ``compact_llm`` (truncates if None)."""
+    """A ContextGuard on ``budget`` that compacts with ``compact_llm`` (truncates if None).
+
+    Each step gets its own :class:`~ctxstack.archive.HistoryArchive`: whatever the step's
+    guard masks, summarises or drops stays readable through the step agent's ``recall``
+    tool (offered as soon as something was archived).
+    """
     return ContextGuard(
         compact_llm=compact_llm, default_budget=budget, max_message_chars=max_chars,
-        counter=counter,
+        counter=counter, archive=HistoryArchive(),
     )
 
 
