@@ -601,7 +601,7 @@ async def test_usage_totals_include_every_call() -> None:
     synthesis_calls = 1
     assert attributed.calls + synthesis_calls == truth.calls
     assert of(events, PlanCreatedEvent)[0].usage.calls == 2
-    assert finished["c"].usage.calls == calls["c"] + len(router.seen["compaction"])
+    assert finished["c"].usage.calls == calls["c"] + len(router.seen.get("compaction", []))
 
 
 async def test_closing_the_stream_early_cancels_running_steps() -> None:
