@@ -314,6 +314,8 @@ def rank_candidates(
             spread = shapes[_DIGITS.sub("0", cand.fact)]
             if spread > many:
                 score -= math.log2(spread / many) + 3
+                if score <= 0:
+                    continue  # a loop counter or table row number, not a fact
             ranked = _Ranked(cand.fact, key, tier, score, position)
             old = best.get(key)
             if old is None or ranked.sort_key < old.sort_key:
