@@ -8,9 +8,11 @@ A five-layer defence in depth (see DESIGN.md): budget (5) → DbMemory (4) → C
 
 import typing
 
+from ctxstack.archive import Archive, ArchiveHit, HistoryArchive
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.compact import CompactionResult, CompactUtils
+from ctxstack.compact.options import CompactionOptions
 from ctxstack.errors import (
     AgentError,
     AuthenticationError,
@@ -51,6 +53,8 @@ __version__ = "0.1.0"
 __all__ = [
     "LLM",
     "AgentError",
+    "Archive",
+    "ArchiveHit",
     "AuthenticationError",
     "BadRequestError",
     "BaseMemory",
@@ -59,6 +63,7 @@ __all__ = [
     "ChatStream",
     "CompactUtils",
     "CompactionEvent",
+    "CompactionOptions",
     "CompactionResult",
     "ConfigError",
     "ContentPart",
@@ -70,6 +75,7 @@ __all__ = [
     "FinishReason",
     "GuardTotals",
     "Hint",
+    "HistoryArchive",
     "ImagePart",
     "InputError",
     "LLMConnectionError",

@@ -117,7 +117,7 @@ class CompactData(_Data):
 
     original_messages: int
     kept_messages: int
-    method: Literal["llm", "truncate"]
+    method: Literal["mask", "llm", "truncate"]
     scope: Literal["load", "run"] = "load"
 
 

@@ -67,6 +67,7 @@ from ctxstack.server.sse import (
 from ctxstack.server.state import ServiceState
 from ctxstack.server.tools import service_tools
 from ctxstack.store.files import FileRecord
+from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.memory import DbMemory
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class Turn:
         self.consumed: list[str] = []
         self.forwarded: list[str] = []
         self.checkpoint: Any = None
+        self.archive: ConversationArchive | None = None
         self.started = time.perf_counter()
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
@@ -198,8 +200,17 @@ class Turn:
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate
+        # The stored messages are the archive (ctxstack.store.archive): what the load
+        # summarised or trimmed, and what the run's guard clears, stays recallable.
+        query_seq = (memory.trailing_message.metadata.get("seq")
+                     if memory.trailing_message is not None else None)
+        self.archive = ConversationArchive(
+            self.state.factory, self.spec.conversation_id,
+            before_seq=query_seq if isinstance(query_seq, int) else None,
+            hidden=max(0, memory.original_count
+                       - sum(isinstance(m.metadata.get("seq"), int) for m in history)))
         if memory.was_compacted:
-            method = "llm" if memory.method == "llm" else "truncate"
+            method = memory.method if memory.method in ("mask", "llm") else "truncate"
             await self.emit(CompactEvent(data=CompactData(
                 original_messages=memory.original_count, kept_messages=memory.compacted_count,
                 method=method, scope="load")))
@@ -226,7 +237,7 @@ class Turn:
         self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
         guard = ContextGuard(compact_llm=fast_llm, default_budget=budget,
-                             counter=self.state.llms.counter("main"))
+                             counter=self.state.llms.counter("main"), archive=self.archive)
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,
@@ -252,7 +263,7 @@ class Turn:
                     await self.emit(CompactEvent(data=CompactData(
                         original_messages=event.original_messages,
                         kept_messages=event.kept_messages,
-                        method="llm" if event.method == "llm" else "truncate", scope="run")))
+                        method=event.compaction.method, scope="run")))
                 case agent_events.InjectedEvent():
                     self.consumed.append(event.text)
                     await self.emit(InjectEvent(data=InjectData(text=event.text)))
