@@ -26,8 +26,8 @@ from ctxstack.agent import (
 from ctxstack.agent.events import AGENT_EVENT_ADAPTER, AgentEvent
 from ctxstack.agent.prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import AgentError, ContextOverflowError, LLMError
 from ctxstack.compact.options import CompactionOptions
+from ctxstack.errors import AgentError, ContextOverflowError, LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory.base import BaseMemory

@@ -126,7 +126,8 @@ async def test_dag_step_agents_get_recall_over_their_own_archive() -> None:
     assert "recall" not in tool_names(step_calls[0].tools)
     read_back = [m for c in step_calls for m in c.messages
                  if m.role == "tool" and m.text.startswith("[archived tool")]
-    assert read_back and "RECORD-0001 owner=team1" in read_back[0].text
+    assert read_back
+    assert "RECORD-0001 owner=team1" in read_back[0].text
 
 
 def router_role(messages: Sequence[ChatMessage]) -> str:

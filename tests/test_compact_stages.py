@@ -56,10 +56,13 @@ async def test_masking_alone_fits_without_a_model_call_and_keeps_pairs() -> None
     # the placeholder names tool, arguments, size, a head preview and the recall ref
     text = cleared[0].text
     ref = cleared[0].metadata["archive_ref"]
-    assert 'search({"page":0})' in text and "characters" in text and "HOTEL-0000" in text
+    assert 'search({"page":0})' in text
+    assert "characters" in text
+    assert "HOTEL-0000" in text
     assert f"recall ref {ref}" in text
     original = await archive.get(ref)
-    assert original is not None and original.text == msgs[3].text
+    assert original is not None
+    assert original.text == msgs[3].text
     # only as much as needed: the target fill, not everything
     assert res.tokens_after <= 4_000 * CompactionOptions().target_fill
     assert len(cleared) < 8
@@ -73,7 +76,8 @@ async def test_masking_not_enough_goes_on_to_the_summary_with_a_recall_note() ->
     res = await compact_staged(msgs, llm, 2_500, counter=HEURISTIC, archive=archive)
     assert res.method == "llm"
     assert res.masked > 0
-    assert res.summary is not None and RECALL_NOTE in res.summary.text
+    assert res.summary is not None
+    assert RECALL_NOTE in res.summary.text
     assert res.tokens_after <= 2_500
     assert len(archive) == res.archived >= res.masked
 
@@ -86,7 +90,8 @@ async def test_without_a_summariser_masking_then_truncation_archives_the_dropped
     assert res.method == "truncate"
     assert res.tokens_after <= 1_500
     dropped = [m for m in msgs if all(m is not k for k in res.messages)]
-    assert dropped and len(archive) >= len(dropped) - res.masked
+    assert dropped
+    assert len(archive) >= len(dropped) - res.masked
 
 
 async def test_masking_is_cache_friendly_messages_before_the_first_cleared_are_untouched() -> None:
@@ -142,13 +147,16 @@ async def test_history_archive_search_ranks_and_reads_back_cjk_included() -> Non
         ChatMessage.assistant("会議は東京本社の第三会議室で行います。"),
         ChatMessage.user("我们的预算上限是四万八千元。"),
     ])
-    assert len(archive) == 23 and len(set(refs)) == 23
+    assert len(archive) == 23
+    assert len(set(refs)) == 23
     hits = await archive.search("what was the order ORD-99812-XK", k=5)
-    assert hits[0].ref == refs[20] and len(hits) <= 5
+    assert hits[0].ref == refs[20]
+    assert len(hits) <= 5
     assert (await archive.search("会議室はどこ"))[0].ref == refs[21]
     assert (await archive.search("预算上限"))[0].ref == refs[22]
     again = await archive.add([hits[0].message])  # an archived copy is not archived twice
-    assert again == [refs[20]] and len(archive) == 23
+    assert again == [refs[20]]
+    assert len(archive) == 23
     assert (await archive.get(refs[21])) is not None
     assert await archive.get("a999") is None
     with pytest.raises(InputError, match="query"):

@@ -35,10 +35,12 @@ async def test_stored_messages_are_searchable_and_readable_by_ref(
     assert isinstance(archive, Archive)
     assert len(archive) == 20
     hits = await archive.search("which order id ORD-99812-XK", k=5)
-    assert hits and hits[0].ref == "m4"
+    assert hits
+    assert hits[0].ref == "m4"
     assert "ORD-99812-XK" in hits[0].snippet
     message = await archive.get("m4")
-    assert message is not None and "3.14159 kg" in message.text
+    assert message is not None
+    assert "3.14159 kg" in message.text
     assert await archive.get("m999") is None
     assert await archive.get("nonsense") is None
 
@@ -49,11 +51,14 @@ async def test_cjk_search_on_both_backends(sf: SessionFactory, alice: UserRecord
     conv = await conversation(sf, alice, texts)
     archive = ConversationArchive(sf, conv)
     ja = await archive.search("会議室はどこですか", k=3)
-    assert ja and "第三会議室" in ja[0].message.text
+    assert ja
+    assert "第三会議室" in ja[0].message.text
     zh = await archive.search("预算上限", k=3)
-    assert zh and "四万八千元" in zh[0].message.text
+    assert zh
+    assert "四万八千元" in zh[0].message.text
     two = await archive.search("東京", k=3)  # a two-character query still works
-    assert two and "東京本社" in two[0].message.text
+    assert two
+    assert "東京本社" in two[0].message.text
 
 
 async def test_run_messages_are_archived_and_other_conversations_stay_apart(
@@ -69,12 +74,15 @@ async def test_run_messages_are_archived_and_other_conversations_stay_apart(
         ChatMessage.assistant(None, tool_calls=[call]),
         ChatMessage.user("stored already", metadata={"seq": 2}),
     ])
-    assert refs[0].startswith("a") and refs[1].startswith("a") and refs[2] == "m2"
+    assert refs[0].startswith("a")
+    assert refs[1].startswith("a")
+    assert refs[2] == "m2"
     assert len(archive) == 3
     hits = await archive.search("room rate Sakura")
     assert hits[0].ref == refs[0]
     got = await archive.get(refs[0])
-    assert got is not None and "18,500円" in got.text
+    assert got is not None
+    assert "18,500円" in got.text
     assert await archive.search("ZEBRA-5521") == []  # bob's conversation is not searched
     assert await ConversationArchive(sf, other).get(refs[0]) is None
     # before_seq: the current question is not part of the archive

@@ -544,9 +544,11 @@ async def test_a_thousand_messages_without_a_checkpoint_are_all_summarised(
     # Exact: the summary covers messages 1..last_seq, all of them; the newest are also
     # shown verbatim (widening) up to the query; nothing in between is missing.
     assert mem.summarized_count == candidate.last_seq
-    assert verbatim == list(range(verbatim[0], 1001)) and verbatim[0] <= candidate.last_seq + 1
+    assert verbatim == list(range(verbatim[0], 1001))
+    assert verbatim[0] <= candidate.last_seq + 1
     assert mem.folded_count > 0
-    assert mem.method == "llm" and mem.was_compacted
+    assert mem.method == "llm"
+    assert mem.was_compacted
     assert history[0].kind == "summary"
     assert "ORD-99812-XK" in history[0].text  # the fact survives into the summary's facts
     assert HEURISTIC.count_messages(history) <= 4_000

@@ -126,7 +126,7 @@ def _result(
     counter: TokenCounter, *, reason: str | None = None, masked: int = 0, archived: int = 0,
 ) -> CompactionResult:
     return CompactionResult(
-        messages=out, method=method, reason=reason,  # type: ignore[arg-type]
+        messages=out, method=method, reason=reason,
         tokens_before=before, tokens_after=counter.count_messages(out),
         messages_before=len(before_msgs), messages_after=len(out),
         masked=masked, archived=archived,

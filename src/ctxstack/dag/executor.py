@@ -40,6 +40,7 @@ from ctxstack.agent import (
     ToolResultEvent,
     WarningEvent,
 )
+from ctxstack.archive import HistoryArchive
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
 from ctxstack.dag.events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
@@ -47,7 +48,6 @@ from ctxstack.dag.injects import RunInbox
 from ctxstack.dag.plan import Plan, PlanStep
 from ctxstack.dag.prompts import STEP_SYSTEM_PROMPT
 from ctxstack.dag.results import ExecutionResult, StepResult
-from ctxstack.archive import HistoryArchive
 from ctxstack.guard import ContextGuard
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM

@@ -66,8 +66,8 @@ from ctxstack.server.sse import (
 )
 from ctxstack.server.state import ServiceState
 from ctxstack.server.tools import service_tools
-from ctxstack.store.files import FileRecord
 from ctxstack.store.archive import ConversationArchive
+from ctxstack.store.files import FileRecord
 from ctxstack.store.memory import DbMemory
 
 log = logging.getLogger(__name__)

@@ -186,7 +186,7 @@ class ConversationArchive:
         else:
             stmt = select(ArchivedMessage).where(
                 ArchivedMessage.conversation_id == self.conversation_id)
-        dialect = session.bind.dialect.name
+        dialect = session.get_bind().dialect.name
         table = model.__tablename__
         if dialect == "sqlite":
             long_terms = [t for t in terms if len(t) >= 3]
@@ -209,8 +209,8 @@ class ConversationArchive:
         order = model.seq.desc() if model is Message else model.id.desc()
         rows = (await session.scalars(stmt.order_by(order).limit(CANDIDATES))).all()
         if model is Message:
-            return [(f"m{r.seq}", _stored_message(r)) for r in rows]  # type: ignore[union-attr]
-        return [(f"a{r.id}", _archived_message(r)) for r in rows]  # type: ignore[arg-type]
+            return [(f"m{r.seq}", _stored_message(r)) for r in rows]
+        return [(f"a{r.id}", _archived_message(r)) for r in rows]
 
 
 def _escape(term: str) -> str:
@@ -218,7 +218,7 @@ def _escape(term: str) -> str:
 
 
 def _stored_message(row: Message) -> ChatMessage:
-    return ChatMessage(role=row.role, content=row.content or "",  # type: ignore[arg-type]
+    return ChatMessage(role=row.role, content=row.content or "",
                        metadata={"seq": row.seq, ARCHIVE_REF_KEY: f"m{row.seq}"})
 
 
@@ -229,5 +229,5 @@ def _archived_message(row: ArchivedMessage) -> ChatMessage:
         # A tool result alone would be an orphan in a context; it is shown as text.
         return ChatMessage(role="assistant", content=f"[tool output of {name or 'a tool'}]\n"
                            f"{row.content}", metadata=meta)
-    return ChatMessage(role=row.role, content=row.content,  # type: ignore[arg-type]
+    return ChatMessage(role=row.role, content=row.content,
                        name=name, metadata=meta)
