@@ -123,6 +123,15 @@ def _install_tap(guard: object) -> None:
     guard.on_compact = tap
 
 
+def _offer(
+    specs: list[ToolSpec] | None, recall: tuple[Tool, Archive] | None
+) -> list[ToolSpec] | None:
+    """The tools offered on this call: ``recall`` joins once something was archived."""
+    if recall is None or not len(recall[1]):
+        return specs
+    return [*(specs or []), recall[0].spec()]
+
+
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
     """The input budget in tokens: explicit, from a :class:`ModelBudget`, or the model's
     own window (``context_size - max_output_tokens``, floored like every budget)."""
@@ -324,10 +333,7 @@ class ReActAgent:
                 iteration=iteration, messages=len(messages),
                 tokens=HEURISTIC.count_messages(messages),
             )
-            offered = specs
-            if recall is not None and len(recall[1]):  # something was archived: offer recall
-                offered = [*(specs or []), recall[0].spec()]
-            reply, messages = await self._chat(run, messages, offered)
+            reply, messages = await self._chat(run, messages, _offer(specs, recall))
             for event in self._new_compactions(run, recovery=True):
                 yield event
             message = reply.message
@@ -368,9 +374,7 @@ class ReActAgent:
                 iterations_left=self.max_iterations - iteration,
             )
             if action == "defer_for_inject":
-                # The draft is dropped, not kept: the next answer must cover the query and
-                # the new message together, and a kept draft invites a reply to the
-                # follow-up alone.
+                # Drop the draft: the next answer must cover query and new message together.
                 continue
             messages.append(message)
             if action == "checklist":
