@@ -274,7 +274,12 @@ def _finish(
                                facts_tokens=facts_tokens, counter=counter, note=note)
     out = _assemble(msgs, prep.layout, prep.plan.keep, summary)
     if counter.count_messages(out) > max_tokens:
-        out = smart_truncate(out, max_tokens, counter=counter)
+        # Over budget (pinned messages, a huge recent group): truncate the verbatim part,
+        # never the summary — it stands for everything folded (and its facts).
+        held = summary.replace(pinned=True)
+        out = smart_truncate([held if m is summary else m for m in out], max_tokens,
+                             counter=counter)
+        out = [summary if m is held else m for m in out]
     return out, summary
 
 
@@ -305,7 +310,9 @@ async def compact_detailed(
                            target_fill=target_fill, timeout=timeout)
     counter = counter or DEFAULT_COUNTER
     msgs = list(messages)
-    done = _Outcomes(msgs, counter.count_messages(msgs), counter, max_tokens)
+    before = (await asyncio.to_thread(counter.count_messages, msgs) if len(msgs) > 64
+              else counter.count_messages(msgs))
+    done = _Outcomes(msgs, before, counter, max_tokens)
     if done.before <= max_tokens:
         return done.result(msgs, "none")
     if llm is None:

@@ -80,13 +80,15 @@ async def compact_staged(
     opts = resolve_options(options)
     counter = counter or DEFAULT_COUNTER
     msgs = list(messages)
-    before = counter.count_messages(msgs)
+    big = len(msgs) > THREAD_MIN_MESSAGES
+    before = (await asyncio.to_thread(counter.count_messages, msgs) if big
+              else counter.count_messages(msgs))
     if before <= max_tokens:
         return _result(msgs, msgs, "none", before, counter)
 
     plan = (
         await asyncio.to_thread(plan_mask, msgs, max_tokens, opts, counter)
-        if len(msgs) > THREAD_MIN_MESSAGES
+        if big
         else plan_mask(msgs, max_tokens, opts, counter)
     )
     current = msgs

@@ -13,6 +13,7 @@ what was folded, so the next turn continues from there: nothing is skipped for g
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,9 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxstack.compact.compaction import summary_sizes
 from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.summarize import (
+    build_request,
     build_summary_message,
+    call_summarizer,
     previous_text,
-    run_summarizer,
     summarizer_input_tokens,
 )
 from ctxstack.messages import ChatMessage
@@ -76,17 +78,18 @@ async def fold_older(
 
     async def flush() -> bool:
         nonlocal chunk, chunk_tokens, chunks, previous
-        outcome = await run_summarizer(
-            chunk, previous, llm, hint=options.hint, prompt=options.prompt,
-            timeout=options.timeout, answer_tokens=answer_tokens, counter=counter,
-        )
+        # Building the transcript and choosing facts is CPU work: off the event loop.
+        request = await asyncio.to_thread(build_request, chunk, previous, llm, options.hint,
+                                          options.prompt, counter)
+        outcome = await call_summarizer(request, llm, timeout=options.timeout,
+                                        answer_tokens=answer_tokens)
         out.usage += outcome.usage
         if outcome.text is None:
             out.stopped = f"summariser failed: {outcome.reason}"
             return False
-        summary = build_summary_message(
-            outcome.text, chunk, previous, hint=options.hint, answer_tokens=answer_tokens,
-            facts_tokens=facts_tokens, counter=counter,
+        summary = await asyncio.to_thread(
+            build_summary_message, outcome.text, chunk, previous, hint=options.hint,
+            answer_tokens=answer_tokens, facts_tokens=facts_tokens, counter=counter,
         )
         out.last_seq = int(chunk[-1].metadata["seq"])
         out.summary = summary.replace(metadata={"kind": "summary",
@@ -100,10 +103,10 @@ async def fold_older(
     while True:
         page = await read_page(session, conversation_id, after_seq=cursor,
                                before_seq=before_seq, limit=PAGE_ROWS)
-        for record in page:
-            message = ChatMessage(role=record.role, content=record.content or "",
-                                  metadata={"seq": record.seq})
-            cost = counter.count_message(message)
+        messages = [ChatMessage(role=r.role, content=r.content or "", metadata={"seq": r.seq})
+                    for r in page]
+        costs = await asyncio.to_thread(lambda ms=messages: [counter.count_message(m) for m in ms])
+        for message, cost in zip(messages, costs, strict=True):
             if chunk and chunk_tokens + cost > chunk_limit:
                 if chunks >= max_chunks:
                     out.stopped = f"bounded: {max_chunks} chunk(s) per load"

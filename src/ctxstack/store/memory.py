@@ -86,7 +86,9 @@ log = logging.getLogger(__name__)
 LoadMethod = Literal["none", "mask", "llm", "truncate"]
 IMAGE_NOTE = "[image unavailable]"
 MIN_PAGE = 32
-MAX_PAGE = 2_000
+MAX_PAGE = 250
+"""Rows per page: the ORM materialises a page on the event loop, so pages stay small
+enough (~10 ms) not to stall other streams."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
 _PLACEHOLDER = "ctxstack-file:"
@@ -218,7 +220,7 @@ class DbMemory(BaseMemory):
         stored_after = len(records) + self.omitted_count
         await self._fold()
         refs = await self._owner_files(owner_id, records)
-        history = self._history(records, refs)
+        history = await asyncio.to_thread(self._history, records, refs)  # CPU: off the loop
         self.original_count = stored_after + (self.checkpoint is not None)
         compacted = await self._compact(history)
         if self.folded_count and self.method in ("none", "mask"):
@@ -266,7 +268,9 @@ class DbMemory(BaseMemory):
                                        before_seq=before, limit=limit, newest_first=True)
                 self.rows_read += len(page)
                 rows.extend(page)
-                tokens += sum(self._row_tokens(r) for r in page)
+                # Counting is CPU work: a page of up to 2,000 rows is counted off the loop.
+                tokens += await asyncio.to_thread(
+                    lambda rows=page: sum(self._row_tokens(r) for r in rows))
                 if limit is None or len(page) < limit:
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
@@ -398,7 +402,7 @@ class DbMemory(BaseMemory):
 
     # ------------------------------------------------------------------ compacting
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
-        if self.counter.count_messages(history) <= self.max_tokens:
+        if await asyncio.to_thread(self.counter.count_messages, history) <= self.max_tokens:
             if self._fold_summary is not None and self._fold_last is not None:
                 self.checkpoint_candidate = self._candidate(history, (), self._fold_summary)
             self.summarized_count = self.folded_count
