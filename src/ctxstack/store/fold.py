@@ -51,6 +51,10 @@ class FoldOutcome:
     stopped: str | None = None
 
 
+def _costs(counter: TokenCounter, messages: list[ChatMessage]) -> list[int]:
+    return [counter.count_message(m) for m in messages]
+
+
 async def fold_older(
     session: AsyncSession,
     conversation_id: str,
@@ -105,7 +109,7 @@ async def fold_older(
                                before_seq=before_seq, limit=PAGE_ROWS)
         messages = [ChatMessage(role=r.role, content=r.content or "", metadata={"seq": r.seq})
                     for r in page]
-        costs = await asyncio.to_thread(lambda ms=messages: [counter.count_message(m) for m in ms])
+        costs = await asyncio.to_thread(_costs, counter, messages)
         for message, cost in zip(messages, costs, strict=True):
             if chunk and chunk_tokens + cost > chunk_limit:
                 if chunks >= max_chunks:

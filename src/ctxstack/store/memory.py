@@ -247,6 +247,9 @@ class DbMemory(BaseMemory):
         text_part = self.counter.count_text(record.content or "")
         return 4 + text_part + images * IMAGE_TOKENS
 
+    def _page_tokens(self, page: Sequence[MessageRecord]) -> int:
+        return sum(self._row_tokens(r) for r in page)
+
     async def _read(self) -> tuple[int, list[MessageRecord]]:
         """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
         action = f"loading the history of conversation {self.conversation_id!r}"
@@ -269,8 +272,7 @@ class DbMemory(BaseMemory):
                 self.rows_read += len(page)
                 rows.extend(page)
                 # Counting is CPU work: a page of up to 2,000 rows is counted off the loop.
-                tokens += await asyncio.to_thread(
-                    lambda rows=page: sum(self._row_tokens(r) for r in rows))
+                tokens += await asyncio.to_thread(self._page_tokens, page)
                 if limit is None or len(page) < limit:
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
