@@ -277,9 +277,12 @@ def _finish(
         # Over budget (pinned messages, a huge recent group): truncate the verbatim part,
         # never the summary — it stands for everything folded (and its facts).
         held = summary.replace(pinned=True)
-        out = smart_truncate([held if m is summary else m for m in out], max_tokens,
-                             counter=counter)
-        out = [summary if m is held else m for m in out]
+        kept = smart_truncate([held if m is summary else m for m in out], max_tokens,
+                              counter=counter)
+        kept = [summary if m is held else m for m in kept]
+        # A budget too small even for the summary: plain truncation decides.
+        fits = counter.count_messages(kept) <= max_tokens
+        out = kept if fits else smart_truncate(out, max_tokens, counter=counter)
     return out, summary
 
 
