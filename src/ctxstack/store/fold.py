@@ -29,10 +29,11 @@ from ctxstack.compact.summarize import (
 )
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
-from ctxstack.store.messages import read_page
+from ctxstack.store.messages import MessageRecord, read_page
 from ctxstack.tokens import TokenCounter
 
-PAGE_ROWS = 500
+PAGE_ROWS = 200
+"""Rows per read: the ORM materialises a page on the event loop, so pages stay small."""
 CHUNK_SHARE = 0.7
 """Share of what the summariser can read that one chunk may fill (room for the prompt and
 the previous summary)."""
@@ -51,8 +52,13 @@ class FoldOutcome:
     stopped: str | None = None
 
 
-def _costs(counter: TokenCounter, messages: list[ChatMessage]) -> list[int]:
-    return [counter.count_message(m) for m in messages]
+def _costs(
+    counter: TokenCounter, page: list[MessageRecord]
+) -> tuple[list[ChatMessage], list[int]]:
+    """The page's messages and their token costs (CPU work, run off the event loop)."""
+    messages = [ChatMessage(role=r.role, content=r.content or "", metadata={"seq": r.seq})
+                for r in page]
+    return messages, [counter.count_message(m) for m in messages]
 
 
 async def fold_older(
@@ -107,9 +113,7 @@ async def fold_older(
     while True:
         page = await read_page(session, conversation_id, after_seq=cursor,
                                before_seq=before_seq, limit=PAGE_ROWS)
-        messages = [ChatMessage(role=r.role, content=r.content or "", metadata={"seq": r.seq})
-                    for r in page]
-        costs = await asyncio.to_thread(_costs, counter, messages)
+        messages, costs = await asyncio.to_thread(_costs, counter, page)
         for message, cost in zip(messages, costs, strict=True):
             if chunk and chunk_tokens + cost > chunk_limit:
                 if chunks >= max_chunks:

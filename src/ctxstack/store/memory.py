@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import logging
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -335,8 +336,10 @@ class DbMemory(BaseMemory):
                 text = f"{SUMMARY_PREFIX}\n{text}"
             history.append(ChatMessage.system(text, metadata={
                 "kind": "summary", "checkpoint_seq": self.checkpoint.last_seq}))
-        for record in records:
+        for i, record in enumerate(records):
             history.append(self._message(record, files))
+            if i % 64 == 63:
+                time.sleep(0)  # runs in a worker thread: let the event loop take the GIL
         return history
 
     def _message(self, record: MessageRecord, files: dict[str, FileRecord]) -> ChatMessage:
