@@ -52,8 +52,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
