@@ -76,6 +76,8 @@ _MONTH_TAIL = (
 _MONTH_FIRST = re.compile(
     rb"[ADFJMNOS]" + _MONTH_TAIL + rb"\.? [0-9]{1,2}(?:st|nd|rd|th)?(?:, [0-9]{4})?(?![0-9])"
 )
+_MONTH_PREFIXES = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep",
+                   b"Oct", b"Nov", b"Dec")
 _DAY_MONTH = re.compile(rb"[0-9]{1,2} [ADFJMNOS]" + _MONTH_TAIL + rb" [0-9]{4}")
 _CJK_ALT = "|".join(re.escape(c.encode()).decode("latin-1") for c in _CJK_SUFFIX).encode("latin-1")
 _CJK_NUMBER = re.compile(rb"[0-9][0-9.,]*+(?:(?:" + _CJK_ALT + rb")[0-9.,]*+)+")
@@ -218,8 +220,10 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     """
     data = text.encode("utf-8", "surrogatepass")
     out: dict[str, Candidate] = {}
-    raw: list[bytes] = _MONTH_FIRST.findall(data)
-    raw.extend(_DAY_MONTH.findall(data))
+    raw: list[bytes] = []
+    if any(month in data for month in _MONTH_PREFIXES):  # a few memchr-speed checks
+        raw.extend(_MONTH_FIRST.findall(data))
+        raw.extend(_DAY_MONTH.findall(data))
     raw.extend(_tokens(data))
     if b"." in data:
         raw.extend(_file_names(data))
