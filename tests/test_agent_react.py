@@ -26,6 +26,7 @@ from ctxstack.agent import (
 from ctxstack.agent.events import AGENT_EVENT_ADAPTER, AgentEvent
 from ctxstack.agent.prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
+from ctxstack.compact.options import CompactionOptions
 from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import GuardCheck
@@ -588,16 +589,18 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     assert compactions, "a run this long must have compacted"
     assert len(compactions) == len(result.compactions) == guard.totals.compactions
     methods = {c.compaction.method for c in compactions}
-    # with a summariser most compactions summarise (the guard still truncates when there
-    # is nothing left to summarise); without one, all truncate
-    assert ("llm" in methods) if summarise else (methods == {"truncate"})
-    assert all(c.original_messages > c.kept_messages for c in compactions)
+    # old tool outputs are cleared first ("mask"); with a summariser, what masking cannot
+    # free is summarised; without one, truncated
+    assert "mask" in methods
+    assert ("llm" in methods) if summarise else (methods <= {"mask", "truncate"})
+    assert all(c.compaction.tokens_after < c.compaction.tokens_before for c in compactions)
+    assert all(c.original_messages > c.kept_messages for c in compactions if c.method != "mask")
     # usage: the agent's calls plus every compaction call, nothing else
     expected = llm.total_usage + (compact_llm.total_usage if compact_llm else Usage())
     assert result.usage == expected
     if summarise:
         # once summarised, the model keeps seeing one (rolling) summary in every later call
-        first = compactions[0].iteration
+        first = next(c for c in compactions if c.compaction.method == "llm").iteration
         for call in llm.calls[first - 1:]:
             assert [m.kind for m in call.messages].count("summary") == 1
         assert compact_llm is not None
@@ -607,7 +610,8 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
 
 async def test_compaction_summary_is_visible_to_the_model_in_the_next_call() -> None:
     compact_llm = ScriptedLLM(handler=lambda m, t: "Pages 1-3 were read; page 2 had reading 14.5.")
-    guard = ContextGuard(compact_llm=compact_llm)
+    # Summary stage only: masking would free this budget on its own.
+    guard = ContextGuard(compact_llm=compact_llm, options=CompactionOptions(mask=False))
     llm = paging_llm(8)
     events: list[AgentEvent] = []
     await agent_for(llm, guard, tools=[read_page], budget=5_000, checklist_threshold=None,
@@ -628,7 +632,7 @@ async def test_users_on_compact_callback_still_fires_and_synthesis_usage_counts(
     llm = paging_llm(6, final="Nothing anomalous.")
     agent = agent_for(llm, guard, tools=[read_page], budget=5_000, checklist_threshold=None)
     result = await agent.run(QUERY)
-    assert seen == ["llm"] * len(result.compactions)
+    assert seen == [c.method for c in result.compactions]
     assert seen
     llm.push("Synthesised: nothing anomalous across 6 pages.")
     text = "".join([d async for d in agent.stream_answer(QUERY, result)])

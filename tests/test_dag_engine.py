@@ -584,7 +584,9 @@ async def test_usage_totals_include_every_call() -> None:
 
     assert "summariser" in router.seen
     assert len(router.seen["planner"]) == 2
-    assert "compaction" in router.seen  # the step guard summarised with the fast model
+    # The step guard compacted; clearing old tool outputs (the first stage) was enough, so
+    # no summariser call was needed (before masking existed this summarised).
+    assert "compaction" not in router.seen
     finished = {e.step_id: e for e in of(events, StepFinishedEvent)}
     assert finished["a"].status == "failed"
     assert finished["b"].status == "skipped"
@@ -602,7 +604,7 @@ async def test_usage_totals_include_every_call() -> None:
     synthesis_calls = 1
     assert attributed.calls + synthesis_calls == truth.calls
     assert of(events, PlanCreatedEvent)[0].usage.calls == 2
-    assert finished["c"].usage.calls == calls["c"] + len(router.seen["compaction"])
+    assert finished["c"].usage.calls == calls["c"] + len(router.seen.get("compaction", []))
 
 
 async def test_closing_the_stream_early_cancels_running_steps() -> None:

@@ -8,9 +8,11 @@ A five-layer defence in depth (see docs/DESIGN.md): budget (5) → DbMemory (4) 
 
 import typing
 
+from ctxstack.archive import Archive, ArchiveHit, HistoryArchive
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.compact import CompactionResult, CompactUtils
+from ctxstack.compact.options import CompactionOptions
 from ctxstack.errors import (
     AgentError,
     AuthenticationError,
@@ -53,6 +55,8 @@ __version__ = "0.1.0"
 __all__ = [
     "LLM",
     "AgentError",
+    "Archive",
+    "ArchiveHit",
     "AuthenticationError",
     "BadRequestError",
     "BaseMemory",
@@ -61,6 +65,7 @@ __all__ = [
     "ChatStream",
     "CompactUtils",
     "CompactionEvent",
+    "CompactionOptions",
     "CompactionResult",
     "ConfigError",
     "ContentPart",
@@ -72,6 +77,7 @@ __all__ = [
     "FinishReason",
     "GuardTotals",
     "Hint",
+    "HistoryArchive",
     "ImagePart",
     "InputError",
     "LLMConnectionError",

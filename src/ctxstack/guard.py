@@ -10,12 +10,18 @@ last line of defence before messages reach the provider. Three stages:
    calls do not look at its text again.
 2. **Estimate.** Within budget → the input list itself is returned, at the cost of one
    cached lookup per message. Most iterations end here: compaction is the exception.
-3. **Compact.** Over budget → first the pinned cap (pinned content above ``pinned_cap`` of
-   the budget unpins the oldest injected messages; the current query stays pinned, cut if
-   it alone is too large), then LLM compaction with the hint's prompt when a compact LLM is
-   set, else ``smart_truncate``. Any LLM failure — exception, timeout, empty or unusable
-   answer — ends in truncation: the agent never sees it. Each compaction is reported as a
-   :class:`~ctxstack.guard_events.CompactionEvent`.
+3. **Compact, cheapest first** (:mod:`ctxstack.compact.stages`). Over budget → first the
+   pinned cap (pinned content above ``pinned_cap`` of the budget unpins the oldest
+   injected messages; the current query stays pinned, cut if it alone is too large), then
+   clear old tool outputs ("mask"); if that is not enough, the rolling LLM summary with
+   the hint's prompt when a compact LLM is set ("llm"), else ``smart_truncate``
+   ("truncate"). Any LLM failure — exception, timeout, empty or unusable answer — ends in
+   truncation: the agent never sees it. Each compaction is reported as a
+   :class:`~ctxstack.guard_events.CompactionEvent` whose ``method`` names the stage.
+
+With an ``archive`` (:class:`ctxstack.HistoryArchive`, or the service's database-backed
+one) everything the guard masks, summarises or drops is archived first, and the agents
+offer the model a ``recall`` tool to read it back: compaction becomes reversible.
 
 The pinned cap runs only when compaction is needed: it exists to leave room for history
 in a compaction, and within budget there is nothing to make room for (so the caller's list
@@ -30,14 +36,18 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
+from ctxstack.archive import Archive
 from ctxstack.budget import ModelBudget
 from ctxstack.compact import CompactUtils
+from ctxstack.compact.compaction import CompactionResult, resolve_options
+from ctxstack.compact.options import CompactionOptions
+from ctxstack.compact.stages import compact_staged
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardCheck, GuardTotals
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
-from ctxstack.protocol import LLM, Usage
+from ctxstack.protocol import LLM
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 log = logging.getLogger(__name__)
@@ -59,7 +69,8 @@ class ContextGuard:
         default_budget: tokens (or a :class:`~ctxstack.budget.ModelBudget`, whose
             ``usable_input_tokens`` is used) when a call passes no budget.
         max_message_chars: the size above which one message is cut head+tail.
-        keep_recent: compactable messages always kept verbatim by an LLM compaction.
+        keep_recent: compactable messages always kept verbatim by an LLM compaction
+            (default: ``options.keep_recent``).
         on_compact: a listener, or a list of listeners, called with each
             :class:`CompactionEvent` (sync or async), in order. ``guard.on_compact`` is that
             list: append to it to observe a guard built elsewhere. A listener that raises is
@@ -71,8 +82,12 @@ class ContextGuard:
             instruction is still appended).
         pinned_cap: share of the budget pinned messages may take before injected ones
             are unpinned.
-        target_fill: share of the budget an LLM compaction fills (summary included), so
-            the next iterations have headroom and compaction does not recur at once.
+        target_fill: share of the budget a compaction fills (the low watermark), so the
+            next iterations have headroom and compaction does not recur at once
+            (default: ``options.target_fill``, chosen by measurement).
+        options: the :class:`~ctxstack.compact.options.CompactionOptions` (mask
+            settings included); the keyword arguments above override it.
+        archive: where masked, summarised and dropped messages go (see the module doc).
 
     Raises:
         ConfigError: an argument out of range (the message names it).
@@ -83,13 +98,16 @@ class ContextGuard:
         compact_llm: LLM | None = None,
         default_budget: int | ModelBudget = DEFAULT_BUDGET,
         max_message_chars: int = 50_000,
-        keep_recent: int = 4,
+        keep_recent: int | None = None,
         on_compact: OnCompact | Sequence[OnCompact] | None = None,
         timeout: float = 10.0,
         counter: TokenCounter | None = None,
         prompt: str | None = None,
         pinned_cap: float = 0.5,
-        target_fill: float = 0.6,
+        target_fill: float | None = None,
+        *,
+        options: CompactionOptions | None = None,
+        archive: Archive | None = None,
     ) -> None:
         self.compact_llm = compact_llm
         self.default_budget = _budget_tokens(default_budget, "default_budget")
@@ -100,27 +118,24 @@ class ContextGuard:
                 f"max_message_chars: expected an integer >= {MIN_MESSAGE_CHARS}, "
                 f"got {max_message_chars!r}"
             )
-        if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
-            raise ConfigError(f"keep_recent: expected an integer >= 0, got {keep_recent!r}")
-        if not timeout > 0:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigError(f"timeout: expected seconds > 0, got {timeout!r}")
         if not 0 < pinned_cap <= 1:
             raise ConfigError(f"pinned_cap: expected 0 < pinned_cap <= 1, got {pinned_cap!r}")
-        if not 0 < target_fill <= 1:
-            raise ConfigError(f"target_fill: expected 0 < target_fill <= 1, got {target_fill!r}")
-        if prompt is not None and not prompt.strip():
-            raise ConfigError("prompt: a custom compaction prompt must not be empty")
+        if archive is not None and not isinstance(archive, Archive):
+            raise ConfigError(f"archive: expected an Archive (e.g. HistoryArchive), "
+                              f"got {type(archive).__name__}")
+        self.options = resolve_options(options, keep_recent=keep_recent, prompt=prompt,
+                                       target_fill=target_fill, timeout=float(timeout))
         self.max_message_chars = max_message_chars
-        self.keep_recent = keep_recent
         self.on_compact: list[OnCompact] = (
             [] if on_compact is None
             else [on_compact] if callable(on_compact) else list(on_compact)
         )
         self.timeout = float(timeout)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
-        self.prompt = prompt
         self.pinned_cap = pinned_cap
-        self.target_fill = target_fill
+        self.archive = archive
         # Stored on each vetted message (in its per-message cache, which dies with the
         # frozen object): "this message was checked against this limit and fits".
         self._vetted_key = f"ctxstack.guard.vetted:{max_message_chars}"
@@ -131,6 +146,21 @@ class ContextGuard:
         self._cuts = 0
 
     # ------------------------------------------------------------------ public
+    @property
+    def keep_recent(self) -> int:
+        """Messages an LLM compaction keeps verbatim at least (``options.keep_recent``)."""
+        return self.options.keep_recent
+
+    @property
+    def target_fill(self) -> float:
+        """The low watermark (``options.target_fill``)."""
+        return self.options.target_fill
+
+    @property
+    def prompt(self) -> str | None:
+        """The custom summariser prompt, if any (``options.prompt``)."""
+        return self.options.prompt
+
     @property
     def totals(self) -> GuardTotals:
         """Running totals since creation (or the last :meth:`reset_totals`)."""
@@ -236,16 +266,11 @@ class ContextGuard:
         counter = self.counter
         fits = effective_budget(limit, counter)  # what the result may fill (margin kept)
         pool, unpinned, cut_queries = apply_pinned_cap(messages, fits, self.pinned_cap, counter)
-        method: CompactionMethod = "truncate"
-        reason: str | None = None
-        usage = Usage()
-        summarized = 0
-        if self.compact_llm is None:
-            result = CompactUtils.smart_truncate(pool, limit, counter=counter)
-        else:
-            result, method, reason, usage, summarized = await self._llm_compact(
-                pool, limit, hint
-            )
+        detailed, reason = await self._staged(pool, limit, hint)
+        result = detailed.messages
+        method: CompactionMethod = "truncate" if detailed.method == "none" else detailed.method
+        if method == "truncate" and reason is None and self.compact_llm is not None:
+            reason = detailed.reason or "the summariser produced no summary"
         tokens_after = counter.count_messages(result)
         if tokens_after > fits:
             # Defence in depth: whatever compaction returned, enforce the budget once more.
@@ -268,43 +293,38 @@ class ContextGuard:
             messages_after=len(result),
             tokens_before=tokens_before,
             tokens_after=tokens_after,
-            summarized=summarized,
+            summarized=len(detailed.summarized) if method == "llm" else 0,
+            masked=detailed.masked,
+            archived=detailed.archived,
             unpinned=unpinned,
             cut_messages=cut_before + cut_queries,
-            usage=usage,
+            usage=detailed.usage,
             duration_s=time.perf_counter() - started,
         )
         self._totals = self._totals.add(event)
         log.info(
             "guard: compacted (%s, hint %s) %d→%d messages, %d→%d tokens, budget %d, "
-            "%.3fs%s",
+            "%d outputs cleared, %.3fs%s",
             event.method, hint, event.messages_before, event.messages_after,
-            event.tokens_before, event.tokens_after, limit, event.duration_s,
+            event.tokens_before, event.tokens_after, limit, event.masked, event.duration_s,
             f"; fell back: {reason}" if reason else "",
         )
         await self._report(event)
         return GuardCheck(result, event)
 
-    async def _llm_compact(
+    async def _staged(
         self, pool: list[ChatMessage], limit: int, hint: Hint
-    ) -> tuple[list[ChatMessage], CompactionMethod, str | None, Usage, int]:
-        """LLM compaction; every failure, even an unexpected one, ends in truncation."""
-        assert self.compact_llm is not None
+    ) -> tuple[CompactionResult, str | None]:
+        """The staged compaction; every failure, even an unexpected one, ends in truncation
+        (with the reason)."""
         # compact_detailed enforces `timeout` on the LLM call itself; this outer deadline
-        # only guards against a hang anywhere else (a misbehaving LLM wrapper).
+        # only guards against a hang anywhere else (a misbehaving LLM wrapper or archive).
         deadline = self.timeout * 2 + 1.0
         try:
             async with asyncio.timeout(deadline):
-                detailed = await CompactUtils.compact_detailed(
-                    pool,
-                    self.compact_llm,
-                    limit,
-                    self.keep_recent,
-                    hint,
-                    prompt=self.prompt,
-                    target_fill=self.target_fill,
-                    timeout=self.timeout,
-                    counter=self.counter,
+                detailed = await compact_staged(
+                    pool, self.compact_llm, limit, self.options.with_(hint=hint),
+                    counter=self.counter, archive=self.archive,
                 )
         except TimeoutError:
             reason = f"compaction did not finish within {deadline:.1f}s"
@@ -312,14 +332,14 @@ class ContextGuard:
             log.warning("guard: compaction failed unexpectedly", exc_info=True)
             reason = f"compaction error: {type(exc).__name__}: {exc}"
         else:
-            if detailed.method == "llm":
-                return (detailed.messages, "llm", None, detailed.usage,
-                        len(detailed.summarized))
-            return (detailed.messages, "truncate",
-                    detailed.reason or "the summariser produced no summary",
-                    detailed.usage, 0)
+            return detailed, None
         fallback = CompactUtils.smart_truncate(pool, limit, counter=self.counter)
-        return fallback, "truncate", reason, Usage(), 0
+        return CompactionResult(
+            messages=fallback, method="truncate", reason=reason,
+            tokens_before=self.counter.count_messages(pool),
+            tokens_after=self.counter.count_messages(fallback),
+            messages_before=len(pool), messages_after=len(fallback),
+        ), reason
 
     async def _report(self, event: CompactionEvent) -> None:
         for listener in list(self.on_compact):

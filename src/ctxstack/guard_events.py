@@ -18,13 +18,14 @@ from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint
 from ctxstack.protocol import Usage
 
-CompactionMethod = Literal["llm", "truncate"]
+CompactionMethod = Literal["mask", "llm", "truncate"]
 
 
 class CompactionEvent(BaseModel):
     """One compaction by :class:`~ctxstack.guard.ContextGuard`.
 
-    ``method`` is what produced the result: ``"llm"`` (a summary) or ``"truncate"``
+    ``method`` is the stage that produced the result: ``"mask"`` (old tool outputs
+    cleared, nothing summarised), ``"llm"`` (a summary) or ``"truncate"``
     (``smart_truncate``). ``reason`` is set whenever the result is not what the guard was
     configured to produce — why an LLM compaction fell back to truncation (exception,
     timeout, empty or unusable answer) — and is ``None`` for truncation by configuration
@@ -45,6 +46,10 @@ class CompactionEvent(BaseModel):
     tokens_after: int
     summarized: int = 0
     """Messages folded into the summary (``"llm"`` only)."""
+    masked: int = 0
+    """Tool outputs cleared to placeholders (by the "mask" stage, also before a summary)."""
+    archived: int = 0
+    """Messages archived (recallable) by this compaction."""
     unpinned: int = 0
     """Injected messages the pinned cap unpinned before compacting."""
     cut_messages: int = 0
@@ -73,11 +78,14 @@ class GuardTotals(BaseModel):
 
     checks: int = 0
     compactions: int = 0
+    mask_compactions: int = 0
     llm_compactions: int = 0
     fallbacks: int = 0
     truncations: int = 0
     cut_messages: int = 0
     unpinned: int = 0
+    masked: int = 0
+    archived: int = 0
     usage: Usage = Usage()
     duration_s: float = 0.0
 
@@ -94,7 +102,10 @@ class GuardTotals(BaseModel):
         return self.model_copy(
             update={
                 "compactions": self.compactions + 1,
+                "mask_compactions": self.mask_compactions + (event.method == "mask"),
                 "llm_compactions": self.llm_compactions + (event.method == "llm"),
+                "masked": self.masked + event.masked,
+                "archived": self.archived + event.archived,
                 "fallbacks": self.fallbacks + event.fell_back,
                 "truncations": self.truncations + (event.method == "truncate"),
                 "unpinned": self.unpinned + event.unpinned,

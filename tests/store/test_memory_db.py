@@ -298,9 +298,18 @@ async def test_over_budget_with_llm_summarises_and_offers_a_checkpoint(
     candidate = mem.checkpoint_candidate
     assert candidate is not None
     kept = [m.metadata["seq"] for m in history[1:]]
-    # The checkpoint covers exactly what the summary replaced: everything before the
-    # first message kept verbatim.
-    assert candidate.last_seq == kept[0] - 1
+    # The checkpoint covers what the summary replaced (down to target_fill, so the next
+    # turns have room); the newest of those are also shown verbatim while the budget
+    # allows (widening), so nothing between the summary and the verbatim part is missing.
+    assert kept == list(range(kept[0], 41))
+    assert kept[0] <= candidate.last_seq + 1 < 41
+    # As much verbatim as the budget allows: at least what smart_truncate keeps, less
+    # the summary's own size (and one message of rounding).
+    rows = await DbMemory(conv, session_factory=sf, budget=1200).get_messages()
+    truncated = HEURISTIC.count_messages(rows)
+    verbatim = HEURISTIC.count_messages(history[1:])
+    biggest = max(HEURISTIC.count_message(m) for m in history[1:])
+    assert verbatim >= truncated - HEURISTIC.count_message(history[0]) - biggest
     assert kept == list(range(kept[0], 41))
     assert candidate.summary == history[0].text
     assert candidate.token_count == HEURISTIC.count_message(history[0])
@@ -471,7 +480,8 @@ async def test_checkpoint_chain_never_drops_a_message_for_good(
     """Turn after turn, as the service runs it. Each load fits the budget and is the summary
     (if any) then a contiguous run of the newest messages; a new checkpoint covers only
     messages the summariser was actually shown; everything after the checkpoint is still
-    loaded next time. So no message is lost for good, and none is repeated."""
+    loaded next time. So no message is lost for good (the newest summarised messages may
+    also be shown verbatim in the load that summarised them)."""
     conv = (await create_conversation(sf, alice.id)).id
     llm = summariser()
     mem = memory(sf, conv, budget=budget, compact_llm=llm)
@@ -497,9 +507,71 @@ async def test_checkpoint_chain_never_drops_a_message_for_good(
             for folded in range(covered + 1, candidate.last_seq + 1):
                 marker = f"{'question' if folded % 2 == 0 else 'answer'} {folded}:"
                 assert marker in transcript
-            assert not verbatim or verbatim[0] > candidate.last_seq
+            # The newest summarised messages may also be shown verbatim (widening), but
+            # what is newer than the checkpoint is never only in the summary.
+            assert not verbatim or verbatim[-1] > candidate.last_seq
             await mem.save_checkpoint()
             covered = candidate.last_seq
         seq += 1
         await append_messages(sf, conv, [NewMessage(role="assistant",
                                                     content=turn_text(seq, answer_words))])
+
+
+# ---------------------------------------------------------------- folding older history
+async def test_a_thousand_messages_without_a_checkpoint_are_all_summarised(
+    sf: SessionFactory, conv: str
+) -> None:
+    """Nothing silently dropped on load: history older than the read window is folded
+    into the rolling summary in chunks, and the counts reported are exact."""
+    await append_messages(sf, conv, [NewMessage(
+        role="user", content="Keep this: my order id is ORD-99812-XK, weight 3.14159 kg.")])
+    await seed(sf, conv, 1000, start=1, words=20)  # 1,000 more; the last is the query
+    seen: list[str] = []
+
+    def reply(messages: Sequence[ChatMessage], _tools: Any) -> str:
+        seen.append("\n".join(m.text for m in messages))
+        return "Summary: a long exchange of questions and answers."
+
+    llm = ScriptedLLM(handler=reply, context_size=16_000, max_output_tokens=2_000)
+    mem = memory(sf, conv, budget=4_000, compact_llm=llm)
+    history = await mem.get_messages()
+    assert "ORD-99812-XK" in seen[0]  # message 0's fact reached the summariser input
+    assert len(seen) >= 3  # several chunks, rolling
+    assert mem.omitted_count == 0
+    assert mem.original_count == 1000  # every stored message before the query
+    verbatim = [m.metadata["seq"] for m in history if m.kind != "summary"]
+    candidate = mem.checkpoint_candidate
+    assert candidate is not None
+    # Exact: the summary covers messages 1..last_seq, all of them; the newest are also
+    # shown verbatim (widening) up to the query; nothing in between is missing.
+    assert mem.summarized_count == candidate.last_seq
+    assert verbatim == list(range(verbatim[0], 1001))
+    assert verbatim[0] <= candidate.last_seq + 1
+    assert mem.folded_count > 0
+    assert mem.method == "llm"
+    assert mem.was_compacted
+    assert history[0].kind == "summary"
+    assert "ORD-99812-XK" in history[0].text  # the fact survives into the summary's facts
+    assert HEURISTIC.count_messages(history) <= 4_000
+
+
+async def test_folding_is_bounded_per_load_and_reports_what_is_left(
+    sf: SessionFactory, conv: str
+) -> None:
+    await seed(sf, conv, 1001, words=20)
+    llm = ScriptedLLM(handler=lambda m, t: "Summary.", context_size=16_000,
+                      max_output_tokens=2_000)
+    mem = memory(sf, conv, budget=4_000, compact_llm=llm, max_fold_chunks=1)
+    await mem.get_messages()
+    assert mem.folded_count > 0
+    assert mem.omitted_count > 0  # the rest waits for the next turn, and says so
+    assert mem.original_count == 1000
+    assert any("left out" in w for w in mem.warnings)
+    first = mem.checkpoint_candidate
+    assert first is not None
+    # The checkpoint stops where folding stopped: the rows left out are not covered.
+    assert first.last_seq == mem.folded_count
+    await mem.save_checkpoint()
+    await mem.get_messages()  # the next turn continues from the checkpoint
+    assert mem.checkpoint_candidate is not None
+    assert mem.checkpoint_candidate.last_seq > first.last_seq

@@ -47,8 +47,10 @@ from ctxstack.agent.events import (
     WarningEvent,
 )
 from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from ctxstack.agent.recall import RECALL_TOOL_NAME, recall_tool
 from ctxstack.agent.result import AgentResult, StopReason, ToolTraceEntry
 from ctxstack.agent.tools import Tool, ToolFunction, ToolRegistry, as_registry
+from ctxstack.archive import Archive
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
 from ctxstack.guard_events import CompactionEvent, GuardCheck
@@ -77,6 +79,15 @@ class GuardLike(Protocol):
 
     @property
     def totals(self) -> _Totals: ...
+
+
+def _offer(
+    specs: list[ToolSpec] | None, recall: tuple[Tool, Archive] | None
+) -> list[ToolSpec] | None:
+    """The tools offered on this call: ``recall`` joins once something was archived."""
+    if recall is None or not len(recall[1]):
+        return specs
+    return [*(specs or []), recall[0].spec()]
 
 
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
@@ -260,8 +271,11 @@ class ReActAgent:
         history = await self.memory.get_messages() if self.memory is not None else []
         messages = decisions.initial_messages(self.system_prompt, history, run.query)
         specs = await self._select_tools(run)
-        # The tool list is billed as input on every call: the messages get what it leaves.
-        budget = self._message_budget(self.budget, specs)
+        tools, recall = self._recall_tools()
+        # The tool list is billed as input on every call: the messages get what it leaves
+        # (recall's spec included whenever it may be offered).
+        budget = self._message_budget(
+            self.budget, [*(specs or []), recall[0].spec()] if recall is not None else specs)
         answer: str | None = None
         last_note: str | None = None
         stopped: StopReason = "answer"
@@ -280,14 +294,14 @@ class ReActAgent:
                 iteration=iteration, messages=len(messages),
                 tokens=HEURISTIC.count_messages(messages),
             )
-            reply, messages = await self._chat(run, messages, specs)
+            reply, messages = await self._chat(run, messages, _offer(specs, recall))
             for event in self._new_compactions(run, recovery=True):
                 yield event
             message = reply.message
 
             if message.tool_calls:
                 last_note = message.text or last_note
-                async for step in self._run_tools(run, message, messages):
+                async for step in self._run_tools(run, tools, message, messages):
                     yield step
                 continue
 
@@ -299,9 +313,7 @@ class ReActAgent:
                 iterations_left=self.max_iterations - iteration,
             )
             if action == "defer_for_inject":
-                # The draft is dropped, not kept: the next answer must cover the query and
-                # the new message together, and a kept draft invites a reply to the
-                # follow-up alone.
+                # Drop the draft: the next answer must cover query and new message together.
                 continue
             messages.append(message)
             if action == "checklist":
@@ -318,7 +330,7 @@ class ReActAgent:
         yield DoneEvent(result=self._result(run, answer, messages, stopped))
 
     async def _run_tools(
-        self, run: _Run, message: ChatMessage, messages: list[ChatMessage]
+        self, run: _Run, tools: ToolRegistry, message: ChatMessage, messages: list[ChatMessage]
     ) -> AsyncIterator[AgentEvent]:
         """Run the tool calls of ``message`` (in parallel), append the tool turn to
         ``messages``, and warn the model when the same call keeps repeating."""
@@ -328,7 +340,7 @@ class ReActAgent:
             yield ToolCallEvent(iteration=iteration, call_id=call.id, tool=call.name,
                                 arguments=call.arguments)
         outcomes = await asyncio.gather(*(
-            self.tools.execute(call, default_timeout=self.tool_timeout) for call in calls
+            tools.execute(call, default_timeout=self.tool_timeout) for call in calls
         ))
         messages.extend(decisions.tool_turn_messages(message, outcomes))
         entries = decisions.trace_entries(iteration, outcomes)
@@ -390,6 +402,15 @@ class ReActAgent:
                 ) from second
         run.usage += reply.usage
         return reply, messages
+
+    def _recall_tools(self) -> tuple[ToolRegistry, tuple[Tool, Archive] | None]:
+        """The run's tools plus ``recall`` when the guard archives (see
+        :mod:`ctxstack.agent.recall`); a user tool already named ``recall`` wins."""
+        archive = getattr(self.guard, "archive", None)
+        if not isinstance(archive, Archive) or RECALL_TOOL_NAME in self.tools:
+            return self.tools, None
+        recall = recall_tool(archive)
+        return ToolRegistry([*self.tools, recall]), (recall, archive)
 
     async def _select_tools(self, run: _Run) -> list[ToolSpec] | None:
         if not len(self.tools):

@@ -17,10 +17,16 @@ The flow of :func:`compact_detailed` (docs/DESIGN.md §3, layer 2):
 Any summariser failure (exception, timeout, empty or scratchpad-only answer) falls back
 to ``smart_truncate`` of the input: the caller always gets a usable window, the result's
 ``reason`` says why, and a WARNING is logged. Nothing is raised for a model failure.
+
+This is stage (c) of the staged compaction (:mod:`ctxstack.compact.stages`). The CPU-heavy
+parts (splitting and counting, building the transcript, choosing the facts) run in a
+worker thread (``asyncio.to_thread``), so a compaction of thousands of messages never
+stalls the event loop that serves other streams.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Collection, Sequence
@@ -29,17 +35,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.compact.groups import Layout, choose_fold, split_layout
+from ctxstack.compact.groups import Fold, Layout, choose_fold, split_layout
+from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.summarize import (
-    build_summary_message,
+    assemble_summary,
+    build_request,
+    call_summarizer,
+    finalize_text,
     previous_text,
-    run_summarizer,
     summary_reserve,
 )
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import check_hint
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
@@ -52,7 +60,10 @@ FACTS_SHARE = 0.05
 MIN_ANSWER_TOKENS = 64
 MIN_FACTS_TOKENS = 16
 
-Method = Literal["none", "llm", "truncate"]
+MAX_FACTS_SHARE = 0.25
+"""The facts list may grow into the room the budget leaves, up to this share of it."""
+
+Method = Literal["none", "mask", "llm", "truncate"]
 
 
 class CompactionResult(BaseModel):
@@ -80,6 +91,10 @@ class CompactionResult(BaseModel):
     messages_before: int
     messages_after: int
     previous_summary: str | None = None
+    masked: int = 0
+    """Tool outputs cleared (stage "mask", also before an "llm" or "truncate" result)."""
+    archived: int = 0
+    """Messages handed to the archive by this compaction."""
 
     @property
     def compacted(self) -> bool:
@@ -179,40 +194,43 @@ def _assemble(
     return out
 
 
-async def compact_detailed(
-    messages: Sequence[ChatMessage],
-    llm: LLM | None,
-    max_tokens: int,
-    keep_recent: int = 4,
-    hint: str = "general",
+def resolve_options(
+    options: CompactionOptions | None,
     *,
+    keep_recent: int | None = None,
+    hint: str | None = None,
     prompt: str | None = None,
-    target_fill: float = 0.6,
-    timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
-    counter: TokenCounter | None = None,
-) -> CompactionResult:
-    """Compact ``messages`` to ``max_tokens`` with ``llm`` as summariser; see the module doc.
+    target_fill: float | None = None,
+    timeout: float | None = None,
+) -> CompactionOptions:
+    """``options`` (default :class:`CompactionOptions`) with the given overrides applied.
 
-    Raises :class:`ConfigError` for invalid arguments (never for a model failure).
+    Raises :class:`ConfigError` naming an invalid argument.
     """
-    check_budget(max_tokens)
-    check_hint(hint)
-    check_keep_recent(keep_recent)
-    check_target_fill(target_fill)
-    check_timeout(timeout)
-    counter = counter or DEFAULT_COUNTER
-    nominal = max_tokens
-    # Compare with the counter's margin applied; smart_truncate receives the nominal
-    # budget and applies the same margin itself (never twice).
-    max_tokens = effective_budget(nominal, counter)
-    msgs = list(messages)
-    # _Outcomes.fallback truncates to the nominal budget (smart_truncate applies the margin).
-    done = _Outcomes(msgs, counter.count_messages(msgs), counter, nominal)
-    if done.before <= max_tokens:
-        return done.result(msgs, "none")
-    if llm is None:
-        return done.fallback("no_llm")
+    base = options if options is not None else CompactionOptions()
+    if not isinstance(base, CompactionOptions):
+        raise ConfigError(f"options: expected CompactionOptions, got {type(base).__name__}")
+    return base.with_(keep_recent=keep_recent, hint=hint, prompt=prompt,
+                      target_fill=target_fill, timeout=timeout)
 
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The pure part before the summariser call (computed off the event loop)."""
+
+    layout: Layout
+    plan: Fold
+    summaries: list[int]
+    previous: str | None
+    to_summarize: list[ChatMessage]
+    folded: list[ChatMessage]
+    request: list[ChatMessage]
+
+
+def _prepare(
+    msgs: list[ChatMessage], llm: LLM, max_tokens: int, opts: CompactionOptions,
+    counter: TokenCounter, note: str | None,
+) -> _Prepared | None:
     layout = split_layout(msgs, counter)
     units = layout.units
     summaries = layout.summaries()
@@ -222,37 +240,110 @@ async def compact_detailed(
         layout.prompt_tokens
         + layout.pinned_tokens()
         + summary_reserve(answer_tokens, facts_tokens, counter)
+        + (counter.count_text(note) + 1 if note else 0)
     )
     plan = choose_fold(
         layout,
-        keep_recent=keep_recent,
+        keep_recent=opts.keep_recent,
         fixed_tokens=fixed,
-        target_tokens=int(max_tokens * target_fill),
+        target_tokens=int(max_tokens * opts.target_fill),
         limit_tokens=max_tokens,
     )
-    folded_units = sorted((*plan.fold, *summaries))
     if not plan.fold and not summaries:
-        return done.fallback("nothing_to_summarize")
+        return None
+    folded_units = sorted((*plan.fold, *summaries))
     folded = [m for i in folded_units for m in msgs[units[i].start : units[i].stop]]
     to_summarize = [m for i in plan.fold for m in msgs[units[i].start : units[i].stop]]
+    request = build_request(to_summarize, previous, llm, opts.hint, opts.prompt, counter)
+    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, request)
 
-    outcome = await run_summarizer(
-        to_summarize, previous, llm, hint=hint, prompt=prompt, timeout=timeout,
-        answer_tokens=answer_tokens, counter=counter,
+
+def _finish(
+    msgs: list[ChatMessage], prep: _Prepared, text: str, llm: LLM, max_tokens: int,
+    opts: CompactionOptions, counter: TokenCounter, note: str | None, nominal: int,
+) -> tuple[list[ChatMessage], ChatMessage]:
+    """Build the summary (facts filling the room left) and assemble the result.
+
+    ``max_tokens`` is what the result may fill (the counter's margin applied);
+    ``smart_truncate`` gets the ``nominal`` budget and applies the margin itself.
+    """
+    answer_tokens, facts_tokens = summary_sizes(max_tokens, llm)
+    final = finalize_text(text, prep.previous, hint=opts.hint, answer_tokens=answer_tokens,
+                          counter=counter)
+    bare = assemble_summary(final, (), None, facts_tokens=0, counter=counter, note=note)
+    without_facts = counter.count_messages(_assemble(msgs, prep.layout, prep.plan.keep, bare))
+    room = int(max_tokens * opts.target_fill) - without_facts
+    facts_tokens = max(facts_tokens, min(room, int(max_tokens * MAX_FACTS_SHARE)))
+    summary = assemble_summary(final, prep.to_summarize, prep.previous,
+                               facts_tokens=facts_tokens, counter=counter, note=note)
+    out = _assemble(msgs, prep.layout, prep.plan.keep, summary)
+    if counter.count_messages(out) > max_tokens:
+        # Over budget (pinned messages, a huge recent group): truncate the verbatim part,
+        # never the summary — it stands for everything folded (and its facts).
+        held = summary.replace(pinned=True)
+        kept = smart_truncate([held if m is summary else m for m in out], nominal,
+                              counter=counter)
+        kept = [summary if m is held else m for m in kept]
+        # A budget too small even for the summary: plain truncation decides.
+        fits = counter.count_messages(kept) <= max_tokens
+        out = kept if fits else smart_truncate(out, nominal, counter=counter)
+    return out, summary
+
+
+async def compact_detailed(
+    messages: Sequence[ChatMessage],
+    llm: LLM | None,
+    max_tokens: int,
+    keep_recent: int | None = None,
+    hint: str | None = None,
+    *,
+    options: CompactionOptions | None = None,
+    prompt: str | None = None,
+    target_fill: float | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
+    counter: TokenCounter | None = None,
+    note: str | None = None,
+) -> CompactionResult:
+    """Compact ``messages`` to ``max_tokens`` with ``llm`` as summariser; see the module doc.
+
+    Settings come from ``options`` (default :class:`CompactionOptions`: keep_recent 4,
+    hint "general", …); the keyword arguments override it. ``note`` is a line appended
+    to the summary (the guard says there that archived messages can be recalled).
+
+    Raises :class:`ConfigError` for invalid arguments (never for a model failure).
+    """
+    check_budget(max_tokens)
+    opts = resolve_options(options, keep_recent=keep_recent, hint=hint, prompt=prompt,
+                           target_fill=target_fill, timeout=timeout)
+    counter = counter or DEFAULT_COUNTER
+    nominal = max_tokens
+    # Compare and size with the counter's margin applied; smart_truncate receives the
+    # nominal budget and applies the same margin itself (never twice).
+    max_tokens = effective_budget(nominal, counter)
+    msgs = list(messages)
+    before = (await asyncio.to_thread(counter.count_messages, msgs) if len(msgs) > 64
+              else counter.count_messages(msgs))
+    done = _Outcomes(msgs, before, counter, nominal)
+    if done.before <= max_tokens:
+        return done.result(msgs, "none")
+    if llm is None:
+        return done.fallback("no_llm")
+
+    prep = await asyncio.to_thread(_prepare, msgs, llm, max_tokens, opts, counter, note)
+    if prep is None:
+        return done.fallback("nothing_to_summarize")
+    outcome = await call_summarizer(
+        prep.request, llm, timeout=opts.timeout,
+        answer_tokens=summary_sizes(max_tokens, llm)[0],
     )
     if outcome.text is None:
-        return done.fallback(outcome.reason or "empty_summary", outcome.usage, previous)
-
-    summary = build_summary_message(
-        outcome.text, to_summarize, previous, hint=hint, answer_tokens=answer_tokens,
-        facts_tokens=facts_tokens, counter=counter,
+        return done.fallback(outcome.reason or "empty_summary", outcome.usage, prep.previous)
+    out, summary = await asyncio.to_thread(
+        _finish, msgs, prep, outcome.text, llm, max_tokens, opts, counter, note, nominal
     )
-    out = _assemble(msgs, layout, plan.keep, summary)
-    if counter.count_messages(out) > max_tokens:
-        out = smart_truncate(out, nominal, counter=counter)
     return done.result(
-        out, "llm", usage=outcome.usage, summary=summary, summarized=tuple(folded),
-        previous=previous,
+        out, "llm", usage=outcome.usage, summary=summary, summarized=tuple(prep.folded),
+        previous=prep.previous,
     )
 
 
@@ -260,24 +351,22 @@ async def llm_compact(
     messages: Sequence[ChatMessage],
     llm: LLM | None,
     max_tokens: int,
-    keep_recent: int = 4,
-    hint: str = "general",
+    keep_recent: int | None = None,
+    hint: str | None = None,
     *,
+    options: CompactionOptions | None = None,
     prompt: str | None = None,
-    target_fill: float = 0.6,
+    target_fill: float | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
     counter: TokenCounter | None = None,
 ) -> list[ChatMessage]:
-    """:func:`compact_detailed`, returning only the messages."""
+    """:func:`compact_detailed`, returning only the messages.
+
+    ``llm_compact(messages, llm, max_tokens, keep_recent=4, hint="general")`` (DESIGN §2)
+    keeps working: omitted arguments take the :class:`CompactionOptions` defaults.
+    """
     res = await compact_detailed(
-        messages,
-        llm,
-        max_tokens,
-        keep_recent,
-        hint,
-        prompt=prompt,
-        target_fill=target_fill,
-        timeout=timeout,
-        counter=counter,
+        messages, llm, max_tokens, keep_recent, hint, options=options, prompt=prompt,
+        target_fill=target_fill, timeout=timeout, counter=counter,
     )
     return res.messages

@@ -164,6 +164,17 @@ async def run_summarizer(
     (nothing left after removing analysis/scratchpad blocks). Cancellation propagates.
     """
     request = build_request(fold, previous, llm, hint, prompt, counter)
+    return await call_summarizer(request, llm, timeout=timeout, answer_tokens=answer_tokens)
+
+
+async def call_summarizer(
+    request: list[ChatMessage],
+    llm: LLM,
+    *,
+    timeout: float | None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
+    answer_tokens: int,
+) -> SummaryOutcome:
+    """:func:`run_summarizer` with the request already built (see :func:`build_request`)."""
     try:
         call = llm.chat(request, max_tokens=answer_tokens)
         result = await (asyncio.wait_for(call, timeout) if timeout is not None else call)
@@ -187,13 +198,39 @@ def build_summary_message(
     answer_tokens: int,
     facts_tokens: int,
     counter: TokenCounter,
+    note: str | None = None,
 ) -> ChatMessage:
     """The ``[Conversation summary]`` system message (kind ``"summary"``).
 
-    Its cost stays within :func:`summary_reserve` of the same sizes.
+    Its cost stays within :func:`summary_reserve` of the same sizes (plus ``note``, a
+    line placed before the facts, e.g. that archived messages can be recalled).
     """
+    final = finalize_text(text, previous, hint=hint, answer_tokens=answer_tokens,
+                          counter=counter)
+    return assemble_summary(final, fold, previous, facts_tokens=facts_tokens, counter=counter,
+                            note=note)
+
+
+def finalize_text(
+    text: str, previous: str | None, *, hint: str, answer_tokens: int, counter: TokenCounter
+) -> str:
+    """The summariser's answer through the ``finalize_summary`` hook, bounded."""
     final = finalize_summary(hint, previous, text).strip() or text
-    final = cut_text_tokens(final, answer_tokens, counter)
+    return cut_text_tokens(final, answer_tokens, counter)
+
+
+def assemble_summary(
+    final: str,
+    fold: Sequence[ChatMessage],
+    previous: str | None,
+    *,
+    facts_tokens: int,
+    counter: TokenCounter,
+    note: str | None = None,
+) -> ChatMessage:
+    """The summary message from finalized text, a note and the facts that fit."""
     facts = select_facts(fold, final, facts_tokens, counter, previous_summary=previous)
+    if note and note not in final:
+        final = f"{final}\n\n{note}"
     body = f"{final}\n\n{format_facts(facts)}" if facts else final
     return ChatMessage.summary(f"{SUMMARY_PREFIX}\n{body}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ctxstack.compact.cut import cut_text
 from ctxstack.compact.summarize import build_summary_message, previous_text, run_summarizer
 from ctxstack.dag.context import dependency_shares
 from ctxstack.dag.plan import PlanStep
@@ -70,7 +71,10 @@ async def summarize_dependency(
     text: str | None = None
     reason = outcome.reason
     if outcome.text is not None:
-        message = build_summary_message(outcome.text, [source], None, hint=HINT,
+        # Bound the prose by characters too: its tokens may be worth more characters than
+        # the result's were (a long-winded or repetitive answer), and the share is in chars.
+        prose = cut_text(outcome.text, max(1, int(share * (1 - FACTS_SHARE))))
+        message = build_summary_message(prose, [source], None, hint=HINT,
                                         answer_tokens=answer_room, facts_tokens=facts_room,
                                         counter=counter)
         summary = previous_text(message)

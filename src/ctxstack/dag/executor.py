@@ -45,6 +45,7 @@ from ctxstack.agent import (
     ToolResultEvent,
     WarningEvent,
 )
+from ctxstack.archive import HistoryArchive
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.dag.context import STEP_CONTEXT_MAX_CHARS, build_step_context
 from ctxstack.dag.dependencies import condense_dependencies
@@ -79,10 +80,15 @@ def default_guard(
     max_chars: int,
     counter: TokenCounter | None = None,
 ) -> ContextGuard:
-    """A ContextGuard on ``budget`` that compacts with ``compact_llm`` (truncates if None)."""
+    """A ContextGuard on ``budget`` that compacts with ``compact_llm`` (truncates if None).
+
+    Each step gets its own :class:`~ctxstack.archive.HistoryArchive`: whatever the step's
+    guard masks, summarises or drops stays readable through the step agent's ``recall``
+    tool (offered as soon as something was archived).
+    """
     return ContextGuard(
         compact_llm=compact_llm, default_budget=budget, max_message_chars=max_chars,
-        counter=counter,
+        counter=counter, archive=HistoryArchive(),
     )
 
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxstack import LLM, ChatMessage, CompactionEvent, ContextGuard, TokenCounter, Usage
+from ctxstack import LLM, ChatMessage, ContextGuard, TokenCounter, Usage
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
 
-FitMethod = Literal["none", "checkpoint", "llm", "truncate"]
+FitMethod = Literal["none", "checkpoint", "mask", "llm", "truncate"]
 DEFAULT_CUT_CHARS = 50_000
 MIN_LIMIT = 256
 """The smallest message budget the guard is given (when tool definitions eat the rest)."""
@@ -91,17 +91,14 @@ class Fitter:
             if reused is not None:
                 return reused
         working = _working(conv, record)
-        events: list[CompactionEvent] = []
         guard = ContextGuard(
             compact_llm=summarizer,
             default_budget=limit,
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
             timeout=self.summary_timeout,
             counter=self.counter,
-            on_compact=events.append,
         )
-        result = await guard.check_and_compact(working, limit)
-        event = events[0] if events else None
+        result, event = await guard.check(working, limit)
         unchanged = result is working or _same(result, working)
         if unchanged and record is None:
             return Fit(None, "none", n, n, 0, total + tools, total + tools)

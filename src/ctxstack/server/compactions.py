@@ -33,7 +33,7 @@ from ctxstack.agent.events import CompactionNoticeEvent
 from ctxstack.compact.facts import FACTS_HEADING
 from ctxstack.dag.events import StepActivityEvent
 from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard_events import CompactionEvent, GuardCheck
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX, Hint
 from ctxstack.server.sse import CompactData
@@ -174,16 +174,17 @@ class TrackingGuard(ContextGuard):
         self.listeners: list[CheckListener] = list(listeners)
         self.last_fold: GuardFold | None = None
 
-    async def check_and_compact(
+    async def check(
         self, messages: Sequence[ChatMessage], budget: object = None,
         hint: Hint | str = "general",
-    ) -> list[ChatMessage]:
-        out = await super().check_and_compact(messages, budget, hint)  # type: ignore[arg-type]
+    ) -> GuardCheck:
+        checked = await super().check(messages, budget, hint)  # type: ignore[arg-type]
+        out = checked.messages
         if out is not messages and len(out) != len(messages):
             self.last_fold = _fold(messages, out)
         for listener in self.listeners:
             listener(messages, out, str(hint))
-        return out
+        return checked
 
 
 def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -> tuple[
@@ -206,7 +207,7 @@ def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -
     data = CompactData(
         original_messages=original, kept_messages=len(fold.stored_out),
         summarized_messages=span.count if method == "llm" else base.count,
-        cleared_tool_outputs=int(getattr(event, "cleared_tool_outputs", 0) or 0),
+        cleared_tool_outputs=event.masked,
         method=method, scope="run", first_seq=span.first_seq, last_seq=span.last_seq,
         turn_messages=max(0, fold.turn_in - fold.turn_out) if method == "llm" else 0,
         summary=prose or None, facts=facts, hint=event.hint)
@@ -223,9 +224,7 @@ def step_compaction(event: StepActivityEvent) -> CompactData:
     method = _method(compaction.method)
     return CompactData(original_messages=0, kept_messages=0, method=method, scope="step",
                        turn_messages=compaction.summarized, step=event.step_id,
-                       hint=compaction.hint,
-                       cleared_tool_outputs=int(getattr(compaction, "cleared_tool_outputs", 0)
-                                                or 0))
+                       hint=compaction.hint, cleared_tool_outputs=compaction.masked)
 
 
 async def list_compactions(

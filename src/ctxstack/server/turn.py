@@ -73,6 +73,7 @@ from ctxstack.server.sse import (
 )
 from ctxstack.server.state import ServiceState
 from ctxstack.server.tools import service_tools
+from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.files import FileRecord
 from ctxstack.store.memory import DbMemory
 
@@ -134,6 +135,7 @@ class Turn:
         self.consumed: list[str] = []
         self.forwarded: list[str] = []
         self.checkpoint: Any = None
+        self.archive: ConversationArchive | None = None
         self.started = time.perf_counter()
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
@@ -216,6 +218,15 @@ class Turn:
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate
+        # The stored messages are the archive (ctxstack.store.archive): what the load
+        # summarised or trimmed, and what the run's guard clears, stays recallable.
+        query_seq = (memory.trailing_message.metadata.get("seq")
+                     if memory.trailing_message is not None else None)
+        self.archive = ConversationArchive(
+            self.state.factory, self.spec.conversation_id,
+            before_seq=query_seq if isinstance(query_seq, int) else None,
+            hidden=max(0, memory.original_count
+                       - sum(isinstance(m.metadata.get("seq"), int) for m in history)))
         compacted, self.span = await load_compaction(memory, history, self.state.factory)
         if compacted is not None:
             await self.emit(CompactEvent(data=compacted))
@@ -263,7 +274,7 @@ class Turn:
     ) -> None:
         guard = TrackingGuard(compact_llm=fast_llm, default_budget=budget,
                               counter=self.state.llms.counter("main"),
-                              listeners=[self._on_check(budget)])
+                              listeners=[self._on_check(budget)], archive=self.archive)
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,

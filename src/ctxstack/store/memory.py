@@ -14,8 +14,10 @@ What one :meth:`~DbMemory.get_messages` call does:
    ``load_window`` × the budget in tokens (default 2×). A load therefore costs
    O(budget), not O(conversation): a 10,000-message conversation with a recent
    checkpoint reads a few dozen rows. Anything older than the window that no checkpoint
-   covers is left out (and counted, and logged): that only happens to a conversation that
-   grew far past its budget without the service saving checkpoints.
+   covers is **folded** into the rolling summary in chunks (:mod:`ctxstack.store.fold`),
+   at most ``max_fold_chunks`` per load; the checkpoint offered afterwards covers it, so
+   the next load continues where this one stopped. Only without a compact LLM, or past
+   that bound, are older rows left out — counted exactly (``omitted_count``) and logged.
 3. **Drop the trailing user message** — the current query, which the agent re-adds
    pinned. It is kept in :attr:`~DbMemory.trailing_message`.
 4. **Rebuild images** listed in ``metadata["images"]`` (``[{"file_id", "mime_type"}]``)
@@ -25,9 +27,14 @@ What one :meth:`~DbMemory.get_messages` call does:
    Bytes are read only for messages that survive compaction (compaction counts an image
    at its token cost without needing its bytes; the summariser sees images as
    ``[image]``).
-5. **Compact to the budget**: ``CompactUtils.compact_detailed(hint="general")`` with the
-   compact LLM when one is given (any LLM failure falls back to truncation inside it),
-   else ``CompactUtils.smart_truncate``.
+5. **Compact to the budget**, cheapest stage first
+   (:func:`ctxstack.compact.stages.compact_staged`, hint "general"), with the compact
+   LLM when one is given (any LLM failure falls back to truncation inside it). The
+   summary folds history down to ``target_fill`` — so the checkpoint leaves room for the
+   next turns and the summariser runs once per overflow — but the context this load
+   returns is then **widened**: the newest folded messages are shown verbatim too, after
+   the summary, while the budget allows. So a load keeps at least as many recent
+   messages verbatim as ``smart_truncate`` would, less the summary's own size.
 6. **Offer a checkpoint**: when the LLM summarised, :attr:`~DbMemory.checkpoint_candidate`
    holds the summary and the last sequence number it covers; the service persists it
    with :meth:`DbMemory.save_checkpoint` (or :func:`ctxstack.store.save_checkpoint`)
@@ -46,13 +53,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy import func, select
 
 from ctxstack.budget import ModelBudget
-from ctxstack.compact import CompactUtils
+from ctxstack.compact.compaction import resolve_options
+from ctxstack.compact.options import CompactionOptions
+from ctxstack.compact.stages import compact_staged
 from ctxstack.errors import ConfigError, StorageError
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
@@ -67,16 +77,19 @@ from ctxstack.store.checkpoints import (
 from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore, valid_file_id
+from ctxstack.store.fold import fold_older
 from ctxstack.store.messages import HISTORY_ROLES, MessageRecord, read_page
 from ctxstack.store.models import Message
 from ctxstack.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter, effective_budget
 
 log = logging.getLogger(__name__)
 
-LoadMethod = Literal["none", "llm", "truncate"]
+LoadMethod = Literal["none", "mask", "llm", "truncate"]
 IMAGE_NOTE = "[image unavailable]"
 MIN_PAGE = 32
-MAX_PAGE = 2_000
+MAX_PAGE = 250
+"""Rows per page: the ORM materialises a page on the event loop, so pages stay small
+enough (~10 ms) not to stall other streams."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
 _PLACEHOLDER = "ctxstack-file:"
@@ -96,18 +109,26 @@ class DbMemory(BaseMemory):
         file_store: where images live (default: a :class:`FileStore` on the same
             database and the default directory).
         counter: token counter (default: the heuristic).
-        keep_recent: messages compaction keeps verbatim at least.
+        keep_recent: messages compaction keeps verbatim at least (default:
+            ``options.keep_recent``).
         load_window: how many budgets' worth of tokens to read at most (``None``: read
             every message after the checkpoint — the seed's behaviour, for comparison).
         use_checkpoints: start from the newest checkpoint (``False`` ignores them).
         compact_timeout: seconds the summariser may take before falling back.
+        options: the shared :class:`CompactionOptions`; the arguments above override it.
+        max_fold_chunks: summariser calls one load may spend folding history older
+            than the window (16: a first load of ~2,000 messages folds them all; longer
+            ones continue from the checkpoint on the next load).
 
-    After each load: ``was_compacted``, ``method`` (``"none"|"llm"|"truncate"``),
+    After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
-    checkpoint summary counts as one, plus any older messages left outside the window),
-    ``compacted_count``, ``usage`` (the summariser's), ``checkpoint`` (the one the load
-    started from), ``checkpoint_candidate``, ``trailing_message`` (text only: its images
-    are not rebuilt), ``rows_read``, ``omitted_count`` and ``warnings``.
+    checkpoint summary counts as one, plus every stored message after it),
+    ``compacted_count``, ``summarized_count`` (stored messages folded into the summary
+    by this load, exactly), ``folded_count`` (of those, the ones beyond the window),
+    ``usage`` (the summariser's), ``checkpoint`` (the one the load started from),
+    ``checkpoint_candidate``, ``trailing_message`` (text only: its images are not
+    rebuilt), ``rows_read``, ``omitted_count`` (stored messages neither loaded nor
+    summarised) and ``warnings``.
 
     Images are rebuilt from the owner's file rows; the ``mime_type`` written in a
     message's metadata is not trusted — the type detected at upload is used.
@@ -123,10 +144,12 @@ class DbMemory(BaseMemory):
         user_id: int | None = None,
         file_store: FileStore | None = None,
         counter: TokenCounter | None = None,
-        keep_recent: int = 4,
+        keep_recent: int | None = None,
         load_window: float | None = 2.0,
         use_checkpoints: bool = True,
         compact_timeout: float | None = None,
+        options: CompactionOptions | None = None,
+        max_fold_chunks: int = 16,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -141,11 +164,22 @@ class DbMemory(BaseMemory):
         self.user_id = user_id
         self.file_store = file_store or FileStore(session_factory)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
-        self.keep_recent = keep_recent
+        if isinstance(max_fold_chunks, bool) or not isinstance(max_fold_chunks, int) or (
+            max_fold_chunks < 0
+        ):
+            raise ConfigError(f"max_fold_chunks: expected an integer >= 0, got "
+                              f"{max_fold_chunks!r}")
+        self.options = resolve_options(options, keep_recent=keep_recent,
+                                       timeout=compact_timeout)
         self.load_window = load_window
         self.use_checkpoints = use_checkpoints
-        self.compact_timeout = compact_timeout
+        self.max_fold_chunks = max_fold_chunks
         self._reset()
+
+    @property
+    def keep_recent(self) -> int:
+        """Messages compaction keeps verbatim at least (``options.keep_recent``)."""
+        return self.options.keep_recent
 
     def _reset(self) -> None:
         self.was_compacted = False
@@ -158,7 +192,14 @@ class DbMemory(BaseMemory):
         self.trailing_message: ChatMessage | None = None
         self.rows_read = 0
         self.omitted_count = 0
+        self.folded_count = 0
+        self.summarized_count = 0
         self.warnings: list[str] = []
+        self._window_start: int | None = None
+        self._after_seq = 0
+        self._fold_summary: ChatMessage | None = None
+        self._fold_last: int | None = None
+        self._llm_failed = False
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage) -> None:
@@ -178,12 +219,20 @@ class DbMemory(BaseMemory):
         owner_id, records = await self._read()
         if records and records[-1].role == "user":
             self.trailing_message = records.pop().to_chat_message()
+        stored_after = len(records) + self.omitted_count
+        await self._fold()
         refs = await self._owner_files(owner_id, records)
-        history = self._history(records, refs)
-        self.original_count = len(history) + self.omitted_count
+        history = await asyncio.to_thread(self._history, records, refs)  # CPU: off the loop
+        self.original_count = stored_after + (self.checkpoint is not None)
         compacted = await self._compact(history)
+        if self.folded_count and self.method in ("none", "mask"):
+            self.was_compacted, self.method = True, "llm"
         if self.omitted_count and not self.was_compacted:
             self.was_compacted, self.method = True, "truncate"
+        if self.omitted_count:
+            self._warn(f"conversation {self.conversation_id}: {self.omitted_count} older "
+                       "message(s) beyond the load window were left out (neither loaded nor "
+                       "summarised)")
         self.compacted_count = len(compacted)
         return await self._materialise(compacted, refs)
 
@@ -199,6 +248,9 @@ class DbMemory(BaseMemory):
         images = len(record.image_refs)
         text_part = self.counter.count_text(record.content or "")
         return 4 + text_part + images * IMAGE_TOKENS
+
+    def _page_tokens(self, page: Sequence[MessageRecord]) -> int:
+        return sum(self._row_tokens(r) for r in page)
 
     async def _read(self) -> tuple[int, list[MessageRecord]]:
         """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
@@ -221,24 +273,19 @@ class DbMemory(BaseMemory):
                                        before_seq=before, limit=limit, newest_first=True)
                 self.rows_read += len(page)
                 rows.extend(page)
-                tokens += sum(self._row_tokens(r) for r in page)
+                # Counting is CPU work: a page of up to 2,000 rows is counted off the loop.
+                tokens += await asyncio.to_thread(self._page_tokens, page)
                 if limit is None or len(page) < limit:
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
                 if window is not None and tokens > window:
                     self.omitted_count = await _count_before(session, self.conversation_id,
                                                              after, before)
+                    self._window_start, self._after_seq = before, after
                     break
                 assert window is not None  # a limit implies a window
                 per_row = max(1, tokens // len(rows))
                 limit = _clamp(int((window - tokens) / per_row * 1.2) + 8)
-        if self.omitted_count:
-            message = (
-                f"conversation {self.conversation_id}: {self.omitted_count} older message(s) "
-                f"beyond the load window (no checkpoint covers them) were left out"
-            )
-            log.warning(message)
-            self.warnings.append(message)
         rows.reverse()
         return conversation.owner_id, rows
 
@@ -253,17 +300,46 @@ class DbMemory(BaseMemory):
         log.warning(message)
         self.warnings.append(message)
 
+    async def _fold(self) -> None:
+        """Fold the rows older than the window into the summary (:mod:`ctxstack.store.fold`)."""
+        if not self.omitted_count or self.compact_llm is None or self._window_start is None:
+            return
+        previous = None
+        if self.checkpoint is not None:
+            previous = self.checkpoint.summary.removeprefix(SUMMARY_PREFIX).strip()
+        action = f"folding the older history of conversation {self.conversation_id!r}"
+        async with reading(self.session_factory, action) as session:
+            outcome = await fold_older(
+                session, self.conversation_id, after_seq=self._after_seq,
+                before_seq=self._window_start, previous=previous, llm=self.compact_llm,
+                budget=self.max_tokens, options=self.options.with_(hint="general"),
+                counter=self.counter, max_chunks=self.max_fold_chunks,
+            )
+        self.usage += outcome.usage
+        self._llm_failed = bool(outcome.stopped and outcome.stopped.startswith("summariser"))
+        if outcome.stopped:
+            self._warn(f"conversation {self.conversation_id}: folding older history stopped "
+                       f"({outcome.stopped}) after {outcome.folded} message(s)")
+        if outcome.summary is not None:
+            self._fold_summary, self._fold_last = outcome.summary, outcome.last_seq
+            self.folded_count = outcome.folded
+            self.omitted_count -= outcome.folded
+
     def _history(
         self, records: Sequence[MessageRecord], files: dict[str, FileRecord]
     ) -> list[ChatMessage]:
         history: list[ChatMessage] = []
-        if self.checkpoint is not None:
+        if self._fold_summary is not None:
+            history.append(self._fold_summary)
+        elif self.checkpoint is not None:
             text = self.checkpoint.summary
             if not text.startswith(SUMMARY_PREFIX):
                 text = f"{SUMMARY_PREFIX}\n{text}"
             history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq))
-        for record in records:
+        for i, record in enumerate(records):
             history.append(self._message(record, files))
+            if i % 64 == 63:
+                time.sleep(0)  # runs in a worker thread: let the event loop take the GIL
         return history
 
     def _message(self, record: MessageRecord, files: dict[str, FileRecord]) -> ChatMessage:
@@ -331,24 +407,59 @@ class DbMemory(BaseMemory):
 
     # ------------------------------------------------------------------ compacting
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
-        if self.counter.count_messages(history) <= effective_budget(self.max_tokens, self.counter):
+        fits = effective_budget(self.max_tokens, self.counter)
+        if await asyncio.to_thread(self.counter.count_messages, history) <= fits:
+            if self._fold_summary is not None and self._fold_last is not None:
+                self.checkpoint_candidate = self._candidate(history, (), self._fold_summary)
+            self.summarized_count = self.folded_count
             return list(history)
-        if self.compact_llm is None:
-            out = CompactUtils.smart_truncate(history, self.max_tokens, counter=self.counter)
-            self.method = "truncate"
-            self.was_compacted = True
-            return out
-        result = await CompactUtils.compact_detailed(
-            history, self.compact_llm, self.max_tokens, self.keep_recent, "general",
-            timeout=self.compact_timeout, counter=self.counter,
+        # A summariser that just failed while folding is not called again in this load.
+        llm = None if self._llm_failed else self.compact_llm
+        result = await compact_staged(
+            history, llm, self.max_tokens, self.options.with_(hint="general"),
+            counter=self.counter,
         )
         self.method = result.method
         self.was_compacted = result.method != "none"
-        self.usage = result.usage
+        self.usage += result.usage
+        folded_here = [m for m in result.summarized if isinstance(m.metadata.get("seq"), int)]
+        self.summarized_count = self.folded_count + len(folded_here)
+        summary = result.summary if result.method == "llm" else self._fold_summary
+        if summary is not None:
+            self.checkpoint_candidate = self._candidate(history, result.summarized, summary)
         if result.method == "llm" and result.summary is not None:
-            self.checkpoint_candidate = self._candidate(history, result.summarized,
-                                                        result.summary)
+            return self._widen(result.messages, folded_here, result.summary)
         return list(result.messages)
+
+    def _widen(
+        self, messages: list[ChatMessage], folded: list[ChatMessage], summary: ChatMessage
+    ) -> list[ChatMessage]:
+        """Show the newest folded messages verbatim after the summary while they fit.
+
+        The checkpoint still covers them (they are in the summary), so the next load
+        starts after them with headroom; this load shows as much verbatim as the budget
+        allows. The widened part opens with a user turn.
+        """
+        at = next((i for i, m in enumerate(messages) if m is summary), None)
+        if at is None:
+            return list(messages)
+        total = self.counter.count_messages(messages)
+        after = messages[at + 1] if at + 1 < len(messages) else None
+        expected = after.metadata.get("seq") if after is not None else None
+        extra: list[ChatMessage] = []
+        fits = effective_budget(self.max_tokens, self.counter)
+        for message in reversed(folded):
+            cost = self.counter.count_message(message)
+            seq = message.metadata.get("seq")
+            contiguous = expected is None or seq == expected - 1
+            if not contiguous or total + cost > fits:
+                break
+            extra.insert(0, message)
+            total += cost
+            expected = seq
+        while extra and extra[0].role != "user":
+            extra.pop(0)
+        return [*messages[: at + 1], *extra, *messages[at + 1 :]]
 
     def _candidate(
         self, history: Sequence[ChatMessage], summarized: Sequence[ChatMessage],
@@ -358,7 +469,11 @@ class DbMemory(BaseMemory):
         loaded messages that were all folded into it (a message kept verbatim in the
         middle stops the run, so a later load never loses it)."""
         folded = {m.metadata.get("seq") for m in summarized}
-        last: int | None = None
+        last: int | None = self._fold_last
+        if self.omitted_count:
+            # Rows between what was folded and the window were not summarised: the
+            # checkpoint must stop before them, or they would be lost for good.
+            return self._make_candidate(last, self._fold_summary or summary)
         for message in history:
             seq = message.metadata.get("seq")
             if not isinstance(seq, int):
@@ -366,6 +481,10 @@ class DbMemory(BaseMemory):
             if seq not in folded:
                 break
             last = seq
+        return self._make_candidate(last, summary)
+
+    def _make_candidate(self, last: int | None, summary: ChatMessage
+                        ) -> CheckpointCandidate | None:
         if last is None:
             return None
         return CheckpointCandidate(summary=summary.text, last_seq=last,

@@ -305,3 +305,21 @@ class TokenCalibration(Base):
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     state: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ArchivedMessage(Base):
+    """A message a turn's guard archived that is not itself stored (a tool output it
+    cleared or dropped): with the stored messages it forms the conversation's archive
+    (:mod:`ctxstack.store.archive`). ``name`` is the tool name, ``meta`` holds tool calls."""
+
+    __tablename__ = "archived_messages"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    content: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

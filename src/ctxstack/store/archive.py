@@ -1,0 +1,233 @@
+"""The service's archive: a conversation's stored messages, searched by the database.
+
+:class:`ConversationArchive` implements :class:`ctxstack.archive.Archive` over
+
+* the conversation's stored ``user``/``assistant`` messages — they *are* the archive: a
+  message DbMemory summarised or trimmed is still in the table (ref ``m<seq>``);
+* ``archived_messages`` — what a turn's guard cleared or dropped that is not stored
+  itself, tool outputs mostly (ref ``a<id>``).
+
+Search finds candidates with the database's own full-text machinery — SQLite FTS5 with
+the trigram tokenizer, PostgreSQL ``simple`` full-text search plus ``pg_trgm``-indexed
+``ILIKE`` (migration 0004) — then ranks them with the same character n-gram BM25 as the
+in-memory :class:`~ctxstack.archive.HistoryArchive`, so both backends and the library
+order results alike, Chinese and Japanese included.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Select, and_, func, or_, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxstack.archive import ARCHIVE_REF_KEY, ArchiveHit, HistoryArchive, normalize_text
+from ctxstack.errors import InputError
+from ctxstack.messages import ChatMessage
+from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.messages import HISTORY_ROLES
+from ctxstack.store.models import ArchivedMessage, Message
+
+CANDIDATES = 200
+"""Rows the database returns per source before ranking."""
+MAX_TERMS = 24
+_REF = re.compile(r"^([ma])(\d+)$")
+_SEARCH_OBJECTS = re.compile(r"_fts(_|$)|_content_(trgm|tsv)$")
+
+
+def is_search_object(name: str | None) -> bool:
+    """Whether a database object is one of migration 0004's search tables or indexes
+    (outside the SQLAlchemy models; schema comparisons skip them)."""
+    return bool(name) and bool(_SEARCH_OBJECTS.search(name or ""))
+
+
+def query_terms(query: str) -> list[str]:
+    """Terms to find candidates by: whitespace words of three or more characters, and for
+    text without spaces (CJK) its overlapping trigrams (bigrams for a two-character
+    query). At most :data:`MAX_TERMS`, longest first."""
+    norm = normalize_text(query)
+    terms: list[str] = []
+    for word in norm.split():
+        if word.isascii():
+            if len(word) >= 3:
+                terms.append(word)
+        elif len(word) <= 3:
+            terms.append(word)
+        else:
+            terms.extend(word[i : i + 3] for i in range(len(word) - 2))
+    if not terms and norm:
+        terms.append(norm[:3])
+    unique = list(dict.fromkeys(terms))
+    return sorted(unique, key=len, reverse=True)[:MAX_TERMS]
+
+
+class ConversationArchive:
+    """:class:`~ctxstack.archive.Archive` over one conversation (see the module doc).
+
+    Args:
+        factory: the store's session factory.
+        conversation_id: whose messages.
+        before_seq: only stored messages with a smaller ``seq`` are part of the archive
+            (the current question and later ones are not history yet).
+        hidden: stored messages the load already moved out of the context (DbMemory's
+            summarised or trimmed count): with what this archive adds, :func:`len`.
+    """
+
+    def __init__(
+        self, factory: SessionFactory, conversation_id: str, *, before_seq: int | None = None,
+        hidden: int = 0,
+    ) -> None:
+        self.factory = factory
+        self.conversation_id = conversation_id
+        self.before_seq = before_seq
+        self.hidden = max(0, hidden)
+        self._added = 0
+
+    def __len__(self) -> int:
+        return self.hidden + self._added
+
+    def __repr__(self) -> str:
+        return f"ConversationArchive({self.conversation_id!r}, {len(self)} archived)"
+
+    async def add(self, messages: Sequence[ChatMessage]) -> list[str]:
+        """Stored messages keep their ``m<seq>`` ref; others are written to
+        ``archived_messages`` (one transaction) and get ``a<id>``."""
+        refs: list[str | None] = []
+        rows: list[tuple[int, ArchivedMessage]] = []
+        for i, message in enumerate(messages):
+            known = message.metadata.get(ARCHIVE_REF_KEY)
+            seq = message.metadata.get("seq")
+            if isinstance(known, str) and _REF.match(known):
+                refs.append(known)
+            elif isinstance(seq, int) and not isinstance(seq, bool):
+                refs.append(f"m{seq}")
+            else:
+                refs.append(None)
+                meta: dict[str, Any] = {}
+                if message.tool_calls:
+                    meta["tool_calls"] = [c.to_openai() for c in message.tool_calls]
+                if message.tool_call_id:
+                    meta["tool_call_id"] = message.tool_call_id
+                rows.append((i, ArchivedMessage(
+                    conversation_id=self.conversation_id, role=message.role,
+                    name=(message.name or "")[:64] or None, content=message.text, meta=meta)))
+        if rows:
+            async with transaction(self.factory, "archiving messages") as session:
+                session.add_all([row for _, row in rows])
+                await session.flush()
+                for i, row in rows:
+                    refs[i] = f"a{row.id}"
+        self._added += len(messages)
+        return [r for r in refs if r is not None]
+
+    async def get(self, ref: str) -> ChatMessage | None:
+        """The message ``ref`` names in this conversation, or None."""
+        if not isinstance(ref, str):
+            raise InputError(f"get: ref must be a string, got {type(ref).__name__}")
+        match = _REF.match(ref.strip())
+        if match is None:
+            return None
+        kind, number = match.group(1), int(match.group(2))
+        async with reading(self.factory, "reading an archived message") as session:
+            if kind == "m":
+                stmt = select(Message).where(*self._stored(), Message.seq == number)
+                row = (await session.scalars(stmt)).first()
+                return None if row is None else _stored_message(row)
+            arow = await session.get(ArchivedMessage, number)
+            if arow is None or arow.conversation_id != self.conversation_id:
+                return None
+            return _archived_message(arow)
+
+    async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
+        """Database candidates ranked by n-gram BM25 (see the module doc)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("search: query must be a non-empty text")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InputError(f"search: k must be a positive integer, got {k!r}")
+        terms = query_terms(query)
+        async with reading(self.factory, "searching the conversation archive") as session:
+            stored = await self._candidates(session, Message, terms)
+            archived = await self._candidates(session, ArchivedMessage, terms)
+        ranker = HistoryArchive()
+        refs: dict[str, str] = {}
+        for ref, message in [*stored, *archived]:
+            (local,) = await ranker.add([message.replace(metadata={
+                k2: v for k2, v in message.metadata.items() if k2 != ARCHIVE_REF_KEY})])
+            refs[local] = ref
+        hits = await ranker.search(query, k=k)
+        return [
+            hit.model_copy(update={
+                "ref": refs[hit.ref],
+                "message": hit.message.replace(metadata={
+                    **hit.message.metadata, ARCHIVE_REF_KEY: refs[hit.ref]}),
+            })
+            for hit in hits
+        ]
+
+    # ------------------------------------------------------------------ internals
+    def _stored(self) -> list[Any]:
+        conditions = [Message.conversation_id == self.conversation_id,
+                      Message.role.in_(HISTORY_ROLES)]
+        if self.before_seq is not None:
+            conditions.append(Message.seq < self.before_seq)
+        return conditions
+
+    async def _candidates(
+        self, session: AsyncSession, model: type[Message] | type[ArchivedMessage],
+        terms: list[str],
+    ) -> list[tuple[str, ChatMessage]]:
+        if not terms:
+            return []
+        stmt: Select[Any]
+        if model is Message:
+            stmt = select(Message).where(*self._stored())
+        else:
+            stmt = select(ArchivedMessage).where(
+                ArchivedMessage.conversation_id == self.conversation_id)
+        dialect = session.get_bind().dialect.name
+        table = model.__tablename__
+        if dialect == "sqlite":
+            long_terms = [t for t in terms if len(t) >= 3]
+            likes = [model.content.like(f"%{_escape(t)}%", escape="\\")
+                     for t in terms if len(t) < 3]
+            clauses = likes
+            if long_terms:
+                match = " OR ".join('"' + t.replace('"', '""') + '"' for t in long_terms)
+                clauses.append(model.id.in_(
+                    select(text("rowid")).select_from(text(f"{table}_fts"))
+                    .where(text(f"{table}_fts MATCH :match").bindparams(match=match))))
+            stmt = stmt.where(or_(*clauses))
+        else:
+            tsv = func.to_tsvector("simple", func.coalesce(model.content, ""))
+            words = [t for t in terms if t.isascii()]
+            clauses = [model.content.ilike(f"%{_escape(t)}%", escape="\\") for t in terms]
+            if words:
+                clauses.append(tsv.op("@@")(func.plainto_tsquery("simple", " ".join(words))))
+            stmt = stmt.where(and_(or_(*clauses)))
+        order = model.seq.desc() if model is Message else model.id.desc()
+        rows = (await session.scalars(stmt.order_by(order).limit(CANDIDATES))).all()
+        if model is Message:
+            return [(f"m{r.seq}", _stored_message(r)) for r in rows]
+        return [(f"a{r.id}", _archived_message(r)) for r in rows]
+
+
+def _escape(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _stored_message(row: Message) -> ChatMessage:
+    return ChatMessage(role=row.role, content=row.content or "",
+                       metadata={"seq": row.seq, ARCHIVE_REF_KEY: f"m{row.seq}"})
+
+
+def _archived_message(row: ArchivedMessage) -> ChatMessage:
+    meta = {ARCHIVE_REF_KEY: f"a{row.id}"}
+    name = row.name
+    if row.role == "tool":
+        # A tool result alone would be an orphan in a context; it is shown as text.
+        return ChatMessage(role="assistant", content=f"[tool output of {name or 'a tool'}]\n"
+                           f"{row.content}", metadata=meta)
+    return ChatMessage(role=row.role, content=row.content,
+                       name=name, metadata=meta)

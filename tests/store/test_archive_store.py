@@ -1,0 +1,103 @@
+"""The service's archive: stored messages plus archived run messages, searched with the
+database's full-text machinery (SQLite FTS5 trigram, PostgreSQL full-text + pg_trgm)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxstack.archive import Archive
+from ctxstack.errors import InputError
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.store import SessionFactory, UserRecord, create_conversation
+from ctxstack.store.archive import ConversationArchive, query_terms
+from ctxstack.store.messages import NewMessage, append_messages
+
+
+async def conversation(sf: SessionFactory, user: UserRecord, texts: list[str]) -> str:
+    conv = await create_conversation(sf, user.id, "archive")
+    await append_messages(sf, conv.id, [
+        NewMessage(role="user" if i % 2 == 0 else "assistant", content=t)
+        for i, t in enumerate(texts)
+    ])
+    return conv.id
+
+
+FILLER = "We talked about the weather and the weekend plans again."
+
+
+async def test_stored_messages_are_searchable_and_readable_by_ref(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    texts = [FILLER] * 30
+    texts[3] = "My order id is ORD-99812-XK and it weighs 3.14159 kg."
+    conv = await conversation(sf, alice, texts)
+    archive = ConversationArchive(sf, conv, hidden=20)
+    assert isinstance(archive, Archive)
+    assert len(archive) == 20
+    hits = await archive.search("which order id ORD-99812-XK", k=5)
+    assert hits
+    assert hits[0].ref == "m4"
+    assert "ORD-99812-XK" in hits[0].snippet
+    message = await archive.get("m4")
+    assert message is not None
+    assert "3.14159 kg" in message.text
+    assert await archive.get("m999") is None
+    assert await archive.get("nonsense") is None
+
+
+async def test_cjk_search_on_both_backends(sf: SessionFactory, alice: UserRecord) -> None:
+    texts = [FILLER, "好的。", "会議は東京本社の第三会議室で三月五日に行います。", "了解しました。",
+             "我们的预算上限是四万八千元，请不要超过。", "好的。"] + [FILLER] * 10
+    conv = await conversation(sf, alice, texts)
+    archive = ConversationArchive(sf, conv)
+    ja = await archive.search("会議室はどこですか", k=3)
+    assert ja
+    assert "第三会議室" in ja[0].message.text
+    zh = await archive.search("预算上限", k=3)
+    assert zh
+    assert "四万八千元" in zh[0].message.text
+    two = await archive.search("東京", k=3)  # a two-character query still works
+    assert two
+    assert "東京本社" in two[0].message.text
+
+
+async def test_run_messages_are_archived_and_other_conversations_stay_apart(
+    sf: SessionFactory, alice: UserRecord, bob: UserRecord
+) -> None:
+    conv = await conversation(sf, alice, [FILLER] * 4)
+    other = await conversation(sf, bob, ["bob's secret code ZEBRA-5521"])
+    archive = ConversationArchive(sf, conv, before_seq=4)
+    call = ToolCall(id="c1", name="search_hotels", arguments={"city": "Kyoto"})
+    refs = await archive.add([
+        ChatMessage.tool("c1", "Hotel Sakura: room 1208, rate 18,500円 per night",
+                         name="search_hotels"),
+        ChatMessage.assistant(None, tool_calls=[call]),
+        ChatMessage.user("stored already", metadata={"seq": 2}),
+    ])
+    assert refs[0].startswith("a")
+    assert refs[1].startswith("a")
+    assert refs[2] == "m2"
+    assert len(archive) == 3
+    hits = await archive.search("room rate Sakura")
+    assert hits[0].ref == refs[0]
+    got = await archive.get(refs[0])
+    assert got is not None
+    assert "18,500円" in got.text
+    assert await archive.search("ZEBRA-5521") == []  # bob's conversation is not searched
+    assert await ConversationArchive(sf, other).get(refs[0]) is None
+    # before_seq: the current question is not part of the archive
+    assert await archive.get("m4") is None
+
+
+async def test_bad_queries_are_input_errors(sf: SessionFactory, alice: UserRecord) -> None:
+    archive = ConversationArchive(sf, await conversation(sf, alice, [FILLER]))
+    with pytest.raises(InputError, match="query"):
+        await archive.search("  ")
+    with pytest.raises(InputError, match="k must"):
+        await archive.search("weather", k=0)
+
+
+def test_query_terms_use_trigrams_for_text_without_spaces() -> None:
+    assert query_terms("ORD-99812 is it") == ["ord-99812"]
+    assert "会議室" in query_terms("会議室はどこ")
+    assert query_terms("東京") == ["東京"]

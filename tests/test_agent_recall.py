@@ -1,0 +1,136 @@
+"""The recall tool: agents read back what their guard archived (ReAct and DAG steps)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ctxstack import ContextGuard, HistoryArchive
+from ctxstack.agent import ReActAgent, tool
+from ctxstack.budget import ModelBudget
+from ctxstack.dag.engine import DAGEngine
+from ctxstack.dag.events import DAGDoneEvent
+from ctxstack.llm import ScriptedLLM
+from ctxstack.messages import ChatMessage
+from ctxstack.protocol import ToolSpec
+from ctxstack.tokens import HEURISTIC
+from tests.test_dag_engine import Router, collect, plan_json
+
+
+@tool
+def fetch(n: int) -> str:
+    """Fetch one record.
+
+    Args:
+        n: record number.
+    """
+    return f"RECORD-{n:04d} owner=team{n} " + "payload " * 500
+
+
+def tool_names(tools: Sequence[ToolSpec] | None) -> list[str]:
+    return [t["function"]["name"] for t in tools or ()]
+
+
+def recall_script() -> Any:
+    """Fetch six records, then search the archive, read one hit by ref, then answer."""
+    state = {"n": 0}
+
+    def reply(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> Any:
+        state["n"] += 1
+        n = state["n"]
+        if n <= 6:
+            return ScriptedLLM.tool_call("fetch", {"n": n})
+        if n == 7:
+            assert "recall" in tool_names(tools)
+            return ScriptedLLM.tool_call("recall", {"query": "RECORD-0001 owner"})
+        if n == 8:
+            found = re.search(r"ref (a\d+)", messages[-1].text)
+            assert found, messages[-1].text
+            return ScriptedLLM.tool_call("recall", {"ref": found.group(1)})
+        return "Record 1 belongs to team1."
+
+    return reply
+
+
+async def test_react_agent_offers_recall_once_something_was_archived() -> None:
+    llm = ScriptedLLM(handler=recall_script())
+    archive = HistoryArchive()
+    guard = ContextGuard(default_budget=2_500, archive=archive)
+    agent = ReActAgent(llm, [fetch], guard, budget=2_500, checklist_threshold=None)
+    result = await agent.run("Who owns record 1?")
+    assert result.answer == "Record 1 belongs to team1."
+    assert "recall" not in tool_names(llm.calls[0].tools)  # nothing archived yet
+    assert len(archive) > 0
+    recalls = [e for e in result.trace if e.tool == "recall"]
+    assert len(recalls) == 2
+    search_call, read_call = (c.messages for c in llm.calls[7:9])
+    assert "RECORD-0001" in search_call[-1].text  # the search hit, with its ref
+    assert search_call[-1].text.count("ref a") >= 1
+    assert read_call[-1].text.startswith("[archived tool")
+    assert "RECORD-0001 owner=team1" in read_call[-1].text
+    # recall output passes through the same guard: every call stays within budget
+    assert all(HEURISTIC.count_messages(c.messages) <= 2_500 for c in llm.calls)
+
+
+async def test_recall_errors_are_tool_results_not_crashes() -> None:
+    state = {"n": 0}
+
+    def reply(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None) -> Any:
+        state["n"] += 1
+        if state["n"] <= 6:
+            return ScriptedLLM.tool_call("fetch", {"n": state["n"]})
+        if state["n"] == 7:
+            return ScriptedLLM.tool_call("recall", {})
+        if state["n"] == 8:
+            assert "query" in messages[-1].text  # the error says what to pass
+            return ScriptedLLM.tool_call("recall", {"ref": "a999"})
+        assert "No archived message" in messages[-1].text
+        return "done"
+
+    llm = ScriptedLLM(handler=reply)
+    guard = ContextGuard(default_budget=2_500, archive=HistoryArchive())
+    agent = ReActAgent(llm, [fetch], guard, budget=2_500, checklist_threshold=None)
+    assert (await agent.run("go")).answer == "done"
+
+
+async def test_a_user_tool_named_recall_wins() -> None:
+    @tool(name="recall")
+    def own(query: str) -> str:
+        """My own recall."""
+        return "mine"
+
+    llm = ScriptedLLM(["done"])
+    guard = ContextGuard(archive=HistoryArchive())
+    await ReActAgent(llm, [own], guard, checklist_threshold=None).run("q")
+    assert tool_names(llm.calls[0].tools) == ["recall"]
+
+
+async def test_dag_step_agents_get_recall_over_their_own_archive() -> None:
+    script = recall_script()
+
+    def step(messages: Sequence[ChatMessage]) -> Any:
+        offered = ["recall"] if any(m.role == "tool" and "cleared" in m.text
+                                    for m in messages) else []
+        return script(messages, [{"type": "function", "function": {"name": n}}
+                                 for n in offered])
+
+    router = Router(plans=[plan_json(("a", []))], steps={"task a": step})
+    llm = ScriptedLLM(handler=router)
+    small = ModelBudget(role="fast", context_size=6_500, max_output_tokens=4_000)
+    engine = DAGEngine(llm, [fetch], fast_budget=small)
+    events = await collect(engine, "Who owns record 1?")
+    assert isinstance(events[-1], DAGDoneEvent)
+    step_calls = [c for c in llm.calls if router_role(c.messages) == "step"]
+    assert any("recall" in tool_names(c.tools) for c in step_calls)
+    assert "recall" not in tool_names(step_calls[0].tools)
+    read_back = [m for c in step_calls for m in c.messages
+                 if m.role == "tool" and m.text.startswith("[archived tool")]
+    assert read_back
+    assert "RECORD-0001 owner=team1" in read_back[0].text
+
+
+def router_role(messages: Sequence[ChatMessage]) -> str:
+    from tests.test_dag_engine import role_of
+
+    return role_of(messages)
