@@ -58,10 +58,11 @@ def test_slash_commands_are_handled_locally_and_never_sent() -> None:
     assert "/compact  summarise the earlier conversation now" in out
     assert "no model call yet" in out  # /context before any question, and after /new
     assert out.count("no model call yet") == 2
-    meters = re.findall(r"context ([\d,]+) / 4,000 tokens \(\d+%\) — system \d+ · summary "
+    # The budget shown is what the messages may use: 4,000 less the three tools' specs.
+    meters = re.findall(r"context ([\d,]+) / (3,[\d]{3}) tokens \(\d+%\) — system \d+ · summary "
                         r"(\d+) · history [\d,]+ · tool outputs \d+ · question \d+", out)
     assert len(meters) == 2
-    assert int(meters[0][1]) == 0  # nothing summarised yet
+    assert int(meters[0][2]) == 0  # nothing summarised yet
     assert re.search(r"⟲ compacted now: (\d+ message\(s\) summarised|summariser unavailable)",
                      out)
     assert "unknown command /frobnicate" in out

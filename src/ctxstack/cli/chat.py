@@ -33,6 +33,7 @@ from ctxstack.cli.commands import HELP, context_parts, meter_line, parse_line
 from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import GuardCheck
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
@@ -74,12 +75,12 @@ class MeterGuard(ContextGuard):
     last: list[ChatMessage] | None = None
     last_budget: int = 0
 
-    async def check_and_compact(self, messages: Sequence[ChatMessage], budget: object = None,
-                                hint: str = "general") -> list[ChatMessage]:
-        out = await super().check_and_compact(messages, budget, hint)  # type: ignore[arg-type]
-        self.last = list(out)
+    async def check(self, messages: Sequence[ChatMessage], budget: object = None,
+                    hint: str = "general") -> GuardCheck:
+        checked = await super().check(messages, budget, hint)  # type: ignore[arg-type]
+        self.last = list(checked.messages)
         self.last_budget = budget if isinstance(budget, int) else self.default_budget
-        return out
+        return checked
 
 
 # --------------------------------------------------------------------------- stub script

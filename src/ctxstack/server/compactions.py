@@ -85,15 +85,15 @@ class Span:
 
 async def history_span(factory: SessionFactory, conversation_id: str, up_to: int) -> Span:
     """The conversation's history rows with ``seq <= up_to`` (one query)."""
-    stmt = select(func.count(), func.min(Message.seq)).where(
+    stmt = select(func.count(), func.min(Message.seq), func.max(Message.seq)).where(
         Message.conversation_id == conversation_id, Message.seq <= up_to,
         Message.role.in_(HISTORY_ROLES))
     async with reading(factory, f"counting the history of conversation {conversation_id!r}") \
             as session:
         row = (await session.execute(stmt)).one()
-    count, first = int(row[0] or 0), row[1]
+    count, first, last = int(row[0] or 0), row[1], row[2]
     return Span(count=count, first_seq=int(first) if first is not None else None,
-                last_seq=up_to if count else None)
+                last_seq=int(last) if last is not None else None)
 
 
 async def load_compaction(
@@ -118,6 +118,11 @@ async def load_compaction(
     elif memory.method == "llm":  # folded, but not as one leading run (an anchor kept)
         span = Span(count=max(previous.count, original - kept), first_seq=previous.first_seq,
                     last_seq=previous.last_seq)
+    if memory.method == "llm" and span.last_seq is not None:
+        # The load may also show the newest summarised messages verbatim (widening, while
+        # the budget allows): they count as summarised, so summarised + kept = original.
+        last = span.last_seq
+        kept = sum(1 for m in history if (s := stored_seq(m)) is not None and s > last)
     prose, facts = split_summary(summary.text) if summary is not None else ("", [])
     method: Literal["llm", "truncate"] = "llm" if memory.method == "llm" else "truncate"
     data = CompactData(
