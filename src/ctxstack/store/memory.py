@@ -18,6 +18,8 @@ What one :meth:`~DbMemory.get_messages` call does:
    grew far past its budget without the service saving checkpoints.
 3. **Drop the trailing user message** — the current query, which the agent re-adds
    pinned. It is kept in :attr:`~DbMemory.trailing_message`.
+   An assistant row whose ``metadata["status"]`` is ``"failed"`` (the service's notice
+   that a turn failed) is left out: the user reads it, the model never said it.
 4. **Rebuild images** listed in ``metadata["images"]`` (``[{"file_id", "mime_type"}]``)
    as ``data:<mime>;base64,…`` image parts. Only the conversation owner's files are ever
    read; a malformed id, an unknown or foreign file, or bytes gone from disk become a
@@ -264,6 +266,8 @@ class DbMemory(BaseMemory):
             history.append(ChatMessage.system(text, metadata={
                 "kind": "summary", "checkpoint_seq": self.checkpoint.last_seq}))
         for record in records:
+            if record.role == "assistant" and record.metadata.get("status") == "failed":
+                continue  # a failure notice is for the user; the model never said it
             history.append(self._message(record, files))
         return history
 
