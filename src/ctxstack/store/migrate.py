@@ -5,10 +5,20 @@
 built here and the migrations run on an async connection opened by ctxstack, so the same
 code serves SQLite and PostgreSQL and can be called from inside a running event loop
 (a service's start-up, a test).
+
+Safe under concurrent start: several ``ctxstack serve`` processes (hosts) starting together
+on a fresh database run the migrations one at a time. On PostgreSQL the migrating
+transaction first takes a transaction-level advisory lock (released with its commit); on
+SQLite an exclusive file lock on ``<database>.migrate.lock`` is held around the migration.
+Whoever comes second finds the schema at the head and does nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from alembic import command
@@ -16,6 +26,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
+from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,6 +34,8 @@ from ctxstack.errors import StorageError
 from ctxstack.store.db import DB_ERRORS, create_engine_from_url, storage_error
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+ADVISORY_LOCK_KEY = 0x63747873_7461636B & 0x7FFFFFFFFFFFFFFF
+"""The PostgreSQL advisory lock migrations take ("ctxstack" in ASCII, as a bigint)."""
 
 
 def alembic_config() -> Config:
@@ -93,7 +106,10 @@ async def _run(
     )
     action = f"migrating to {revision!r}"
     try:
-        async with engine.begin() as connection:
+        async with _file_lock(engine), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                         {"key": ADVISORY_LOCK_KEY})
             return await connection.run_sync(_migrate, revision, down)
     except CommandError as exc:
         raise StorageError(f"{action} failed: {exc}") from exc
@@ -102,6 +118,31 @@ async def _run(
     finally:
         if own:
             await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
+    """An exclusive lock file beside a SQLite database file (nothing for other databases,
+    in-memory SQLite, or platforms without ``fcntl``)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: migrations are not serialised
+        yield
+        return
+    path = Path(database).expanduser()
+    fd = os.open(f"{path}.migrate.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 async def current_revision(
