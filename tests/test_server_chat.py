@@ -230,7 +230,8 @@ def test_failing_llm_mid_turn_gives_error_and_a_usable_conversation(
     first_call = stub.requests[before]
     assert any(m.role == "user" and m.text == "What is 6*7?" for m in first_call.messages)
     assert not any("The turn failed" in m.text for m in first_call.messages)
-    assert stub.base_url not in failed["content"] and "127.0.0.1" not in failed["content"]
+    assert stub.base_url not in failed["content"]
+    assert "127.0.0.1" not in failed["content"]
 
 
 def test_client_disconnect_stops_the_turn_and_saves_partial_work(

@@ -70,7 +70,8 @@ def test_each_model_fault_ends_the_turn_and_the_next_turn_works(
         events = turn(client, cid, "What is 6*7?", deadline_s=40)
         last = events[-1]
         rows = stored(client, cid)
-        assert rows[0]["role"] == "user" and rows[0]["content"] == "What is 6*7?"
+        assert rows[0]["role"] == "user"
+        assert rows[0]["content"] == "What is 6*7?"
         if fault in RECOVERS:
             assert last.event == "done", [e.event for e in events]
             assert [r["status"] for r in rows[1:]] == ["ok"]
@@ -91,7 +92,8 @@ def test_each_model_fault_ends_the_turn_and_the_next_turn_works(
         assert "And now?" in answer
         assert "The turn failed" not in answer  # the model never saw the notice
         rows = stored(client, cid)
-        assert rows[-1]["role"] == "assistant" and rows[-1]["status"] == "ok"
+        assert rows[-1]["role"] == "assistant"
+        assert rows[-1]["status"] == "ok"
         assert [r["role"] for r in rows].count("user") == 2
 
 
@@ -99,6 +101,8 @@ def test_stub_fault_flags_are_checked(tmp_path: Path) -> None:
     from tests.service_support import clean_env, run_cli
 
     both = run_cli("stub-llm", "--hang", "--garbage", env=clean_env())
-    assert both.returncode != 0 and "one fault at a time" in both.stderr
+    assert both.returncode != 0
+    assert "one fault at a time" in both.stderr
     orphan = run_cli("stub-llm", "--retry-after", "1", env=clean_env())
-    assert orphan.returncode != 0 and "need a fault flag" in orphan.stderr
+    assert orphan.returncode != 0
+    assert "need a fault flag" in orphan.stderr

@@ -133,15 +133,18 @@ async def _file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
     except ImportError:  # pragma: no cover - Windows: migrations are not serialised
         yield
         return
-    path = Path(database).expanduser()
-    fd = os.open(f"{path}.migrate.lock", os.O_CREAT | os.O_RDWR, 0o600)
+
+    def acquire() -> int:
+        fd = os.open(os.path.expanduser(f"{database}.migrate.lock"),
+                     os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the other migration is done
+        return fd
+
+    fd = await asyncio.to_thread(acquire)
     try:
-        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield
     finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
