@@ -150,8 +150,16 @@ class DbInjectQueue:
         except Exception as exc:  # IntegrityError arrives wrapped in StorageError
             if not _is_integrity(exc):
                 raise
-        # Someone holds the claim: take it over only if its lease expired or its holder
-        # process is gone; the injects queued for it go to this turn (never dropped).
+        try:
+            await self._take_over(conversation_id, turn_id, now)
+        except Exception as exc:  # another claimant won the race for a freed claim
+            if not _is_integrity(exc):
+                raise
+            raise TurnBusyError(BUSY_MESSAGE) from None
+
+    async def _take_over(self, conversation_id: str, turn_id: str, now: datetime) -> None:
+        """Someone holds the claim: take it over only if its lease expired or its holder
+        process is gone; the injects queued for it go to this turn (never dropped)."""
         async with transaction(self._factory, "taking over a stale turn") as s:
             row = await s.scalar(select(ActiveTurn).where(
                 ActiveTurn.conversation_id == conversation_id))
