@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -87,10 +88,8 @@ def test_kill_9_mid_turn_the_restarted_server_takes_over_at_once(
                 assert busy.status_code == 409
                 os.kill(first.proc.pid, signal.SIGKILL)
                 first.proc.wait(timeout=10)
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     stream.__exit__(None, None, None)
-                except httpx.HTTPError:
-                    pass
         finally:
             first.stop()
         fast = {**db, "CTXSTACK_DEMO_DELAY": "0.005", "CTXSTACK_TURN_LEASE": "600"}

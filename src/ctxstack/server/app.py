@@ -41,6 +41,8 @@ from ctxstack.errors import (
     StorageError,
 )
 from ctxstack.server.failures import classify
+from ctxstack.server.health import LoopLagProbe
+from ctxstack.server.health import router as health_router
 from ctxstack.server.injects import NoRunningTurnError, TurnBusyError
 from ctxstack.server.routes import router
 from ctxstack.server.settings import Settings
@@ -124,11 +126,15 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await open_state(settings, factory=session_factory)
         app.state.ctxstack = state
+        probe = LoopLagProbe()
+        app.state.loop_lag = probe
+        probe.start()
         log.info("ctxstack service ready (model %s, auth %s)", state.llms.model_name,
                  settings.auth)
         try:
             yield
         finally:
+            await probe.stop()
             await close_state(state)
 
     app = FastAPI(
@@ -143,6 +149,7 @@ def create_app(settings: Settings | None = None, *,
     )
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
+    app.include_router(health_router)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

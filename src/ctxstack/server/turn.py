@@ -341,13 +341,17 @@ class Turn:
     async def _finish(self, status: MessageStatus, error: str | None) -> None:
         """Stop taking injects, store everything in one transaction, then release the
         conversation and end the stream (the claim outlives the commit: issue 15)."""
+        final: SseDoneEvent | None = None
         try:
-            await self._save(status, error)
+            final = await self._save(status, error)
         finally:
             await self.lease.release()
+            if final is not None:  # only now may the client ask its next question
+                await self.emit(final)
             self.queue.put_nowait(None)
 
-    async def _save(self, status: MessageStatus, error: str | None) -> None:
+    async def _save(self, status: MessageStatus, error: str | None) -> SseDoneEvent | None:
+        """Finish the lease and write the turn; the ``done`` event to send, if it saved."""
         unconsumed = [t for t in self.forwarded if t not in self.consumed]
         try:
             leftovers = unconsumed + await self.lease.finish()
@@ -355,7 +359,7 @@ class Turn:
             await self.emit(SseErrorEvent(data=ErrorData(message=(
                 "The turn lost its claim on the conversation (the database was unreachable "
                 "for longer than the lease); its answer was not saved."))))
-            return
+            return None
         except Exception:  # the store is down: the save below reports it
             log.warning("turn %s: finishing the lease failed", self.spec.turn_id,
                         exc_info=True)
@@ -402,8 +406,9 @@ class Turn:
                 await self.emit(SseErrorEvent(data=ErrorData(
                     message="The answer could not be saved: the database is unavailable.")))
         if status == "ok" and saved is not None:
-            await self.emit(SseDoneEvent(data=done.model_copy(
-                update={"message_id": saved.assistant_message_id})))
+            return SseDoneEvent(data=done.model_copy(
+                update={"message_id": saved.assistant_message_id}))
+        return None
 
 
 def _preview(text: str) -> str:
