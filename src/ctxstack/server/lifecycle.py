@@ -47,18 +47,27 @@ import contextlib
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from ctxstack.errors import CtxstackError
-
-if TYPE_CHECKING:
-    from ctxstack.server.injects import InjectQueue
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_SECONDS = 5.0
 LeaseState = Literal["claimed", "running", "saving", "released", "lost"]
 ClaimState = Literal["running", "saving"]
+
+
+class ClaimStore(Protocol):
+    """The claim operations a lease drives (both inject queues implement them)."""
+
+    async def begin(self, conversation_id: str, turn_id: str) -> None: ...
+
+    async def heartbeat(self, conversation_id: str, turn_id: str) -> bool: ...
+
+    async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def release(self, conversation_id: str, turn_id: str) -> None: ...
 
 
 class LeaseLostError(CtxstackError):
@@ -99,7 +108,7 @@ class TurnLease:
     which could interleave with the new holder's turn.
     """
 
-    def __init__(self, queue: InjectQueue, conversation_id: str, turn_id: str, *,
+    def __init__(self, queue: ClaimStore, conversation_id: str, turn_id: str, *,
                  lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
         self.queue = queue
         self.conversation_id = conversation_id
@@ -109,7 +118,7 @@ class TurnLease:
         self._beat: asyncio.Task[None] | None = None
 
     @classmethod
-    async def claim(cls, queue: InjectQueue, conversation_id: str, turn_id: str, *,
+    async def claim(cls, queue: ClaimStore, conversation_id: str, turn_id: str, *,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS) -> TurnLease:
         """Claim the conversation and start the heartbeat.
 
