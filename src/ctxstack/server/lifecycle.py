@@ -5,9 +5,10 @@ A conversation runs at most one turn at a time. The turn holds a *claim* (a row 
 answer is **committed**; the claim is a lease that a heartbeat renews every
 ``lease / 3`` seconds, so a holder that died (kill -9, a lost machine, a database outage
 longer than the lease) stops blocking the conversation after at most ``lease`` seconds
-(``CTXSTACK_TURN_LEASE``, default 5). A server restarted on the same host takes over the
-claims of its dead predecessor at once (the holder is ``host:pid``; a pid that no longer
-exists on this host cannot be running a turn).
+(``CTXSTACK_TURN_LEASE``, default 5). With the database queue, a server restarted on the
+same host takes over the claims of its dead predecessor at once (the holder is
+``host:pid``; a pid that no longer exists on this host cannot be running a turn); the
+Redis queue relies on the lease alone (its claim key expires).
 
 States and transitions (:class:`TurnLease`)::
 
