@@ -34,6 +34,7 @@ from ctxstack.errors import StorageError
 from ctxstack.store.db import DB_ERRORS, create_engine_from_url, storage_error
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+MIGRATION_STATEMENT_TIMEOUT_S = 600.0
 ADVISORY_LOCK_KEY = 0x63747873_7461636B & 0x7FFFFFFFFFFFFFFF
 """The PostgreSQL advisory lock migrations take ("ctxstack" in ASCII, as a bigint)."""
 
@@ -101,8 +102,10 @@ async def _run(
     target: str | URL | AsyncEngine | None, revision: str, schema: str | None, *, down: bool
 ) -> str | None:
     own = not isinstance(target, AsyncEngine)
+    # Waiting for another process's migration (the lock) may take longer than one
+    # statement is allowed in service; connecting stays bounded as usual.
     engine = target if isinstance(target, AsyncEngine) else create_engine_from_url(
-        target, schema=schema
+        target, schema=schema, statement_timeout=MIGRATION_STATEMENT_TIMEOUT_S
     )
     action = f"migrating to {revision!r}"
     try:
