@@ -10,7 +10,8 @@ once. Per configuration:
   server), p50 and p99 — target p99 ≤ 250 ms at 50 streams with 2 workers (issue 15);
 * event-loop lag p99 and max over the workers (``GET /api/health``: a probe task that
   sleeps 50 ms and records how late it wakes; target p99 ≤ 20 ms);
-* resident memory of the workers before the load (after a warm-up turn) and after it, as
+* resident memory of the workers before the load (after one warm-up turn per stream, all
+  at once) and after it, as
   MB per 1,000 turns — target ≤ 20 MB per 1,000 turns. With few turns (``--quick``) the
   figure is dominated by allocator noise and is reported, not judged.
 
@@ -130,7 +131,9 @@ async def _load(url: str, db: str, workers: int, streams: int, turns: int) -> Lo
     limits = httpx.Limits(max_connections=streams + 10)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         ids = [await _conversation(client) for _ in range(streams)]
-        await asyncio.gather(*(_turn(client, cid, "warm up") for cid in ids[:workers * 2]))
+        # One turn on every stream at full concurrency first: pools, caches and the
+        # allocator reach their working size, so the RSS figure is growth, not warm-up.
+        await asyncio.gather(*(_turn(client, cid, "warm up") for cid in ids))
         before = await _health(url, workers)
 
         async def talk(cid: str) -> list[TurnTiming]:
