@@ -49,7 +49,7 @@ from ctxstack.server.lifecycle import (
     holder_id,
     holder_is_dead,
 )
-from ctxstack.store.db import SessionFactory, transaction
+from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import Base, BigIntId, UTCDateTime, utcnow
 
 log = logging.getLogger(__name__)
@@ -218,6 +218,14 @@ class DbInjectQueue:
                                 text=text))
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
+        # Polled several times a second per running turn: look first (a read, which never
+        # waits for SQLite's writer lock), delete only when something is there.
+        async with reading(self._factory, "looking for pending injects") as s:
+            waiting = await s.scalar(select(PendingInject.id).where(
+                PendingInject.conversation_id == conversation_id,
+                PendingInject.turn_id == turn_id).limit(1))
+        if waiting is None:
+            return []
         async with transaction(self._factory, "taking pending injects") as s:
             return await self._drain(s, conversation_id, turn_id)
 
