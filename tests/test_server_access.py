@@ -191,9 +191,13 @@ def test_only_admins_change_model_configs(server: ServerProcess, alice: httpx.Cl
         assert bad.status_code == 422
         assert "context_size" in bad.json()["detail"]
         assert admin.put("/api/admin/model-configs/huge", json={"model": "m"}).status_code == 422
-    listed = alice.get("/api/admin/model-configs").json()
-    assert [c["role"] for c in listed] == ["main", "fast"]
-    assert listed[1]["model"] == "small"
+        listed = admin.get("/api/admin/model-configs").json()
+        assert [c["role"] for c in listed] == ["main", "fast"]
+        assert listed[1]["model"] == "small"
+    # Reading the admin model configs is admin-only too (issue 15).
+    refused = alice.get("/api/admin/model-configs")
+    assert refused.status_code == 403, refused.text
+    assert "small" not in refused.text
 
 
 def test_no_auth_is_the_loopback_default(tmp_path: Path) -> None:

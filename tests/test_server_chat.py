@@ -233,9 +233,13 @@ def test_failing_llm_mid_turn_gives_error_and_a_usable_conversation(
     assert events[-1].event == "done", names(events)
     stored = messages(client, cid)
     assert [m["status"] for m in stored if m["role"] == "assistant"] == ["failed", "ok"]
-    # The next turn's model saw the failed turn as history (nothing was lost).
+    # The next turn's model saw the failed turn's question, but not the failure notice as
+    # something it said itself (issue 15): that text is for the user only.
     first_call = stub.requests[before]
-    assert any(m.text.startswith("The turn failed") for m in first_call.messages)
+    assert any(m.role == "user" and m.text == "What is 6*7?" for m in first_call.messages)
+    assert not any("The turn failed" in m.text for m in first_call.messages)
+    assert stub.base_url not in failed["content"]
+    assert "127.0.0.1" not in failed["content"]
 
 
 def test_client_disconnect_stops_the_turn_and_saves_partial_work(

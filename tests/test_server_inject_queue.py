@@ -157,3 +157,26 @@ async def test_poller_delivers_and_keeps_the_claim_alive(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_injects_for_a_dead_turn_go_to_the_next_and_saving_refuses_new_ones(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    queue.stale_after = 0.3  # type: ignore[union-attr]
+    await queue.begin(a, "dead")
+    await queue.push(a, "accepted for the dead turn")
+    await asyncio.sleep(0.5)  # its worker died: no heartbeat
+    await queue.begin(a, "next")
+    assert await queue.take(a, "next") == ["accepted for the dead turn"]  # not deleted
+    assert await queue.heartbeat(a, "dead") is False  # the dead turn learns it lost
+    queue.stale_after = 30  # type: ignore[union-attr]
+    await queue.heartbeat(a, "next")
+    await queue.push(a, "late")
+    assert await queue.finish(a, "next") == ["late"]
+    with pytest.raises(NoRunningTurnError, match="finishing"):
+        await queue.push(a, "while saving")
+    with pytest.raises(TurnBusyError):
+        await queue.begin(a, "third")  # the claim outlives the save
+    await queue.release(a, "next")
+    await queue.begin(a, "third")

@@ -59,6 +59,13 @@ def test_loopback_addresses() -> None:
     assert is_loopback("::1")
     assert not is_loopback("0.0.0.0")
     assert not is_loopback("192.0.2.1")
+    # Parsed, not prefix-matched (issue 15): a host name is never loopback but localhost.
+    assert not is_loopback("127.evil.example.com")
+    assert not is_loopback("127.0.0.1.nip.io")
+    assert not is_loopback("localhost.example.com")
+    assert is_loopback("127.8.9.10")
+    assert is_loopback("[::1]")
+    assert is_loopback("::ffff:127.0.0.1")
 
 
 # ---------------------------------------------------------------------------- SSE

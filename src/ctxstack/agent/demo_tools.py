@@ -79,10 +79,14 @@ def evaluate(expression: str) -> float:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise CalculationError(f"not an arithmetic expression: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise CalculationError("expression is nested too deeply") from None
     try:
         value = _eval(tree.body)
     except CalculationError:
         raise
+    except RecursionError:
+        raise CalculationError("expression is nested too deeply") from None
     except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
         raise CalculationError(f"cannot evaluate {text!r}: {exc}") from None
     _check_size(value)

@@ -7,6 +7,10 @@ Without ``--reply`` the stub echoes the last user message.
 Every request it receives is recorded (the last 1,000): ``GET /_stub/requests`` lists
 them (method, path, query, headers, raw body and its JSON), ``DELETE /_stub/requests``
 forgets them — what tests of a process in front of the stub check.
+
+Fault flags (one at a time; see :mod:`ctxstack.llm.stub.faults`): ``--fail-status CODE``
+(with ``--retry-after SECONDS``), ``--hang``, ``--garbage``, ``--drop-stream``,
+``--overflow``; ``--fail-times N`` makes the first N requests fail and the rest succeed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from __future__ import annotations
 import click
 
 from ctxstack.cli.app import main, needs_extra
-from ctxstack.llm.stub.replies import DEFAULT_MODEL, StubRequest
+from ctxstack.llm.stub.faults import FaultKind, FaultPlan, with_faults
+from ctxstack.llm.stub.replies import DEFAULT_MODEL, Rule, StubRequest
 
 
 def echo_rule(request: StubRequest) -> str:
@@ -32,7 +37,20 @@ def echo_rule(request: StubRequest) -> str:
               help="Answer every request with this text (default: echo the user).")
 @click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model name listed by /v1/models.")
-def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str) -> None:
+@click.option("--fail-status", type=click.IntRange(400, 599), default=None,
+              help="Fault: answer with this HTTP status (429, 500, 503…).")
+@click.option("--retry-after", type=click.FloatRange(min=0), default=None,
+              help="With --fail-status: send this Retry-After (seconds).")
+@click.option("--hang", is_flag=True, help="Fault: accept the request and never answer.")
+@click.option("--garbage", is_flag=True, help="Fault: HTTP 200 with a body that is not JSON.")
+@click.option("--drop-stream", is_flag=True,
+              help="Fault: cut the answer off mid-stream (mid-body when not streamed).")
+@click.option("--overflow", is_flag=True, help="Fault: OpenAI's context-length 400.")
+@click.option("--fail-times", type=click.IntRange(min=0), default=None,
+              help="Only the first N requests get the fault; later ones are answered.")
+def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str,
+             fail_status: int | None, retry_after: float | None, hang: bool, garbage: bool,
+             drop_stream: bool, overflow: bool, fail_times: int | None) -> None:
     """Run a scripted OpenAI-compatible LLM server (no real model, no network).
 
     Received requests are listed at GET /_stub/requests (DELETE clears them).
@@ -41,7 +59,34 @@ def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str) 
         import uvicorn
 
         from ctxstack.llm.stub.app import StubState, create_app
-    state = StubState(model=model, delay=delay,
-                      rule=(lambda _request: reply) if reply is not None else echo_rule)
+    rule: Rule = (lambda _request: reply) if reply is not None else echo_rule
+    plan = fault_plan(fail_status, retry_after, hang=hang, garbage=garbage,
+                      drop_stream=drop_stream, overflow=overflow, fail_times=fail_times)
+    if plan is not None:
+        rule = with_faults(plan, rule)
+        click.echo(f"fault: {plan.kind}" + (f" {plan.status}" if plan.kind == "status" else "")
+                   + (f" for the first {plan.times} requests" if plan.times is not None
+                      else " on every request"))
+    state = StubState(model=model, delay=delay, rule=rule)
     click.echo(f"stub LLM listening on http://{host}:{port}/v1 (model {model!r}); Ctrl-C stops")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
+
+
+def fault_plan(fail_status: int | None, retry_after: float | None, *, hang: bool,
+               garbage: bool, drop_stream: bool, overflow: bool,
+               fail_times: int | None) -> FaultPlan | None:
+    """The fault the flags ask for (``None``: none); more than one is a usage error."""
+    flags: list[tuple[FaultKind, bool]] = [
+        ("status", fail_status is not None), ("hang", hang), ("garbage", garbage),
+        ("drop", drop_stream), ("overflow", overflow)]
+    chosen = [kind for kind, on in flags if on]
+    if len(chosen) > 1:
+        raise click.UsageError(f"choose one fault at a time, got {', '.join(chosen)}")
+    if not chosen:
+        if retry_after is not None or fail_times is not None:
+            raise click.UsageError("--retry-after and --fail-times need a fault flag")
+        return None
+    if retry_after is not None and chosen[0] != "status":
+        raise click.UsageError("--retry-after goes with --fail-status")
+    return FaultPlan(kind=chosen[0], status=fail_status or 503, retry_after=retry_after,
+                     times=fail_times)

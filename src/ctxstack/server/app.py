@@ -7,9 +7,11 @@ must already be migrated (``ctxstack serve`` does it before starting workers).
 
 Errors always answer JSON ``{"detail": "<what was wrong>"}``: request validation → 422
 naming the field; ctxstack's errors → their status (not found → 404, bad input → 400,
-rejected upload → 415/413, busy conversation or no running turn → 409, storage down →
-503). Nothing else leaks: an unexpected exception is logged and answered 500 with a
-generic message.
+rejected upload → 415/413, busy conversation or no running turn → 409). A failing
+dependency (database, Redis, model) is classified by :mod:`ctxstack.server.failures` and
+answered 503 with a generic message naming only the dependency — never a URL, host, user
+or key; the details go to the server log. Nothing else leaks: an unexpected exception is
+logged and answered 500 with a generic message.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from ctxstack.errors import (
     StorageError,
     TurnBusyError,
 )
+from ctxstack.server.failures import classify
+from ctxstack.server.health import LoopLagProbe
+from ctxstack.server.health import router as health_router
 from ctxstack.server.routes import router
 from ctxstack.server.settings import Settings
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
@@ -141,11 +146,15 @@ def create_app(settings: Settings | None = None, *,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await open_state(settings, factory=session_factory)
         app.state.ctxstack = state
+        probe = LoopLagProbe()
+        app.state.loop_lag = probe
+        probe.start()
         log.info("ctxstack service ready (model %s, auth %s)", state.llms.model_name,
                  settings.auth)
         try:
             yield
         finally:
+            await probe.stop()
             await close_state(state)
 
     app = FastAPI(
@@ -160,6 +169,7 @@ def create_app(settings: Settings | None = None, *,
     )
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
+    app.include_router(health_router)
     _document_sse(app)
 
     @app.exception_handler(RequestValidationError)
@@ -171,6 +181,11 @@ def create_app(settings: Settings | None = None, *,
 
     @app.exception_handler(CtxstackError)
     async def _ctxstack_error(request: Request, exc: CtxstackError) -> JSONResponse:
+        failure = classify(exc)
+        if failure is not None:
+            log.error("%s %s: %s unavailable: %s: %s", request.method, request.url.path,
+                      failure.dependency, type(exc).__name__, getattr(exc, "detail", exc))
+            return JSONResponse({"detail": failure.message}, status_code=failure.status)
         status = _status_for(exc)
         if status >= 500:
             log.error("%s %s failed: %s: %s", request.method, request.url.path,
@@ -184,6 +199,11 @@ def create_app(settings: Settings | None = None, *,
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        failure = classify(exc)
+        if failure is not None:
+            log.error("%s %s: %s unavailable: %s: %s", request.method, request.url.path,
+                      failure.dependency, type(exc).__name__, exc)
+            return JSONResponse({"detail": failure.message}, status_code=failure.status)
         log.exception("%s %s: unexpected error", request.method, request.url.path)
         return JSONResponse({"detail": "internal error (see the server log)"}, status_code=500)
 

@@ -55,10 +55,11 @@ UserDep = Annotated[CurrentUser, Depends(current_user)]
 
 
 async def admin_user(user: UserDep) -> CurrentUser:
-    """The caller, if allowed to change model configs (else 403)."""
+    """The caller, if an admin (else 403): every /api/admin route depends on it."""
     if not user.is_admin:
         raise HTTPException(
-            403, "only an admin may change model configs (list admins in CTXSTACK_ADMIN_USERS)"
+            403, "only an admin may read or change model configs (list admins in "
+            "CTXSTACK_ADMIN_USERS)"
         )
     return user
 

@@ -11,12 +11,21 @@ Contract of both implementations:
 
 * :meth:`~InjectQueue.begin` claims the conversation for one turn; a second claim while the
   first is alive fails (one turn per conversation at a time). A claim whose worker died
-  (no heartbeat for ``stale_after`` seconds) may be taken over.
+  (no heartbeat for ``stale_after`` seconds — the lease — or, on the database queue, a
+  holder process that no longer exists on this host) is taken over, with the injects
+  queued for it.
 * :meth:`~InjectQueue.push` queues a text for the running turn, or raises
   :class:`NoRunningTurnError` (the API answers 409).
-* :meth:`~InjectQueue.end` releases the claim and returns the texts that were pushed but
-  never taken, so the service can store them instead of losing them. A push racing with
-  ``end`` either lands before it (and is returned) or sees no running turn (409).
+* :meth:`~InjectQueue.finish` moves the claim to "saving" (pushes are refused from then
+  on) and returns the texts that were pushed but never taken, so the service stores them
+  instead of losing them; :meth:`~InjectQueue.release` deletes the claim once the answer
+  is committed. A push racing with ``finish`` either lands before it (and is returned) or
+  is refused (409). :meth:`~InjectQueue.end` is both at once.
+* :meth:`~InjectQueue.heartbeat` renews the lease and says whether the claim is still
+  this turn's.
+
+The state machine these steps form, and the API's answer in each state, is documented in
+:mod:`ctxstack.server.lifecycle`.
 """
 
 from __future__ import annotations
@@ -25,20 +34,32 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import NoRunningTurnError, TurnBusyError
-from ctxstack.store.db import SessionFactory, transaction
+from ctxstack.server.failures import DependencyError
+from ctxstack.server.lifecycle import (
+    DEFAULT_LEASE_SECONDS,
+    LeaseLostError,
+    holder_id,
+    holder_is_dead,
+)
+from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STALE_AFTER = 30.0
+DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
+DEFAULT_REDIS_TIMEOUT = 2.0
 MAX_INJECT_CHARS = 20_000
+BUSY_MESSAGE = ("a turn is already running in this conversation; wait for it to finish "
+                "or send the message as an inject")
+FINISHING_MESSAGE = ("the turn is finishing its answer and takes no more injects; send the "
+                     "message as a new question")
 
 
 class InjectQueue(Protocol):
@@ -46,13 +67,17 @@ class InjectQueue(Protocol):
 
     async def begin(self, conversation_id: str, turn_id: str) -> None: ...
 
-    async def heartbeat(self, conversation_id: str, turn_id: str) -> None: ...
+    async def heartbeat(self, conversation_id: str, turn_id: str) -> bool: ...
 
     async def is_running(self, conversation_id: str) -> bool: ...
 
     async def push(self, conversation_id: str, text: str) -> None: ...
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def release(self, conversation_id: str, turn_id: str) -> None: ...
 
     async def end(self, conversation_id: str, turn_id: str) -> list[str]: ...
 
@@ -62,78 +87,127 @@ class InjectQueue(Protocol):
 class DbInjectQueue:
     """The inject queue in the service's own database (SQLite or PostgreSQL)."""
 
-    def __init__(self, factory: SessionFactory, *, stale_after: float = DEFAULT_STALE_AFTER):
+    def __init__(self, factory: SessionFactory, *, stale_after: float = DEFAULT_STALE_AFTER,
+                 holder: str | None = None):
         self._factory = factory
         self.stale_after = stale_after
+        self.holder = holder or holder_id()
 
     def _stale_before(self) -> datetime:
         return utcnow() - timedelta(seconds=self.stale_after)
+
+    def _live(self, row: ActiveTurn) -> bool:
+        return row.heartbeat_at >= self._stale_before() and not holder_is_dead(row.holder)
 
     async def begin(self, conversation_id: str, turn_id: str) -> None:
         now = utcnow()
         try:
             async with transaction(self._factory, "claiming the conversation for a turn") as s:
                 s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
-                                 started_at=now, heartbeat_at=now))
+                                 started_at=now, heartbeat_at=now, state="running",
+                                 holder=self.holder))
                 await s.flush()
             return
         except Exception as exc:  # IntegrityError arrives wrapped in StorageError
             if not _is_integrity(exc):
                 raise
-        # Someone holds the claim: take it over only if its worker stopped beating.
+        try:
+            await self._take_over(conversation_id, turn_id, now)
+        except Exception as exc:  # another claimant won the race for a freed claim
+            if not _is_integrity(exc):
+                raise
+            raise TurnBusyError(BUSY_MESSAGE) from None
+
+    async def _take_over(self, conversation_id: str, turn_id: str, now: datetime) -> None:
+        """Someone holds the claim: take it over only if its lease expired or its holder
+        process is gone; the injects queued for it go to this turn (never dropped)."""
         async with transaction(self._factory, "taking over a stale turn") as s:
+            row = await s.scalar(select(ActiveTurn).where(
+                ActiveTurn.conversation_id == conversation_id))
+            if row is not None and self._live(row):
+                raise TurnBusyError(BUSY_MESSAGE)
+            if row is None:  # released meanwhile
+                s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
+                                 started_at=now, heartbeat_at=now, state="running",
+                                 holder=self.holder))
+                await s.flush()
+                return
+            old_turn = row.turn_id
             taken = await s.execute(
                 update(ActiveTurn)
                 .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.heartbeat_at < self._stale_before())
-                .values(turn_id=turn_id, started_at=now, heartbeat_at=now)
+                       ActiveTurn.turn_id == old_turn)
+                .values(turn_id=turn_id, started_at=now, heartbeat_at=now, state="running",
+                        holder=self.holder)
             )
             if taken.rowcount != 1:  # type: ignore[attr-defined]
-                raise TurnBusyError(
-                    "a turn is already running in this conversation; wait for it to finish "
-                    "or send the message as an inject"
-                )
-            await s.execute(delete(PendingInject).where(
-                PendingInject.conversation_id == conversation_id))
+                raise TurnBusyError(BUSY_MESSAGE)
+            await s.execute(update(PendingInject).where(
+                PendingInject.conversation_id == conversation_id).values(turn_id=turn_id))
 
-    async def heartbeat(self, conversation_id: str, turn_id: str) -> None:
+    async def heartbeat(self, conversation_id: str, turn_id: str) -> bool:
         async with transaction(self._factory, "refreshing a turn's heartbeat") as s:
-            await s.execute(
+            done = await s.execute(
                 update(ActiveTurn)
                 .where(ActiveTurn.conversation_id == conversation_id,
                        ActiveTurn.turn_id == turn_id)
                 .values(heartbeat_at=utcnow())
             )
+            return bool(done.rowcount == 1)  # type: ignore[attr-defined]
 
     async def is_running(self, conversation_id: str) -> bool:
         async with transaction(self._factory, "checking for a running turn") as s:
-            found = await s.scalar(
-                select(ActiveTurn.turn_id).where(
-                    ActiveTurn.conversation_id == conversation_id,
-                    ActiveTurn.heartbeat_at >= self._stale_before())
-            )
-            return found is not None
+            row = await s.scalar(select(ActiveTurn).where(
+                ActiveTurn.conversation_id == conversation_id))
+            return row is not None and self._live(row)
 
     async def push(self, conversation_id: str, text: str) -> None:
         async with transaction(self._factory, "queueing an inject") as s:
             # FOR SHARE (PostgreSQL; ignored by SQLite, whose writers serialise anyway)
-            # makes a concurrent end() wait until this insert is committed, so the text
-            # is either taken, returned by end(), or refused — never orphaned.
-            turn_id = await s.scalar(
-                select(ActiveTurn.turn_id)
-                .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.heartbeat_at >= self._stale_before())
+            # makes a concurrent finish() wait until this insert is committed, so the
+            # text is either taken, returned by finish(), or refused — never orphaned.
+            row = await s.scalar(
+                select(ActiveTurn)
+                .where(ActiveTurn.conversation_id == conversation_id)
                 .with_for_update(read=True)
             )
-            if turn_id is None:
+            if row is None or not self._live(row):
                 raise NoRunningTurnError("no turn is running in this conversation")
-            s.add(PendingInject(conversation_id=conversation_id, turn_id=turn_id, text=text))
+            if row.state != "running":
+                raise NoRunningTurnError(FINISHING_MESSAGE)
+            s.add(PendingInject(conversation_id=conversation_id, turn_id=row.turn_id,
+                                text=text))
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
+        # Polled several times a second per running turn: look first (a read, which never
+        # waits for SQLite's writer lock), delete only when something is there.
+        async with reading(self._factory, "looking for pending injects") as s:
+            waiting = await s.scalar(select(PendingInject.id).where(
+                PendingInject.conversation_id == conversation_id,
+                PendingInject.turn_id == turn_id).limit(1))
+        if waiting is None:
+            return []
         async with transaction(self._factory, "taking pending injects") as s:
             return await self._drain(s, conversation_id, turn_id)
 
+    async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
+        async with transaction(self._factory, "finishing a turn") as s:
+            moved = await s.execute(
+                update(ActiveTurn)
+                .where(ActiveTurn.conversation_id == conversation_id,
+                       ActiveTurn.turn_id == turn_id)
+                .values(state="saving", heartbeat_at=utcnow()))
+            if moved.rowcount != 1:  # type: ignore[attr-defined]
+                raise LeaseLostError("the turn lost its claim on the conversation")
+            return await self._drain(s, conversation_id, turn_id)
+
+    async def release(self, conversation_id: str, turn_id: str) -> None:
+        async with transaction(self._factory, "releasing a turn") as s:
+            await s.execute(delete(ActiveTurn).where(
+                ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
+
     async def end(self, conversation_id: str, turn_id: str) -> list[str]:
+        """finish + release in one go (for callers with nothing to save in between)."""
         async with transaction(self._factory, "ending a turn") as s:
             await s.execute(delete(ActiveTurn).where(
                 ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
@@ -163,100 +237,151 @@ def _is_integrity(exc: BaseException) -> bool:
 
 
 class RedisInjectQueue:
-    """The inject queue in Redis: a claim key with a TTL and a list per turn.
+    """The inject queue in Redis: a claim key with a TTL and a list per conversation.
 
-    Keys: ``ctxstack:turn:<conversation>`` holds the running turn id (expires after
-    ``stale_after`` seconds unless the heartbeat renews it); ``ctxstack:injects:<turn>`` is
-    the list of pending texts. Check-and-act steps are Lua scripts, so they are atomic.
+    Keys: ``ctxstack:turn:<conversation>`` holds ``<state>:<turn id>`` (expires after
+    ``stale_after`` seconds unless the heartbeat renews it); ``ctxstack:injects:<conv>``
+    is the list of pending texts — per conversation, so what was queued for a turn whose
+    holder died is taken by the next turn. Check-and-act steps are Lua scripts, so they
+    are atomic. Every call is bounded by ``timeout`` seconds; a Redis failure leaves as
+    :class:`~ctxstack.server.failures.DependencyError` (``dependency="redis"``).
     """
 
+    _BEGIN = """
+    if redis.call('SET', KEYS[1], 'running:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+      return 1 end
+    return 0
+    """
     _PUSH = """
-    local turn = redis.call('GET', KEYS[1])
-    if not turn then return nil end
-    redis.call('RPUSH', ARGV[2] .. turn, ARGV[1])
-    redis.call('EXPIRE', ARGV[2] .. turn, ARGV[3])
-    return turn
+    local claim = redis.call('GET', KEYS[1])
+    if not claim then return 0 end
+    if string.sub(claim, 1, 8) ~= 'running:' then return -1 end
+    redis.call('RPUSH', KEYS[2], ARGV[1])
+    redis.call('EXPIRE', KEYS[2], ARGV[2])
+    return 1
     """
-    _END = """
-    if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+    _TAKE = """
+    if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return {} end
     local items = redis.call('LRANGE', KEYS[2], 0, -1)
     redis.call('DEL', KEYS[2])
     return items
     """
-    _TAKE = """
-    local items = redis.call('LRANGE', KEYS[1], 0, -1)
-    redis.call('DEL', KEYS[1])
+    _FINISH = """
+    if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return nil end
+    redis.call('SET', KEYS[1], 'saving:' .. ARGV[1], 'PX', ARGV[2])
+    local items = redis.call('LRANGE', KEYS[2], 0, -1)
+    redis.call('DEL', KEYS[2])
     return items
     """
+    _RELEASE = """
+    local claim = redis.call('GET', KEYS[1])
+    if claim == 'running:' .. ARGV[1] or claim == 'saving:' .. ARGV[1] then
+      redis.call('DEL', KEYS[1]) end
+    return 1
+    """
     _BEAT = """
-    if redis.call('GET', KEYS[1]) == ARGV[1] then
+    local claim = redis.call('GET', KEYS[1])
+    if claim == 'running:' .. ARGV[1] or claim == 'saving:' .. ARGV[1] then
       return redis.call('PEXPIRE', KEYS[1], ARGV[2])
     end
     return 0
     """
 
     def __init__(self, url: str, *, stale_after: float = DEFAULT_STALE_AFTER,
-                 prefix: str = "ctxstack:") -> None:
+                 prefix: str = "ctxstack:", timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._redis = aioredis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=timeout,
+            socket_connect_timeout=timeout, retry_on_timeout=False)
         self.stale_after = stale_after
         self.prefix = prefix
 
     def _turn_key(self, conversation_id: str) -> str:
         return f"{self.prefix}turn:{conversation_id}"
 
-    def _list_prefix(self) -> str:
-        return f"{self.prefix}injects:"
+    def _list_key(self, conversation_id: str) -> str:
+        return f"{self.prefix}injects:{conversation_id}"
+
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.stale_after * 1000))
+
+    async def _eval(self, script: str, keys: list[str], *args: str | int) -> Any:
+        from redis.exceptions import RedisError
+
+        try:
+            return await self._redis.eval(script, len(keys), *keys, *args)
+        except RedisError as exc:
+            raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
 
     async def begin(self, conversation_id: str, turn_id: str) -> None:
-        ok = await self._redis.set(self._turn_key(conversation_id), turn_id, nx=True,
-                                   px=int(self.stale_after * 1000))
+        ok = await self._eval(self._BEGIN, [self._turn_key(conversation_id)], turn_id,
+                              self._ttl_ms())
         if not ok:
-            raise TurnBusyError(
-                "a turn is already running in this conversation; wait for it to finish "
-                "or send the message as an inject"
-            )
+            raise TurnBusyError(BUSY_MESSAGE)
 
-    async def heartbeat(self, conversation_id: str, turn_id: str) -> None:
-        await self._redis.eval(self._BEAT, 1, self._turn_key(conversation_id), turn_id,
-                               int(self.stale_after * 1000))
+    async def heartbeat(self, conversation_id: str, turn_id: str) -> bool:
+        return bool(await self._eval(self._BEAT, [self._turn_key(conversation_id)], turn_id,
+                                     self._ttl_ms()))
 
     async def is_running(self, conversation_id: str) -> bool:
-        return bool(await self._redis.exists(self._turn_key(conversation_id)))
+        from redis.exceptions import RedisError
+
+        try:
+            return bool(await self._redis.exists(self._turn_key(conversation_id)))
+        except RedisError as exc:
+            raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
 
     async def push(self, conversation_id: str, text: str) -> None:
-        turn = await self._redis.eval(
-            self._PUSH, 1, self._turn_key(conversation_id), text, self._list_prefix(),
-            int(self.stale_after * 4),
-        )
-        if turn is None:
+        pushed = await self._eval(
+            self._PUSH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
+            text, max(60, int(self.stale_after * 20)))
+        if pushed == -1:
+            raise NoRunningTurnError(FINISHING_MESSAGE)
+        if not pushed:
             raise NoRunningTurnError("no turn is running in this conversation")
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._redis.eval(
-            self._TAKE, 1, self._list_prefix() + turn_id)
-        return [str(i) for i in items or []]
-
-    async def end(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._redis.eval(
-            self._END, 2, self._turn_key(conversation_id), self._list_prefix() + turn_id,
+        items = await self._eval(
+            self._TAKE, [self._turn_key(conversation_id), self._list_key(conversation_id)],
             turn_id)
         return [str(i) for i in items or []]
+
+    async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
+        items = await self._eval(
+            self._FINISH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
+            turn_id, self._ttl_ms())
+        if items is None:
+            raise LeaseLostError("the turn lost its claim on the conversation")
+        return [str(i) for i in items]
+
+    async def release(self, conversation_id: str, turn_id: str) -> None:
+        await self._eval(self._RELEASE, [self._turn_key(conversation_id)], turn_id)
+
+    async def end(self, conversation_id: str, turn_id: str) -> list[str]:
+        """finish + release in one go (for callers with nothing to save in between)."""
+        try:
+            items = await self.finish(conversation_id, turn_id)
+        except LeaseLostError:
+            items = []
+        await self.release(conversation_id, turn_id)
+        return items
 
     async def close(self) -> None:
         await self._redis.aclose()
 
 
 class InjectPoller:
-    """Runs beside a turn: forwards queued injects to ``deliver`` and keeps the claim alive.
+    """Runs beside a turn: forwards queued injects to ``deliver`` (and, with
+    ``heartbeat_every``, renews the claim; the service's turns have
+    :class:`~ctxstack.server.lifecycle.TurnLease` do that from the claim on).
 
     Polling (every ``interval`` seconds) instead of a push channel keeps both backends the
     same and costs one indexed query per running turn per interval.
     """
 
     def __init__(self, queue: InjectQueue, conversation_id: str, turn_id: str, *,
-                 interval: float = 0.25, heartbeat_every: float = 5.0) -> None:
+                 interval: float = 0.25, heartbeat_every: float | None = None) -> None:
         self.queue = queue
         self.conversation_id = conversation_id
         self.turn_id = turn_id
@@ -271,7 +396,8 @@ class InjectPoller:
             try:
                 for text in await self.queue.take(self.conversation_id, self.turn_id):
                     await deliver(text)
-                if time.monotonic() - last_beat >= self.heartbeat_every:
+                if (self.heartbeat_every is not None
+                        and time.monotonic() - last_beat >= self.heartbeat_every):
                     await self.queue.heartbeat(self.conversation_id, self.turn_id)
                     last_beat = time.monotonic()
             except asyncio.CancelledError:

@@ -22,8 +22,10 @@ from ctxstack.messages import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
 from ctxstack.server.compactions import CompactionOut, list_compactions
 from ctxstack.server.injects import MAX_INJECT_CHARS
+from ctxstack.server.lifecycle import TurnLease
 from ctxstack.server.persist import stored_events
 from ctxstack.server.schemas import (
+    MAX_INT,
     BudgetOut,
     ChatRequest,
     ConversationCreate,
@@ -41,6 +43,7 @@ from ctxstack.server.schemas import (
     ModelConfigOut,
     StoredEvent,
     UsageOut,
+    check_text,
 )
 from ctxstack.server.sse import EventStreamResponse, frames
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
@@ -89,7 +92,7 @@ async def me(user: UserDep) -> MeOut:
 async def list_conversations(
     request: Request, user: UserDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
 ) -> list[ConversationOut]:
     """The caller's conversations, most recently active first."""
     rows = await conv_store.list_conversations(_state(request).factory, user.id,
@@ -162,7 +165,7 @@ def message_out(record: MessageRecord) -> MessageOut:
             responses=_404, tags=["conversations"])
 async def get_messages(
     request: Request, user: UserDep, conversation_id: str,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_INT)] = 0,
     limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
 ) -> list[MessageOut]:
     """The conversation's messages in order, with each answer's stored SSE events."""
@@ -210,7 +213,8 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
             raise NotFoundError(f"file {missing[0]!r} not found")
         images = [found[f] for f in dict.fromkeys(body.file_ids)]
     turn_id = secrets.token_hex(16)
-    await state.injects.begin(conversation.id, turn_id)
+    lease = await TurnLease.claim(state.injects, conversation.id, turn_id,
+                                  lease_seconds=state.settings.turn_lease)
     try:
         meta = kind_metadata("query", mode=body.mode)
         if images:
@@ -222,11 +226,11 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
             await conv_store.rename_conversation(state.factory, user.id, conversation.id,
                                                  _title_from(body.query))
     except BaseException:
-        await state.injects.end(conversation.id, turn_id)
+        await lease.release()
         raise
     turn = Turn(state, TurnSpec(turn_id=turn_id, user_id=user.id,
                                 conversation_id=conversation.id, query=body.query,
-                                mode=body.mode, images=images))
+                                mode=body.mode, images=images), lease)
     task = asyncio.create_task(turn.run(), name=f"ctxstack-turn-{turn_id}")
     state.track(task)
 
@@ -266,8 +270,9 @@ async def upload_file(
     """Upload an image (PNG, JPEG, WebP or GIF, recognised by its bytes, not its name)."""
     state = _state(request)
     limit = state.settings.max_upload_bytes
+    filename = check_text(file.filename, "file", "filename")
     data = await file.read(limit + 1)
-    record = await state.files.save(user.id, data, filename=file.filename)
+    record = await state.files.save(user.id, data, filename=filename)
     return FileOut(id=record.id, mime_type=record.mime_type, size=record.size)
 
 
@@ -299,9 +304,10 @@ async def _config_out(state: ServiceState, role: Role) -> ModelConfigOut:
     )
 
 
-@router.get("/admin/model-configs", response_model=list[ModelConfigOut], tags=["admin"])
-async def get_model_configs(request: Request, user: UserDep) -> list[ModelConfigOut]:
-    """The active model config of each role and the budget it resolves to."""
+@router.get("/admin/model-configs", response_model=list[ModelConfigOut], tags=["admin"],
+            responses={403: {"model": ErrorOut}})
+async def get_model_configs(request: Request, user: AdminDep) -> list[ModelConfigOut]:
+    """The active model config of each role and the budget it resolves to (admins only)."""
     state = _state(request)
     return [await _config_out(state, "main"), await _config_out(state, "fast")]
 

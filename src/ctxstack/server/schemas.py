@@ -1,8 +1,14 @@
 """Request and response bodies of the HTTP API (they are also the OpenAPI schema at /docs).
 
 Limits are part of the contract: a query of at most 100,000 characters, at most 8 images
-per message, an inject of at most 20,000 characters, a title of at most 200. A body that
+per message, an inject of at most 20,000 characters, a title of at most 200, integers in
+query strings at most :data:`MAX_INT` (2^31 - 1), and no NUL character in any text (no
+backend can store it the same way: PostgreSQL refuses it, SQLite keeps it). A request that
 breaks one is answered 422 with ``{"detail": "<field>: <problem>", "errors": [...]}``.
+
+Every text a client sends goes through one check, :func:`text_problem`: request bodies
+by the validator of :class:`_In` (chat, inject, titles, model configs), other inputs
+(an upload's file name) by :func:`check_text`, which raises the same 422.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ctxstack.server.injects import MAX_INJECT_CHARS
@@ -17,13 +24,43 @@ from ctxstack.server.injects import MAX_INJECT_CHARS
 MAX_QUERY_CHARS = 100_000
 MAX_IMAGES_PER_MESSAGE = 8
 MAX_TITLE_CHARS = 200
+MAX_INT = 2**31 - 1
+"""The largest integer a query string may carry (sequence numbers, offsets)."""
 
 Mode = Literal["react", "dag"]
 MessageStatus = Literal["ok", "failed", "stopped"]
 
 
+def text_problem(value: str) -> str | None:
+    """What is wrong with a client-sent text, or ``None`` (the one shared check)."""
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    return None
+
+
+def check_text(value: str | None, *where: str) -> str | None:
+    """``value`` if acceptable; else a 422 naming ``where`` (e.g. "file", "filename")."""
+    if value is None:
+        return None
+    problem = text_problem(value)
+    if problem is not None:
+        raise RequestValidationError([{"loc": where, "msg": problem, "type": "value_error"}])
+    return value
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _clean_texts(cls, value: object) -> object:
+        texts = value if isinstance(value, list) else [value]
+        for item in texts:
+            if isinstance(item, str):
+                problem = text_problem(item)
+                if problem is not None:
+                    raise ValueError(problem)
+        return value
 
 
 class _Out(BaseModel):

@@ -24,6 +24,17 @@ variable                         meaning                                        
 ``CTXSTACK_CALIBRATE``           learn a per-role token-count correction from   on
                                  the usage the model reports (``0``/``false``
                                  turns it off)
+``CTXSTACK_TURN_LEASE``          seconds a turn's claim lives without a         5
+                                 heartbeat (a crashed holder blocks its
+                                 conversation at most this long)
+``CTXSTACK_DB_CONNECT_TIMEOUT``  seconds to open a database connection          5
+``CTXSTACK_DB_STATEMENT_TIMEOUT``  seconds one database statement (or the wait  15
+                                 for a pooled connection, or SQLite's lock) may
+                                 take
+``CTXSTACK_REDIS_TIMEOUT``       seconds for a Redis connect or command         2
+``LLM_TIMEOUT``                  seconds one main-model call may take, retries  60
+                                 included
+``FAST_LLM_TIMEOUT``             the same for the fast model                    LLM_TIMEOUT
 ``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
                                  when unset the offline demo model answers
 ===============================  =============================================  ==========
@@ -36,6 +47,7 @@ numbers nobody set come from its declared 8,000-token window with 4,000 kept for
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,9 +86,20 @@ class Settings(BaseModel):
     demo_chunk_delay: float = Field(0.01, ge=0)
     max_iterations: int = Field(12, gt=0)
     calibrate: bool = True
+    turn_lease: float = Field(5.0, gt=0, le=3600)
+    db_connect_timeout: float = Field(5.0, gt=0, le=3600)
+    db_statement_timeout: float = Field(15.0, gt=0, le=86_400)
+    redis_timeout: float = Field(2.0, gt=0, le=3600)
+    llm_timeout: float = Field(60.0, gt=0, le=86_400)
+    fast_llm_timeout: float | None = Field(None, gt=0, le=86_400)
     llm_base_url: str | None = None
     llm_model: str | None = None
     budget_env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def fast_timeout(self) -> float:
+        """Seconds one fast-model call may take (``FAST_LLM_TIMEOUT``, else ``LLM_TIMEOUT``)."""
+        return self.fast_llm_timeout if self.fast_llm_timeout is not None else self.llm_timeout
 
     @property
     def demo_model(self) -> bool:
@@ -114,6 +137,12 @@ class Settings(BaseModel):
             "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
             "max_iterations": "CTXSTACK_MAX_ITERATIONS",
             "calibrate": "CTXSTACK_CALIBRATE",
+            "turn_lease": "CTXSTACK_TURN_LEASE",
+            "db_connect_timeout": "CTXSTACK_DB_CONNECT_TIMEOUT",
+            "db_statement_timeout": "CTXSTACK_DB_STATEMENT_TIMEOUT",
+            "redis_timeout": "CTXSTACK_REDIS_TIMEOUT",
+            "llm_timeout": "LLM_TIMEOUT",
+            "fast_llm_timeout": "FAST_LLM_TIMEOUT",
         }
         for field, var in names.items():
             value = get(var)
@@ -141,6 +170,11 @@ class Settings(BaseModel):
             "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
             "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
             "CTXSTACK_CALIBRATE": "1" if self.calibrate else "0",
+            "CTXSTACK_TURN_LEASE": str(self.turn_lease),
+            "CTXSTACK_DB_CONNECT_TIMEOUT": str(self.db_connect_timeout),
+            "CTXSTACK_DB_STATEMENT_TIMEOUT": str(self.db_statement_timeout),
+            "CTXSTACK_REDIS_TIMEOUT": str(self.redis_timeout),
+            "LLM_TIMEOUT": str(self.llm_timeout),
         }
         optional = {
             "CTXSTACK_DATABASE_URL": self.database_url,
@@ -148,6 +182,7 @@ class Settings(BaseModel):
             "CTXSTACK_FILES_DIR": str(self.files_dir) if self.files_dir else None,
             "CTXSTACK_REDIS_URL": self.redis_url,
             "CTXSTACK_ADMIN_USERS": ",".join(sorted(self.admin_users)) or None,
+            "FAST_LLM_TIMEOUT": str(self.fast_llm_timeout) if self.fast_llm_timeout else None,
         }
         out.update({k: v for k, v in optional.items() if v})
         return out
@@ -160,5 +195,20 @@ class Settings(BaseModel):
 
 
 def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (where ``--no-auth`` is the default)."""
-    return host in {"127.0.0.1", "localhost", "::1"} or host.startswith("127.")
+    """True for addresses only this machine can reach (where ``--no-auth`` is the default).
+
+    Decided by parsing, never by prefix: a literal loopback address (``127.0.0.0/8``,
+    ``::1``, also in brackets) or the name ``localhost``. Any other host name — even
+    ``127.evil.example.com`` — is not loopback, so it needs API tokens.
+    """
+    text = host.strip()
+    if text.lower() == "localhost":
+        return True
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))

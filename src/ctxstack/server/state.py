@@ -69,8 +69,13 @@ class LLMProvider:
         if main is None and not settings.demo_model:
             from ctxstack.llm.openai import OpenAICompatibleLLM
 
-            self._main = OpenAICompatibleLLM.from_env("main")
-            self._fast = OpenAICompatibleLLM.from_env("fast")
+            # A call may take at most LLM_TIMEOUT / FAST_LLM_TIMEOUT seconds in all: each
+            # attempt is bounded by it, and no retry starts once that much time is spent.
+            main_s, fast_s = settings.llm_timeout, settings.fast_timeout
+            self._main = OpenAICompatibleLLM.from_env("main", timeout=main_s,
+                                                      max_retry_time=main_s)
+            self._fast = OpenAICompatibleLLM.from_env("fast", timeout=fast_s,
+                                                      max_retry_time=fast_s)
         # Each role counts with its model's own tokenizer when it is available offline
         # (ctxstack.model_counters), else the heuristic with the matching weights.
         self._counters: dict[Role, CalibratingCounter] = (
@@ -209,11 +214,15 @@ def service_state(request: Request) -> ServiceState:
 async def open_state(settings: Settings, *, factory: SessionFactory | None = None) -> ServiceState:
     """Connect everything a process needs (the database must already be migrated)."""
     if factory is None:
-        engine = create_engine_from_url(settings.database_url, schema=settings.database_schema)
+        engine = create_engine_from_url(settings.database_url, schema=settings.database_schema,
+                                        connect_timeout=settings.db_connect_timeout,
+                                        statement_timeout=settings.db_statement_timeout)
         factory = session_factory(engine)
     files = FileStore(factory, settings.files_dir, max_bytes=settings.max_upload_bytes)
     injects: InjectQueue = (
-        RedisInjectQueue(settings.redis_url) if settings.redis_url else DbInjectQueue(factory)
+        RedisInjectQueue(settings.redis_url, stale_after=settings.turn_lease,
+                         timeout=settings.redis_timeout)
+        if settings.redis_url else DbInjectQueue(factory, stale_after=settings.turn_lease)
     )
     user_id, name = await ensure_local_user(factory, settings.local_user) if (
         settings.auth == "none") else (0, "")

@@ -68,16 +68,75 @@ def current_time() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-ARITHMETIC = re.compile(r"[\d.]+\s*(?:[-+*/×÷^%]|\*\*)\s*[\d.(]")
+_DIGITS = frozenset("0123456789")
+_OPERAND_CHARS = frozenset("0123456789.()")
+_OPERATORS = frozenset("-+*/×÷^%")
+MAX_ARITHMETIC_SCAN = 20_000
+"""Only this many leading characters are searched for arithmetic (the demo model's finder)."""
+
+
+def _tokens(text: str) -> list[tuple[str, int, int]]:
+    """``text`` as (kind, start, end) runs: "num" (an operand with a digit), "blank" (an
+    operand without one), "op" (``**`` or one operator) and "other". One pass, O(n)."""
+    out: list[tuple[str, int, int]] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in _OPERAND_CHARS or ch.isspace():
+            j, digit = i, False
+            while j < n and (text[j] in _OPERAND_CHARS or text[j].isspace()):
+                digit = digit or text[j] in _DIGITS
+                j += 1
+            out.append(("num" if digit else "blank", i, j))
+        elif ch in _OPERATORS:
+            j = i + 2 if text.startswith("**", i) else i + 1
+            out.append(("op", i, j))
+        else:
+            j = i + 1
+            while j < n and not (text[j] in _OPERAND_CHARS or text[j].isspace()
+                                 or text[j] in _OPERATORS):
+                j += 1
+            out.append(("other", i, j))
+        i = j
+    return out
+
+
+def _adjacent(text: str, left: tuple[str, int, int], right: tuple[str, int, int]) -> bool:
+    """An operator between ``left`` and ``right`` joins a number to a number or ``(``."""
+    before = text[left[1]:left[2]].rstrip()
+    after = text[right[1]:right[2]].lstrip()
+    return bool(before) and (before[-1] in _DIGITS or before[-1] == ".") and (
+        bool(after) and (after[0] in _DIGITS or after[0] in ".("))
 
 
 def find_arithmetic(text: str) -> str | None:
-    """The first arithmetic expression in ``text`` (what the demo model asks to calculate)."""
-    match = re.search(r"[\d.()\s]*\d[\d.()\s]*(?:(?:\*\*|[-+*/×÷^%])[\d.()\s]*\d[\d.()\s]*)+",
-                      text)
-    if match is None or not ARITHMETIC.search(match.group(0)):
-        return None
-    return match.group(0).strip()
+    """The first arithmetic expression in ``text`` (what the demo model asks to calculate).
+
+    An expression is a run of operands (digits, ``.``, parentheses, spaces — at least one
+    digit each) joined by single operators (``+ - * / × ÷ ^ %`` or ``**``), with at least
+    one operator written between two numbers. A hand-written scanner, linear in the text
+    (the regular expression it replaces backtracked in cubic time on long digit strings:
+    one 1,200-digit message froze the server for seconds, issue 15); only the first
+    :data:`MAX_ARITHMETIC_SCAN` characters are searched.
+    """
+    text = text[:MAX_ARITHMETIC_SCAN]
+    tokens = _tokens(text)
+    k = 0
+    while k < len(tokens):
+        if tokens[k][0] != "num":
+            k += 1
+            continue
+        end, joined = k, False
+        while (end + 2 < len(tokens) and tokens[end + 1][0] == "op"
+               and tokens[end + 2][0] == "num"):
+            joined = joined or _adjacent(text, tokens[end], tokens[end + 2])
+            end += 2
+        if end > k:
+            if not joined:
+                return None
+            return text[tokens[k][1]:tokens[end][2]].strip()
+        k += 1
+    return None
 
 
 def service_tools() -> list[Tool]:

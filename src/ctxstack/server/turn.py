@@ -2,22 +2,28 @@
 
 The flow (the seed's sequence diagram, docs/DESIGN.md §5):
 
-1. the route has already stored the user's message and claimed the conversation
-   (:meth:`InjectQueue.begin`), so a second turn or an inject can see this one;
+1. the route has already claimed the conversation (a
+   :class:`~ctxstack.server.lifecycle.TurnLease`, heartbeating from then on) and stored
+   the user's message, so a second turn or an inject can see this one;
 2. the budgets are resolved (admin model configs → env → defaults);
 3. :class:`~ctxstack.store.memory.DbMemory` loads the history once and compacts it to the
    main budget with the fast model; if it compacted, a ``compact`` event goes out first;
 4. the ReAct agent (or the DAG engine) runs; its typed events become ``step``,
    ``inject``, ``compact`` and ``answer`` events as they happen, while a poller forwards
    injects that reach any worker;
-5. the assistant message — answer, usage, the turn's events — the injects it consumed or
-   left over, and DbMemory's new checkpoint are written in one transaction;
+5. the lease moves to "saving" (injects are refused from now on; the ones nobody took are
+   handed back); the assistant message — answer, usage, the turn's events — the injects
+   it consumed or left over, and DbMemory's new checkpoint are written in one
+   transaction; only then is the claim released (so no other question can be stored
+   between this question and its answer);
 6. ``done`` (with the message id) or ``error`` ends the stream.
 
 A turn runs as its own task, not inside the HTTP response: when the client disconnects the
 response is gone but the task, cancelled, still stores what was produced (status
 "stopped"). A failure anywhere becomes an ``error`` event and an assistant message that
-says the turn failed (status "failed"); the conversation stays usable.
+says the turn failed (status "failed", a generic text from
+:mod:`ctxstack.server.failures`: no URL or host reaches the user, and the text is never
+read back to the model as history); the conversation stays usable.
 """
 
 from __future__ import annotations
@@ -48,7 +54,9 @@ from ctxstack.server.compactions import (
     step_compaction,
 )
 from ctxstack.server.context_meter import measure
+from ctxstack.server.failures import failure_text, turn_failure_text
 from ctxstack.server.injects import InjectPoller
+from ctxstack.server.lifecycle import LeaseLostError, TurnLease
 from ctxstack.server.persist import SavedTurn, save_turn
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
@@ -88,7 +96,11 @@ RESULT_PREVIEW_CHARS = 4_000
 
 
 class TurnFailed(CtxstackError):
-    """The engine reported a failure (its message is what the user sees)."""
+    """The engine reported a failure; ``error_type`` is the class name it reported."""
+
+    def __init__(self, message: str, *, error_type: str = "TurnFailed") -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 @dataclass
@@ -123,9 +135,10 @@ class StaticMemory(BaseMemory):
 class Turn:
     """Runs one turn and feeds its events to ``self.queue`` (``None`` ends the stream)."""
 
-    def __init__(self, state: ServiceState, spec: TurnSpec) -> None:
+    def __init__(self, state: ServiceState, spec: TurnSpec, lease: TurnLease) -> None:
         self.state = state
         self.spec = spec
+        self.lease = lease
         self.queue: asyncio.Queue[SSEEvent | None] = asyncio.Queue()
         self.events: list[SSEEvent] = []
         self.answer_parts: list[str] = []
@@ -181,7 +194,7 @@ class Turn:
             await self._finish("stopped", "Stopped: the client disconnected.")
             raise
         except Exception as exc:
-            log.warning("turn %s failed: %s: %s", self.spec.turn_id, type(exc).__name__, exc)
+            log.warning("turn %s failed", self.spec.turn_id)
             await self._stop_poller(poller)
             await self._finish("failed", _failure_text(exc))
         else:
@@ -316,7 +329,7 @@ class Turn:
                     self.iterations = event.result.iterations
                     self.final_answer = event.result.final_answer
                 case agent_events.ErrorEvent():
-                    raise TurnFailed(f"{event.error_type}: {event.message}")
+                    raise TurnFailed(event.message, error_type=event.error_type)
                 case _:
                     pass
 
@@ -371,20 +384,37 @@ class Turn:
                     self.iterations = event.rounds
                     self.final_answer = event.answer
                 case dag_events.DAGErrorEvent():
-                    raise TurnFailed(f"{event.error_type}: {event.message}")
+                    raise TurnFailed(event.message, error_type=event.error_type)
                 case _:
                     pass
 
     # ------------------------------------------------------------------ the end
     async def _finish(self, status: MessageStatus, error: str | None) -> None:
-        """Release the conversation, store everything in one transaction, end the stream."""
-        leftovers: list[str] = []
+        """Stop taking injects, store everything in one transaction, then release the
+        conversation and end the stream (the claim outlives the commit: issue 15)."""
+        final: SseDoneEvent | None = None
         try:
-            queued = await self.state.injects.end(self.spec.conversation_id, self.spec.turn_id)
-            unconsumed = [t for t in self.forwarded if t not in self.consumed]
-            leftovers = unconsumed + queued
-        except Exception:  # the claim expires on its own; the answer matters more
-            log.warning("could not release turn %s", self.spec.turn_id, exc_info=True)
+            final = await self._save(status, error)
+        finally:
+            await self.lease.release()
+            if final is not None:  # only now may the client ask its next question
+                await self.emit(final)
+            self.queue.put_nowait(None)
+
+    async def _save(self, status: MessageStatus, error: str | None) -> SseDoneEvent | None:
+        """Finish the lease and write the turn; the ``done`` event to send, if it saved."""
+        unconsumed = [t for t in self.forwarded if t not in self.consumed]
+        try:
+            leftovers = unconsumed + await self.lease.finish()
+        except LeaseLostError:
+            await self.emit(SseErrorEvent(data=ErrorData(message=(
+                "The turn lost its claim on the conversation (the database was unreachable "
+                "for longer than the lease); its answer was not saved."))))
+            return None
+        except Exception:  # the store is down: the save below reports it
+            log.warning("turn %s: finishing the lease failed", self.spec.turn_id,
+                        exc_info=True)
+            leftovers = unconsumed
         for text in leftovers:
             await self.emit(InjectEvent(data=InjectData(text=text, consumed=False)))
         if error is not None:
@@ -425,11 +455,11 @@ class Turn:
             log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
             if status == "ok":
                 await self.emit(SseErrorEvent(data=ErrorData(
-                    message=f"The answer could not be saved: {exc}")))
+                    message="The answer could not be saved: the database is unavailable.")))
         if status == "ok" and saved is not None:
-            await self.emit(SseDoneEvent(data=done.model_copy(
-                update={"message_id": saved.assistant_message_id})))
-        self.queue.put_nowait(None)
+            return SseDoneEvent(data=done.model_copy(
+                update={"message_id": saved.assistant_message_id}))
+        return None
 
 
 def _preview(text: str) -> str:
@@ -439,8 +469,9 @@ def _preview(text: str) -> str:
 
 
 def _failure_text(exc: BaseException) -> str:
-    detail = str(exc) or type(exc).__name__
-    return f"The turn failed: {detail}. The conversation is saved; you can retry or rephrase."
+    if isinstance(exc, TurnFailed):
+        return turn_failure_text(exc.error_type, str(exc))
+    return failure_text(exc)
 
 
 def _data_url(mime_type: str, data: bytes) -> str:

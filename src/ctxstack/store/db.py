@@ -12,7 +12,14 @@ with a message saying what to write instead.
 can share a database between deployments.
 
 SQLite gets foreign keys switched on, write-ahead logging (readers never block the writer)
-and a 30 s busy timeout, so concurrent writers queue up instead of failing at once.
+and a busy timeout, so concurrent writers queue up instead of failing at once.
+
+Every wait is bounded: opening a connection by ``connect_timeout`` (PostgreSQL; env
+``CTXSTACK_DB_CONNECT_TIMEOUT``, default 5 s), one statement by ``statement_timeout``
+(env ``CTXSTACK_DB_STATEMENT_TIMEOUT``, default 15 s: asyncpg's client-side
+``command_timeout`` — which also ends the wait on a server that accepted the connection
+and never answers — plus the server's own ``statement_timeout``; SQLite's busy timeout;
+and the wait for a pooled connection).
 
 Every database failure leaves the store as a :class:`~ctxstack.errors.StorageError` whose
 message says what was being done and on which database (password hidden), never as a
@@ -44,8 +51,10 @@ from ctxstack.errors import StorageError
 
 ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 DEFAULT_DB_FILENAME = "ctxstack.db"
-SQLITE_BUSY_TIMEOUT_S = 30.0
-PG_CONNECT_TIMEOUT_S = 10.0
+SQLITE_BUSY_TIMEOUT_S = 15.0
+PG_CONNECT_TIMEOUT_S = 5.0
+ENV_CONNECT_TIMEOUT = "CTXSTACK_DB_CONNECT_TIMEOUT"
+ENV_STATEMENT_TIMEOUT = "CTXSTACK_DB_STATEMENT_TIMEOUT"
 
 SessionFactory = async_sessionmaker[AsyncSession]
 
@@ -73,6 +82,27 @@ def database_url(url: str | None = None, env: Mapping[str, str] | None = None) -
         return url
     env = os.environ if env is None else env
     return env.get(ENV_DATABASE_URL) or default_database_url()
+
+
+def db_timeouts(env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """(connect, statement) timeouts in seconds from the environment (or the defaults).
+
+    Raises:
+        StorageError: a variable is not a positive number.
+    """
+    env = os.environ if env is None else env
+    out: list[float] = []
+    for var, default in ((ENV_CONNECT_TIMEOUT, PG_CONNECT_TIMEOUT_S),
+                         (ENV_STATEMENT_TIMEOUT, SQLITE_BUSY_TIMEOUT_S)):
+        raw = env.get(var, "").strip()
+        try:
+            value = float(raw) if raw else default
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise StorageError(f"{var}: expected a positive number of seconds, got {raw!r}")
+        out.append(value)
+    return out[0], out[1]
 
 
 def parse_url(url: str | URL) -> URL:
@@ -120,6 +150,8 @@ def create_engine_from_url(
     *,
     schema: str | None = None,
     echo: bool = False,
+    connect_timeout: float | None = None,
+    statement_timeout: float | None = None,
     **engine_kwargs: Any,
 ) -> AsyncEngine:
     """Create the async engine for ``url`` (see :func:`database_url` for the default).
@@ -131,6 +163,8 @@ def create_engine_from_url(
         url: database URL; ``None`` → ``CTXSTACK_DATABASE_URL`` → the default SQLite file.
         schema: PostgreSQL schema to work in (via ``search_path``); refused for SQLite.
         echo: log every SQL statement.
+        connect_timeout, statement_timeout: seconds (see the module docstring); ``None``
+            reads them from the environment.
         engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Raises:
@@ -141,10 +175,15 @@ def create_engine_from_url(
     parsed = parse_url(resolved)
     connect_args: dict[str, Any] = dict(engine_kwargs.pop("connect_args", {}))
     is_sqlite = parsed.drivername.startswith("sqlite")
+    env_connect, env_statement = db_timeouts()
+    connect_s = connect_timeout if connect_timeout is not None else env_connect
+    statement_s = statement_timeout if statement_timeout is not None else env_statement
+    engine_kwargs.setdefault("pool_timeout", statement_s)
     if is_sqlite:
+        engine_kwargs.pop("pool_timeout", None)
         if schema:
             raise StorageError("a database schema can only be chosen on PostgreSQL, not SQLite")
-        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+        connect_args.setdefault("timeout", statement_s)
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().parent
             if resolved == default_database_url():
@@ -157,11 +196,13 @@ def create_engine_from_url(
                     f"exist: create it or fix {ENV_DATABASE_URL}"
                 )
     else:
-        connect_args.setdefault("timeout", PG_CONNECT_TIMEOUT_S)
+        connect_args.setdefault("timeout", connect_s)
+        connect_args.setdefault("command_timeout", statement_s)
+        settings = dict(connect_args.get("server_settings", {}))
+        settings.setdefault("statement_timeout", str(int(statement_s * 1000)))
         if schema:
-            settings = dict(connect_args.get("server_settings", {}))
             settings["search_path"] = schema
-            connect_args["server_settings"] = settings
+        connect_args["server_settings"] = settings
     try:
         engine = create_async_engine(parsed, echo=echo, connect_args=connect_args,
                                      **engine_kwargs)

@@ -20,6 +20,8 @@ What one :meth:`~DbMemory.get_messages` call does:
    that bound, are older rows left out — counted exactly (``omitted_count``) and logged.
 3. **Drop the trailing user message** — the current query, which the agent re-adds
    pinned. It is kept in :attr:`~DbMemory.trailing_message`.
+   An assistant row whose ``metadata["status"]`` is ``"failed"`` (the service's notice
+   that a turn failed) is left out: the user reads it, the model never said it.
 4. **Rebuild images** listed in ``metadata["images"]`` (``[{"file_id", "mime_type"}]``)
    as ``data:<mime>;base64,…`` image parts. Only the conversation owner's files are ever
    read; a malformed id, an unknown or foreign file, or bytes gone from disk become a
@@ -337,6 +339,8 @@ class DbMemory(BaseMemory):
                 text = f"{SUMMARY_PREFIX}\n{text}"
             history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq))
         for i, record in enumerate(records):
+            if record.role == "assistant" and record.metadata.get("status") == "failed":
+                continue  # a failure notice is for the user; the model never said it
             history.append(self._message(record, files))
             if i % 64 == 63:
                 time.sleep(0)  # runs in a worker thread: let the event loop take the GIL

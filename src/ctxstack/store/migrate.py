@@ -5,10 +5,20 @@
 built here and the migrations run on an async connection opened by ctxstack, so the same
 code serves SQLite and PostgreSQL and can be called from inside a running event loop
 (a service's start-up, a test).
+
+Safe under concurrent start: several ``ctxstack serve`` processes (hosts) starting together
+on a fresh database run the migrations one at a time. On PostgreSQL the migrating
+transaction first takes a transaction-level advisory lock (released with its commit); on
+SQLite an exclusive file lock on ``<database>.migrate.lock`` is held around the migration.
+Whoever comes second finds the schema at the head and does nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from alembic import command
@@ -16,6 +26,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
+from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,6 +34,9 @@ from ctxstack.errors import StorageError
 from ctxstack.store.db import DB_ERRORS, create_engine_from_url, storage_error
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+MIGRATION_STATEMENT_TIMEOUT_S = 600.0
+ADVISORY_LOCK_KEY = 0x63747873_7461636B & 0x7FFFFFFFFFFFFFFF
+"""The PostgreSQL advisory lock migrations take ("ctxstack" in ASCII, as a bigint)."""
 
 
 def alembic_config() -> Config:
@@ -88,12 +102,17 @@ async def _run(
     target: str | URL | AsyncEngine | None, revision: str, schema: str | None, *, down: bool
 ) -> str | None:
     own = not isinstance(target, AsyncEngine)
+    # Waiting for another process's migration (the lock) may take longer than one
+    # statement is allowed in service; connecting stays bounded as usual.
     engine = target if isinstance(target, AsyncEngine) else create_engine_from_url(
-        target, schema=schema
+        target, schema=schema, statement_timeout=MIGRATION_STATEMENT_TIMEOUT_S
     )
     action = f"migrating to {revision!r}"
     try:
-        async with engine.begin() as connection:
+        async with _file_lock(engine), engine.begin() as connection:
+            if engine.dialect.name == "postgresql":
+                await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                         {"key": ADVISORY_LOCK_KEY})
             return await connection.run_sync(_migrate, revision, down)
     except CommandError as exc:
         raise StorageError(f"{action} failed: {exc}") from exc
@@ -102,6 +121,34 @@ async def _run(
     finally:
         if own:
             await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
+    """An exclusive lock file beside a SQLite database file (nothing for other databases,
+    in-memory SQLite, or platforms without ``fcntl``)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: migrations are not serialised
+        yield
+        return
+
+    def acquire() -> int:
+        fd = os.open(os.path.expanduser(f"{database}.migrate.lock"),
+                     os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the other migration is done
+        return fd
+
+    fd = await asyncio.to_thread(acquire)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 async def current_revision(

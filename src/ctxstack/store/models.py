@@ -252,6 +252,9 @@ class ActiveTurn(Base):
     turn_id: Mapped[str] = mapped_column(String(32))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    state: Mapped[str] = mapped_column(String(16), default="running",
+                                       server_default="running")
+    holder: Mapped[str] = mapped_column(String(200), default="", server_default="")
 
 
 class PendingInject(Base):

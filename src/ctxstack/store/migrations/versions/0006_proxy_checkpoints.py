@@ -15,7 +15,7 @@ from alembic import op
 from ctxstack.store.models import BigIntId, UTCDateTime
 
 revision: str = "0006"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,227 @@
+"""Chat service under load: concurrent streams × turns, 1 and 2 workers, SQLite and PostgreSQL.
+
+A real ``ctxstack serve --workers N`` against a stub LLM whose every call takes a fixed
+``LATENCY``; ``streams`` clients each run ``turns`` turns on their own conversation, all at
+once. Per configuration:
+
+* turns/s, next to the ideal rate if the service added nothing (streams ÷ model time per
+  turn);
+* the server's own time per turn (``done.elapsed - done.llm_seconds``, measured inside the
+  server), p50 and p99 — target p99 ≤ 250 ms at 50 streams with 2 workers (issue 15);
+* event-loop lag p99 and max over the workers (``GET /api/health``: a probe task that
+  sleeps 50 ms and records how late it wakes; target p99 ≤ 20 ms);
+* resident memory of the workers before the load (after one warm-up turn per stream, all
+  at once) and after it, as
+  MB per 1,000 turns — target ≤ 20 MB per 1,000 turns. With few turns (``--quick``) the
+  figure is dominated by allocator noise and is reported, not judged.
+
+Full run: 50 streams × 10 turns on SQLite and PostgreSQL (when reachable), 1 and 2
+workers. ``--quick`` (what ``benchmarks/run --quick`` runs in CI): SQLite only, 4 streams
+× 2 turns, 1 and 2 workers, under 20 s. Run: ``python -m benchmarks.bench_load [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from benchmarks.bench_service import (
+    LATENCY,
+    TurnTiming,
+    _conversation,
+    _database,
+    _free_port,
+    _pct,
+    _rule,
+    _turn,
+)
+from benchmarks.common import BenchRow, print_table
+
+TITLE = "chat service under load (ctxstack serve --workers N)"
+ROOT = Path(__file__).resolve().parent.parent
+_LAUNCH = "import ctxstack.cli.serve\nfrom ctxstack.cli import main\nmain()\n"
+P99_TARGET_MS = 250.0
+LAG_TARGET_MS = 20.0
+RSS_TARGET_MB = 20.0
+
+
+@dataclass
+class LoadResult:
+    """One configuration's measurements."""
+
+    db: str
+    workers: int
+    streams: int
+    turns: int
+    wall: float
+    timings: list[TurnTiming]
+    lag_p99: float
+    lag_max: float
+    rss_before: dict[int, int] = field(default_factory=dict)
+    rss_after: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def rss_growth_mb_per_1000(self) -> float | None:
+        """Summed over the workers seen both before and after (None if none was)."""
+        pids = set(self.rss_before) & set(self.rss_after)
+        if not pids:
+            return None
+        grown = sum(self.rss_after[p] - self.rss_before[p] for p in pids) / 1e6
+        return grown / max(1, len(self.timings)) * 1000
+
+
+@contextlib.contextmanager
+def _serve(workdir: Path, env_extra: dict[str, str], workers: int) -> Iterator[str]:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LLM_", "FAST_LLM_", "CTXSTACK_"))}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT)
+    with (workdir / f"serve-{port}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCH, "serve", "--port", str(port), "--no-auth",
+             "--workers", str(workers), "--log-level", "warning"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("ctxstack serve did not start: "
+                                   + (workdir / f"serve-{port}.log").read_text()[-3000:])
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/api/info", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def _health(url: str, workers: int) -> dict[int, dict[str, object]]:
+    """The latest /api/health answer of each worker (a new connection per request, so
+    the workers take turns; polled until every pid was seen)."""
+    seen: dict[int, dict[str, object]] = {}
+    for _ in range(40 * workers):
+        async with httpx.AsyncClient(base_url=url, timeout=30) as fresh:
+            answer = (await fresh.get("/api/health", headers={"Connection": "close"})).json()
+        seen[int(answer["pid"])] = answer
+        if len(seen) >= workers:
+            break
+    return seen
+
+
+async def _load(url: str, db: str, workers: int, streams: int, turns: int) -> LoadResult:
+    limits = httpx.Limits(max_connections=streams + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        ids = [await _conversation(client) for _ in range(streams)]
+        # One turn on every stream at full concurrency first: pools, caches and the
+        # allocator reach their working size, so the RSS figure is growth, not warm-up.
+        await asyncio.gather(*(_turn(client, cid, "warm up") for cid in ids))
+        before = await _health(url, workers)
+
+        async def talk(cid: str) -> list[TurnTiming]:
+            return [await _turn(client, cid, f"Turn {t}: what is 6*7?") for t in range(turns)]
+
+        started = time.perf_counter()
+        results = await asyncio.gather(*(talk(cid) for cid in ids))
+        wall = time.perf_counter() - started
+        after = await _health(url, workers)
+    lags = [a["loop_lag_ms"] for a in after.values()]
+    return LoadResult(
+        db=db, workers=workers, streams=streams, turns=turns, wall=wall,
+        timings=[t for r in results for t in r],
+        lag_p99=max(float(lag["p99"]) for lag in lags),  # type: ignore[index]
+        lag_max=max(float(lag["max"]) for lag in lags),  # type: ignore[index]
+        rss_before={p: int(str(h["rss_bytes"])) for p, h in before.items()},
+        rss_after={p: int(str(h["rss_bytes"])) for p, h in after.items()},
+    )
+
+
+def _rows(result: LoadResult, judged: bool) -> list[BenchRow]:
+    label = f"{result.streams} streams × {result.turns} turns, {result.db}, " \
+            f"{result.workers} worker{'s' if result.workers > 1 else ''}"
+    overheads = [t.overhead * 1000 for t in result.timings]
+    llm = statistics.median(t.llm_seconds for t in result.timings)
+    ideal = result.streams / llm
+    rate = len(result.timings) / result.wall
+    p99 = _pct(overheads, 0.99)
+    target_config = judged and result.streams >= 50 and result.workers == 2
+    growth = result.rss_growth_mb_per_1000
+    return [
+        BenchRow(f"turns/s ({label}; {LATENCY * 1000:.0f} ms/model call)", rate, "turn/s",
+                 baseline=ideal, ratio=rate / ideal),
+        BenchRow(f"server overhead p50 ({label})", statistics.median(overheads), "ms",
+                 baseline=llm * 1000),
+        BenchRow(f"server overhead p99 ({label})", p99, "ms", baseline=llm * 1000,
+                 target=f"≤ {P99_TARGET_MS:.0f} ms at 50 streams, 2 workers",
+                 met=(p99 <= P99_TARGET_MS) if target_config else None),
+        BenchRow(f"event-loop lag p99 ({label}; baseline: max)", result.lag_p99, "ms",
+                 baseline=result.lag_max, target=f"p99 ≤ {LAG_TARGET_MS:.0f} ms",
+                 met=(result.lag_p99 <= LAG_TARGET_MS) if judged else None),
+        BenchRow(f"RSS growth per 1,000 turns ({label}; baseline: RSS before)",
+                 float("nan") if growth is None else growth, "MB",
+                 baseline=sum(result.rss_before.values()) / 1e6,
+                 target=f"≤ {RSS_TARGET_MB:.0f} MB / 1,000 turns",
+                 met=(growth <= RSS_TARGET_MB) if judged and growth is not None else None),
+    ]
+
+
+def _measure(db_env: dict[str, str], db: str, workers: int, streams: int, turns: int,
+             stub_url: str) -> LoadResult:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**db_env, "LLM_BASE_URL": stub_url, "LLM_API_KEY": "bench",
+               "LLM_MODEL": "stub-model", "CTXSTACK_FILES_DIR": str(Path(tmp) / "files")}
+        with _serve(Path(tmp), env, workers) as url:
+            return asyncio.run(_load(url, db, workers, streams, turns))
+
+
+def run(quick: bool) -> list[BenchRow]:
+    """Measure every configuration (see the module docstring) and return the rows."""
+    from ctxstack.llm.stub import StubServer
+
+    smoke = os.environ.get("CTXSTACK_BENCH_SMOKE") == "1"
+    streams, turns = (2, 1) if smoke else (4, 2) if quick else (50, 10)
+    worker_counts = (1,) if smoke else (1, 2)
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=_rule) as stub:
+        sqlite = {"CTXSTACK_DATABASE_URL": f"sqlite+aiosqlite:///{Path(tmp) / 'load.db'}"}
+        for workers in worker_counts:
+            rows += _rows(_measure(sqlite, "SQLite", workers, streams, turns, stub.base_url),
+                          judged=not quick)
+        if not quick:
+            with _database(Path(tmp)) as (pg_env, name):
+                if name == "PostgreSQL":
+                    for workers in worker_counts:
+                        rows += _rows(_measure(pg_env, name, workers, streams, turns,
+                                               stub.base_url), judged=True)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("--quick", action="store_true", help="SQLite only, 4 streams × 2 turns")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    print_table(rows, TITLE + (" (quick)" if args.quick else ""))
+    return 0 if all(r.met is not False for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""The lifecycle of a chat turn's claim on its conversation: one state machine, one lease.
+
+A conversation runs at most one turn at a time. The turn holds a *claim* (a row in
+``active_turns``, or a Redis key) from the moment its question is accepted until its
+answer is **committed**; the claim is a lease that a heartbeat renews every
+``lease / 3`` seconds, so a holder that died (kill -9, a lost machine, a database outage
+longer than the lease) stops blocking the conversation after at most ``lease`` seconds
+(``CTXSTACK_TURN_LEASE``, default 5). With the database queue, a server restarted on the
+same host takes over the claims of its dead predecessor at once (the holder is
+``host:pid``; a pid that no longer exists on this host cannot be running a turn); the
+Redis queue relies on the lease alone (its claim key expires).
+
+States and transitions (:class:`TurnLease`)::
+
+    idle ──claim──▶ running ──finish──▶ saving ──release──▶ idle
+                      │  ▲ heartbeat      │
+                      └──┴─ (lease expires or holder dead) ─▶ stale ──claim──▶ running
+
+``finish`` atomically moves the claim to ``saving`` and drains the injects nobody took
+(they are stored after the answer, never lost); ``release`` deletes the claim only after
+the turn's rows are committed, so the next question can never be stored between this
+turn's question and its answer (issue 15, failure 1).
+
+The answer the API gives in each state:
+
+===========  =====================  =============================  ====================
+state        ``POST /api/chat``     ``POST /api/chat/inject``      ``DELETE`` the conv.
+===========  =====================  =============================  ====================
+idle         200, a turn starts     409 no turn is running         204
+running      409 turn running       202 queued for this turn       409 turn running
+saving       409 turn running       409 the turn is finishing      409 turn running
+stale        200, takes the claim;  409 no turn is running         204
+             injects queued for
+             the dead turn go to
+             the new one
+===========  =====================  =============================  ====================
+
+Injects are never dropped: one queued while the turn runs is delivered to it, or, if it
+arrived after the agent's last step, stored as a user message after the answer; one
+queued for a holder that then died is handed to the next turn that claims the
+conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from typing import Literal, Protocol
+
+from ctxstack.errors import CtxstackError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 5.0
+LeaseState = Literal["claimed", "running", "saving", "released", "lost"]
+ClaimState = Literal["running", "saving"]
+
+
+class ClaimStore(Protocol):
+    """The claim operations a lease drives (both inject queues implement them)."""
+
+    async def begin(self, conversation_id: str, turn_id: str) -> None: ...
+
+    async def heartbeat(self, conversation_id: str, turn_id: str) -> bool: ...
+
+    async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def release(self, conversation_id: str, turn_id: str) -> None: ...
+
+
+class LeaseLostError(CtxstackError):
+    """This turn's claim expired and may have been taken by another turn."""
+
+
+def holder_id() -> str:
+    """Who holds a claim made by this process: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True when ``holder`` names a process on this host that no longer exists.
+
+    Only a claim of this very host can be judged (another host's pids mean nothing here);
+    everything else is left to the lease.
+    """
+    host, sep, pid_text = holder.rpartition(":")
+    if not sep or host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by someone else
+        return False
+    return False
+
+
+class TurnLease:
+    """One turn's claim: :meth:`claim`, heartbeat while alive, :meth:`finish`, :meth:`release`.
+
+    ``state`` follows the module's state machine; ``lost`` is set when a heartbeat found
+    the claim gone (expired and taken over): the turn must then not write its answer,
+    which could interleave with the new holder's turn.
+    """
+
+    def __init__(self, queue: ClaimStore, conversation_id: str, turn_id: str, *,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
+        self.queue = queue
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
+        self.lease_seconds = lease_seconds
+        self.state: LeaseState = "claimed"
+        self._beat: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def claim(cls, queue: ClaimStore, conversation_id: str, turn_id: str, *,
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> TurnLease:
+        """Claim the conversation and start the heartbeat.
+
+        Raises:
+            TurnBusyError: another turn holds a live claim (the API answers 409).
+        """
+        lease = cls(queue, conversation_id, turn_id, lease_seconds=lease_seconds)
+        await queue.begin(conversation_id, turn_id)
+        lease.state = "running"
+        lease._beat = asyncio.create_task(lease._heartbeat(),
+                                          name=f"ctxstack-lease-{turn_id}")
+        return lease
+
+    @property
+    def lost(self) -> bool:
+        return self.state == "lost"
+
+    async def _heartbeat(self) -> None:
+        interval = max(self.lease_seconds / 3, 0.05)
+        while self.state in ("running", "saving"):
+            await asyncio.sleep(interval)
+            try:
+                held = await self.queue.heartbeat(self.conversation_id, self.turn_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the store is down: the next beat retries
+                log.warning("turn %s: heartbeat failed", self.turn_id, exc_info=True)
+                continue
+            if held is False:
+                log.error("turn %s: lost its claim on conversation %s", self.turn_id,
+                          self.conversation_id)
+                self.state = "lost"
+
+    async def finish(self) -> list[str]:
+        """running → saving: stop accepting injects; return those nobody took.
+
+        Raises:
+            LeaseLostError: the claim is gone; do not save.
+        """
+        if self.state == "lost":
+            raise LeaseLostError("the turn lost its claim on the conversation")
+        leftovers = await self.queue.finish(self.conversation_id, self.turn_id)
+        self.state = "saving"
+        return leftovers
+
+    async def release(self) -> None:
+        """Drop the claim (call after the answer is committed). Never raises: a claim
+        that cannot be deleted expires with its lease."""
+        previous = self.state
+        self.state = "released"
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._beat
+        if previous == "lost":
+            return
+        try:
+            await self.queue.release(self.conversation_id, self.turn_id)
+        except Exception:
+            log.warning("turn %s: releasing the claim failed; it expires in %.0f s",
+                        self.turn_id, self.lease_seconds, exc_info=True)

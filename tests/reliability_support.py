@@ -1,0 +1,130 @@
+"""Helpers for the reliability suites (issue 15): a database per backend, the real
+``ctxstack stub-llm`` as a process, and a turn read with an overall deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, parse_sse
+
+PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
+                        "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+async def _pg(statement: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg://", "postgresql://"),
+                                 timeout=5)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def database_env(kind: str, workdir: Path) -> Iterator[dict[str, str]]:
+    """Server variables for a fresh database of ``kind`` ("sqlite" or "postgres")."""
+    if kind == "sqlite":
+        yield {"CTXSTACK_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'svc.db'}"}
+        return
+    schema = f"rel_{secrets.token_hex(6)}"
+    try:
+        asyncio.run(_pg(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:
+        message = f"PostgreSQL at {PG_URL} is not reachable ({exc}); start it to run this test"
+        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield {"CTXSTACK_DATABASE_URL": PG_URL, "CTXSTACK_DATABASE_SCHEMA": schema}
+    finally:
+        asyncio.run(_pg(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+class StubProcess:
+    """``ctxstack stub-llm`` with the given flags, in its own process, on a fixed port
+    (so a server configured once can be pointed at a different fault each time)."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, *flags: str, timeout: float = 30.0) -> StubProcess:
+        self.stop()
+        with (self.workdir / f"stub-{self.port}.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _LAUNCH, "stub-llm", "--port", str(self.port), *flags],
+                env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"stub-llm {flags} exited with {self.proc.returncode}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/models", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        raise RuntimeError(f"stub-llm {flags} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {"LLM_BASE_URL": self.base_url, "LLM_API_KEY": "stub-key",
+                "LLM_MODEL": "stub-model", **extra}
+
+
+def turn(client: httpx.Client, conversation_id: str, query: str, *,
+         deadline_s: float = 60.0) -> list[SSEEvent]:
+    """One turn's events; fails if the stream has not ended after ``deadline_s`` (a
+    generous bound: keep-alives alone must not keep a failed turn open)."""
+    body = {"conversation_id": conversation_id, "query": query}
+    end = time.monotonic() + deadline_s
+    events: list[SSEEvent] = []
+    with client.stream("POST", "/api/chat", json=body, timeout=deadline_s) as response:
+        if response.status_code != 200:
+            response.read()
+            raise AssertionError(f"chat answered {response.status_code}: {response.text}")
+        for item in parse_sse(response.iter_lines()):
+            if isinstance(item, SSEEvent):
+                events.append(item)
+            assert time.monotonic() < end, f"the turn did not end in {deadline_s}s: {events}"
+    return events
+
+
+def stored(client: httpx.Client, conversation_id: str) -> list[dict[str, Any]]:
+    answer = client.get(f"/api/conversations/{conversation_id}/messages")
+    assert answer.status_code == 200, answer.text
+    messages: list[dict[str, Any]] = answer.json()
+    return messages
+
+
+def new_conversation(client: httpx.Client) -> str:
+    made = client.post("/api/conversations", json={})
+    assert made.status_code == 201, made.text
+    return str(made.json()["id"])

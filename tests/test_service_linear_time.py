@@ -1,0 +1,106 @@
+"""No user text can freeze the server's event loop (issue 15, failure 3).
+
+Every regular expression in ``ctxstack.server`` is listed here with the reason it is
+safe; the test finds the patterns in the source, so a new one fails until it is added
+(and fed the adversarial inputs). Each pattern, the arithmetic finder, the evaluator and
+the demo model's handler then run on 100,000-character adversarial strings in a
+subprocess: a super-linear one (the old finder was cubic: 2,000 digits took 66 s) cannot
+finish within the generous bound, a linear one takes well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.service_support import clean_env
+
+SERVER = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "server"
+_RE_FUNCS = {"compile", "search", "match", "fullmatch", "findall", "finditer", "split", "sub"}
+
+# Every pattern the server applies (to user text, model text or error text).
+KNOWN = {
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]",  # one char class
+    r"-?\d+(?:[.,]\d+)*",  # unambiguous: each separator needs digits after it
+    r"\n\n(?=[A-Z][^\n]{0,80}:\n)",  # bounded look-ahead
+    r"Context: (\d+) earlier messages; summary: (yes|no)",  # literal prefix
+    r"\w+",
+    r"[a-zA-Z][a-zA-Z0-9+.-]{0,20}://[^\s'\"]+",  # bounded scheme, then one class
+}
+
+_PROBE = r'''
+import re, sys, time
+from ctxstack.agent.demo_tools import CalculationError, evaluate
+from ctxstack.messages import ChatMessage
+from ctxstack.server.demo_model import DemoHandler
+from ctxstack.server.failures import scrub
+from ctxstack.server.tools import find_arithmetic, text_stats
+
+patterns = [re.compile(p) for p in sys.argv[1:]]
+N = 100_000
+inputs = [
+    "1" * N, "1 " * (N // 2), "1." * (N // 2), "1+" * (N // 2), "(1" * (N // 2),
+    "1," * (N // 2), "-1" * (N // 2), "\n\nA" + "a" * N, "\n\n" * (N // 2),
+    "Context: " + "1" * N, "http://" * (N // 7), "a" * N, "1 + " * (N // 4) + "x",
+    "((((" * (N // 4), "9" * (N - 2) + "*x", "1" * (N // 2) + "+" + " " * (N // 2),
+]
+for text in inputs:
+    for pattern in patterns:
+        pattern.search(text)
+        pattern.findall(text)
+        pattern.split(text)
+        pattern.sub("", text)
+    find_arithmetic(text)
+    text_stats(text)
+    scrub(text)
+    try:
+        evaluate(text[:500])
+    except CalculationError:
+        pass
+    handler = DemoHandler()
+    handler([ChatMessage.user(text)], [{"type": "function", "function": {"name": "calculate"}}])
+    handler([ChatMessage.user(text)], None)
+print("ok", len(inputs) * len(patterns))
+'''
+
+
+def _patterns_in_server() -> set[str]:
+    found: set[str] = set()
+    for path in sorted(SERVER.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
+                    and node.func.attr in _RE_FUNCS and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)):
+                found.add(node.args[0].value)
+    return found
+
+
+def test_every_server_regex_is_listed_here() -> None:
+    found = _patterns_in_server()
+    assert found, "the scan found no pattern at all: is SERVER right?"
+    assert found - KNOWN == set(), (
+        "a new regular expression in ctxstack.server: add it to KNOWN with the reason it "
+        "runs in linear time")
+
+
+def test_adversarial_100k_inputs_finish_in_linear_time() -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE, *sorted(KNOWN)], env=clean_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok")
+
+
+def test_the_arithmetic_finder_still_finds_arithmetic() -> None:
+    from ctxstack.server.tools import find_arithmetic
+
+    assert find_arithmetic("What is 6*7?") == "6*7"
+    assert find_arithmetic("compute (17 + 25) * 3 please") == "(17 + 25) * 3"
+    assert find_arithmetic("2**10 is?") == "2**10"
+    assert find_arithmetic("1.5^2 and 3") == "1.5^2"
+    assert find_arithmetic("no numbers here") is None
+    assert find_arithmetic("version 1.2.3") is None
+    assert find_arithmetic("1" * 1200 + "+" + "2" * 1200) == "1" * 1200 + "+" + "2" * 1200
