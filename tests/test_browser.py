@@ -110,7 +110,7 @@ def test_what_the_model_remembers_in_chromium(browser_ready: None, tmp_path: Pat
     })
     # README's first-run paragraph: the divider comes with the sixth question and folds
     # the first three questions and answers.
-    assert checks["divider_turn"] == 6
+    assert checks["divider_turn"] == 5
     assert checks["divider_live"]["text"].startswith("6 earlier messages summarized by AI")
     live, reloaded = checks["divider_live"], checks["divider_reload"]
     assert live == reloaded

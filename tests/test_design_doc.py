@@ -119,7 +119,7 @@ def test_the_checker_finds_a_missing_name() -> None:
     assert check_cell("`compact.truncate.smart_truncate`, `no_such_function`") == [
         "no_such_function"
     ]
-    assert check_cell("`guard.ContextGuard._compact`, `_llm_compact`") == []
+    assert check_cell("`guard.ContextGuard._compact`, `_staged`") == []
     assert check_cell("`guard.NoSuchGuard` (`remark`)") == ["guard.NoSuchGuard"]
     assert check_cell("`server/static/missing.js`") == ["server/static/missing.js"]
 

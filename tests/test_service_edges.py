@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxstack.server.app import create_app
 from ctxstack.errors import NoRunningTurnError, TurnBusyError
+from ctxstack.server.app import create_app
 from ctxstack.server.injects import DbInjectQueue
 from ctxstack.server.settings import Settings
 from ctxstack.store import create_conversation, create_user, session_factory, upgrade

@@ -149,7 +149,8 @@ async def test_agent_runs_32_tool_turns_within_budget_async() -> None:
     # Without the guard the last call would have carried every turn: far over budget.
     assert sum(len(m.content) for m in result["messages"]) // 4 < BUDGET * 2
     assert guard_events
-    assert all(e.method == "llm" for e in guard_events)
+    assert all(e.method in ("mask", "llm") for e in guard_events)  # cheapest stage first
+    assert any(e.method == "llm" for e in guard_events)
     assert [e["tokens_after"] for e in collector.events] == [e.tokens_after for e in guard_events]
     # The state keeps one rolling summary, as a SystemMessage in LangChain's own form.
     final = result["messages"]
@@ -174,7 +175,9 @@ def test_agent_runs_sync_invoke_with_callbacks() -> None:
     assert len(model.seen) == 31
     check_calls(model, guard, query)
     assert collector.events
-    assert {e["method"] for e in collector.events} == {"truncate"}
+    methods = {e["method"] for e in collector.events}
+    assert "truncate" in methods
+    assert methods <= {"mask", "truncate"}  # no summariser: the cheap stages only
     assert guard.totals.compactions == len(collector.events)
 
 

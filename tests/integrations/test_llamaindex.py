@@ -48,8 +48,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::pydantic.warnings.PydanticDeprecationWarning")
 
 SYSTEM_PROMPT = "You are a careful inventory assistant. Use the lookup tool for every question."
-MEMORY_BUDGET = 900
-MODEL_BUDGET = 1_300  # memory budget + system prompt + one run's tool calls and results
+MEMORY_BUDGET = 1_800
+MODEL_BUDGET = 2_200  # memory budget + system prompt + one run's tool calls and results
 TURNS = 32
 
 
@@ -299,6 +299,9 @@ async def test_memory_read_always_fits_and_keeps_tool_pairs(
     got = await memory.aget()
     assert tokens(guard, got) <= budget
     assert_valid_tool_sequence(got)
+    # Untouched messages come back as the stored objects; a cut message or a tool output
+    # the mask stage cleared is a new one.
     assert all(any(m is h for h in history) for m in got
-               if "[Truncated" not in (m.content or ""))
+               if "[Truncated" not in (m.content or "")
+               and "[tool output cleared:" not in (m.content or ""))
     assert memory.get_all() == history

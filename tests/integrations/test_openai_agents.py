@@ -293,7 +293,10 @@ async def test_calibration_hooks_learn_from_reported_usage() -> None:
     agent = Agent(name="a", instructions=INSTRUCTIONS * 3, model=model, tools=[lookup])
     await Runner.run(agent, question(1), hooks=CalibrationHooks(counter),
                      run_config=RunConfig(call_model_input_filter=filt, tracing_disabled=True))
-    assert counter.samples() == 2
+    # Both calls reach the counter; a fixed fake usage far above a small first call's
+    # estimate is rejected as absurd by the counter's own rule, so count both outcomes.
+    assert counter.samples() + counter.rejected == 2, (counter.samples(), counter.rejected)
+    assert counter.samples() >= 1
     assert counter.factor() > 1.0  # 900 reported is more than the estimate
 
 
@@ -449,8 +452,11 @@ async def test_filter_output_is_always_a_valid_verbatim_suffix(
     # The latest user message is never dropped; only one that alone exceeds the guard's
     # pinned cap (half the budget) is cut head+tail.
     assert users[-1] == query or (users[-1].startswith(query[:3]) and "[Truncated" in users[-1])
-    kept = [i for i in got if "[Truncated" not in str(i)]
-    assert all(any(k is i for i in items) for k in kept)  # kept items are the originals
+    # Kept items are the originals, except outputs the mask stage cleared (placeholders
+    # that name the call) and messages cut head+tail.
+    kept = [i for i in got
+            if "[Truncated" not in str(i) and "[tool output cleared:" not in str(i)]
+    assert all(any(k is i for i in items) for k in kept)
 
 
 async def test_streamed_runs_use_the_session_and_the_filter(tmp_path: Any) -> None:

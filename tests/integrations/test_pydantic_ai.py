@@ -165,9 +165,11 @@ async def test_agent_runs_32_tool_turns_within_budget(caplog: pytest.LogCaptureF
         assert pydantic_ai_repair(out) == out
         assert_pairs_valid(out)
     assert events
-    assert {e.method for e in events} == {"llm"}
-    assert sum(e.usage.input_tokens for e in events) == 900 * len(events)
-    assert sum("guard compacted (llm)" in r.message for r in caplog.records) == len(events)
+    assert "llm" in {e.method for e in events}
+    assert {e.method for e in events} <= {"mask", "llm"}  # cheapest stage first
+    summaries_made = [e for e in events if e.method == "llm"]
+    assert sum(e.usage.input_tokens for e in events) == 900 * len(summaries_made)
+    assert sum("guard compacted (" in r.message for r in caplog.records) == len(events)
     history = result.all_messages()
     summaries = [p for m in history for p in m.parts if isinstance(p, SystemPromptPart)
                  and p.content.startswith("[Conversation summary]")]

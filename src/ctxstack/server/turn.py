@@ -62,6 +62,7 @@ from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
     AnswerData,
     AnswerEvent,
+    CompactData,
     CompactEvent,
     ContextEvent,
     DagStepStatus,
@@ -82,8 +83,10 @@ from ctxstack.server.sse import (
 from ctxstack.server.state import ServiceState
 from ctxstack.server.tools import service_tools
 from ctxstack.store.archive import ConversationArchive
+from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.files import FileRecord
 from ctxstack.store.memory import DbMemory
+from ctxstack.tokens import DEFAULT_COUNTER
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +250,19 @@ class Turn:
             history.append(await self._images_message())
         return history
 
+    def _checkpoint_run_summary(self, data: CompactData, guard: TrackingGuard) -> None:
+        """A mid-turn summary that folded stored messages becomes the turn's checkpoint:
+        the next load starts from it (one summarisation per overflow), and what the divider
+        shows is what ``GET /compactions`` lists."""
+        fold = guard.last_fold
+        if data.method != "llm" or fold is None or fold.summary is None \
+                or data.last_seq is None or data.last_seq <= 0:
+            return
+        self.checkpoint = CheckpointCandidate(
+            summary=fold.summary.text, last_seq=data.last_seq,
+            token_count=(self.state.llms.counter("main") or DEFAULT_COUNTER).count_message(
+                fold.summary))
+
     async def _measure_load(self, budget: ModelBudget, history: list[ChatMessage]) -> None:
         """The meter before the first call: system prompt, history and the question."""
         system = [ChatMessage.system(SYSTEM_PROMPT)] if self.spec.mode == "react" else []
@@ -312,6 +328,7 @@ class Turn:
                 case agent_events.CompactionNoticeEvent():
                     data, self.span = run_compaction(event.compaction, guard.last_fold,
                                                      self.span)
+                    self._checkpoint_run_summary(data, guard)
                     await self.emit(CompactEvent(data=data))
                 case agent_events.InjectedEvent():
                     self.consumed.append(event.text)
