@@ -1,7 +1,7 @@
 """Per-iteration overhead of ContextGuard.check_and_compact under budget.
 
 A ReAct run calls the guard before every LLM call, so its common case — the conversation
-fits — must cost next to nothing. The scenario: a 64K-token budget and a conversation
+fits — must cost next to nothing. The scenario: a 96K-token budget and a conversation
 that grows by one tool round (an assistant tool call and a ~2,000-character result) per
 iteration, staying under budget. Each iteration times one ``check_and_compact`` call
 (the two new messages are seen for the first time, as in a real run).
@@ -47,7 +47,7 @@ from ctxstack.guard import ContextGuard
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC, HeuristicCounter
 
-BUDGET = 64_000
+BUDGET = 96_000  # 110 tool rounds stay under it with the default counter's 12% margin
 MAX_CHARS = 50_000
 TARGET_MS = 0.1
 SWEEP_BUDGET = 200_000
