@@ -184,12 +184,6 @@ def _guarantees(report: dict[str, Section], g: tuple[str, ...]
     return [(f"{r} (100%)", "100", _value(report, "fidelity", r), "eq") for r in rows]
 
 
-def _estimator(report: dict[str, Section], g: tuple[str, ...]
-               ) -> list[tuple[str, str, float, str]]:
-    return [("estimator speed-up vs per-character loop", g[0],
-             _value(report, "foundation", "estimator throughput", "ratio"), "min")]
-
-
 def _reestimate(report: dict[str, Section], g: tuple[str, ...]
                 ) -> list[tuple[str, str, float, str]]:
     row = f"re-estimate unchanged {g[0]}-msg list"
@@ -197,22 +191,27 @@ def _reestimate(report: dict[str, Section], g: tuple[str, ...]
 
 
 def _guard(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
-    row = "check_and_compact under budget, median"
+    row = "check_and_compact under budget, median ("
     return [(row, g[0], _value(report, "guard", row), "round")]
 
 
-def _json_error(report: dict[str, Section], g: tuple[str, ...]
-                ) -> list[tuple[str, str, float, str]]:
-    table = report["tokens_accuracy"].table("**ctxstack heuristic** (o200k_base)")
-    cells = dict(zip(table.header, table.row("JSON tool output"), strict=False))
-    return [("median error vs o200k_base, JSON tool output", g[0], number(cells["median error"]),
-             "round")]
+KINDS = ("English prose", "code", "JSON tool output", "Chinese", "Japanese", "mixed chat")
 
 
-def _calibrated(report: dict[str, Section], g: tuple[str, ...]
-                ) -> list[tuple[str, str, float, str]]:
-    row = f"median |error| after calibration ({g[1]} calls), JSON tool output"
-    return [(row, g[0], _value(report, "tokens_accuracy", row), "round")]
+def _token_errors(report: dict[str, Section], g: tuple[str, ...]
+                  ) -> list[tuple[str, str, float, str]]:
+    return [(f"p95 |error| vs o200k_base, {kind}", quoted,
+             _value(report, "tokens_accuracy", f"p95 |error| vs o200k_base, {kind}"), "round")
+            for kind, quoted in zip(KINDS, g, strict=True)]
+
+
+def _fits(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
+    row = report["tokens_accuracy"].figure("smart_truncate results over budget by o200k count")
+    convs = re.search(r"\((\d+) conversations", row["figure"])
+    if convs is None:
+        raise LookupError("the fits row no longer states its conversations")
+    return [("results over budget by o200k count", g[0], number(row["ctxstack"]), "eq"),
+            ("conversations", g[1], number(convs.group(1)), "eq")]
 
 
 def _dbmemory(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
@@ -241,13 +240,16 @@ CHECKS = [
           r"tokens, against (\d+)% / (\d+)% / (\d+)% / (\d+)% for dropping", _facts),
     Check("guarantees", r"every ctxstack result is a valid OpenAI message sequence within "
           r"budget, with the system prompt and pinned question kept", _guarantees),
-    Check("estimator speed", r"≥ (\d+)× faster than a per-character implementation", _estimator),
+    Check("estimator accuracy",
+          r"p95 \|error\| vs `o200k_base` (\d+\.\d)% prose, (\d+\.\d)% code, (\d+\.\d)% JSON "
+          r"tool output, (\d+\.\d)% Chinese, (\d+\.\d)% Japanese, (\d+\.\d)% mixed chat",
+          _token_errors),
+    Check("fits by the exact count",
+          r"(\d+) of (\d+) conversations cut by `smart_truncate` at 2K–128K budgets exceed "
+          r"the budget by `o200k_base`",
+          _fits),
     Check("re-estimation", r"unchanged (\d+)-message list ≈ (\d+\.\d+) ms", _reestimate),
     Check("guard overhead", r"guard overhead under budget ≈ (\d+\.\d+) ms per call", _guard),
-    Check("JSON under-count",
-          r"Against `o200k_base` it under-counts JSON tool output \(median ([-−]\d+)%\)",
-          _json_error),
-    Check("calibration", r"brings that to ≈ (\d+)% after (\d+) calls", _calibrated),
     Check("DbMemory",
           r"a ([\d,]+)-message load within (\d+\.\d+)× of a (\d+)-message load; summariser "
           r"calls ≈ (\d+\.\d+) per turn over (\d+) turns \(load-time-only: (\d+\.\d+)\)",
