@@ -31,6 +31,7 @@ from sqlalchemy import func, select
 
 from ctxstack.agent.events import CompactionNoticeEvent
 from ctxstack.compact.facts import FACTS_HEADING
+from ctxstack.compact.stages import RECALL_NOTE
 from ctxstack.dag.events import StepActivityEvent
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent, GuardCheck
@@ -65,7 +66,8 @@ def split_summary(text: str) -> tuple[str, list[str]]:
     prose, heading, kept = body.partition(FACTS_HEADING)
     facts = [line.strip()[2:].strip() for line in kept.splitlines()
              if line.strip().startswith("- ")] if heading else []
-    return prose.strip(), facts
+    # The note telling the model that recall exists is for the model, not the reader.
+    return prose.replace(RECALL_NOTE, "").strip(), [f for f in facts if f != RECALL_NOTE]
 
 
 def stored_seq(message: ChatMessage) -> int | None:
