@@ -95,3 +95,24 @@ def summary_boundary(
         if key in message.metadata:
             return result[summary_at], message.metadata[key]
     return None
+
+
+class ModelWindow:
+    """The two numbers ctxstack's :class:`~ctxstack.LLM` protocol asks of a model, checked
+    once: what the framework summarisers (LangChain, pydantic-ai) share."""
+
+    def __init__(self, context_size: int, max_output_tokens: int) -> None:
+        for name, value in (("context_size", context_size),
+                            ("max_output_tokens", max_output_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+        self._context_size = context_size
+        self._max_output_tokens = max_output_tokens
+
+    @property
+    def context_size(self) -> int:
+        return self._context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self._max_output_tokens

@@ -48,6 +48,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from typing import Any, TypeVar
 
 from ctxstack.integrations._extra import missing_extra
+from ctxstack.integrations._guarding import ModelWindow
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
@@ -251,7 +252,7 @@ class ContextGuardMiddleware(AgentMiddleware):
         return out
 
 
-class LangChainSummarizer:
+class LangChainSummarizer(ModelWindow):
     """Any LangChain chat model as a ctxstack :class:`~ctxstack.LLM` (e.g. the compact LLM).
 
     Args:
@@ -280,20 +281,8 @@ class LangChainSummarizer:
         out = max_output_tokens or profile.get("max_output_tokens") or 16_000
         size = context_size or (profile.get("max_input_tokens", 0) + out
                                 if profile.get("max_input_tokens") else 128_000)
-        for name, value in (("context_size", size), ("max_output_tokens", out)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+        super().__init__(size, out)
         self.chat_model = chat_model
-        self._context_size = size
-        self._max_output_tokens = out
-
-    @property
-    def context_size(self) -> int:
-        return self._context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output_tokens
 
     async def chat(
         self,

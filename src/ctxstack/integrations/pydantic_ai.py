@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ctxstack.integrations._extra import missing_extra
+from ctxstack.integrations._guarding import ModelWindow
 
 try:
     from opentelemetry import trace
@@ -157,7 +158,7 @@ class GuardedHistory:
         return self._cache.convert(messages)
 
 
-class PydanticAISummarizer:
+class PydanticAISummarizer(ModelWindow):
     """A pydantic-ai ``Model`` as a ctxstack :class:`~ctxstack.LLM` (e.g. the compact LLM).
 
     Args:
@@ -175,21 +176,8 @@ class PydanticAISummarizer:
     ) -> None:
         if not isinstance(model, Model):
             raise ConfigError(f"model: expected a pydantic-ai Model, got {type(model).__name__}")
-        for name, value in (("context_size", context_size),
-                            ("max_output_tokens", max_output_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
+        super().__init__(context_size, max_output_tokens)
         self.model = model
-        self._context_size = context_size
-        self._max_output_tokens = max_output_tokens
-
-    @property
-    def context_size(self) -> int:
-        return self._context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output_tokens
 
     async def chat(
         self,
