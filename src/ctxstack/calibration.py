@@ -51,6 +51,23 @@ corrects the text estimate rather than learning the tool list's size; ``observe_
 and ``observe_messages`` know nothing of tools, so a steady tool overhead is learnt into
 their factor (an over-count: the safe direction).
 
+Anchoring: a factor removes a bias, not the scatter of single texts (a few % per text).
+But a provider call is the whole request — system prompt, tool schemas, the conversation
+so far — and consecutive calls share all but their newest messages. So after an accepted
+:meth:`~CalibratingCounter.observe_call` / ``observe_messages`` the counter keeps a
+:class:`CallAnchor` (those messages and the reported total less the tool specs' share);
+a later ``count_messages`` of a list that *extends* them is the reported total plus the
+per-kind calibrated estimate of the new tail, so only the tail is guessed. A list that
+does not extend them (compacted, another conversation) is counted by the factors alone.
+The anchor belongs to the counter object (in practice one conversation in one process):
+it is neither shared with :meth:`~CalibratingCounter.for_model` views nor exported, so the
+persisted per-model state (``ctxstack.store.calibration``) is unchanged. A report that is
+rejected (zero, negative, absurd ratio) neither sets nor replaces it.
+
+Lower bound: no calibrated count — text, message or list, anchored or not — is below the
+heuristic's own lower bound (:func:`~ctxstack.token_model.lower_bound`: 8 characters per
+token, plus the per-message overhead and images, see :func:`message_floor`).
+
 Caching: the per-message cache (see :class:`~ctxstack.tokens.TokenCounter`) holds the
 *base* counter's figures under the base key; the factor is applied on top, to totals.
 So learning never invalidates the cache, and this counter's own ``cache_key`` (which
