@@ -23,7 +23,6 @@ from ctxstack.model_counters import (
 )
 from ctxstack.token_model import (
     _CLASS,
-    CLASSES,
     FAMILIES,
     PAIR_WEIGHTS,
     SCALE,
@@ -108,11 +107,7 @@ def reference_estimate(text: str, family: Family) -> int:
     """The model of ctxstack.token_model, one character at a time in Python."""
     if not text:
         return 0
-    classes = []
-    for ch in text:
-        lead = ch.encode("utf-8", "surrogatepass")[0]
-        cjk_punct = 0x3000 <= ord(ch) <= 0x303F
-        classes.append(CLASSES.index("cjk_punct") if cjk_punct else _CLASS[lead])
+    classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
     units = sum(PAIR_WEIGHTS[family][a][b]
                 for a, b in zip(classes, [*classes[1:], 0], strict=True))
     tokens = units / SCALE + TRADITIONAL_WEIGHT[family] * traditional_count(text)
