@@ -114,7 +114,7 @@ def test_absurd_reports_neither_anchor_nor_replace_an_anchor(reported: int) -> N
 
 
 def test_a_low_report_never_takes_a_count_below_the_lower_bound() -> None:
-    counter = CalibratingCounter()
+    counter = CalibratingCounter(min_factor=0.2)  # lets a report of 26% through
     msgs = [ChatMessage.user("x" * 4000)]  # the heuristic says ≥ 500 (its floor)
     base = HEURISTIC.count_messages(msgs)
     assert observed(counter, msgs, math.ceil(base * 0.26))  # within the accepted ratios
@@ -163,3 +163,15 @@ def test_the_anchor_is_per_counter_object_and_not_persisted() -> None:
     other = CalibratingCounter(model="gpt-4o")
     assert other.observe_messages(msgs, provider(msgs), model="gpt-4")
     assert other.anchor is None
+
+
+def test_an_upward_only_counter_never_anchors_below_the_base_estimate() -> None:
+    counter = CalibratingCounter(min_factor=1.0)  # how the service builds its counters
+    msgs = conversation(random.Random(9), 8)
+    base = HEURISTIC.count_messages(msgs)
+    assert observed(counter, msgs, math.ceil(base * 0.7))  # bills less than we estimate
+    assert counter.count_messages(msgs) >= base
+    assert counter.count_messages([*msgs, ChatMessage.user("and one more")]) >= base
+    higher = CalibratingCounter(min_factor=1.0)
+    assert observed(higher, msgs, math.ceil(base * 1.3))  # bills more: the anchor holds
+    assert higher.count_messages(msgs) == math.ceil(base * 1.3)

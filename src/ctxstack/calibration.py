@@ -62,7 +62,9 @@ does not extend them (compacted, another conversation) is counted by the factors
 The anchor belongs to the counter object (in practice one conversation in one process):
 it is neither shared with :meth:`~CalibratingCounter.for_model` views nor exported, so the
 persisted per-model state (``ctxstack.store.calibration``) is unchanged. A report that is
-rejected (zero, negative, absurd ratio) neither sets nor replaces it.
+rejected (zero, negative, absurd ratio) neither sets nor replaces it. The factor bounds
+bound the anchored count as well (between ``min_factor`` and ``max_factor`` times the base
+estimate), so a counter that corrects upward only (``min_factor=1``) stays upward only.
 
 Lower bound: no calibrated count — text, message or list, anchored or not — is below the
 heuristic's own lower bound (:func:`~ctxstack.token_model.lower_bound`: 8 characters per
@@ -432,6 +434,10 @@ class CalibratingCounter:
             return None
         tail = messages[len(anchor.messages):]
         total = anchor.tokens + self._factored(tail)
+        # the factor bounds bound the anchor too: a counter built to correct upward only
+        # (min_factor=1, as the service's) never anchors below the base estimate
+        base = self.base.count_messages(messages)
+        total = min(self.max_factor * base, max(self.min_factor * base, total))
         floor = anchor.floor + sum(message_floor(m, self.base) for m in tail)
         return max(math.ceil(total), floor)
 
