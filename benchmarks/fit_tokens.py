@@ -70,7 +70,7 @@ def _design(x: np.ndarray) -> np.ndarray:
     """Columns: U (16, per class), B (256, per pair), t (1)."""
     unigram = np.zeros((len(x), 16))
     for code in range(256):
-        unigram[:, code & 15] += x[:, code]
+        unigram[:, code >> 4] += x[:, code]  # pair byte = this class << 4 | next
     return np.hstack([unigram, x[:, :256], x[:, 256:]])
 
 
@@ -83,7 +83,7 @@ def solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, floa
         prior[i] = np.sqrt(RIDGE) * PRIOR.get(name, 0.25)
     coef, *_ = np.linalg.lstsq(np.vstack([d, penalty]), np.concatenate([w, prior]),
                                rcond=None)
-    pair = np.array([coef[c & 15] + coef[16 + c] for c in range(256)])
+    pair = np.array([coef[c >> 4] + coef[16 + c] for c in range(256)])
     return pair, float(coef[272])
 
 
@@ -126,7 +126,7 @@ def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
     blocks = []
     for fam, (units, _t) in params.items():
         rows = "".join(
-            "        (" + ", ".join(str(int(units[a | b << 4])) for b in range(16)) + "),\n"
+            "        (" + ", ".join(str(int(units[a << 4 | b])) for b in range(16)) + "),\n"
             for a in range(16))
         blocks.append(f'    "{fam}": (\n{rows}    ),')
     trad = ", ".join(f'"{fam}": {round(t, 4)!r}' for fam, (_u, t) in params.items())

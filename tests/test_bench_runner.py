@@ -214,7 +214,9 @@ def test_benchmarks_run_quick_completes_and_writes_the_report(tmp_path: Path) ->
     assert "| figure | ctxstack | baseline | ratio | target | met? |" in report
     assert "#### Budget 16,000 tokens" in report
     assert "| facts kept @4K, llm_compact (general) |" in report
-    assert "after calibration (5 calls), Chinese |" in report  # ctxstack.calibration wired in
+    assert "after per-kind scale calibration (5 calls), Chinese |" in report  # calibration
+    assert "growing CJK conversations vs o200k_base (anchored per-kind calibration) |" \
+        in report
     for png in ("fidelity_facts_kept.png", "estimator_throughput.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG")
     assert "benchmarks" in proc.stderr  # the progress bar

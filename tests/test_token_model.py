@@ -21,7 +21,18 @@ from ctxstack.model_counters import (
     counter_for_model,
     family_for_model,
 )
-from ctxstack.token_model import FAMILIES, estimate, lower_bound, pair_codes
+from ctxstack.token_model import (
+    _CLASS,
+    FAMILIES,
+    PAIR_WEIGHTS,
+    SCALE,
+    TRADITIONAL_WEIGHT,
+    Family,
+    estimate,
+    lower_bound,
+    pair_codes,
+    traditional_count,
+)
 from ctxstack.tokens import (
     HEURISTIC,
     SEED_HEURISTIC,
@@ -85,9 +96,33 @@ def test_degenerate_runs_never_count_below_the_floor() -> None:
 
 def test_pair_codes_hold_this_and_the_next_class() -> None:
     codes = pair_codes("aB1")
-    # lower(0) then upper(1), upper then digit(2), digit then nothing (0)
-    assert list(codes) == [0 | 1 << 4, 1 | 2 << 4, 2]
+    # lower(0) then upper(1), upper then digit(2), digit then nothing (0): this class in
+    # the high nibble; even positions first, then odd ones
+    assert list(codes) == [0 << 4 | 1, 2 << 4 | 0, 1 << 4 | 2]
     assert len(pair_codes("日本語 and ひらがな")) == len("日本語 and ひらがな")
+    assert pair_codes("") == b""
+
+
+def reference_estimate(text: str, family: Family) -> int:
+    """The model of ctxstack.token_model, one character at a time in Python."""
+    if not text:
+        return 0
+    classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
+    units = sum(PAIR_WEIGHTS[family][a][b]
+                for a, b in zip(classes, [*classes[1:], 0], strict=True))
+    tokens = units / SCALE + TRADITIONAL_WEIGHT[family] * traditional_count(text)
+    return max(int(tokens + 0.5), lower_bound(len(text)))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
+    # lengths around the nibble-sum chunk (4,368 pairs), odd and even, every class
+    piece = 'def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
+    for n in (1, 2, 3, 255, 256, 257, 4367, 4368, 4369, 4370, 9000, 20001):
+        text = (piece * (n // len(piece) + 1))[:n]
+        assert estimate(text, family) == reference_estimate(text, family), n
+    assert estimate("\ud800 lone surrogate", family) == reference_estimate(
+        "\ud800 lone surrogate", family)
 
 
 @settings(max_examples=200, deadline=None)

@@ -51,6 +51,25 @@ corrects the text estimate rather than learning the tool list's size; ``observe_
 and ``observe_messages`` know nothing of tools, so a steady tool overhead is learnt into
 their factor (an over-count: the safe direction).
 
+Anchoring: a factor removes a bias, not the scatter of single texts (a few % per text).
+But a provider call is the whole request — system prompt, tool schemas, the conversation
+so far — and consecutive calls share all but their newest messages. So after an accepted
+:meth:`~CalibratingCounter.observe_call` / ``observe_messages`` the counter keeps a
+:class:`CallAnchor` (those messages and the reported total less the tool specs' share);
+a later ``count_messages`` of a list that *extends* them is the reported total plus the
+per-kind calibrated estimate of the new tail, so only the tail is guessed. A list that
+does not extend them (compacted, another conversation) is counted by the factors alone.
+The anchor belongs to the counter object (in practice one conversation in one process):
+it is neither shared with :meth:`~CalibratingCounter.for_model` views nor exported, so the
+persisted per-model state (``ctxstack.store.calibration``) is unchanged. A report that is
+rejected (zero, negative, absurd ratio) neither sets nor replaces it. The factor bounds
+bound the anchored count as well (between ``min_factor`` and ``max_factor`` times the base
+estimate), so a counter that corrects upward only (``min_factor=1``) stays upward only.
+
+Lower bound: no calibrated count — text, message or list, anchored or not — is below the
+heuristic's own lower bound (:func:`~ctxstack.token_model.lower_bound`: 8 characters per
+token, plus the per-message overhead and images, see :func:`message_floor`).
+
 Caching: the per-message cache (see :class:`~ctxstack.tokens.TokenCounter`) holds the
 *base* counter's figures under the base key; the factor is applied on top, to totals.
 So learning never invalidates the cache, and this counter's own ``cache_key`` (which
@@ -63,12 +82,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 from ctxstack.errors import ConfigError
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, ImagePart
 from ctxstack.protocol import LLMResult, ToolSpec, Usage
-from ctxstack.token_model import CONTENT_KINDS, content_kind
+from ctxstack.token_model import CONTENT_KINDS, content_kind, lower_bound
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     TokenCounter,
@@ -88,6 +108,53 @@ def message_kind(message: ChatMessage) -> int:
             text = " ".join([text, *(c.arguments_json for c in message.tool_calls)])
         kind = cache["content-kind"] = content_kind(text)
     return kind
+
+
+def message_floor(message: ChatMessage, base: TokenCounter) -> int:
+    """The least a calibrated count of ``message`` may say (cached on it): the base
+    counter's per-message overhead and images plus the heuristic's lower bound for its
+    characters (:func:`~ctxstack.token_model.lower_bound`), never above the base count."""
+    cache = message_cache(message)
+    key = f"floor:{base.cache_key}"
+    floor = cache.get(key)
+    if floor is None:
+        chars = len(message.text) + sum(len(c.name) + len(c.arguments_json) + 2
+                                        for c in message.tool_calls or ())
+        images = sum(isinstance(p, ImagePart) for p in message.content or ()) \
+            if isinstance(message.content, list) else 0
+        floor = (int(getattr(base, "message_overhead", 0)) + lower_bound(chars)
+                 + images * int(getattr(base, "image_tokens", 0)))
+        floor = cache[key] = min(floor, base.count_message(message))
+    return floor
+
+
+@dataclass(frozen=True)
+class CallAnchor:
+    """What the provider reported for the messages of the last observed call.
+
+    ``tokens`` is the reported input minus the calibrated estimate of the tool specs sent
+    with it; ``floor`` the sum of the messages' :func:`message_floor`. A later list that
+    *extends* ``messages`` (the same messages, by identity or equality, then more) is
+    counted as ``tokens`` + the per-kind calibrated estimate of the new tail: consecutive
+    calls of one conversation share most of their content, so only the tail is guessed.
+
+    Per counter object and process (in practice per conversation): never persisted.
+    """
+
+    messages: tuple[ChatMessage, ...]
+    tokens: float
+    floor: int
+
+
+def extends(messages: Sequence[ChatMessage], prefix: Sequence[ChatMessage]) -> bool:
+    """Whether ``messages`` starts with ``prefix`` (each message the same object or equal)."""
+    k = len(prefix)
+    if len(messages) < k:
+        return False
+    head = messages[:k]
+    if all(map(is_, head, prefix)):  # the same objects: the usual case, at C speed
+        return True
+    return all(a is b or a == b for a, b in zip(head, prefix, strict=True))
 
 
 @dataclass
@@ -142,6 +209,7 @@ class CalibratingCounter:
         self.smoothing = smoothing
         self.min_sample_tokens = min_sample_tokens
         self._state = _State()
+        self._anchor: CallAnchor | None = None
 
     def for_model(self, model: str | None) -> CalibratingCounter:
         """A view applying ``model``'s factor; it shares what this counter has learnt."""
@@ -299,7 +367,10 @@ class CalibratingCounter:
     ) -> bool:
         """:meth:`observe` with the base estimate of ``messages`` (by kind) computed here."""
         kinds = self.kind_estimates(messages)
-        return self.observe(sum(kinds), reported_input_tokens, model, kinds=kinds)
+        used = self.observe(sum(kinds), reported_input_tokens, model, kinds=kinds)
+        if used and (model is None or model == self.model):
+            self._set_anchor(messages, reported_input_tokens, 0)
+        return used
 
     def observe_result(
         self, messages: Sequence[ChatMessage], result: LLMResult, model: str | None = None
@@ -331,8 +402,44 @@ class CalibratingCounter:
         if usage.estimated or usage.input_tokens <= 0:
             return False
         kinds = self.kind_estimates(messages)
-        kinds[CONTENT_KINDS.index("code")] += self.tool_specs_tokens(tools)  # JSON schemas
-        return self.observe(sum(kinds), usage.input_tokens, kinds=kinds)
+        tools_tokens = self.tool_specs_tokens(tools)
+        kinds[CONTENT_KINDS.index("code")] += tools_tokens  # JSON schemas
+        used = self.observe(sum(kinds), usage.input_tokens, kinds=kinds)
+        if used:
+            self._set_anchor(messages, usage.input_tokens, tools_tokens)
+        return used
+
+    # ------------------------------------------------------------------ anchoring
+    @property
+    def anchor(self) -> CallAnchor | None:
+        """The last accepted call whose messages are known (see :class:`CallAnchor`):
+        this counter object's own, not shared with other model views, not persisted."""
+        return self._anchor
+
+    def forget_anchor(self) -> None:
+        """Count from the factors alone until the next observed call."""
+        self._anchor = None
+
+    def _set_anchor(self, messages: Sequence[ChatMessage], reported: int,
+                    tools_tokens: int) -> None:
+        tools = self.kind_factor(CONTENT_KINDS.index("code")) * tools_tokens
+        frozen = tuple(messages)
+        floor = sum(message_floor(m, self.base) for m in frozen)
+        self._anchor = CallAnchor(frozen, max(0.0, reported - tools), floor)
+
+    def _anchored(self, messages: Sequence[ChatMessage]) -> int | None:
+        """The anchored count of ``messages`` if they extend the anchor's, else None."""
+        anchor = self._anchor
+        if anchor is None or not extends(messages, anchor.messages):
+            return None
+        tail = messages[len(anchor.messages):]
+        total = anchor.tokens + self._factored(tail)
+        # the factor bounds bound the anchor too: a counter built to correct upward only
+        # (min_factor=1, as the service's) never anchors below the base estimate
+        base = self.base.count_messages(messages)
+        total = min(self.max_factor * base, max(self.min_factor * base, total))
+        floor = anchor.floor + sum(message_floor(m, self.base) for m in tail)
+        return max(math.ceil(total), floor)
 
     def tool_specs_tokens(self, tools: Sequence[ToolSpec] | None) -> int:
         """The base counter's estimate of the tool specs' compact JSON (0 without tools)."""
@@ -363,25 +470,63 @@ class CalibratingCounter:
         return bool(table) and any(k[0] in (self.model, None) for k in table)
 
     def count_text(self, text: str) -> int:
+        """The base count times the learnt factor for the text's kind; never below the
+        heuristic's lower bound for its length (a factor < 1 cannot undercut it)."""
         tokens = self.base.count_text(text)
-        if tokens <= 0 or not self._kinds_learnt():
-            return self._apply(tokens)
-        return math.ceil(tokens * self.kind_factor(content_kind(text)))
+        if tokens <= 0:
+            return tokens
+        if not self._kinds_learnt():
+            calibrated = self._apply(tokens)
+        else:
+            calibrated = math.ceil(tokens * self.kind_factor(content_kind(text)))
+        return max(calibrated, min(tokens, lower_bound(len(text))))
 
     def count_message(self, message: ChatMessage) -> int:
         tokens = self.base.count_message(message)
-        if tokens <= 0 or not self._kinds_learnt():
-            return self._apply(tokens)
-        return math.ceil(tokens * self.kind_factor(message_kind(message)))
+        if tokens <= 0:
+            return tokens
+        if not self._kinds_learnt():
+            calibrated = self._apply(tokens)
+        else:
+            calibrated = math.ceil(tokens * self.kind_factor(message_kind(message)))
+        return max(calibrated, message_floor(message, self.base))
 
     def count_messages(self, messages: Iterable[ChatMessage]) -> int:
-        """The calibrated total: each kind's factor times its base total (one rounding);
-        before any per-kind learning, the overall factor times the base total."""
+        """The calibrated total. A list extending the last observed call's messages is
+        anchored on what the provider reported for them (:class:`CallAnchor`); otherwise
+        each kind's factor times its base total (one rounding); before any per-kind
+        learning, the overall factor times the base total. Never below the sum of the
+        messages' :func:`message_floor` when a factor is below 1 or an anchor is used."""
+        if self._anchor is not None:
+            listed = messages if isinstance(messages, Sequence) else list(messages)
+            anchored = self._anchored(listed)
+            if anchored is not None:
+                return anchored
+            messages = listed
         if not self._kinds_learnt():
-            return self._apply(self.base.count_messages(messages))
+            if self.factor() >= 1.0:
+                return self._apply(self.base.count_messages(messages))
+            listed = messages if isinstance(messages, Sequence) else list(messages)
+            floor = sum(message_floor(m, self.base) for m in listed)
+            return max(self._apply(self.base.count_messages(listed)), floor)
+        listed = messages if isinstance(messages, Sequence) else list(messages)
+        total = self._factored(listed)
+        calibrated = math.ceil(total) if total > 0 else 0
+        if self._lowest_kind_factor() >= 1.0:
+            return calibrated
+        return max(calibrated, sum(message_floor(m, self.base) for m in listed))
+
+    def _factored(self, messages: Sequence[ChatMessage]) -> float:
+        """Σ over content kinds of the kind's factor × its base estimate of ``messages``."""
+        if not messages:
+            return 0.0
         kinds = self.kind_estimates(messages)
-        total = sum(self.kind_factor(k) * e for k, e in enumerate(kinds) if e)
-        return math.ceil(total) if total > 0 else 0
+        if not self._kinds_learnt():
+            return self.factor() * sum(kinds)
+        return sum(self.kind_factor(k) * e for k, e in enumerate(kinds) if e)
+
+    def _lowest_kind_factor(self) -> float:
+        return min(self.kind_factor(k) for k in range(len(CONTENT_KINDS)))
 
     def __repr__(self) -> str:
         return (

@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ctxstack.errors import ConfigError, TokenizerUnavailableError
 from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart, coerce_content
-from ctxstack.token_model import FAMILIES, Family, estimate
+from ctxstack.token_model import FAMILIES, Family, estimator
 
 IMAGE_TOKENS = 765
 MESSAGE_OVERHEAD = 4
@@ -218,13 +218,14 @@ class HeuristicCounter(BaseCounter):
         self.family: Family = family
         self.margin: float = chosen
         self._key = "bpe-heuristic" if family == "o200k" else f"bpe-heuristic:{family}"
+        self._estimate = estimator(family)
 
     @property
     def cache_key(self) -> str:
         return self._key
 
     def count_text(self, text: str) -> int:
-        return estimate(text, self.family)
+        return self._estimate(text)
 
     def __repr__(self) -> str:
         return f"HeuristicCounter(family={self.family!r}, margin={self.margin})"
