@@ -10,7 +10,12 @@ Figures (issue 14):
 (iv) **masking vs summary vs both** — facts kept in context and summariser input tokens.
 (v) **stable-prefix share and compactions per 100 iterations** over a 100-iteration
     tool-heavy agent run, for several ``target_fill`` values (the sweep that chose the
-    default), every call checked against the budget.
+    default), every call checked against the budget. The original run is at an 8K budget,
+    where each iteration's new tool output (~600 tokens, plus the call) is a large part of
+    a context that can hold ~7K: even a call with no compaction before it shares only
+    about 1 - 600/5,000 with the previous one, so the run also reports that *ceiling*
+    (the mean over the calls with no compaction before them). The same run at a 32K
+    budget — closer to what agents run with — is reported beside it, not instead of it.
 (vi) **fact extraction throughput** (UTF-8 MB/s) and **event-loop lag p99** while
     DbMemory loads and compacts a 2,000-message conversation (first turn, no checkpoint).
     Throughput is measured on the generator's conversations (which are two-thirds JSON
@@ -53,6 +58,8 @@ from ctxstack.tokens import HEURISTIC
 TITLE = "Recall: staged compaction, archive, facts, prompt cache"
 SMOKE_ENV = "CTXSTACK_BENCH_SMOKE"
 BUDGET = 4_000
+AGENT_BUDGET = 8_000
+ROOMY_BUDGET = 32_000
 FILLS = (0.4, 0.5, 0.6, 0.7, 0.8)
 _CACHE: dict[str, Any] = {}
 
@@ -120,17 +127,24 @@ def read_record(n: int) -> str:
     return f"RECORD-{n:04d}-ZQ owner=team{n % 7} {rows}"
 
 
-def _prefix_share(calls: list[list[ChatMessage]]) -> float:
-    """Mean share of each call's input tokens equal to a prefix of the previous call's."""
-    shares = []
+def _prefix_share(calls: list[list[ChatMessage]]) -> tuple[float, float]:
+    """Mean share of each call's input tokens equal to a prefix of the previous call's,
+    and the same mean over the calls that only appended to the previous one (no
+    compaction between): the ceiling the budget's arithmetic sets, since every call adds
+    its new tool output to a context that can hold only so much."""
+    shares, appended = [], []
     for prev, cur in itertools.pairwise(calls):
         same = 0
         for a, b in zip(prev, cur, strict=False):
             if a != b:
                 break
             same += 1
-        shares.append(HEURISTIC.count_messages(cur[:same]) / HEURISTIC.count_messages(cur))
-    return statistics.fmean(shares) if shares else 1.0
+        share = HEURISTIC.count_messages(cur[:same]) / HEURISTIC.count_messages(cur)
+        shares.append(share)
+        if same == len(prev):
+            appended.append(share)
+    return (statistics.fmean(shares) if shares else 1.0,
+            statistics.fmean(appended) if appended else 1.0)
 
 
 async def _agent_run(fill: float, iterations: int, budget: int) -> dict[str, float]:
@@ -155,8 +169,10 @@ async def _agent_run(fill: float, iterations: int, budget: int) -> dict[str, flo
     for n in probes:
         found += await _recalled(f"RECORD-{n:04d}-ZQ", f"record RECORD-{n:04d}-ZQ owner",
                                  calls[-1], archive)
+    prefix, ceiling = _prefix_share(calls)
     return {
-        "prefix": _prefix_share(calls),
+        "prefix": prefix,
+        "ceiling": ceiling,
         "compactions": guard.totals.compactions * 100 / iterations,
         "within": float(all(HEURISTIC.count_messages(c) <= budget for c in calls)),
         "recall": found / len(probes),
@@ -269,11 +285,12 @@ async def measure(quick: bool) -> list[BenchRow]:
     held_share, held_trunc = await _recall_share([(h.messages, h.facts) for h in held])
     stages = await _stages(tokens)
     iterations = 20 if smoke else 100
-    sweep = {fill: await _agent_run(fill, iterations, 8_000)
+    sweep = {fill: await _agent_run(fill, iterations, AGENT_BUDGET)
              for fill in ((DEFAULT_TARGET_FILL,) if smoke else FILLS)}
     chosen = sweep[DEFAULT_TARGET_FILL]
+    roomy = await _agent_run(DEFAULT_TARGET_FILL, iterations, ROOMY_BUDGET)
     mbps, old_mbps, json_mbps, json_old = _throughput()
-    _CACHE.update(sweep=sweep, stages=stages)
+    _CACHE.update(sweep=sweep, stages=stages, roomy=roomy)
     rows = [
         BenchRow("recall at 4K, seen set (context or search k=5)", seen, "share",
                  baseline=seen_trunc, ratio=seen / seen_trunc if seen_trunc else None,
@@ -293,6 +310,15 @@ async def measure(quick: bool) -> list[BenchRow]:
         BenchRow("compactions per 100 iterations (same run)", chosen["compactions"], "count"),
         BenchRow("every call within budget (same run; invariant: guard enforces it)",
                  chosen["within"], "bool", target="1", met=chosen["within"] == 1.0),
+        BenchRow("ceiling: stable-prefix share of the calls with no compaction before them "
+                 "(same run)", chosen["ceiling"], "share"),
+        BenchRow(f"stable-prefix share, same run at a {ROOMY_BUDGET // 1000}K budget, "
+                 f"target_fill {DEFAULT_TARGET_FILL}", roomy["prefix"], "share",
+                 target=">= 0.85", met=roomy["prefix"] >= 0.85 and roomy["within"] == 1.0),
+        BenchRow(f"compactions per 100 iterations ({ROOMY_BUDGET // 1000}K run)",
+                 roomy["compactions"], "count"),
+        BenchRow(f"every call within budget ({ROOMY_BUDGET // 1000}K run; invariant)",
+                 roomy["within"], "bool", target="1", met=roomy["within"] == 1.0),
         BenchRow("fact extraction throughput, UTF-8 (baseline: the previous extractor)",
                  mbps, "MB/s", baseline=old_mbps, ratio=mbps / old_mbps, target=">= 50",
                  met=mbps >= 50),
@@ -313,11 +339,13 @@ def report_markdown(quick: bool) -> str:
     sweep = _CACHE.get("sweep", {})
     lines = ["**target_fill sweep** (100-iteration tool-heavy run, 8K budget; the default "
              f"is {DEFAULT_TARGET_FILL})", "",
-             "| target_fill | stable-prefix share | compactions / 100 it. | recall | in budget |",
-             "|---|---|---|---|---|"]
+             "| target_fill | stable-prefix share | ceiling (calls with no compaction "
+             "before) | compactions / 100 it. | recall | in budget |",
+             "|---|---|---|---|---|---|"]
     for fill, r in sorted(sweep.items()):
-        lines.append(f"| {fill} | {r['prefix']:.3f} | {r['compactions']:.0f} | "
-                     f"{r['recall']:.2f} | {'yes' if r['within'] else 'NO'} |")
+        lines.append(f"| {fill} | {r['prefix']:.3f} | {r['ceiling']:.3f} | "
+                     f"{r['compactions']:.0f} | {r['recall']:.2f} | "
+                     f"{'yes' if r['within'] else 'NO'} |")
     return "\n".join(lines)
 
 

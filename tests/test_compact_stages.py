@@ -105,6 +105,36 @@ async def test_masking_is_cache_friendly_messages_before_the_first_cleared_are_u
     assert again.messages[: first + 1] == res.messages[: first + 1]
 
 
+async def test_a_tool_loop_under_a_guard_keeps_every_prefix_until_the_first_new_mask() -> None:
+    """The prompt-cache contract over a growing agent loop: each call is within budget, and
+    a call after a mask-only compaction is byte-identical to the previous call up to the
+    first output this compaction cleared (earlier placeholders included)."""
+    events: list[CompactionEvent] = []
+    guard = ContextGuard(default_budget=3_000, on_compact=events.append)
+    history = [SYS, QUERY]
+    previous: list[ChatMessage] = []
+    mask_events = 0
+    for i in range(30):
+        call = ToolCall(id=f"c{i}", name="search", arguments={"page": i})
+        history += [ChatMessage.assistant(f"Reading page {i}.", tool_calls=[call]),
+                    ChatMessage.tool(f"c{i}", f"page {i} HOTEL-{i:04d} " + "row " * 150)]
+        seen = len(events)
+        sent = await guard.check_and_compact(history)
+        assert guard.counter.count_messages(sent) <= 3_000
+        assert valid_pairs(sent)
+        if len(events) > seen and events[-1].method == "mask":
+            mask_events += 1
+            new = [j for j, m in enumerate(sent) if m.metadata.get(MASKED_KEY)
+                   and not (j < len(previous) and previous[j].metadata.get(MASKED_KEY))]
+            assert new, "a mask-only compaction clears at least one new output"
+            first = new[0]
+            assert first > 2
+            assert [m.model_dump_json() for m in sent[:first]] == [
+                m.model_dump_json() for m in previous[:first]]
+        history, previous = sent, sent
+    assert mask_events >= 2  # the loop did compact, more than once, by masking
+
+
 def test_plan_mask_is_pure_and_respects_its_options() -> None:
     msgs = tool_run(6)
     plan = plan_mask(msgs, 2_000, CompactionOptions(mask_keep_groups=4), HEURISTIC)
