@@ -7,6 +7,12 @@ Figures (issue 14):
     fidelity generator's conversations) and on a *held-out* set written apart from the
     extractor (:mod:`benchmarks.fidelity.heldout`), beside what truncation alone keeps.
     The summariser is the deliberately lossy first-sentence fake.
+(ii) **phrase answers** — long multi-session dialogues (:mod:`benchmarks.fidelity.dialogues`,
+    written for this benchmark, apart from the extractor) whose answers are phrases (a
+    place, a plan, a reason, a name) stated once: at 4K and 8K, the share of answers in
+    the context or returned by ``search(question, k=5)`` after the staged compaction, beside
+    truncation alone (context only) and truncation with the archive. Reported apart from
+    the seen and held-out fact sets.
 (iv) **masking vs summary vs both** — facts kept in context and summariser input tokens.
 (v) **stable-prefix share and compactions per 100 iterations** over a 100-iteration
     tool-heavy agent run, for several ``target_fill`` values (the sweep that chose the
@@ -40,6 +46,7 @@ from typing import Any
 
 from benchmarks.common import BenchRow, print_table
 from benchmarks.fidelity import old_facts
+from benchmarks.fidelity.dialogues import phrase_dialogue
 from benchmarks.fidelity.generator import LANGUAGES, generate
 from benchmarks.fidelity.heldout import held_out
 from benchmarks.fidelity.scorer import find_value
@@ -90,6 +97,28 @@ async def _recall_share(convs: list[tuple[list[ChatMessage], list[tuple[str, str
             got += await _recalled(value, question, out, archive)
             base += find_value(value, _text(truncated))
     return got / max(1, total), base / max(1, total)
+
+
+async def _phrase_recall(convs: list[tuple[list[ChatMessage], list[tuple[str, str]]]],
+                         budget: int) -> tuple[float, float, float, float]:
+    """Phrase-answer recall at ``budget``: (staged + archive, its context alone,
+    truncation alone, truncation + archive) shares of the answers."""
+    staged = staged_ctx = trunc = trunc_archive = total = 0
+    for messages, facts in convs:
+        archive, plain = HistoryArchive(), HistoryArchive()
+        out = await ContextGuard(lossy_summarizer(), default_budget=budget,
+                                 archive=archive).check_and_compact(messages)
+        cut = await ContextGuard(default_budget=budget, archive=plain).check_and_compact(
+            messages)
+        truncated = _text(smart_truncate(messages, budget))
+        for value, question in facts:
+            total += 1
+            staged += await _recalled(value, question, out, archive)
+            staged_ctx += find_value(value, _text(out))
+            trunc += find_value(value, truncated)
+            trunc_archive += await _recalled(value, question, cut, plain)
+    n = max(1, total)
+    return staged / n, staged_ctx / n, trunc / n, trunc_archive / n
 
 
 def _seen(n: int, tokens: int) -> list[tuple[list[ChatMessage], list[tuple[str, str]]]]:
@@ -284,6 +313,9 @@ async def measure(quick: bool) -> list[BenchRow]:
     held = [held_out(s) for s in range(n)]
     held_share, held_trunc = await _recall_share([(h.messages, h.facts) for h in held])
     stages = await _stages(tokens)
+    dialogues = [(d.messages, d.facts) for d in
+                 (phrase_dialogue(seed) for seed in range(2 if smoke else 4 if quick else 10))]
+    phrases = {b: await _phrase_recall(dialogues, b) for b in (4_000, 8_000)}
     iterations = 20 if smoke else 100
     sweep = {fill: await _agent_run(fill, iterations, AGENT_BUDGET)
              for fill in ((DEFAULT_TARGET_FILL,) if smoke else FILLS)}
@@ -300,6 +332,17 @@ async def measure(quick: bool) -> list[BenchRow]:
                  ratio=held_share / held_trunc if held_trunc else None,
                  target=">= 0.95 (baseline: truncation alone)", met=held_share >= 0.95),
     ]
+    for b, (both, ctx, trunc, trunc_archive) in phrases.items():
+        rows += [
+            BenchRow(f"phrase answers at {b // 1000}K, multi-session dialogues: staged "
+                     "(context or search k=5)", both, "share", baseline=trunc,
+                     ratio=both / trunc if trunc else None,
+                     target=">= 0.95 (baseline: truncation alone)" if b == 4_000 else "",
+                     met=both >= 0.95 if b == 4_000 else None),
+            BenchRow(f"phrase answers at {b // 1000}K: staged, in context only", ctx, "share"),
+            BenchRow(f"phrase answers at {b // 1000}K: truncation + archive (context or "
+                     "search k=5)", trunc_archive, "share"),
+        ]
     for name, (kept, spent) in stages.items():
         rows.append(BenchRow(f"4K stage '{name}': facts in context (summariser input "
                              f"{spent:,} tokens)", kept, "share"))
