@@ -372,7 +372,8 @@ def test_phrase_dialogues_are_deterministic_and_state_each_answer_once() -> None
         assert len(value.split()) >= 2  # a phrase, not a number
         assert not find_value(value, question)
         hits = [m for m in one.messages if find_value(value, m.text)]
-        assert len(hits) == 1 and hits[0].role == "user"
+        assert len(hits) == 1
+        assert hits[0].role == "user"
         # the lossy summariser keeps first sentences only: it can never carry an answer
         assert not find_value(value, first_sentence(hits[0].text))
 
