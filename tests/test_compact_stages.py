@@ -235,3 +235,4 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
             extract_candidates(text)
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+

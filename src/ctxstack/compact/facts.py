@@ -68,7 +68,7 @@ _CLASSES = bytes(
     ord("1") if b in _S_BYTES else ord("a") if b in _T_NOT_S else ord(" ") if b == 0x20
     else ord("c") if 0xE4 <= b <= 0xE9 else ord("u") if b in (0xC2, 0xE3) else ord(".")
     for b in range(256))
-_CLASS_TOKEN = re.compile(rb"(1[1a]*+)")  # a literal first byte: memchr-speed skipping
+_CLASS_TOKEN = re.compile(rb"1[1a]*+")  # a literal first byte: memchr-speed skipping
 _UNIT_AFTER = re.compile(rb" (?:" + _UNIT_WORDS.encode() + rb")(?![A-Za-z0-9])")
 # Month names start with one of eight capitals: a leading class lets the engine skip.
 _MONTH_TAIL = (
@@ -204,76 +204,53 @@ def clear_caches() -> None:
     _verdict.cache_clear()
 
 
-_NEXT = (1).__add__
+_A, _C, _SPACE = ord("a"), ord("c"), ord(" ")
 # "p" for a byte that may begin a token before its first "1"-class byte (a letter prefix).
 _PREFIXED = bytes(ord("p") if b in _T_NOT_S_SET else ord(".") for b in range(256))
-_SPACE_FLAG = bytes(1 if b == ord(" ") else 0 for b in range(256))
 # The classes of a byte that can start a unit: a letter or "%" ("a"), a lead byte of a
 # CJK unit ("c"), of "°" or of ドル/ユーロ ("u").
 _UNIT_START = bytes(1 if b in b"acu" else 0 for b in range(256))
 
 
-def _flagged(marks: bytes, flag: bytes) -> Iterable[int]:
-    """Indices of ``flag`` in ``marks`` (a memchr-speed search, no per-byte Python)."""
-    i = marks.find(flag)
-    while i >= 0:
-        yield i
-        i = marks.find(flag, i + 1)
-
-
 def _tokens(data: bytes, *, cjk: bool = False) -> list[bytes]:
-    """The tokens of ``data`` (see the scan comment), in order of appearance.
+    """The tokens of ``data`` (see the scan comment), in order of appearance, then (with
+    ``cjk``) the CJK dates and quantities.
 
-    The bytes are first translated to their classes (``1`` for ``_S_BYTES``, ``a`` for the
-    other token bytes), so the scan for ``1`` runs at memchr speed through prose, and the
-    tokens are cut from ``data`` by their spans, without a Python loop. The few tokens
-    needing more are found the same way — gathering the class of the byte before or after
-    each span — and only they get a Python step: a letter prefix (``ORD-`` in
-    ``ORD-99812-XK``) read back to the previous non-token byte (bounded by
-    ``MAX_FACT_CHARS``: a longer token is no fact), a unit after a space (``3.14159
-    kg``), and with ``cjk`` a CJK date or quantity (``2024年3月5日``) read forward.
+    The scan finds each token's span in the class string; only a few tokens need more,
+    each decided by the class of one byte: a letter prefix (``ORD-`` in ``ORD-99812-XK``)
+    read back to the previous non-token byte (bounded by ``MAX_FACT_CHARS``: a longer
+    token is no fact), a unit after a space (``3.14159 kg``), and a CJK date or quantity
+    (``2024年3月5日``) read forward from the token's start.
     """
     classes = data.translate(_CLASSES)
-    # split() alternates gaps and tokens: their lengths give every span. (No match
-    # objects: thousands of them alive at once would trigger garbage collections.)
-    bounds = list(itertools.accumulate(map(len, _CLASS_TOKEN.split(classes))))
-    starts, ends = bounds[0:-1:2], bounds[1::2]
-    out = list(map(data.__getitem__, map(slice, starts, ends)))
-    before = bytes(map((b"." + classes).__getitem__, starts))  # the byte before each
-    padded = classes + b".."
-    after = bytes(map(padded.__getitem__, ends))
-    flagged = list(_flagged(before, b"a"))
-    if flagged:  # letter prefixes, all at once: this is most of a metrics dump's keys
-        marks = data.translate(_PREFIXED)  # "p" for prefix bytes, "." for the rest
-        fwds = list(map(out.__getitem__, flagged))
-        tails = list(map(starts.__getitem__, flagged))
-        floors = [max(0, start - MAX_FACT_CHARS) for start in tails]
-        heads = map(max, map(_NEXT, map(marks.rfind, itertools.repeat(b"."), floors, tails)),
-                    floors)
-        wholes = list(map(bytes.__add__, map(data.__getitem__, map(slice, heads, tails)),
-                          fwds))
-        verdicts = map(_verdict, map(_shape, wholes))
-        for i, fwd, whole, verdict in zip(flagged, fwds, wholes, verdicts, strict=True):
-            if verdict is not None or fwd[0] in b"/@\\":
-                out[i] = whole  # "and/or" is not a path, so "/or" is not tried alone
-            # else keep fwd: "x-12" may be a value without its prefix
-    if b" " in after:
-        # A unit may follow: a space, then a letter, "%" or a non-ASCII lead byte.
-        second = bytes(map(padded.__getitem__, map(_NEXT, ends))).translate(_UNIT_START)
-        for i in _flagged(bytes(map(operator.and_, after.translate(_SPACE_FLAG), second)),
-                          b"\x01"):
-            unit = _UNIT_AFTER.match(data, ends[i])
+    if b"1" not in classes:
+        return []
+    out: list[bytes] = []
+    extra: list[bytes] = []
+    marks = b""
+    reached = 0
+    size = len(data)
+    for match in _CLASS_TOKEN.finditer(classes):
+        start, end = match.span()
+        token = data[start:end]
+        if start and classes[start - 1] == _A:
+            marks = marks or data.translate(_PREFIXED)  # "p" for prefix bytes
+            floor = max(0, start - MAX_FACT_CHARS)
+            whole = data[marks.rfind(b".", floor, start) + 1 or floor:start] + token
+            if token[0] in b"/@\\" or _verdict(whole.translate(_SHAPE)) is not None:
+                token = whole  # "and/or" is not a path, so "/or" is not tried alone
+            # else keep the token alone: "x-12" may be a value without its prefix
+        if end + 1 < size and classes[end] == _SPACE and _UNIT_START[classes[end + 1]]:
+            unit = _UNIT_AFTER.match(data, end)
             if unit is not None:
-                out[i] += unit.group()
-    if cjk:
-        reached = 0
-        for i in _flagged(after, b"c"):
-            found = _CJK_NUMBER.search(data, max(starts[i], reached),
-                                       starts[i] + MAX_FACT_CHARS)
+                token += unit.group()
+        out.append(token)
+        if cjk and end < size and classes[end] == _C:
+            found = _CJK_NUMBER.search(data, max(start, reached), start + MAX_FACT_CHARS)
             if found is not None:
-                out.append(found.group())
+                extra.append(found.group())
                 reached = found.end()  # "3月5日" once, not "5日" again
-    return out
+    return out + extra
 
 
 def _month_dates(data: bytes) -> Iterable[bytes]:
@@ -309,10 +286,9 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     data = text.encode("utf-8", "surrogatepass")
     out: dict[str, Candidate] = {}
     ascii_only = data.isascii()
-    raw: list[bytes] = []
-    if data.translate(None, _NOT_MONTH_CAPITALS):  # a month name needs its capital
-        raw += _month_dates(data)
-    raw += _tokens(data, cjk=not ascii_only)
+    raw = _tokens(data, cjk=not ascii_only)
+    if raw and data.translate(None, _NOT_MONTH_CAPITALS):  # a month date needs a digit
+        raw[:0] = _month_dates(data)  # and a month name its capital
     if b"." in data:
         raw.extend(_file_names(data))
     distinct = dict.fromkeys(raw)  # tokens recur (keys, repeated values)
