@@ -236,3 +236,11 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
+
+
+def test_a_lone_surrogate_in_a_quoted_phrase_does_not_break_extraction() -> None:
+    """Text decoded leniently upstream can carry lone surrogates; the extractor encodes with
+    ``surrogatepass`` and must decode what it found the same way (it used to raise)."""
+    found = extract_facts('keep "room \ud800 with a view" and ORD-12-X')
+    assert '"room \ud800 with a view"' in found
+    assert "ORD-12-X" in found

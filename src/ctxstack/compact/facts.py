@@ -189,6 +189,7 @@ def _trim(token: str) -> str:
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 _shape = operator.methodcaller("translate", _SHAPE)
 _KEEP, _KIND, _SCORE = (operator.itemgetter(i) for i in range(3))
+_decode = operator.methodcaller("decode", "utf-8", "surrogatepass")  # as it was encoded
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -304,7 +305,7 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
         out = dict(zip(facts, map(_new_candidate, itertools.repeat(Candidate), rows),
                        strict=True))
     if quotes and b'"' in data:
-        for quoted in map(bytes.decode, _QUOTE.findall(data)):
+        for quoted in map(_decode, _QUOTE.findall(data)):
             if quoted not in out:
                 out[quoted] = Candidate(quoted, "quote", 6)
     if not ascii_only:
