@@ -105,6 +105,36 @@ async def test_masking_is_cache_friendly_messages_before_the_first_cleared_are_u
     assert again.messages[: first + 1] == res.messages[: first + 1]
 
 
+async def test_a_tool_loop_under_a_guard_keeps_every_prefix_until_the_first_new_mask() -> None:
+    """The prompt-cache contract over a growing agent loop: each call is within budget, and
+    a call after a mask-only compaction is byte-identical to the previous call up to the
+    first output this compaction cleared (earlier placeholders included)."""
+    events: list[CompactionEvent] = []
+    guard = ContextGuard(default_budget=3_000, on_compact=events.append)
+    history = [SYS, QUERY]
+    previous: list[ChatMessage] = []
+    mask_events = 0
+    for i in range(30):
+        call = ToolCall(id=f"c{i}", name="search", arguments={"page": i})
+        history += [ChatMessage.assistant(f"Reading page {i}.", tool_calls=[call]),
+                    ChatMessage.tool(f"c{i}", f"page {i} HOTEL-{i:04d} " + "row " * 150)]
+        seen = len(events)
+        sent = await guard.check_and_compact(history)
+        assert guard.counter.count_messages(sent) <= 3_000
+        assert valid_pairs(sent)
+        if len(events) > seen and events[-1].method == "mask":
+            mask_events += 1
+            new = [j for j, m in enumerate(sent) if m.metadata.get(MASKED_KEY)
+                   and not (j < len(previous) and previous[j].metadata.get(MASKED_KEY))]
+            assert new, "a mask-only compaction clears at least one new output"
+            first = new[0]
+            assert first > 2
+            assert [m.model_dump_json() for m in sent[:first]] == [
+                m.model_dump_json() for m in previous[:first]]
+        history, previous = sent, sent
+    assert mask_events >= 2  # the loop did compact, more than once, by masking
+
+
 def test_plan_mask_is_pure_and_respects_its_options() -> None:
     msgs = tool_run(6)
     plan = plan_mask(msgs, 2_000, CompactionOptions(mask_keep_groups=4), HEURISTIC)
@@ -181,8 +211,13 @@ def test_facts_are_chosen_by_what_they_are_not_by_where_they_are() -> None:
 
 
 ADVERSARIAL = ["a", "1", "a1", '"', "/", "a-", "日", "1年", "「", "a.", "1 ", "March 1 ",
-               "https:/", "a@", "-1", "1.", '"a ', "x.p", "ORD-", "$1,", "v1."]
+               "https:/", "a@", "-1", "1.", '"a ', "x.p", "ORD-", "$1,", "v1.", "1 kg ",
+               "1 k", "a1 %", "1日", "x1日", "5 March ", "March 2024 ", '"a b', "€1"]
 """Units repeated to 100,000 characters."""
+LONG_RUNS = [("日", "1", ""), ("", "1", "日"), ("", "a", "1"), ("", "1", " k"),
+             ("1" * 50_000 + "x", "1", "年"), ("M", "1", ""), ('"', "a", "")]
+"""(head, repeated character, tail) built to 100,000 characters: one long run. A scan
+that restarted inside a run would re-read it from every byte."""
 
 
 def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
@@ -195,5 +230,17 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
             assert len(text) == 100_000
             extract_candidates(text)
             extract_candidates(text + ".py")
+        for head, char, tail in {LONG_RUNS!r}:
+            text = head + char * (100_000 - len(head) - len(tail)) + tail
+            extract_candidates(text)
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+
+def test_a_lone_surrogate_in_a_quoted_phrase_does_not_break_extraction() -> None:
+    """Text decoded leniently upstream can carry lone surrogates; the extractor encodes with
+    ``surrogatepass`` and must decode what it found the same way (it used to raise)."""
+    found = extract_facts('keep "room \ud800 with a view" and ORD-12-X')
+    assert '"room \ud800 with a view"' in found
+    assert "ORD-12-X" in found

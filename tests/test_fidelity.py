@@ -354,3 +354,38 @@ async def test_llm_mode_against_a_real_http_endpoint(monkeypatch: pytest.MonkeyP
         assert res.skipped is None
         assert all(r.error is None for r in res.runs)
         assert sum(r.llm_calls for r in res.runs) == len(stub.requests)
+
+
+# ---------------------------------------------------------------------------- phrase dialogues
+
+
+def test_phrase_dialogues_are_deterministic_and_state_each_answer_once() -> None:
+    from benchmarks.fidelity.dialogues import phrase_dialogue
+
+    one, again, other = phrase_dialogue(3), phrase_dialogue(3), phrase_dialogue(4)
+    assert _dump(one) == _dump(again)
+    assert _dump(one) != _dump(other)
+    sessions = sum(m.text.startswith("(New session") for m in one.messages)
+    assert sessions == one.sessions >= 4
+    assert HEURISTIC.count_messages(one.messages) > 2 * 8_000  # long enough to compact at 8K
+    for value, question in one.facts:
+        assert len(value.split()) >= 2  # a phrase, not a number
+        assert not find_value(value, question)
+        hits = [m for m in one.messages if find_value(value, m.text)]
+        assert len(hits) == 1
+        assert hits[0].role == "user"
+        # the lossy summariser keeps first sentences only: it can never carry an answer
+        assert not find_value(value, first_sentence(hits[0].text))
+
+
+def test_naive_baseline_at_the_real_token_budget_fits_by_the_exact_count() -> None:
+    from benchmarks.fidelity.strategies import real_counter
+
+    exact = real_counter()
+    if exact is None:
+        pytest.skip("the o200k tokenizer is not available offline")
+    conv = generate(2, "mixed", target_tokens=8_000, n_facts=4)
+    for budget in (1_000, 3_000):
+        out = naive_drop_oldest(conv.messages, budget, exact)
+        assert exact.count_messages(out) <= budget
+        assert len(out) < len(conv.messages)

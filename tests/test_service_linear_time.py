@@ -104,3 +104,40 @@ def test_the_arithmetic_finder_still_finds_arithmetic() -> None:
     assert find_arithmetic("no numbers here") is None
     assert find_arithmetic("version 1.2.3") is None
     assert find_arithmetic("1" * 1200 + "+" + "2" * 1200) == "1" * 1200 + "+" + "2" * 1200
+
+
+_FACTS_PROBE = r'''
+import re, sys
+from ctxstack.compact import facts
+
+patterns = [p for p in vars(facts).values() if isinstance(p, re.Pattern)]
+assert len(patterns) >= 8, "the scan found too few of the extractor's patterns"
+N = 100_000
+units = ["1", "a", "a1", "1 ", "1.", "1,", "日", "1日", "x1日", '"a ', '"', "March 1 ",
+         "5 March ", "1 kg ", "€1", "「", "https:/", "a@", "ORD-", "v1.", "-1", "#1", "/"]
+inputs = [(u * (N // len(u) + 1))[:N] for u in units]
+inputs += ["日" + "1" * (N - 1), "1" * (N - 1) + "日", "a" * (N - 1) + "1", "M" + "1" * (N - 1)]
+for text in inputs:
+    for pattern in patterns:
+        subject = text.encode() if isinstance(pattern.pattern, bytes) else text
+        pattern.findall(subject)
+        pattern.search(subject)
+    # Classification patterns only ever see one token of at most MAX_FACT_CHARS.
+    facts.classify(text[: facts.MAX_FACT_CHARS])
+    facts.extract_candidates(text)
+print("ok", len(patterns) * len(inputs))
+'''
+
+
+def test_every_fact_extractor_regex_is_linear_on_adversarial_100k_inputs() -> None:
+    """The fact extractor runs over every compacted message (user text and tool output):
+    each of its module-level patterns (the scans over whole texts) and the whole extractor
+    on 100,000-character adversarial strings (a quadratic one cannot finish within the
+    generous bound); the classification patterns see single tokens of at most
+    ``MAX_FACT_CHARS``."""
+    # Linear: a few seconds. The extractor before its CJK scan was fixed took ~2 minutes
+    # here (re-reading a 100,000-digit run from every digit), hence the bound.
+    done = subprocess.run([sys.executable, "-c", _FACTS_PROBE], env=clean_env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok")

@@ -5,7 +5,11 @@ token budget and a summariser LLM, and returns the messages it would send:
 
 * ``naive drop-oldest`` — the baseline a user writes in five minutes: keep the leading
   system messages, drop the oldest other messages until the estimate fits. It knows
-  nothing of tool groups or pinned messages;
+  nothing of tool groups or pinned messages, and fills the nominal budget by the
+  estimate, which can overflow the real tokenizer (the benchmark reports how often);
+* ``naive drop-oldest, real-token budget`` — the same, held to the budget by the exact
+  o200k tokenizer (when it is available offline): the fair bound, the one
+  ``smart_truncate`` is held to through its counter's safety margin;
 * ``smart_truncate`` and ``llm_compact (<hint>)`` for each of the four hints — ctxstack's
   :class:`~ctxstack.compact.CompactUtils`;
 * ``WindowMemory`` — sized in messages, as a user would size it: the budget divided by the
@@ -22,17 +26,19 @@ a clever model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxstack.compact import CompactUtils
+from ctxstack.errors import TokenizerUnavailableError
 from ctxstack.llm import LLM, ScriptedLLM
 from ctxstack.llm.scripted import first_sentence_summarizer
 from ctxstack.memory import SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import HINTS
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, TiktokenCounter, TokenCounter
 
 StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
 KEEP_RECENT = 4
@@ -65,22 +71,45 @@ def lossy_summarizer() -> ScriptedLLM:
 # ---------------------------------------------------------------------------- strategies
 
 
-def naive_drop_oldest(messages: Sequence[ChatMessage], max_tokens: int) -> list[ChatMessage]:
-    """Keep leading system messages; drop the oldest others until the estimate fits."""
+def naive_drop_oldest(messages: Sequence[ChatMessage], max_tokens: int,
+                      counter: TokenCounter = HEURISTIC) -> list[ChatMessage]:
+    """Keep leading system messages; drop the oldest others until ``counter`` says the
+    rest fits ``max_tokens`` (the default heuristic's estimate, with no margin)."""
     lead = 0
     while lead < len(messages) and messages[lead].role == "system":
         lead += 1
     head, rest = list(messages[:lead]), list(messages[lead:])
-    total = HEURISTIC.count_messages(head) + HEURISTIC.count_messages(rest)
+    total = counter.count_messages(head) + counter.count_messages(rest)
     drop = 0
     while total > max_tokens and drop < len(rest):
-        total -= HEURISTIC.count_message(rest[drop])
+        total -= counter.count_message(rest[drop])
         drop += 1
     return head + rest[drop:]
 
 
 async def _naive(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
     return naive_drop_oldest(messages, budget)
+
+
+@functools.cache
+def real_counter() -> TokenCounter | None:
+    """The exact o200k tokenizer (what the default heuristic estimates), if it is
+    available offline; None otherwise."""
+    from benchmarks.vocab import ensure_offline
+
+    if ensure_offline("o200k_base") is not None:
+        return None
+    try:
+        return TiktokenCounter("o200k_base")
+    except TokenizerUnavailableError:
+        return None
+
+
+async def _naive_real(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:
+    counter = real_counter()
+    if counter is None:
+        raise TokenizerUnavailableError("o200k_base is not available offline")
+    return naive_drop_oldest(messages, budget, counter)
 
 
 def window_size(messages: Sequence[ChatMessage], budget: int) -> int:
@@ -127,8 +156,15 @@ def _compact_with(utils: Any, hint: str) -> StrategyFn:
 
 
 NAIVE = Strategy("naive drop-oldest", _naive, budgeted=True, uses_llm=False, baseline=True)
+NAIVE_REAL = Strategy("naive drop-oldest, real-token budget", _naive_real, budgeted=True,
+                      uses_llm=False, baseline=True)
+"""The same baseline held to the budget by the exact tokenizer instead of the estimate:
+what it keeps is what actually fits, the same bound ``smart_truncate`` is held to (through
+its counter's margin)."""
 
 
 def all_strategies() -> list[Strategy]:
-    """The baseline first, then every ctxstack strategy."""
-    return [NAIVE, *library_strategies()]
+    """The baselines first (the real-token one when the tokenizer is available offline),
+    then every ctxstack strategy."""
+    real = [NAIVE_REAL] if real_counter() is not None else []
+    return [NAIVE, *real, *library_strategies()]

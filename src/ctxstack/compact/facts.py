@@ -30,7 +30,9 @@ given (the caller gives it what the budget leaves), never a fixed count.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -53,35 +55,42 @@ _UNIT_WORDS = (
     r"|ドル|ユーロ|日間|時間|lb|lbs|oz|mi|ft|L|ml|°C|°F|yen|dollars|euros"
 )
 
-# The scan runs over the UTF-8 bytes (CPython's byte regexes run several times faster
-# than str ones) and no pattern starts with a letter, so the engine skips prose in C.
-# A *token* is a maximal run of _T bytes holding at least one _S byte ("ORD-99812-XK").
-# Scanning forward from its first _S byte gives the token minus its letter prefix;
-# scanning the reversed bytes from its last _S byte gives it minus its suffix. Each token
-# yields exactly one match in each direction, so the two lists pair up and the token is
-# rebuilt without any per-character Python. Every repetition is possessive: linear.
-_T = rb"[A-Za-z0-9_./:@%+#~,=?&\\$-]"
-_S = rb"[0-9/@\\$#]"
+# The scan runs over the UTF-8 bytes, first translated to byte *classes* (a C table
+# lookup per byte): "1" for the bytes a token must hold (digits, / @ \\ $ #), "a" for the
+# other token bytes (letters, _ . : % + ~ , = ? & -). A *token* is a maximal run of those
+# holding at least one "1" byte ("ORD-99812-XK"); the scan looks for a literal "1", so
+# the engine skips prose at memchr speed instead of testing a character class per byte.
+# Every repetition is possessive and no scan restarts inside a run: linear.
 _T_NOT_S = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-"
-_MONTHS_B = _MONTHS.encode()
-_FORWARD = re.compile(
-    _S + _T + rb"*+(?: (?:" + _UNIT_WORDS.encode() + rb")(?![A-Za-z0-9]))?"
-)
-_BACKWARD = re.compile(_S + _T + rb"*+")
+_T_NOT_S_SET = frozenset(_T_NOT_S)
+_S_BYTES = b"0123456789/@\\$#"
+_CLASSES = bytes(
+    ord("1") if b in _S_BYTES else ord("a") if b in _T_NOT_S else ord(" ") if b == 0x20
+    else ord("c") if 0xE4 <= b <= 0xE9 else ord("u") if b in (0xC2, 0xE3) else ord(".")
+    for b in range(256))
+_CLASS_TOKEN = re.compile(rb"1[1a]*+")  # a literal first byte: memchr-speed skipping
+_UNIT_AFTER = re.compile(rb" (?:" + _UNIT_WORDS.encode() + rb")(?![A-Za-z0-9])")
 # Month names start with one of eight capitals: a leading class lets the engine skip.
 _MONTH_TAIL = (
     rb"(?:an(?:uary)?|eb(?:ruary)?|ar(?:ch)?|pr(?:il)?|ay|une?|uly?|ug(?:ust)?"
     rb"|ep(?:t(?:ember)?)?|ct(?:ober)?|ov(?:ember)?|ec(?:ember)?)"
 )
-_MONTH_FIRST = re.compile(
-    rb"[ADFJMNOS]" + _MONTH_TAIL + rb"\.? [0-9]{1,2}(?:st|nd|rd|th)?(?:, [0-9]{4})?(?![0-9])"
+# One pass per text for both orders: "March 5, 2024" / "Mar. 5th", and "5 March 2024"
+# (matched from the month as "March 2024", its day then read from the two bytes before).
+_MONTH_DATE = re.compile(
+    rb"[ADFJMNOS]" + _MONTH_TAIL
+    + rb"(?:\.? [0-9]{1,2}(?:st|nd|rd|th)?(?:, [0-9]{4})?(?![0-9])|(?P<year> [0-9]{4}))"
 )
-_MONTH_PREFIXES = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep",
-                   b"Oct", b"Nov", b"Dec")
-_DAY_MONTH = re.compile(rb"[0-9]{1,2} [ADFJMNOS]" + _MONTH_TAIL + rb" [0-9]{4}")
+_DIGIT_BYTES = frozenset(b"0123456789")
+_NOT_MONTH_CAPITALS = bytes(b for b in range(256) if b not in b"ADFJMNOS")
 _CJK_ALT = "|".join(re.escape(c.encode()).decode("latin-1") for c in _CJK_SUFFIX).encode("latin-1")
-_CJK_NUMBER = re.compile(rb"[0-9][0-9.,]*+(?:(?:" + _CJK_ALT + rb")[0-9.,]*+)+")
-_QUOTE = re.compile(rb'"[^"\n ]{1,80}+ [^"\n]{1,80}+"')
+# Tried only where a token is followed by a CJK character. It starts at the first digit
+# of a run (the look-behind), so a long digit run is never re-read from each digit.
+_CJK_NUMBER = re.compile(
+    rb"[0-9](?<![0-9.,][0-9])[0-9.,]*+(?:(?:" + _CJK_ALT + rb")[0-9.,]*+)+")
+# A quoted phrase: two words or more, not starting with JSON punctuation (so the stretch
+# between two quoted JSON strings, '": 8.7, "', is not taken for one).
+_QUOTE = re.compile(rb'"[^"\n :,;{}\[\]][^"\n ]{0,79}+ [^"\n]{1,80}+"')
 _CJK_QUOTE = re.compile(r"[“「『][^\"“「『”」』\n]{2,160}+[”」』]")
 _CURRENCY = re.compile(r"[€£¥₹] ?\d[\d,]*+(?:\.\d+)?")
 _EXTENSION = re.compile(
@@ -133,6 +142,9 @@ class Candidate(NamedTuple):
     score: int
 
 
+_new_candidate = tuple.__new__  # a C call, where Candidate(...) runs a Python __new__
+
+
 # Per leading character class ("d" digit, "a" letter, "o" other), one alternation of
 # the kinds that can start that way, tried in priority order: one C call per token.
 _CLASSIFIERS = {
@@ -171,33 +183,87 @@ def _trim(token: str) -> str:
     return token
 
 
+# Classification never looks at *which* digit a token holds (every pattern uses \\d,
+# [0-9] or a hex class), so tokens of the same *shape* — ASCII digits replaced by "0" —
+# share one verdict: the thousand timestamps of a metrics dump are classified once.
+_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+_shape = operator.methodcaller("translate", _SHAPE)
+_KEEP, _KIND, _SCORE = (operator.itemgetter(i) for i in range(3))
+_decode = operator.methodcaller("decode", "utf-8", "surrogatepass")  # as it was encoded
+
+
 @functools.lru_cache(maxsize=65_536)
-def _judge(raw: bytes) -> Candidate | None:
-    """The candidate a scanned byte span stands for, if any (cached: tokens recur)."""
-    token = _trim(raw.decode("utf-8", "replace"))
+def _verdict(shape: bytes) -> tuple[int, str, int] | None:
+    """(characters kept after trimming, kind, score) for a token of this digit shape."""
+    token = _trim(shape.decode("utf-8", "replace"))
     kind = classify(token) if token else None
-    return Candidate(token, *kind) if kind is not None else None
+    return (len(token), *kind) if kind is not None else None
 
 
-def _tokens(data: bytes) -> Iterable[bytes]:
-    """The distinct tokens of ``data`` (see the scan comment), in order of appearance."""
-    forward = _FORWARD.findall(data)
-    backward = _BACKWARD.findall(data[::-1])
-    if len(forward) != len(backward):  # cannot happen by construction; stay correct anyway
-        yield from dict.fromkeys(forward)
-        return
-    backward.reverse()
-    for fwd, bwd in dict.fromkeys(zip(forward, backward, strict=True)):
-        head = bwd[::-1]  # the token up to its last _S byte
-        prefix = len(head) - len(head.lstrip(_T_NOT_S))
-        if not prefix:
-            yield fwd
+def clear_caches() -> None:
+    """Forget every cached verdict (benchmarks measure first-time extraction)."""
+    _verdict.cache_clear()
+
+
+_A, _C, _SPACE = ord("a"), ord("c"), ord(" ")
+# "p" for a byte that may begin a token before its first "1"-class byte (a letter prefix).
+_PREFIXED = bytes(ord("p") if b in _T_NOT_S_SET else ord(".") for b in range(256))
+# The classes of a byte that can start a unit: a letter or "%" ("a"), a lead byte of a
+# CJK unit ("c"), of "°" or of ドル/ユーロ ("u").
+_UNIT_START = bytes(1 if b in b"acu" else 0 for b in range(256))
+
+
+def _tokens(data: bytes, *, cjk: bool = False) -> list[bytes]:
+    """The tokens of ``data`` (see the scan comment), in order of appearance, then (with
+    ``cjk``) the CJK dates and quantities.
+
+    The scan finds each token's span in the class string; only a few tokens need more,
+    each decided by the class of one byte: a letter prefix (``ORD-`` in ``ORD-99812-XK``)
+    read back to the previous non-token byte (bounded by ``MAX_FACT_CHARS``: a longer
+    token is no fact), a unit after a space (``3.14159 kg``), and a CJK date or quantity
+    (``2024年3月5日``) read forward from the token's start.
+    """
+    classes = data.translate(_CLASSES)
+    if b"1" not in classes:
+        return []
+    out: list[bytes] = []
+    extra: list[bytes] = []
+    marks = b""
+    reached = 0
+    size = len(data)
+    for match in _CLASS_TOKEN.finditer(classes):
+        start, end = match.span()
+        token = data[start:end]
+        if start and classes[start - 1] == _A:
+            marks = marks or data.translate(_PREFIXED)  # "p" for prefix bytes
+            floor = max(0, start - MAX_FACT_CHARS)
+            whole = data[marks.rfind(b".", floor, start) + 1 or floor:start] + token
+            if token[0] in b"/@\\" or _verdict(whole.translate(_SHAPE)) is not None:
+                token = whole  # "and/or" is not a path, so "/or" is not tried alone
+            # else keep the token alone: "x-12" may be a value without its prefix
+        if end + 1 < size and classes[end] == _SPACE and _UNIT_START[classes[end + 1]]:
+            unit = _UNIT_AFTER.match(data, end)
+            if unit is not None:
+                token += unit.group()
+        out.append(token)
+        if cjk and end < size and classes[end] == _C:
+            found = _CJK_NUMBER.search(data, max(start, reached), start + MAX_FACT_CHARS)
+            if found is not None:
+                extra.append(found.group())
+                reached = found.end()  # "3月5日" once, not "5日" again
+    return out + extra
+
+
+def _month_dates(data: bytes) -> Iterable[bytes]:
+    """Dates with an English month name, either order (hits are rare)."""
+    for match in _MONTH_DATE.finditer(data):
+        if match.lastgroup != "year":
+            yield match.group()  # month first: "March 5", "March 5, 2024", "Mar. 5th"
             continue
-        whole = head + fwd[len(head) - prefix:]
-        if _judge(whole) is not None or fwd[0] in b"/@\\":
-            yield whole  # "and/or" is not a path, so "/or" is not tried alone
-        else:
-            yield fwd  # "x-12" may be a value without its prefix
+        start = match.start()  # "March 2024" is a date only after a day: "5 March 2024"
+        if start >= 2 and data[start - 1] == 0x20 and data[start - 2] in _DIGIT_BYTES:
+            day = start - 3 if start >= 3 and data[start - 3] in _DIGIT_BYTES else start - 2
+            yield data[day:match.end()]
 
 
 def _file_names(data: bytes) -> Iterable[bytes]:
@@ -220,28 +286,37 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     """
     data = text.encode("utf-8", "surrogatepass")
     out: dict[str, Candidate] = {}
-    raw: list[bytes] = []
-    if any(month in data for month in _MONTH_PREFIXES):  # a few memchr-speed checks
-        raw.extend(_MONTH_FIRST.findall(data))
-        raw.extend(_DAY_MONTH.findall(data))
-    raw.extend(_tokens(data))
+    ascii_only = data.isascii()
+    raw = _tokens(data, cjk=not ascii_only)
+    if raw and data.translate(None, _NOT_MONTH_CAPITALS):  # a month date needs a digit
+        raw[:0] = _month_dates(data)  # and a month name its capital
     if b"." in data:
         raw.extend(_file_names(data))
-    ascii_only = text.isascii()
-    if not ascii_only:
-        raw.extend(_CJK_NUMBER.findall(data))
-    for token in raw:
-        cand = _judge(token)
-        if cand is not None and cand.fact not in out:
-            out[cand.fact] = cand
+    distinct = dict.fromkeys(raw)  # tokens recur (keys, repeated values)
+    verdicts = list(map(_verdict, map(_shape, distinct)))
+    if any(verdicts):
+        # No Python-level loop per token: decode all at once (no token holds a NUL
+        # byte), keep the judged ones, cut each to its trimmed length, build the tuples.
+        texts = b"\0".join(distinct).decode("utf-8", "replace").split("\0")
+        judged = list(filter(None, verdicts))
+        facts = list(map(str.__getitem__, itertools.compress(texts, verdicts),
+                         map(slice, map(_KEEP, judged))))
+        rows = zip(facts, map(_KIND, judged), map(_SCORE, judged), strict=True)
+        out = dict(zip(facts, map(_new_candidate, itertools.repeat(Candidate), rows),
+                       strict=True))
     if quotes and b'"' in data:
-        for quoted in _QUOTE.findall(data):
-            out.setdefault(quoted.decode(), Candidate(quoted.decode(), "quote", 6))
+        for quoted in map(_decode, _QUOTE.findall(data)):
+            if quoted not in out:
+                out[quoted] = Candidate(quoted, "quote", 6)
     if not ascii_only:
-        for money in _CURRENCY.findall(text):
-            out.setdefault(money, Candidate(money, "money", 8))
-        for quoted in _CJK_QUOTE.findall(text) if quotes else ():
-            out.setdefault(quoted, Candidate(quoted, "quote", 6))
+        if any(sign in text for sign in "€£¥₹"):
+            for money in _CURRENCY.findall(text):
+                if money not in out:
+                    out[money] = Candidate(money, "money", 8)
+        if quotes and ("「" in text or "“" in text or "『" in text):
+            for quoted in _CJK_QUOTE.findall(text):
+                if quoted not in out:
+                    out[quoted] = Candidate(quoted, "quote", 6)
     return list(out.values())
 
 
