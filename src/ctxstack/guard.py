@@ -39,6 +39,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from ctxstack.archive import Archive
 from ctxstack.budget import ModelBudget
@@ -47,7 +48,13 @@ from ctxstack.compact.compaction import CompactionResult, resolve_options
 from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.stages import compact_staged
 from ctxstack.errors import ConfigError, MessageError
-from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardCheck, GuardTotals
+from ctxstack.guard_events import (
+    CompactionEvent,
+    CompactionMethod,
+    GuardCheck,
+    GuardCheckEvent,
+    GuardTotals,
+)
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
@@ -65,7 +72,11 @@ log = logging.getLogger(__name__)
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
 """A compaction listener: a plain function or a coroutine function of the event."""
-"""A compaction callback: a plain function or a coroutine function."""
+OnCheck = Callable[[GuardCheckEvent], Awaitable[None] | None]
+"""A check listener: a plain function or a coroutine function of the check's report."""
+
+E = TypeVar("E")
+_Listener = Callable[[E], Awaitable[None] | None]
 
 DEFAULT_BUDGET = 64_000
 MIN_MESSAGE_CHARS = 200
@@ -86,6 +97,12 @@ class ContextGuard:
             :class:`CompactionEvent` (sync or async), in order. ``guard.on_compact`` is that
             list: append to it to observe a guard built elsewhere. A listener that raises is
             logged and ignored: observability must not break the agent.
+        on_check: a listener, or a list of listeners, called once after every completed
+            check (compacting or not, after the ``on_compact`` listeners) with a
+            :class:`~ctxstack.guard_events.GuardCheckEvent`: the messages in, the
+            :class:`GuardCheck` returned, the budget and the hint. ``guard.on_check`` is
+            that list. Same rules as ``on_compact``: sync or async, in order, a listener
+            that raises is logged and ignored. With no listener, a check pays nothing.
         timeout: seconds the summariser may take before the guard falls back.
         counter: the token counter (default: the heuristic; see
             :mod:`ctxstack.calibration` for a self-correcting one).
@@ -119,6 +136,7 @@ class ContextGuard:
         *,
         options: CompactionOptions | None = None,
         archive: Archive | None = None,
+        on_check: OnCheck | Sequence[OnCheck] | None = None,
     ) -> None:
         self.compact_llm = compact_llm
         self.default_budget = _budget_tokens(default_budget, "default_budget")
@@ -139,10 +157,8 @@ class ContextGuard:
         self.options = resolve_options(options, keep_recent=keep_recent, prompt=prompt,
                                        target_fill=target_fill, timeout=float(timeout))
         self.max_message_chars = max_message_chars
-        self.on_compact: list[OnCompact] = (
-            [] if on_compact is None
-            else [on_compact] if callable(on_compact) else list(on_compact)
-        )
+        self.on_compact: list[OnCompact] = _listeners(on_compact)
+        self.on_check: list[OnCheck] = _listeners(on_check)
         self.timeout = float(timeout)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
         self.pinned_cap = pinned_cap
@@ -225,8 +241,13 @@ class ContextGuard:
         current, cut, total = self._cut_and_count(messages)
         if total <= effective_budget(limit, self.counter):
             self._cuts += cut
-            return GuardCheck(current, None)
-        return await self._compact(current, total, limit, checked, cut)
+            result = GuardCheck(current, None)
+        else:
+            result = await self._compact(current, total, limit, checked, cut)
+        if self.on_check:
+            await _notify(self.on_check, GuardCheckEvent(messages, result, limit, checked),
+                          "on_check")
+        return result
 
     # ------------------------------------------------------------------ stages 1 and 2
     def _cut_and_count(
@@ -384,13 +405,26 @@ class ContextGuard:
         ), reason
 
     async def _report(self, event: CompactionEvent) -> None:
-        for listener in list(self.on_compact):
-            try:
-                outcome = listener(event)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception:
-                log.warning("guard: on_compact listener failed (ignored)", exc_info=True)
+        await _notify(self.on_compact, event, "on_compact")
+
+
+def _listeners(given: _Listener[E] | Sequence[_Listener[E]] | None) -> list[_Listener[E]]:
+    """A constructor's listener argument (none, one, or several) as a fresh list."""
+    if given is None:
+        return []
+    return [given] if callable(given) else list(given)
+
+
+async def _notify(listeners: list[_Listener[E]], event: E, name: str) -> None:
+    """Call each listener in order (awaiting coroutines); one that raises is logged and
+    ignored: observability must not break the agent."""
+    for listener in list(listeners):
+        try:
+            outcome = listener(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            log.warning("guard: %s listener failed (ignored)", name, exc_info=True)
 
 
 def _cache(message: ChatMessage) -> dict[str, int]:
