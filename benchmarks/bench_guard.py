@@ -31,6 +31,14 @@ been seen by the guard and a fresh tool round (two new messages) is appended bef
 timed call, which is the steady state of a long run. The sweep uses a 200K-token budget so
 that 500 messages (~173K tokens with the ~1,900-character results) still fit.
 
+In both the target scenario and the sweep, the guard's previous call (untimed) saw
+exactly the older messages, as in the ReAct loop, where each call's list is the previous
+call's result plus the new messages: the guard remembers the last list it counted and
+counts only what extends it (``ContextGuard``'s module doc). Before that memo existed the
+previous call here saw the older messages plus another fresh round; that order would now
+measure a full recount (the memo reuses a total only for a list that extends the last
+one), which is not what a run does.
+
 Run: ``python benchmarks/bench_guard.py [--quick]``.
 """
 
@@ -210,19 +218,20 @@ async def _measure_at(size: int, samples: int, chars: int | None = None
                       ) -> tuple[list[float], list[float]]:
     """Seconds per call at ``size`` messages, each sample: the guard's, the baseline's.
 
-    The first ``size - 2`` messages are seen once (untimed); each timed call gets the same
-    prefix plus a fresh round it has never seen, so every sample is a "call after the
-    first" at exactly ``size`` messages.
+    Before each timed call the guard checks the first ``size - 2`` messages (untimed: its
+    previous iteration); the timed call gets that list plus a fresh round it has never
+    seen, so every sample is a "call after the first" at exactly ``size`` messages.
     """
     guard = ContextGuard(default_budget=SWEEP_BUDGET, max_message_chars=MAX_CHARS)
     baseline_guard = uncached_guard(SWEEP_BUDGET)
     prefix = _conversation(size, chars)[:-2]
     first = (size - 2) // 2
-    await guard.check_and_compact(prefix + _round(first, chars), hint="react_iteration")
     guarded: list[float] = []
     baseline: list[float] = []
     for k in range(samples):
-        messages = prefix + _round(first + 1 + k, chars)
+        previous = list(prefix)
+        await guard.check_and_compact(previous, hint="react_iteration")
+        messages = previous + _round(first + k, chars)
         g, b = await timed_pair(guard, baseline_guard, messages, f"{size} messages")
         guarded.append(g)
         baseline.append(b)

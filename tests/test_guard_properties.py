@@ -185,7 +185,7 @@ async def test_any_conversation_fits_and_stays_well_formed(
 # ------------------------------------------------- the prefix memo: exact under list edits
 #
 # The guard and the counters remember the running totals of the last list they saw (by
-# identity of its message objects) and count only from the first position that differs.
+# identity of its message objects): a list that extends it has only its new messages counted.
 # Whatever a caller does to its list between two calls, the total must be the one a full
 # recount gives: here, the counter's own arithmetic with every cache bypassed.
 

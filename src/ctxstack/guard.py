@@ -10,10 +10,10 @@ last line of defence before messages reach the provider. Three stages:
    calls do not look at its text again; and the guard remembers the last list it vetted,
    so a list that starts with the same message objects skips that prefix altogether.
 2. **Estimate.** Within budget → the input list itself is returned. The total comes from
-   the guard's :class:`~ctxstack.tokens.MessageListMemo`: the running total of the
-   previous list's shared prefix plus a cached lookup per new message, so a conversation
-   that grew by k messages costs O(k) steps and one C-speed identity pass. Most
-   iterations end here: compaction is the exception.
+   the guard's :class:`~ctxstack.tokens.MessageListMemo`: when the list extends the one
+   counted last (same message objects), that total plus a cached lookup per new message,
+   so a conversation that grew by k messages costs O(k) steps and one C-speed identity
+   pass. Most iterations end here: compaction is the exception.
 3. **Compact, cheapest first** (:mod:`ctxstack.compact.stages`). Over budget → first the
    pinned cap (pinned content above ``pinned_cap`` of the budget unpins the oldest
    injected messages; the current query stays pinned, cut if it alone is too large), then
@@ -164,7 +164,7 @@ class ContextGuard:
         self.pinned_cap = pinned_cap
         self.archive = archive
         # The last list stage 1 returned (every message in it vetted) with the limit it
-        # was vetted against, and the running totals of the last list counted.
+        # was vetted against, and the memo of the last list counted.
         self._vetted: tuple[int, Sequence[ChatMessage]] = (max_message_chars, ())
         self._memo = MessageListMemo()
         # Compaction totals; the two per-call counters are plain ints because the

@@ -29,10 +29,10 @@ every counter here.
 Speed: counting never loops over characters in Python (both heuristics use ``bytes``
 and ``int`` operations in C). Per-message results are cached on the (frozen) message
 object, keyed by the counter's ``cache_key``, so re-estimating an unchanged list costs one
-dict lookup per message. On top of that, a :class:`MessageListMemo` remembers the running
-totals of the last long list a counter counted: a list that shares a prefix with it (the
-same message *objects*, compared by identity at C speed) is counted from where they part,
-so re-counting a conversation that grew by k messages costs O(k) Python steps.
+dict lookup per message. On top of that, a :class:`MessageListMemo` remembers the total of
+the last long list a counter counted: a list that extends it (the same message *objects*,
+compared by identity at C speed) only has its new messages looked up, so re-counting a
+conversation that grew by k messages costs O(k) Python steps.
 
 Pluggable: anything implementing :class:`TokenCounter` can replace the heuristic;
 :func:`ctxstack.model_counters.counter_for_model` picks an exact tokenizer by model name when
@@ -144,20 +144,16 @@ class BaseCounter:
             if memo is None:
                 memo = self._memo = MessageListMemo()
             return memo.count(self, messages)
-        return self._running_totals(messages, 0, None)
+        return self._sum(messages)
 
-    def _running_totals(
-        self, messages: Iterable[ChatMessage], total: int, sums: list[int] | None
-    ) -> int:
-        """``total`` plus each message's count; each new running total is appended to
-        ``sums`` when given. The per-message cache is read directly (see _token_cache())."""
+    def _sum(self, messages: Iterable[ChatMessage]) -> int:
+        """Σ per-message counts, the per-message cache read directly (see _token_cache())."""
         key = self.cache_key
+        total = 0
         for m in messages:
             private = m.__pydantic_private__
             hit = private["_token_cache"].get(key) if private else None
             total += hit if hit is not None else self.count_message(m)
-            if sums is not None:
-                sums.append(total)
         return total
 
     def __getstate__(self) -> dict[str, Any]:
@@ -183,7 +179,7 @@ MEMO_MIN_MESSAGES = 32
 class _Snapshot(NamedTuple):
     key: str  # the counter's cache_key when counted
     messages: list[ChatMessage]  # a copy of the list counted (the caller's may change)
-    sums: list[int]  # sums[i]: total of messages[:i]; len(messages) + 1 entries
+    total: int  # Σ count_message over messages
 
 
 def common_prefix(previous: Sequence[object], current: Sequence[object]) -> int:
@@ -200,13 +196,16 @@ def common_prefix(previous: Sequence[object], current: Sequence[object]) -> int:
 
 
 class MessageListMemo:
-    """The running token totals of the last list counted, reused for its prefix.
+    """The total of the last list counted, reused when the next list extends it.
 
-    ``count(counter, messages)`` returns exactly ``Σ counter.count_message(m)``: the
-    leading messages that are the *same objects* (by identity) as those of the list
-    counted last, under the same ``cache_key``, take their running total from the memo;
-    only the rest are looked up. Appended, replaced, removed or reordered messages are
-    therefore counted afresh from the first position that differs.
+    ``count(counter, messages)`` returns exactly ``Σ counter.count_message(m)``. When the
+    last list counted (under the same ``cache_key``) is a prefix of ``messages`` — the
+    same message *objects*, compared by identity — its total is reused and only the
+    messages after it are looked up: a conversation that grew by k messages costs O(k)
+    Python steps. Any other change (a message replaced, removed or moved, a shorter
+    list) is counted in full, one cached lookup per message, as without the memo.
+    (Running totals per position would let a change in the middle count from there,
+    but keeping them costs ~20% on every full count; growth is the case that recurs.)
 
     Why identity is enough: a :class:`~ctxstack.messages.ChatMessage` is frozen (its
     fields cannot be reassigned), so one object always has one count under one
@@ -220,8 +219,7 @@ class MessageListMemo:
     speed, ~10 µs at 500 messages), plus a cache lookup per message after the prefix.
     Memory: the memo keeps the last list's messages alive until the next count.
     Thread safety: the state is replaced whole, never edited, so concurrent callers see
-    either snapshot, each consistent; interleaved lists just count from their first
-    difference.
+    either snapshot, each consistent; interleaved lists are just counted in full.
     """
 
     __slots__ = ("_last",)
@@ -246,20 +244,22 @@ class MessageListMemo:
 
         ``shared``: for a caller that has already compared ``messages`` with :attr:`last`
         by identity (one pass serving two purposes, as the guard's): how many leading
-        messages are the same objects. Any smaller number is also correct (0: count all).
+        messages are the same objects. Any smaller number is also correct (a full count).
         """
         key = counter.cache_key
         last = self._last
-        if last is None or last.key != key:
-            shared, sums = 0, [0]
-        else:
+        if last is not None and last.key == key:
+            seen = len(last.messages)
             if shared is None:
                 shared = common_prefix(last.messages, messages)
-            if shared == len(messages):  # unchanged, or a prefix of the last list
-                return last.sums[shared]
-            sums = last.sums[: shared + 1]
-        total = counter._running_totals(messages[shared:], sums[shared], sums)
-        self._last = _Snapshot(key, list(messages), sums)
+            if shared == seen == len(messages):
+                return last.total  # unchanged
+            if shared == seen:  # grown: count only the new messages
+                total = last.total + counter._sum(messages[seen:])
+                self._last = _Snapshot(key, list(messages), total)
+                return total
+        total = counter._sum(messages)
+        self._last = _Snapshot(key, list(messages), total)
         return total
 
 
