@@ -257,10 +257,10 @@ class ContextGuard:
 
         One identity pass against the last list vetted (kept as the memo's own snapshot
         when the memo counts for this counter, so the pass serves both): its shared prefix
-        is neither vetted nor counted again. After it, already-vetted messages cost one
-        membership test each and only the first unvetted one on are examined; a new list
-        is built only if one is cut (cuts fall after the shared prefix, so the prefix
-        stays shared).
+        is not vetted again, and when the list extends that one only the new messages are
+        counted. After the prefix, already-vetted messages cost one membership test each
+        and only the first unvetted one on are examined; a new list is built only if one
+        is cut (cuts fall after the shared prefix, so the prefix stays shared).
         """
         as_list = messages if isinstance(messages, list) else list(messages)
         limit, last = self._vetted
