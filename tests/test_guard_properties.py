@@ -227,6 +227,9 @@ _edits = st.one_of(
     st.tuples(st.just("copy"), st.integers(min_value=0)),  # an equal but new object
     st.tuples(st.just("changed"), st.integers(min_value=0), _text),  # replace(content=…)
     st.tuples(st.just("truncate"), st.integers(min_value=0)),
+    # the last messages replaced by more new ones (a retried turn)
+    st.tuples(st.just("redo"), st.integers(min_value=1, max_value=3),
+              st.lists(fresh_messages(), min_size=2, max_size=5)),
     st.tuples(st.just("same"), st.just(0)),
 )
 
@@ -256,6 +259,9 @@ def apply_edit(msgs: list[ChatMessage], edit: tuple[object, ...]) -> None:
         msgs[i] = msgs[i].replace(content=f"{msgs[i].text} {args[1]}", tool_calls=None)
     elif op == "truncate":
         del msgs[max(1, i):]
+    elif op == "redo":
+        del msgs[max(1, n - args[0]):]  # type: ignore[operator]
+        msgs.extend(args[1])  # type: ignore[arg-type]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
