@@ -16,10 +16,11 @@ from hypothesis import strategies as st
 
 from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
+from ctxstack.guard_rules import cut_message
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import ChatMessage, TextPart, ToolCall
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import HEURISTIC, effective_budget
+from ctxstack.tokens import HEURISTIC, HeuristicCounter, effective_budget
 
 SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")
 
@@ -179,3 +180,128 @@ async def test_any_conversation_fits_and_stays_well_formed(
     else:
         event("compacted")
         assert guard.totals.compactions == 1
+
+
+# ------------------------------------------------- the prefix memo: exact under list edits
+#
+# The guard and the counters remember the running totals of the last list they saw (by
+# identity of its message objects): a list that extends it has only its new messages counted.
+# Whatever a caller does to its list between two calls, the total must be the one a full
+# recount gives: here, the counter's own arithmetic with every cache bypassed.
+
+EXACT = HeuristicCounter(margin=0.0)  # margin 0: the guard's limit is the budget itself
+MAX_CHARS = 2_000
+
+
+def full_recount(messages: Sequence[ChatMessage]) -> int:
+    """No per-message cache, no memo: every message's text counted again."""
+    return sum(EXACT.message_overhead + EXACT._content_tokens(m) for m in messages)
+
+
+_bodies = st.builds(lambda t, n: t + "z" * n, _text, st.integers(min_value=0, max_value=2_600))
+
+
+@st.composite
+def fresh_messages(draw: st.DrawFn) -> ChatMessage:
+    """A new message object: user, assistant (plain or multi-part), or a tool round half."""
+    kind = draw(st.sampled_from(["user", "assistant", "parts", "call", "tool"]))
+    body = draw(_bodies)
+    if kind == "user":
+        return ChatMessage.user(body)
+    if kind == "assistant":
+        return ChatMessage.assistant(body)
+    if kind == "parts":
+        return ChatMessage.user([TextPart(text=body), TextPart(text=draw(_text))])
+    if kind == "call":
+        return ChatMessage.assistant(None, tool_calls=[
+            ToolCall(id="c", name="search", arguments={"q": body[:3_000]})])
+    return ChatMessage.tool("c", body)
+
+
+_edits = st.one_of(
+    st.tuples(st.just("append"), st.lists(fresh_messages(), min_size=1, max_size=4)),
+    st.tuples(st.just("replace"), st.integers(min_value=0), fresh_messages()),
+    st.tuples(st.just("remove"), st.integers(min_value=0)),
+    st.tuples(st.just("insert"), st.integers(min_value=0), fresh_messages()),
+    st.tuples(st.just("swap"), st.integers(min_value=0), st.integers(min_value=0)),
+    st.tuples(st.just("copy"), st.integers(min_value=0)),  # an equal but new object
+    st.tuples(st.just("changed"), st.integers(min_value=0), _text),  # replace(content=…)
+    st.tuples(st.just("truncate"), st.integers(min_value=0)),
+    # the last messages replaced by more new ones (a retried turn)
+    st.tuples(st.just("redo"), st.integers(min_value=1, max_value=3),
+              st.lists(fresh_messages(), min_size=2, max_size=5)),
+    st.tuples(st.just("same"), st.just(0)),
+)
+
+
+def apply_edit(msgs: list[ChatMessage], edit: tuple[object, ...]) -> None:
+    """Edit ``msgs`` in place (the list object the caller keeps passing)."""
+    op, *args = edit
+    n = len(msgs)
+    if op == "append":
+        msgs.extend(args[0])  # type: ignore[arg-type]
+        return
+    if n == 0:
+        return
+    i = args[0] % n if isinstance(args[0], int) else 0  # type: ignore[operator]
+    if op == "replace":
+        msgs[i] = args[1]  # type: ignore[assignment]
+    elif op == "remove" and n > 1:
+        del msgs[i]
+    elif op == "insert":
+        msgs.insert(i, args[1])  # type: ignore[arg-type]
+    elif op == "swap":
+        j = args[1] % n  # type: ignore[operator]
+        msgs[i], msgs[j] = msgs[j], msgs[i]
+    elif op == "copy":
+        msgs[i] = msgs[i].model_copy()
+    elif op == "changed" and msgs[i].role != "tool":
+        msgs[i] = msgs[i].replace(content=f"{msgs[i].text} {args[1]}", tool_calls=None)
+    elif op == "truncate":
+        del msgs[max(1, i):]
+    elif op == "redo":
+        del msgs[max(1, n - args[0]):]  # type: ignore[operator]
+        msgs.extend(args[1])  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(fresh_messages(), min_size=30, max_size=45),
+       edits=st.lists(_edits, min_size=1, max_size=12))
+def test_counter_memo_total_is_a_full_recount_after_any_edit(
+    start: list[ChatMessage], edits: list[tuple[object, ...]]
+) -> None:
+    counter = HeuristicCounter(margin=0.0)  # its own memo, fresh for this example
+    msgs = list(start)
+    assert counter.count_messages(msgs) == full_recount(msgs)
+    for edit in edits:
+        apply_edit(msgs, edit)
+        event(str(edit[0]))
+        assert counter.count_messages(msgs) == full_recount(msgs)
+        assert counter.count_messages(tuple(msgs)) == full_recount(msgs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(fresh_messages(), min_size=1, max_size=40),
+       edits=st.lists(_edits, min_size=1, max_size=8),
+       over=st.booleans())
+async def test_guard_decides_on_the_exact_total_after_any_edit(
+    start: list[ChatMessage], edits: list[tuple[object, ...]], over: bool
+) -> None:
+    """At a budget of exactly the recounted total the list passes untouched (stage-1 cuts
+    aside); one token less and the compaction reports that exact total as its start."""
+    guard = ContextGuard(max_message_chars=MAX_CHARS, counter=EXACT)
+    msgs = list(start)
+    for edit in [("same", 0), *edits]:
+        apply_edit(msgs, edit)
+        cut = [cut_message(m, MAX_CHARS) for m in msgs]  # what stage 1 must produce
+        total = full_recount(cut)
+        budget = total - 1 if over and total > 1 else total
+        result = await guard.check(msgs, budget)
+        if budget == total:
+            assert result.event is None
+            assert result.messages == cut
+            assert (result.messages is msgs) == all(a is b for a, b in zip(cut, msgs,
+                                                                         strict=True))
+        else:
+            assert result.event is not None
+            assert result.event.tokens_before == total

@@ -195,15 +195,18 @@ def test_the_demo_budget_replaces_only_the_defaults() -> None:
     assert admin.sources == {"context_size": "db", "max_output_tokens": "db"}
 
 
-async def test_tracking_guard_reports_each_check_and_what_a_compaction_folded() -> None:
+async def test_fold_tracker_sees_each_check_and_keeps_what_a_compaction_folded() -> None:
+    from ctxstack.guard import ContextGuard
     from ctxstack.llm import ScriptedLLM
-    from ctxstack.server.compactions import TrackingGuard
+    from ctxstack.server.compactions import FoldTracker
 
     seen: list[tuple[int, int, str]] = []
-    guard = TrackingGuard(
+    folds = FoldTracker()
+    guard = ContextGuard(
         compact_llm=ScriptedLLM(handler=lambda messages, tools: "Short summary."),
         default_budget=4000,
-        listeners=[lambda before, after, hint: seen.append((len(before), len(after), hint))])
+        on_check=[folds, lambda e: seen.append((len(e.messages_in), len(e.result.messages),
+                                                e.hint))])
     history = [_stored(seq, "user" if seq % 2 else "assistant") for seq in range(1, 9)]
     long_history = [m.replace(content=f"{m.text} " + "words " * 600) for m in history]
     messages = [ChatMessage.system("You are helpful."), *long_history,
@@ -211,11 +214,11 @@ async def test_tracking_guard_reports_each_check_and_what_a_compaction_folded() 
                 ChatMessage(role="tool", content="42", tool_call_id="c1")]
     small = [ChatMessage.system("You are helpful."), _stored(1), ChatMessage.user("q")]
     assert await guard.check_and_compact(small, hint="react_iteration") == small
-    assert guard.last_fold is None  # nothing was compacted
+    assert folds.last_fold is None  # nothing was compacted
     out = await guard.check_and_compact(messages, hint="react_iteration")
     assert seen[0] == (3, 3, "react_iteration")
     assert seen[1] == (len(messages), len(out), "react_iteration")
-    fold = guard.last_fold
+    fold = folds.last_fold
     assert fold is not None
     assert fold.stored_in == list(range(1, 9))
     assert set(fold.stored_out) < set(fold.stored_in)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 from ctxstack.errors import ConfigError, TokenizerUnavailableError
@@ -9,11 +12,14 @@ from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCa
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     HEURISTIC,
+    MEMO_MIN_MESSAGES,
     SEED_HEURISTIC,
     HeuristicCounter,
+    MessageListMemo,
     SeedHeuristicCounter,
     TiktokenCounter,
     TokenCounter,
+    common_prefix,
     estimate_messages_tokens,
     estimate_tokens,
     heuristic_text_tokens,
@@ -155,3 +161,95 @@ def test_tiktoken_unknown_encoding() -> None:
     pytest.importorskip("tiktoken")
     with pytest.raises(TokenizerUnavailableError):
         TiktokenCounter("no_such_encoding")
+
+
+# ---------------------------------------------------------------------------- list memo
+
+
+class _CountingTexts(HeuristicCounter):
+    """Counts how many texts it estimates (a per-message cache miss each)."""
+
+    def __init__(self, key: str = "counting-texts") -> None:
+        super().__init__()
+        self.key = key
+        self.texts = 0
+
+    @property
+    def cache_key(self) -> str:
+        return self.key
+
+    def count_text(self, text: str) -> int:
+        self.texts += 1
+        return super().count_text(text)
+
+
+def _long_list(n: int = MEMO_MIN_MESSAGES + 8) -> list[ChatMessage]:
+    return [ChatMessage.user(f"message {i}: " + "words and numbers 42 " * (i % 7))
+            for i in range(n)]
+
+
+def test_the_memo_matches_by_identity_never_by_value() -> None:
+    msgs = _long_list()
+    a, b = msgs[0], msgs[0].model_copy()
+    assert a == b  # equal values ...
+    assert common_prefix([a, a], [a, b]) == 1  # ... but not the same object
+    assert common_prefix([a], [a, b]) == 1
+    assert common_prefix([], [a]) == 0
+    counter = _CountingTexts()
+    total = counter.count_messages(msgs)
+    copies = [m.model_copy() for m in msgs]  # equal, fresh objects, empty caches
+    assert counter.count_messages(copies) == total
+    assert counter.texts == 2 * len(msgs)  # every copy was estimated, none taken as seen
+
+
+def test_a_grown_list_is_counted_exactly_and_only_its_new_messages_estimated() -> None:
+    counter = _CountingTexts()
+    msgs = _long_list()
+    first = counter.count_messages(msgs)
+    grown = [*msgs, ChatMessage.assistant("a new answer"), ChatMessage.user("and a question")]
+    expected = first + sum(counter.count_message(m) for m in grown[-2:])
+    estimated = counter.texts
+    assert counter.count_messages(grown) == expected
+    assert counter.count_messages(tuple(grown)) == expected
+    assert counter.texts == estimated  # nothing estimated twice
+    assert counter.count_messages(msgs[:10] + msgs[10:]) == first  # a new list, same objects
+
+
+def test_a_counter_with_a_new_cache_key_does_not_reuse_the_memo() -> None:
+    counter = _CountingTexts("rule-a")
+    msgs = _long_list()
+    before = counter.count_messages(msgs)
+    counter.key = "rule-b"  # a different counting rule from now on
+    counter.count_text = lambda text: len(text)  # type: ignore[method-assign]
+    after = counter.count_messages(msgs)
+    assert after == sum(counter.message_overhead + len(m.text) for m in msgs)
+    assert after != before
+
+
+def test_a_messages_list_memo_is_owned_and_clearable() -> None:
+    memo = MessageListMemo()
+    counter = HeuristicCounter()
+    msgs = _long_list(5)  # any length: the owner decides
+    assert memo.last == ()
+    assert memo.count(counter, msgs) == sum(counter.count_message(m) for m in msgs)
+    assert list(memo.last) == msgs
+    assert memo.last is not msgs  # a copy: the caller's list may change
+    memo.clear()
+    assert memo.last == ()
+
+
+def test_copying_or_pickling_a_counter_leaves_its_memo_behind() -> None:
+    msgs = _long_list()
+    counter = HeuristicCounter("cl100k")
+    total = counter.count_messages(msgs)
+    assert counter._memo is not None
+    clone = copy.copy(counter)
+    assert clone._memo is None
+    assert clone.family == "cl100k"
+    assert clone.count_messages(msgs) == total
+    seed = SeedHeuristicCounter()  # a counter with nothing unpicklable of its own
+    seed_total = seed.count_messages(msgs)
+    assert seed._memo is not None
+    unpickled = pickle.loads(pickle.dumps(seed))
+    assert unpickled._memo is None
+    assert unpickled.count_messages(msgs) == seed_total

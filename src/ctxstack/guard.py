@@ -7,9 +7,13 @@ last line of defence before messages reach the provider. Three stages:
    ``max_message_chars`` (a runaway tool output, a pasted dump) is cut head+tail around a
    ``[Truncated: N characters removed]`` marker; every other field is kept. A message that
    passed once is remembered as vetted (on the frozen message object itself), so later
-   calls do not look at its text again.
-2. **Estimate.** Within budget → the input list itself is returned, at the cost of one
-   cached lookup per message. Most iterations end here: compaction is the exception.
+   calls do not look at its text again; and the guard remembers the last list it vetted,
+   so a list that starts with the same message objects skips that prefix altogether.
+2. **Estimate.** Within budget → the input list itself is returned. The total comes from
+   the guard's :class:`~ctxstack.tokens.MessageListMemo`: when the list extends the one
+   counted last (same message objects), that total plus a cached lookup per new message,
+   so a conversation that grew by k messages costs O(k) steps and one C-speed identity
+   pass. Most iterations end here: compaction is the exception.
 3. **Compact, cheapest first** (:mod:`ctxstack.compact.stages`). Over budget → first the
    pinned cap (pinned content above ``pinned_cap`` of the budget unpins the oldest
    injected messages; the current query stays pinned, cut if it alone is too large), then
@@ -35,6 +39,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from ctxstack.archive import Archive
 from ctxstack.budget import ModelBudget
@@ -43,18 +48,35 @@ from ctxstack.compact.compaction import CompactionResult, resolve_options
 from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.stages import compact_staged
 from ctxstack.errors import ConfigError, MessageError
-from ctxstack.guard_events import CompactionEvent, CompactionMethod, GuardCheck, GuardTotals
+from ctxstack.guard_events import (
+    CompactionEvent,
+    CompactionMethod,
+    GuardCheck,
+    GuardCheckEvent,
+    GuardTotals,
+)
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
 from ctxstack.protocol import LLM
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
+from ctxstack.tokens import (
+    DEFAULT_COUNTER,
+    MessageListMemo,
+    TokenCounter,
+    common_prefix,
+    effective_budget,
+    memo_applies,
+)
 
 log = logging.getLogger(__name__)
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
 """A compaction listener: a plain function or a coroutine function of the event."""
-"""A compaction callback: a plain function or a coroutine function."""
+OnCheck = Callable[[GuardCheckEvent], Awaitable[None] | None]
+"""A check listener: a plain function or a coroutine function of the check's report."""
+
+E = TypeVar("E")
+_Listener = Callable[[E], Awaitable[None] | None]
 
 DEFAULT_BUDGET = 64_000
 MIN_MESSAGE_CHARS = 200
@@ -75,6 +97,12 @@ class ContextGuard:
             :class:`CompactionEvent` (sync or async), in order. ``guard.on_compact`` is that
             list: append to it to observe a guard built elsewhere. A listener that raises is
             logged and ignored: observability must not break the agent.
+        on_check: a listener, or a list of listeners, called once after every completed
+            check (compacting or not, after the ``on_compact`` listeners) with a
+            :class:`~ctxstack.guard_events.GuardCheckEvent`: the messages in, the
+            :class:`GuardCheck` returned, the budget and the hint. ``guard.on_check`` is
+            that list. Same rules as ``on_compact``: sync or async, in order, a listener
+            that raises is logged and ignored. With no listener, a check pays nothing.
         timeout: seconds the summariser may take before the guard falls back.
         counter: the token counter (default: the heuristic; see
             :mod:`ctxstack.calibration` for a self-correcting one).
@@ -108,6 +136,7 @@ class ContextGuard:
         *,
         options: CompactionOptions | None = None,
         archive: Archive | None = None,
+        on_check: OnCheck | Sequence[OnCheck] | None = None,
     ) -> None:
         self.compact_llm = compact_llm
         self.default_budget = _budget_tokens(default_budget, "default_budget")
@@ -128,22 +157,27 @@ class ContextGuard:
         self.options = resolve_options(options, keep_recent=keep_recent, prompt=prompt,
                                        target_fill=target_fill, timeout=float(timeout))
         self.max_message_chars = max_message_chars
-        self.on_compact: list[OnCompact] = (
-            [] if on_compact is None
-            else [on_compact] if callable(on_compact) else list(on_compact)
-        )
+        self.on_compact: list[OnCompact] = _listeners(on_compact)
+        self.on_check: list[OnCheck] = _listeners(on_check)
         self.timeout = float(timeout)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
         self.pinned_cap = pinned_cap
         self.archive = archive
-        # Stored on each vetted message (in its per-message cache, which dies with the
-        # frozen object): "this message was checked against this limit and fits".
-        self._vetted_key = f"ctxstack.guard.vetted:{max_message_chars}"
+        # The last list stage 1 returned (every message in it vetted) with the limit it
+        # was vetted against, and the memo of the last list counted.
+        self._vetted: tuple[int, Sequence[ChatMessage]] = (max_message_chars, ())
+        self._memo = MessageListMemo()
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
         self._checks = 0
         self._cuts = 0
+
+    @property
+    def _vetted_key(self) -> str:
+        """Stored on each vetted message (in its per-message cache, which dies with the
+        frozen object): "this message was checked against this limit and fits"."""
+        return f"ctxstack.guard.vetted:{self.max_message_chars}"
 
     # ------------------------------------------------------------------ public
     @property
@@ -204,30 +238,59 @@ class ContextGuard:
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
         self._checks += 1
-        current, cut = self._cut_oversized(messages)
-        total = self.counter.count_messages(current)
+        current, cut, total = self._cut_and_count(messages)
         if total <= effective_budget(limit, self.counter):
             self._cuts += cut
-            return GuardCheck(current, None)
-        return await self._compact(current, total, limit, checked, cut)
+            result = GuardCheck(current, None)
+        else:
+            result = await self._compact(current, total, limit, checked, cut)
+        if self.on_check:
+            await _notify(self.on_check, GuardCheckEvent(messages, result, limit, checked),
+                          "on_check")
+        return result
 
-    # ------------------------------------------------------------------ stage 1
-    def _cut_oversized(self, messages: Sequence[ChatMessage]) -> tuple[list[ChatMessage], int]:
-        """Stage 1. Already-vetted messages cost one membership test each.
+    # ------------------------------------------------------------------ stages 1 and 2
+    def _cut_and_count(
+        self, messages: Sequence[ChatMessage]
+    ) -> tuple[list[ChatMessage], int, int]:
+        """Stage 1 and the estimate: ``(current, messages cut, total tokens)``.
 
-        Only messages from the first unvetted one on are examined (a growing conversation
-        adds its new messages at the end); a new list is built only if one is cut.
+        One identity pass against the last list vetted (kept as the memo's own snapshot
+        when the memo counts for this counter, so the pass serves both): its shared prefix
+        is not vetted again, and when the list extends that one only the new messages are
+        counted. After the prefix, already-vetted messages cost one membership test each
+        and only the first unvetted one on are examined; a new list is built only if one
+        is cut (cuts fall after the shared prefix, so the prefix stays shared).
         """
+        as_list = messages if isinstance(messages, list) else list(messages)
+        limit, last = self._vetted
+        shared = common_prefix(last, as_list) if limit == self.max_message_chars else 0
+        if shared == len(as_list):
+            current, cut = as_list, 0  # unchanged, or a prefix of the last list vetted
+        else:
+            current, cut = self._vet_from(as_list, shared)
+        counter, memo = self.counter, self._memo
+        if memo_applies(counter):
+            total = memo.count(counter, current, shared if memo.last is last else None)
+            self._vetted = (self.max_message_chars, memo.last)
+        else:
+            total = counter.count_messages(current)
+            if shared < len(as_list):
+                self._vetted = (self.max_message_chars, list(current))
+        return current, cut, total
+
+    def _vet_from(self, as_list: list[ChatMessage], start: int) -> tuple[list[ChatMessage], int]:
+        """Vet ``as_list[start:]``: cut what is oversized, mark each message vetted."""
         key = self._vetted_key
-        first = len(messages)
+        first = len(as_list)
         try:
-            for i, m in enumerate(messages):
-                if key not in m.__pydantic_private__["_token_cache"]:  # type: ignore[index]
+            for i in range(start, len(as_list)):
+                private = as_list[i].__pydantic_private__
+                if key not in private["_token_cache"]:  # type: ignore[index]
                     first = i
                     break
         except (AttributeError, TypeError):
-            first = 0  # not a ChatMessage: reported with its index below
-        as_list = messages if isinstance(messages, list) else list(messages)
+            first = start  # not a ChatMessage: reported with its index below
         if first == len(as_list):
             return as_list, 0
         out: list[ChatMessage] | None = None
@@ -342,13 +405,26 @@ class ContextGuard:
         ), reason
 
     async def _report(self, event: CompactionEvent) -> None:
-        for listener in list(self.on_compact):
-            try:
-                outcome = listener(event)
-                if inspect.isawaitable(outcome):
-                    await outcome
-            except Exception:
-                log.warning("guard: on_compact listener failed (ignored)", exc_info=True)
+        await _notify(self.on_compact, event, "on_compact")
+
+
+def _listeners(given: _Listener[E] | Sequence[_Listener[E]] | None) -> list[_Listener[E]]:
+    """A constructor's listener argument (none, one, or several) as a fresh list."""
+    if given is None:
+        return []
+    return [given] if callable(given) else list(given)
+
+
+async def _notify(listeners: list[_Listener[E]], event: E, name: str) -> None:
+    """Call each listener in order (awaiting coroutines); one that raises is logged and
+    ignored: observability must not break the agent."""
+    for listener in list(listeners):
+        try:
+            outcome = listener(event)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            log.warning("guard: %s listener failed (ignored)", name, exc_info=True)
 
 
 def _cache(message: ChatMessage) -> dict[str, int]:

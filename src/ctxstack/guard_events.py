@@ -6,10 +6,15 @@ never silent: each one yields a frozen event — returned by
 to every ``on_compact`` listener, and logged to ``ctxstack.guard`` at INFO — and
 :class:`GuardTotals` sums them so a caller can add compaction usage to the turn's usage
 (the ``done`` event's figures include it).
+
+Every check, compacting or not, is also reported to the guard's ``on_check`` listeners as
+a :class:`GuardCheckEvent` (what went in, what came out, the budget and hint used): how a
+context meter or a fold tracker observes a guard without subclassing it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -121,3 +126,21 @@ class GuardCheck(NamedTuple):
 
     messages: list[ChatMessage]
     event: CompactionEvent | None
+
+
+class GuardCheckEvent(NamedTuple):
+    """What each ``on_check`` listener receives once per completed guard check.
+
+    ``messages_in`` is the sequence the caller passed (the same object, not a copy: do
+    not modify it); ``result`` is the :class:`GuardCheck` the call returns (its
+    ``messages`` are what the model will see, its ``event`` the compaction if there was
+    one); ``budget`` is the token budget the check enforced (the guard's default when the
+    call passed none, a :class:`~ctxstack.budget.ModelBudget`'s usable input tokens when
+    it passed one); ``hint`` the validated hint. A check that raises (an invalid budget or
+    hint, a non-message element) reports nothing.
+    """
+
+    messages_in: Sequence[ChatMessage]
+    result: GuardCheck
+    budget: int
+    hint: Hint

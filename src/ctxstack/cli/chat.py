@@ -33,7 +33,7 @@ from ctxstack.cli.commands import HELP, context_parts, meter_line, parse_line
 from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheck
+from ctxstack.guard_events import GuardCheckEvent
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
@@ -69,18 +69,17 @@ class SessionMemory(BaseMemory):
         self._messages = list(messages)
 
 
-class MeterGuard(ContextGuard):
-    """A guard that remembers the last context it let through (for ``/context``)."""
+class LastContext:
+    """A guard ``on_check`` listener remembering the last context it let through (for
+    ``/context``) and the budget that check enforced."""
 
-    last: list[ChatMessage] | None = None
-    last_budget: int = 0
+    def __init__(self) -> None:
+        self.messages: list[ChatMessage] | None = None
+        self.budget: int = 0
 
-    async def check(self, messages: Sequence[ChatMessage], budget: object = None,
-                    hint: str = "general") -> GuardCheck:
-        checked = await super().check(messages, budget, hint)  # type: ignore[arg-type]
-        self.last = list(checked.messages)
-        self.last_budget = budget if isinstance(budget, int) else self.default_budget
-        return checked
+    def __call__(self, event: GuardCheckEvent) -> None:
+        self.messages = list(event.result.messages)
+        self.budget = event.budget
 
 
 # --------------------------------------------------------------------------- stub script
@@ -192,7 +191,8 @@ async def _converse(
     llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
     max_iterations: int, synthesize: bool, system_prompt: str | None,
 ) -> bool:
-    guard = MeterGuard(compact_llm=fast)
+    seen = LastContext()
+    guard = ContextGuard(compact_llm=fast, on_check=seen)
     memory = SessionMemory()
     agent = ReActAgent(llm, demo_tools(), guard, memory=memory, budget=budget,
                        max_iterations=max_iterations,
@@ -211,7 +211,7 @@ async def _converse(
         if parsed.command == "quit":
             return True
         if parsed.command is not None:
-            await _command(parsed.command, console, memory, guard, fast, agent.budget)
+            await _command(parsed.command, console, memory, guard, seen, fast, agent.budget)
         elif parsed.unknown is not None:
             console.print(f"[yellow]unknown command {escape(parsed.unknown)}: "
                           "type /help for the list (it was not sent to the model)[/]")
@@ -219,26 +219,26 @@ async def _converse(
             await _turn(agent, console, parsed.question, synthesize)
 
 
-async def _command(command: str, console: Console, memory: SessionMemory, guard: MeterGuard,
-                   fast: LLM, budget: int) -> None:
+async def _command(command: str, console: Console, memory: SessionMemory, guard: ContextGuard,
+                   seen: LastContext, fast: LLM, budget: int) -> None:
     """Run a slash command (``quit`` is handled by the loop)."""
     if command == "help":
         console.print(HELP, markup=False, highlight=False, soft_wrap=True)
     elif command == "context":
-        if guard.last is None:
+        if seen.messages is None:
             console.print("[dim]no model call yet: ask something first[/]")
         else:
-            console.print(meter_line(context_parts(guard.last, guard.counter),
-                                     guard.last_budget or budget), markup=False, soft_wrap=True)
+            console.print(meter_line(context_parts(seen.messages, guard.counter),
+                                     seen.budget or budget), markup=False, soft_wrap=True)
     elif command == "new":
         await memory.clear()
-        guard.last = None
+        seen.messages = None
         console.print("[dim]new conversation: the history is forgotten[/]")
     elif command == "compact":
         await _compact_now(console, memory, guard, fast)
 
 
-async def _compact_now(console: Console, memory: SessionMemory, guard: MeterGuard,
+async def _compact_now(console: Console, memory: SessionMemory, guard: ContextGuard,
                        fast: LLM) -> None:
     """Fold all but the last exchange into a summary now, whatever the budget says."""
     history = await memory.get_messages()

@@ -9,8 +9,8 @@ conversation's **stored history** (user and assistant rows) only:
   its checkpoint candidate's ``last_seq`` — the previous summary included, since it is
   folded into the new one (:func:`load_compaction`);
 * a guard compaction mid-turn folds stored messages the agent still had verbatim and this
-  turn's own tool messages; :class:`TrackingGuard` sees both lists and tells which stored
-  ``seq`` left the context (:func:`run_compaction`);
+  turn's own tool messages; :class:`FoldTracker`, a listener on the guard's checks, sees
+  both lists and tells which stored ``seq`` left the context (:func:`run_compaction`);
 * the persisted summaries are the compaction checkpoints: :func:`list_compactions` lists
   them with their prose, their "Facts kept verbatim" and the span they cover (``GET
   /api/conversations/{id}/compactions``).
@@ -21,7 +21,7 @@ arithmetic on in-memory lists, so it cannot drift from what the messages route r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -33,19 +33,15 @@ from ctxstack.agent.events import CompactionNoticeEvent
 from ctxstack.compact.facts import FACTS_HEADING
 from ctxstack.compact.stages import RECALL_NOTE
 from ctxstack.dag.events import StepActivityEvent
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import CompactionEvent, GuardCheck
+from ctxstack.guard_events import CompactionEvent, GuardCheckEvent
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX, Hint
+from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.server.sse import CompactData
 from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.memory import DbMemory
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import CompactionCheckpoint, Message
-
-CheckListener = Callable[[Sequence[ChatMessage], list[ChatMessage], str], None]
-"""Called after every guard check with (the messages in, the messages out, the hint)."""
 
 
 class CompactionOut(BaseModel):
@@ -167,31 +163,20 @@ def _fold(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> GuardF
     return GuardFold(stored_in, stored_out, turn(before), turn(after), summary)
 
 
-class TrackingGuard(ContextGuard):
-    """A :class:`ContextGuard` that also reports every check's input and output to
-    ``listeners`` (the context meter, the fold tracking) — the guard itself unchanged.
+class FoldTracker:
+    """A guard ``on_check`` listener: what the last *compacting* check changed.
 
-    :attr:`last_fold` is what the last *compacting* check changed: the turn reads it when
-    the agent reports that compaction.
+    :attr:`last_fold` is read by the turn when the agent reports that compaction (a
+    check that kept every message, or returned the list untouched, leaves it as it was).
     """
 
-    def __init__(self, *args: object, listeners: Sequence[CheckListener] = (),
-                 **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.listeners: list[CheckListener] = list(listeners)
+    def __init__(self) -> None:
         self.last_fold: GuardFold | None = None
 
-    async def check(
-        self, messages: Sequence[ChatMessage], budget: object = None,
-        hint: Hint | str = "general",
-    ) -> GuardCheck:
-        checked = await super().check(messages, budget, hint)  # type: ignore[arg-type]
-        out = checked.messages
-        if out is not messages and len(out) != len(messages):
-            self.last_fold = _fold(messages, out)
-        for listener in self.listeners:
-            listener(messages, out, str(hint))
-        return checked
+    def __call__(self, event: GuardCheckEvent) -> None:
+        before, after = event.messages_in, event.result.messages
+        if after is not before and len(after) != len(before):
+            self.last_fold = _fold(before, after)
 
 
 def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -> tuple[
@@ -266,5 +251,5 @@ async def list_compactions(
     return out
 
 
-__all__ = ["CompactionOut", "Span", "TrackingGuard", "list_compactions", "load_compaction",
+__all__ = ["CompactionOut", "FoldTracker", "Span", "list_compactions", "load_compaction",
            "run_compaction", "split_summary", "step_compaction", "stored_seq"]

@@ -4,7 +4,8 @@ A fuel gauge for the person chatting: of the usable input budget, how many token
 the system prompt, the conversation summary, the stored history kept verbatim, this
 turn's tool calls and results, and the question (with any messages injected while the
 turn ran). Pure classification and counting; the turn feeds it the messages the guard
-let through before each call (:class:`~ctxstack.server.compactions.TrackingGuard`) and
+let through before each call (an ``on_check`` listener on its
+:class:`~ctxstack.guard.ContextGuard`) and
 emits the result as a ``context`` SSE event.
 
 Parts are counted per message with the guard's counter, so they add up to ``used``

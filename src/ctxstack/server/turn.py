@@ -42,13 +42,15 @@ from ctxstack.budget import ModelBudget
 from ctxstack.dag import events as dag_events
 from ctxstack.dag.engine import DAGEngine
 from ctxstack.errors import CtxstackError
+from ctxstack.guard import ContextGuard
+from ctxstack.guard_events import GuardCheckEvent
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM, Usage
 from ctxstack.server.compactions import (
+    FoldTracker,
     Span,
-    TrackingGuard,
     load_compaction,
     run_compaction,
     step_compaction,
@@ -250,11 +252,11 @@ class Turn:
             history.append(await self._images_message())
         return history
 
-    def _checkpoint_run_summary(self, data: CompactData, guard: TrackingGuard) -> None:
+    def _checkpoint_run_summary(self, data: CompactData, folds: FoldTracker) -> None:
         """A mid-turn summary that folded stored messages becomes the turn's checkpoint:
         the next load starts from it (one summarisation per overflow), and what the divider
         shows is what ``GET /compactions`` lists."""
-        fold = guard.last_fold
+        fold = folds.last_fold
         if data.method != "llm" or fold is None or fold.summary is None \
                 or data.last_seq is None or data.last_seq <= 0:
             return
@@ -270,16 +272,16 @@ class Turn:
         await self.emit(ContextEvent(data=measure(
             messages, budget, counter=self.state.llms.counter("main"), at="load")))
 
-    def _on_check(self, budget: ModelBudget) -> Callable[
-            [Sequence[ChatMessage], list[ChatMessage], str], None]:
-        """A guard listener: one meter reading per agent call (the conversation's context;
-        the closing synthesis, which sees only the request and the trace, is not one)."""
-        def listener(_: Sequence[ChatMessage], out: list[ChatMessage], hint: str) -> None:
-            if hint != "react_iteration":
+    def _on_check(self, budget: ModelBudget) -> Callable[[GuardCheckEvent], None]:
+        """A guard ``on_check`` listener: one meter reading per agent call (the
+        conversation's context; the closing synthesis, which sees only the request and the
+        trace, is not one)."""
+        def listener(event: GuardCheckEvent) -> None:
+            if event.hint != "react_iteration":
                 return
             self.model_calls += 1
             self.push(ContextEvent(data=measure(
-                out, budget, counter=self.state.llms.counter("main"),
+                event.result.messages, budget, counter=self.state.llms.counter("main"),
                 model_calls=self.model_calls)))
         return listener
 
@@ -301,9 +303,10 @@ class Turn:
     async def _run_react(
         self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
-        guard = TrackingGuard(compact_llm=fast_llm, default_budget=budget,
-                              counter=self.state.llms.counter("main"),
-                              listeners=[self._on_check(budget)], archive=self.archive)
+        folds = FoldTracker()
+        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget,
+                             counter=self.state.llms.counter("main"),
+                             on_check=[folds, self._on_check(budget)], archive=self.archive)
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,
@@ -326,9 +329,9 @@ class Turn:
                         result=_preview(event.result_preview), error=event.error is not None,
                         duration_ms=round(event.duration_s * 1000, 1))))
                 case agent_events.CompactionNoticeEvent():
-                    data, self.span = run_compaction(event.compaction, guard.last_fold,
+                    data, self.span = run_compaction(event.compaction, folds.last_fold,
                                                      self.span)
-                    self._checkpoint_run_summary(data, guard)
+                    self._checkpoint_run_summary(data, folds)
                     await self.emit(CompactEvent(data=data))
                 case agent_events.InjectedEvent():
                     self.consumed.append(event.text)
