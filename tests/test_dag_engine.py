@@ -517,7 +517,7 @@ async def test_empty_summary_counts_as_failure() -> None:
 
 
 async def test_the_query_is_never_cut() -> None:
-    query = "Q" * 80_000  # 20,000 tokens on its own
+    query = "word " * 20_000  # 20,000 tokens on its own (o200k_base)
     enriched = await build_enriched_query(query, history=long_history(), fast_llm=ScriptedLLM(handler=Router()))
     assert enriched.text == query
     assert enriched.method == "truncate"
