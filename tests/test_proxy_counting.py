@@ -159,8 +159,10 @@ def test_counters_are_chosen_per_model_name_and_bounded() -> None:
     assert counters.get("openai/gpt-4o-mini") is four_o  # one counter per tokenizer
     assert counters.get("gpt-3.5-turbo").cache_key == "tiktoken:cl100k_base"
     unknown = counters.get("mistral-large")
-    assert isinstance(unknown, HeuristicCounter)
-    assert unknown.margin > 0
+    assert isinstance(unknown, MemoCounter)
+    assert isinstance(unknown.inner, HeuristicCounter)
+    assert unknown.cache_key == "bpe-heuristic"
+    assert unknown.margin == unknown.inner.margin > 0
     for i in range(3_000):  # names come from clients: the map stays bounded
         counters.get(f"client-model-{i}")
     assert len(counters._by_name) <= 1_024

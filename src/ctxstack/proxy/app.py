@@ -38,7 +38,7 @@ from ctxstack.proxy.forwarding import (
 )
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
-from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
+from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
 from ctxstack.tokens import TokenCounter
 
@@ -54,6 +54,8 @@ class ProxyState:
         self.settings = settings
         self.factory = factory
         self.stats = StatsRecorder()
+        self.shared_stats = SharedStats(self.stats, factory,
+                                        interval=settings.stats_flush_interval)
         self.upstream = Upstream(settings.upstream, api_key=settings.upstream_api_key,
                                  forward_auth=settings.forward_auth, timeout=settings.timeout,
                                  connect_timeout=settings.connect_timeout, transport=transport)
@@ -67,6 +69,7 @@ class ProxyState:
                              summary_timeout=settings.summary_timeout)
 
     async def aclose(self) -> None:
+        await self.shared_stats.aclose()
         await self.upstream.aclose()
         await self.summarizers.aclose()
 
@@ -93,6 +96,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         state = ProxyState(settings, session_factory(engine), counter, transport)
         holder["state"] = state
         app.state.proxy = state
+        state.shared_stats.start()
         try:
             yield
         finally:
@@ -115,7 +119,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await st().auth.caller(request.headers)
         except ProxyError as exc:
             return exc.response()
-        return JSONResponse(st().stats.snapshot().model_dump())
+        return JSONResponse((await st().shared_stats.totals()).model_dump())
 
     async def chat_completions(request: Request) -> Response:
         return await _chat(st(), request)

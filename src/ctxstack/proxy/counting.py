@@ -14,11 +14,13 @@ Bounded on purpose: model names come from clients, so the proxy asks
 ``counter_for_model`` only with one canonical name per tokenizer family (at most three
 counters are ever built) and keeps at most :data:`MAX_CACHED` names → counter entries.
 
-**Memoised exact counts.** An exact counter encodes every message on every request, which
-on a long conversation resent in full costs far more than the heuristic. :class:`MemoCounter`
-remembers the count of each text (by content, least recently used dropped beyond
+**Memoised counts.** Clients resend the whole history on every call, so the proxy counts
+the same texts again and again. An exact counter encodes each one (≈ 22 ms for a
+500-message history by ``o200k_base``, 23× the heuristic). :class:`MemoCounter` remembers
+the count of each text by content (least recently used dropped beyond
 :data:`MEMO_MAX_CHARS` characters), so a resent history costs one dictionary lookup per
-message; the heuristic is cheap enough to run without it.
+message — exact or heuristic alike (≈ 0.35 ms for those 500 messages either way, measured
+in ``benchmarks/bench_proxy.py``'s exact-count rows).
 """
 
 from __future__ import annotations
@@ -35,15 +37,16 @@ log = logging.getLogger("ctxstack.proxy")
 
 MAX_CACHED = 1024
 """Model names remembered (then the map is cleared: rebuilding an entry is a lookup)."""
-MEMO_MAX_CHARS = 64_000_000
-"""Characters of text whose exact count is remembered (≈ 64–256 MB, least recent dropped)."""
+MEMO_MAX_CHARS = 16_000_000
+"""Characters of text whose count is remembered per counter (16–64 MB; least recent
+dropped): some sixty 2,000-message conversations."""
 MEMO_MIN_CHARS = 16
 """Shorter texts are counted directly: encoding them is as cheap as a lookup."""
 _CANONICAL = {"o200k": "gpt-4o", "cl100k": "gpt-4"}
 
 
 class MemoCounter(BaseCounter):
-    """An exact counter whose text counts are remembered by content (thread-safe).
+    """A counter whose text counts are remembered by content (thread-safe).
 
     Same ``cache_key`` and ``margin`` as the counter it wraps, so per-message caches and
     budgets treat it exactly as that counter.
@@ -117,7 +120,8 @@ class ModelCounters:
             if len(self._by_name) >= MAX_CACHED:
                 self._by_name.clear()
             self._by_name[model] = counter
-        if family is not None and isinstance(counter, HeuristicCounter):
+        inner = counter.inner if isinstance(counter, MemoCounter) else counter
+        if family is not None and isinstance(inner, HeuristicCounter):
             log.warning("proxy: the %s vocabulary for %r is not available offline; counting "
                         "with the heuristic and its %.0f%% margin", family, model,
                         counter.margin * 100)
@@ -126,6 +130,4 @@ class ModelCounters:
     @staticmethod
     def _build(family: str | None) -> TokenCounter:
         base = _counter_for_model(_CANONICAL.get(family or ""))
-        if isinstance(base, BaseCounter) and not isinstance(base, HeuristicCounter):
-            return MemoCounter(base)
-        return base
+        return MemoCounter(base) if isinstance(base, BaseCounter) else base
