@@ -124,7 +124,7 @@ class ModelCounters:
         if family is not None and isinstance(inner, HeuristicCounter):
             log.warning("proxy: the %s vocabulary for %r is not available offline; counting "
                         "with the heuristic and its %.0f%% margin", family, model,
-                        counter.margin * 100)
+                        inner.margin * 100)
         return counter
 
     @staticmethod
