@@ -92,6 +92,7 @@ async def test_a_known_model_uses_the_whole_budget_by_its_exact_count(
                                  json={"model": "gpt-4o", "messages": messages})
     assert response.status_code == 200, response.text
     assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] == "none"
+    assert response.headers["x-ctxstack-token-counter"] == "tiktoken:o200k_base"
     assert int(response.headers["x-ctxstack-input-tokens-estimated"]) == \
         exact.count_messages(views(messages))
     assert chat_requests(stub.requests)[-1].body["messages"] == messages
@@ -99,6 +100,7 @@ async def test_a_known_model_uses_the_whole_budget_by_its_exact_count(
     other = await client.post("/v1/chat/completions",
                               json={"model": "local-llama-3", "messages": messages})
     assert parse_compaction_header(other.headers["x-ctxstack-compaction"])["method"] != "none"
+    assert other.headers["x-ctxstack-token-counter"] == "bpe-heuristic"
     forwarded = chat_requests(stub.requests)[-1].body["messages"]
     assert HEURISTIC.count_messages(views(forwarded)) <= effective_budget(BUDGET, HEURISTIC)
     assert forwarded[-1] == messages[-1]
@@ -143,6 +145,7 @@ async def test_a_missing_vocabulary_falls_back_to_the_heuristic_and_says_so(
                                      json={"model": "gpt-4o", "messages": messages})
     assert response.status_code == 200, response.text
     assert "not available offline" in caplog.text
+    assert response.headers["x-ctxstack-token-counter"] == "bpe-heuristic"
     # Counted by the heuristic, margin kept: the request that fits by o200k is compacted.
     assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] != "none"
     forwarded = chat_requests(stub.requests)[-1].body["messages"]

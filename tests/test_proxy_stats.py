@@ -103,3 +103,54 @@ async def test_without_the_database_a_worker_reports_its_own_and_keeps_its_count
     assert await shared.flush()
     assert await load_proxy_stats(factory) == {"requests": 4, "upstream_errors.429": 1}
     await engine.dispose()
+
+
+async def test_a_request_within_budget_never_waits_for_the_database(
+        tmp_path: Path, stub: StubServer) -> None:
+    """No query on the within-budget path (checkpoints are looked up only to compact), and
+    an expired budget is re-read in the background while the request goes on."""
+    import asyncio
+
+    from sqlalchemy import event
+
+    from ctxstack.store.db import engine_of
+
+    stub.rule = lambda r: "ok"
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fast.db'}"
+    settings = ProxySettings(upstream=stub.base_url, database_url=url,
+                             stats_flush_interval=3600)
+    hi = {"model": "stub-model", "messages": [{"role": "user", "content": "hi"}]}
+    app = create_app(settings, migrate=True)
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+        assert (await client.post("/v1/chat/completions", json=hi)).status_code == 200
+        state = app.state.proxy
+        statements: list[str] = []
+        event.listen(engine_of(state.factory).sync_engine, "before_cursor_execute",
+                     lambda *args: statements.append(args[2]))
+        for _ in range(5):
+            assert (await client.post("/v1/chat/completions", json=hi)).status_code == 200
+        assert statements == []
+        # The budget's cache expires and the database hangs: requests are not held up.
+        release = asyncio.Event()
+        reads = 0
+
+        async def hanging(model: str) -> object:
+            nonlocal reads
+            reads += 1
+            await release.wait()
+            raise RuntimeError("the database went away")
+
+        state.budgets.ttl = 0
+        state.budgets._cache = {k: (0.0, v[1]) for k, v in state.budgets._cache.items()}
+        state.budgets._resolve = hanging
+        try:
+            for _ in range(3):
+                response = await asyncio.wait_for(
+                    client.post("/v1/chat/completions", json=hi), timeout=20)
+                assert response.status_code == 200
+            assert reads == 1  # one background re-read in flight, not one per request
+        finally:
+            release.set()

@@ -22,6 +22,7 @@ from ctxstack.proxy.app import app_from_env, create_app
 from ctxstack.proxy.settings import ProxySettings, is_loopback
 from ctxstack.proxy.stats import (
     COMPACTION_HEADER,
+    COUNTER_HEADER,
     SUMMARIZER_HEADER,
     TOKENS_HEADER,
     ProxyStats,
@@ -30,6 +31,7 @@ from ctxstack.proxy.stats import (
 
 __all__ = [
     "COMPACTION_HEADER",
+    "COUNTER_HEADER",
     "SUMMARIZER_HEADER",
     "TOKENS_HEADER",
     "ProxySettings",

@@ -70,6 +70,7 @@ class ProxyState:
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
+        await self.budgets.aclose()
         await self.upstream.aclose()
         await self.summarizers.aclose()
 
@@ -129,13 +130,18 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
+            path = request.path_params["path"]
             upstream = await state.upstream.open(
-                request.method, request.path_params["path"], query=request.url.query,
+                request.method, path, query=request.url.query,
                 headers=state.upstream.request_headers(request.headers.items()),
                 content=await request.body())
+            log_event("passthrough", method=request.method, path=f"/v1/{path}",
+                      status=upstream.status_code)
             return await relay(upstream)
         except ProxyError as exc:
             _count_error(state, exc)
+            log_event("passthrough", method=request.method, status=exc.status,
+                      error=exc.code or exc.type)
             return exc.response()
 
     app.add_route("/ctxstack/health", health, methods=["GET"])

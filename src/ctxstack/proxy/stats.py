@@ -7,7 +7,10 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
   ``none`` (forwarded unchanged), ``checkpoint`` (an earlier summary reused), ``llm`` (a
   new summary), ``truncate`` (oldest messages dropped); ``N`` messages received, ``K``
   forwarded (a summary counts as one), ``S`` represented by the summary;
-* ``x-ctxstack-input-tokens-estimated`` — the estimate of what was forwarded;
+* ``x-ctxstack-input-tokens-estimated`` — the count of what was forwarded;
+* ``x-ctxstack-token-counter`` — what counted it: ``tiktoken:o200k_base`` (exact, the
+  model's own tokenizer), ``bpe-heuristic`` (an estimate; the budget's margin was kept
+  free), … (:mod:`ctxstack.proxy.counting`);
 * ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``.
 
 ``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
@@ -47,15 +50,17 @@ log = logging.getLogger("ctxstack.proxy")
 COMPACTION_HEADER = "x-ctxstack-compaction"
 TOKENS_HEADER = "x-ctxstack-input-tokens-estimated"
 SUMMARIZER_HEADER = "x-ctxstack-summarizer-usage"
+COUNTER_HEADER = "x-ctxstack-token-counter"
 
 
 def fit_headers(fit: Fit) -> dict[str, str]:
-    """The three ``x-ctxstack-*`` headers for one fitted request."""
+    """The ``x-ctxstack-*`` headers for one fitted request."""
     usage = fit.summarizer_usage
     return {
         COMPACTION_HEADER: (f"method={fit.method}; original={fit.original}; kept={fit.kept}; "
                             f"summarized={fit.summarized}"),
         TOKENS_HEADER: str(fit.tokens),
+        COUNTER_HEADER: fit.counter,
         SUMMARIZER_HEADER: (f"input_tokens={usage.input_tokens}; "
                             f"output_tokens={usage.output_tokens}; calls={usage.calls}"),
     }
