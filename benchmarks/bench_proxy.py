@@ -287,6 +287,9 @@ def _exact_rows(client: httpx.Client, stub: str, proxy: str, pids: tuple[int, in
     long = _history(long_count, EXACT_MODEL)
     client.post(f"{proxy}/v1/chat/completions", content=long,
                 headers={"content-type": "application/json"})  # writes the checkpoint
+    for _ in range(20):  # warm like the other model's path (vocabulary loaded, memo filled)
+        client.post(f"{proxy}/v1/chat/completions", content=short,
+                    headers={"content-type": "application/json"})
     short_d, short_p, short_m, short_cpu, _ = _added(
         client, f"{stub}/v1", f"{proxy}/v1", short, samples, pids, show_counter=True)
     long_d, long_p, long_m, long_cpu, _ = _added(

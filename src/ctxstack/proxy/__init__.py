@@ -9,7 +9,8 @@ overflow, not once per request.
 
 Modules: :mod:`~ctxstack.proxy.settings` (environment), :mod:`~ctxstack.proxy.request`
 (validation, guard views), :mod:`~ctxstack.proxy.fitting` (the decision),
-:mod:`~ctxstack.proxy.checkpoints` (prefix hashes), :mod:`~ctxstack.proxy.forwarding`
+:mod:`~ctxstack.proxy.checkpoints` (prefix hashes), :mod:`~ctxstack.proxy.counting` (the
+token counter per model name), :mod:`~ctxstack.proxy.forwarding`
 (httpx, streaming), :mod:`~ctxstack.proxy.budgets` (per-model budgets, summarisers),
 :mod:`~ctxstack.proxy.auth` (tokens), :mod:`~ctxstack.proxy.stats` (headers, totals,
 logs), :mod:`~ctxstack.proxy.errors` (OpenAI-shaped errors), :mod:`~ctxstack.proxy.app`.
