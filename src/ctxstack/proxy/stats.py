@@ -20,11 +20,11 @@ worker counts in memory (:class:`StatsRecorder`) and adds what it counted to one
 counter in the database every second (:class:`SharedStats`; an atomic ``value + delta``
 upsert, :mod:`ctxstack.store.proxy_stats`), so a busy proxy writes one small transaction
 a second per worker, never one per request. A stats request first adds its own worker's
-pending counts, then reads the sums: its own requests are always included, another
-worker's at most one flush interval (``CTXSTACK_PROXY_STATS_FLUSH``, 1 s) late. If the
-database cannot be reached, the answer is this worker's own totals, marked
-``"scope": "worker"``; counts not yet written are kept and written at the next flush
-(and when the worker stops).
+pending counts, then reads the sums (plus whatever of its own could not be written yet):
+its own requests are always included, another worker's at most one flush interval
+(``CTXSTACK_PROXY_STATS_FLUSH``, 1 s) late. If the database cannot be read, the answer is
+this worker's own totals, marked ``"scope": "worker"``; counts not yet written are kept
+and written at the next flush (and when the worker stops).
 """
 
 from __future__ import annotations
@@ -182,6 +182,11 @@ class StatsRecorder:
             pending, self._pending = self._pending, {}
             return pending
 
+    def pending(self) -> dict[str, int]:
+        """A copy of the counts not yet written."""
+        with self._lock:
+            return dict(self._pending)
+
     def return_pending(self, pending: Mapping[str, int]) -> None:
         """Counts whose write failed: written with the next batch."""
         with self._lock:
@@ -233,14 +238,18 @@ class SharedStats:
         return True
 
     async def totals(self) -> ProxyStats:
-        """Every worker's totals; this worker's own if the database cannot be read."""
+        """Every worker's totals: the stored sums plus whatever this worker could not write
+        yet (a locked database); this worker's own if the database cannot be read."""
         async with self._lock:
-            if await self._flush():
-                try:
-                    return ProxyStats.from_flat(await load_proxy_stats(self.factory))
-                except StorageError as exc:
-                    log.warning("proxy: stats not read from the database: %s", exc)
-        return self.recorder.snapshot()
+            await self._flush()
+            try:
+                stored = await load_proxy_stats(self.factory)
+            except StorageError as exc:
+                log.warning("proxy: stats not read from the database: %s", exc)
+                return self.recorder.snapshot()
+            for key, by in self.recorder.pending().items():
+                stored[key] = stored.get(key, 0) + by
+            return ProxyStats.from_flat(stored)
 
     async def aclose(self) -> None:
         """Stop the timer and write what is left."""
