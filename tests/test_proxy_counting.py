@@ -152,14 +152,15 @@ async def test_a_missing_vocabulary_falls_back_to_the_heuristic_and_says_so(
     assert HEURISTIC.count_messages(views(forwarded)) <= effective_budget(BUDGET, HEURISTIC)
 
 
-def test_counters_are_chosen_per_model_name_and_bounded() -> None:
+async def test_counters_are_chosen_per_model_name_and_bounded() -> None:
     o200k()
     counters = ModelCounters()
-    four_o = counters.get("gpt-4o")
+    four_o = await counters.aget("gpt-4o")  # the first of a family: built in a thread
     assert isinstance(four_o, MemoCounter)
     assert four_o.cache_key == "tiktoken:o200k_base"
     assert four_o.margin == 0
     assert counters.get("openai/gpt-4o-mini") is four_o  # one counter per tokenizer
+    assert await counters.aget("gpt-4o-2024-08-06") is four_o
     assert counters.get("gpt-3.5-turbo").cache_key == "tiktoken:cl100k_base"
     unknown = counters.get("mistral-large")
     assert isinstance(unknown, MemoCounter)

@@ -25,6 +25,7 @@ in ``benchmarks/bench_proxy.py``'s exact-count rows).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import OrderedDict
@@ -104,6 +105,19 @@ class ModelCounters:
         self._by_name: dict[str, TokenCounter] = {}
         self._by_family: dict[str | None, TokenCounter] = {}
         self._lock = threading.Lock()
+
+    async def aget(self, model: str) -> TokenCounter:
+        """:meth:`get` without blocking the event loop: the first request of a tokenizer
+        family loads its vocabulary (up to a second for ``o200k_base``) in a thread, so
+        the requests in flight meanwhile are not held up."""
+        if self.fixed is not None:
+            return self.fixed
+        hit = self._by_name.get(model)
+        if hit is not None:
+            return hit
+        if family_for_model(model) in self._by_family:
+            return self.get(model)
+        return await asyncio.to_thread(self.get, model)
 
     def get(self, model: str) -> TokenCounter:
         if self.fixed is not None:

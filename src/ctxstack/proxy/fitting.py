@@ -73,7 +73,7 @@ class Fitter:
     async def fit(self, request: CompletionRequest, budget: int, *, salt: str,
                   summarizer: LLM | None) -> Fit:
         """Fit ``request`` into ``budget`` tokens (messages and tool definitions)."""
-        counter = self.counters.get(request.model)
+        counter = await self.counters.aget(request.model)
         conv = request.conversation
         tools = request.tools_tokens(counter)
         limit = max(MIN_LIMIT, budget - tools)
@@ -89,7 +89,7 @@ class Fitter:
     async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
                     summarizer: LLM | None) -> Fit:
         """Compact to an explicit, smaller ``limit`` (after an upstream overflow error)."""
-        counter = self.counters.get(request.model)
+        counter = await self.counters.aget(request.model)
         tools = request.tools_tokens(counter)
         total = request.conversation.tokens(counter)
         return await self._compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
