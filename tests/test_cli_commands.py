@@ -77,3 +77,47 @@ def test_compact_with_nothing_to_fold_says_so() -> None:
                                 input="/compact\n/quit\n")
     assert result.exit_code == 0, result.output
     assert "nothing to compact yet" in result.output
+
+
+def _o200k_offline() -> None:
+    import pytest
+
+    pytest.importorskip("tiktoken")
+    from benchmarks.vocab import ensure_offline
+
+    reason = ensure_offline("o200k_base")
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def test_chat_counts_with_the_configured_models_exact_tokenizer() -> None:
+    _o200k_offline()
+    runner = CliRunner()
+    exact = runner.invoke(main, ["chat", "--stub", "--budget", "4000"], input="/quit\n",
+                          env={"LLM_MODEL": "gpt-4o"})
+    assert exact.exit_code == 0, exact.output
+    assert "counting tokens with tiktoken:o200k_base (exact)" in exact.output
+    unknown = runner.invoke(main, ["chat", "--stub", "--budget", "4000"], input="/quit\n",
+                            env={"LLM_MODEL": "my-local-model"})
+    assert unknown.exit_code == 0, unknown.output
+    assert "counting tokens with bpe-heuristic (estimate; 12% of the budget kept free)" \
+        in unknown.output
+
+
+def test_demo_counts_with_the_named_models_tokenizer_and_fits_by_it() -> None:
+    _o200k_offline()
+    import asyncio
+
+    from ctxstack.cli.walkthrough import run_demo
+    from ctxstack.model_counters import counter_for_model
+
+    result = CliRunner().invoke(main, ["demo", "--turns", "4", "--model", "gpt-4o"],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "counting tokens with tiktoken:o200k_base (exact)" in result.output
+    assert "Tokens counted with tiktoken:o200k_base" in result.output
+    counter = counter_for_model("gpt-4o")
+    report = asyncio.run(run_demo(budget=3_000, turns=6, counter=counter))
+    assert report.counter == "tiktoken:o200k_base"
+    guard = report.outcomes[0]
+    assert guard.tokens == counter.count_messages(report.final_context) <= 3_000

@@ -181,3 +181,87 @@ async def test_budget_per_model_name_comes_from_model_configs(tmp_path: Path,
     assert int(tiny.headers["x-ctxstack-input-tokens-estimated"]) <= 4_000
     assert parse_compaction_header(big.headers["x-ctxstack-compaction"])["method"] == "none"
     assert chat_requests(stub.requests)[-1].body["messages"] == messages
+
+
+async def test_a_used_checkpoint_lives_on_and_its_use_is_written_rarely(
+        backend: Backend) -> None:
+    from ctxstack.store.models import utcnow
+    from ctxstack.store.proxy_checkpoints import prune_proxy_checkpoints, touch_proxy_checkpoint
+
+    engine = backend.engine()
+    await upgrade(engine)
+    factory = session_factory(engine)
+    ttl, every = timedelta(hours=10), timedelta(hours=1)
+
+    def record(name: str) -> ProxyCheckpointRecord:
+        return ProxyCheckpointRecord(prefix_hash=name, root_hash=f"root-{name}", covered=3,
+                                     model="m", summary="s", token_count=1)
+
+    for name in ("used", "idle"):
+        await save_proxy_checkpoint(factory, record(name), ttl=ttl)
+    start = utcnow()
+    at = [start + timedelta(hours=h) for h in range(25)]
+    # Within the interval of its creation a use writes nothing; after it, one write.
+    assert not await touch_proxy_checkpoint(factory, "used", every=every, now=at[0])
+    for hour in (6, 12):
+        assert await touch_proxy_checkpoint(factory, "used", every=every, now=at[hour])
+        assert not await touch_proxy_checkpoint(factory, "used", every=every,
+                                                now=at[hour] + timedelta(minutes=30))
+    # Hour 20: created 20 hours ago, used 8 hours ago → still alive; the idle one expired.
+    assert [r.prefix_hash for r in await find_proxy_checkpoints(
+        factory, "root-used", 10, ttl=ttl, now=at[20])] == ["used"]
+    assert await find_proxy_checkpoints(factory, "root-idle", 10, ttl=ttl, now=at[20]) == []
+    await prune_proxy_checkpoints(factory, ttl=ttl, now=at[20])
+    assert await count_proxy_checkpoints(factory) == 1  # the idle one is deleted
+    # Hour 23: 11 hours since its last use → expired too.
+    assert await find_proxy_checkpoints(factory, "root-used", 10, ttl=ttl, now=at[23]) == []
+    await engine.dispose()
+
+
+async def test_surplus_checkpoints_go_least_recently_used_first(tmp_path: Path) -> None:
+    from ctxstack.store.models import utcnow
+    from ctxstack.store.proxy_checkpoints import touch_proxy_checkpoint
+
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'lru.db'}")
+    await upgrade(engine)
+    factory = session_factory(engine)
+    for i in range(3):
+        await save_proxy_checkpoint(factory, ProxyCheckpointRecord(
+            prefix_hash=f"p{i}", root_hash="root", covered=i + 2, model="m", summary="s",
+            token_count=1), max_rows=3)
+    # The oldest is in use: a fourth checkpoint pushes out the least recently used one.
+    assert await touch_proxy_checkpoint(factory, "p0", every=timedelta(0),
+                                        now=utcnow() + timedelta(seconds=1))
+    await save_proxy_checkpoint(factory, ProxyCheckpointRecord(
+        prefix_hash="p3", root_hash="root", covered=9, model="m", summary="s",
+        token_count=1), max_rows=3)
+    found = await find_proxy_checkpoints(factory, "root", 100)
+    assert sorted(r.prefix_hash for r in found) == ["p0", "p2", "p3"]
+    await engine.dispose()
+
+
+async def test_the_proxy_extends_a_checkpoint_it_reuses(tmp_path: Path) -> None:
+    """Through :class:`CheckpointStore`: a reuse after the touch interval writes ``used_at``
+    (a short ttl stands in for days; nothing here depends on timing but the ordering)."""
+    from ctxstack.proxy.checkpoints import CheckpointStore
+
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'use.db'}")
+    await upgrade(engine)
+    factory = session_factory(engine)
+    store = CheckpointStore(factory, max_rows=10, ttl_seconds=3600)
+    messages = _conversation(5)
+    asked = [*messages, {"role": "user", "content": "x"}]
+    assert await store.save(messages, 1, "salt", covered=7, summary="S", token_count=3,
+                            model="m")
+    first = await store.find(asked, 1, "salt")
+    assert first is not None
+    assert first.used_at is None
+    store.touch_every = timedelta(0)  # as if the interval had passed
+    await asyncio.sleep(0.01)
+    await store.find(asked, 1, "salt")
+    again = await store.find(asked, 1, "salt")
+    assert again is not None
+    assert again.used_at is not None
+    assert first.created_at is not None
+    assert again.used_at > first.created_at
+    await engine.dispose()

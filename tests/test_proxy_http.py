@@ -8,6 +8,7 @@ what the client got and what the upstream received.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -348,7 +349,8 @@ def test_two_workers_summarise_a_conversation_once_whichever_answers(
         stub_server: StubServer, upstream: StubServer, tmp_path: Path) -> None:
     upstream.rule = ConversationRule()
     env = {"LLM_API_KEY": UPSTREAM_KEY, "LLM_CONTEXT_SIZE": "6000",
-           "LLM_MAX_OUTPUT_TOKENS": "1000", "CTXSTACK_PROXY_LOG_LEVEL": "info"}
+           "LLM_MAX_OUTPUT_TOKENS": "1000", "CTXSTACK_PROXY_LOG_LEVEL": "info",
+           "CTXSTACK_PROXY_STATS_FLUSH": "0.2"}
     with running_proxy(tmp_path, stub_server.base_url, env, args=("--workers", "2")) as proxy:
         messages = [*long_history(40), {"role": "user", "content": "first question"}]
         methods = []
@@ -362,5 +364,17 @@ def test_two_workers_summarise_a_conversation_once_whichever_answers(
                     response.headers["x-ctxstack-compaction"])["method"])
                 messages += [{"role": "assistant", "content": f"answer {i}"},
                              {"role": "user", "content": f"follow-up {i}"}]
+            # Whichever worker answers, the stats count both workers' requests (each adds
+            # its counts to the database every 0.2 s here: wait for that, then compare).
+            deadline = time.monotonic() + 30
+            stats = client.get(f"{proxy.url}/ctxstack/stats").json()
+            while stats["requests"] < 4 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                stats = client.get(f"{proxy.url}/ctxstack/stats",
+                                   headers={"connection": "close"}).json()
+    assert stats["scope"] == "all"
+    assert stats["requests"] == 4
+    assert stats["compactions"]["llm"] == 1
+    assert stats["compactions"]["checkpoint"] == 3
     assert methods == ["llm", "checkpoint", "checkpoint", "checkpoint"]
     assert len([r for r in upstream.requests if is_summary_request(r)]) == 1

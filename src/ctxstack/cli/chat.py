@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterator, Sequence
 
@@ -29,7 +30,7 @@ from ctxstack.agent.demo_tools import demo_tools
 from ctxstack.agent.events import AgentEvent
 from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.cli.app import main, needs_extra
-from ctxstack.cli.commands import HELP, context_parts, meter_line, parse_line
+from ctxstack.cli.commands import HELP, context_parts, counter_label, meter_line, parse_line
 from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
@@ -38,7 +39,9 @@ from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
+from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM, Usage
+from ctxstack.tokens import TokenCounter
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 COMPACT_KEEP_RECENT = 2
@@ -187,12 +190,20 @@ async def _session(
                 await close()
 
 
+def model_counter(llm: LLM) -> TokenCounter:
+    """The main model's counter (:func:`~ctxstack.model_counters.counter_for_model`): exact
+    when its tokenizer is available offline, else the heuristic with its margin."""
+    name = getattr(llm, "model", None)
+    return counter_for_model(name if isinstance(name, str) else None)
+
+
 async def _converse(
     llm: LLM, fast: LLM, console: Console, *, once: str | None, budget: int | None,
     max_iterations: int, synthesize: bool, system_prompt: str | None,
 ) -> bool:
     seen = LastContext()
-    guard = ContextGuard(compact_llm=fast, on_check=seen)
+    counter = model_counter(llm)
+    guard = ContextGuard(compact_llm=fast, counter=counter, on_check=seen)
     memory = SessionMemory()
     agent = ReActAgent(llm, demo_tools(), guard, memory=memory, budget=budget,
                        max_iterations=max_iterations,
@@ -201,6 +212,7 @@ async def _converse(
         return await _turn(agent, console, once, synthesize)
     console.print(f"[bold]ctxstack chat[/] · budget {agent.budget:,} tokens · tools: "
                   f"{', '.join(agent.tools.names)} · /help for commands")
+    console.print(f"[dim]counting tokens with {counter_label(counter)}[/]")
     while True:
         try:
             line = await asyncio.to_thread(console.input, "[bold blue]you>[/] ")
@@ -267,7 +279,9 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
         with needs_extra("server", "chat --stub"):
             from ctxstack.llm.stub.server import StubServer
         with StubServer(rule=demo_rule) as server:
-            llm = server.client()
+            # The stub plays the configured model's name, so counting follows LLM_MODEL.
+            name = os.environ.get("LLM_MODEL", "").strip()
+            llm = server.client(model=name) if name else server.client()
             yield llm, llm
         return
     yield OpenAICompatibleLLM.from_env(), OpenAICompatibleLLM.from_env("fast")

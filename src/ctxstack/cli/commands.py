@@ -20,7 +20,7 @@ from typing import Literal
 
 from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, budget_margin
 
 Command = Literal["help", "context", "compact", "new", "quit"]
 COMMANDS: dict[str, Command] = {
@@ -99,4 +99,12 @@ def meter_line(parts: dict[Part, int], budget: int) -> str:
     return f"context {used:,} / {budget:,} tokens ({share:.0%}) — {detail}"
 
 
-__all__ = ["HELP", "Parsed", "context_parts", "meter_line", "parse_line"]
+def counter_label(counter: TokenCounter) -> str:
+    """How a CLI command says what it counts with: exact, or the heuristic and its margin."""
+    margin = budget_margin(counter)
+    if margin > 0:
+        return f"{counter.cache_key} (estimate; {margin:.0%} of the budget kept free)"
+    return f"{counter.cache_key} (exact)"
+
+
+__all__ = ["HELP", "Parsed", "context_parts", "counter_label", "meter_line", "parse_line"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from ctxstack.cli.app import main
+from ctxstack.cli.commands import counter_label
 from ctxstack.cli.walkthrough import FACTS, DemoReport, run_demo
+from ctxstack.model_counters import counter_for_model
 
 
 def _k(tokens: int) -> str:
@@ -24,7 +27,7 @@ def render(report: DemoReport, console: Console) -> None:
         f"Budget: [bold]{report.budget:,}[/bold] input tokens. Full history: "
         f"{report.total_history_tokens:,} tokens (≈{ratio:.1f}× the budget). Summariser: a "
         "deliberately lossy scripted one (first sentence of each message), so what survives "
-        "beyond it is what ctxstack itself preserves.\n"
+        f"beyond it is what ctxstack itself preserves. Tokens counted with {report.counter}.\n"
     )
     steps = Table(title="Layer 3 — ContextGuard, every turn", show_lines=False)
     for col in ("turn", "lang", "msgs in", "tokens in", "action", "msgs out", "tokens out",
@@ -74,8 +77,14 @@ def render(report: DemoReport, console: Console) -> None:
               help="Input-token budget to squeeze the conversation into.")
 @click.option("--turns", default=10, show_default=True, type=click.IntRange(1, 200),
               help="Conversation turns (each: question, tool call, large JSON result, answer).")
-def demo(budget: int, turns: int) -> None:
+@click.option("--model", default=None, metavar="NAME",
+              help="Count tokens as this model does: exact when its tokenizer is available "
+                   "offline (e.g. gpt-4o), else the heuristic. Default: LLM_MODEL.")
+def demo(budget: int, turns: int, model: str | None) -> None:
     """Run a long multilingual tool conversation through the stack, offline, and show
     what each layer kept, summarised or dropped."""
-    report = asyncio.run(run_demo(budget=budget, turns=turns))
-    render(report, Console())
+    counter = counter_for_model(model or os.environ.get("LLM_MODEL", "").strip() or None)
+    console = Console()
+    console.print(f"[dim]counting tokens with {counter_label(counter)}[/]")
+    report = asyncio.run(run_demo(budget=budget, turns=turns, counter=counter))
+    render(report, console)

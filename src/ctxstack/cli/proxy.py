@@ -42,7 +42,7 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
                               (default: the upstream, with each request's model)
       LLM_CONTEXT_SIZE, LLM_MAX_OUTPUT_TOKENS   budgets (database model configs win)
       CTXSTACK_DATABASE_URL   checkpoints and tokens (SQLite file by default)
-    One JSON log line per chat completion (logger ctxstack.proxy).
+    One JSON log line per request (logger ctxstack.proxy).
     """
     with needs_extra("server", "proxy"):
         import uvicorn
@@ -69,9 +69,11 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
     auth_text = "API tokens" if settings.auth == "token" else "none (loopback only)"
     click.echo(f"ctxstack proxy on http://{host}:{port}/v1  auth: {auth_text}  "
                f"stats: http://{host}:{port}/ctxstack/stats")
+    # No uvicorn access log: the proxy writes its own JSON line per request (logger
+    # ctxstack.proxy), and a second line per request is work on the hot path.
     # A worker answers uvicorn's health checks only once its imports are done; on a busy
     # machine that takes longer than the 5 s default, and the worker would be killed as
     # hung and restarted forever.
     uvicorn.run("ctxstack.proxy.app:app_from_env", factory=True, host=host, port=port,
                 workers=workers, log_level=log_level, timeout_graceful_shutdown=10,
-                timeout_worker_healthcheck=60)
+                timeout_worker_healthcheck=60, access_log=False)

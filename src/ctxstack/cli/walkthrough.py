@@ -24,7 +24,7 @@ from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent
 from ctxstack.llm.scripted import ScriptedLLM, first_sentence_summarizer
 from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, TokenCounter
 
 SYSTEM_PROMPT = (
     "You are Atlas, an operations assistant. You plan company events with the tools you "
@@ -132,41 +132,48 @@ class StrategyOutcome:
 @dataclass
 class DemoReport:
     budget: int
+    counter: str = HEURISTIC.cache_key
+    """The ``cache_key`` of the counter every figure was made with."""
     rows: list[TurnRow] = field(default_factory=list)
     outcomes: list[StrategyOutcome] = field(default_factory=list)
     final_context: list[ChatMessage] = field(default_factory=list)
     total_history_tokens: int = 0
 
 
-def _drop_oldest(messages: Sequence[ChatMessage], budget: int) -> list[ChatMessage]:
+def _drop_oldest(messages: Sequence[ChatMessage], budget: int,
+                 counter: TokenCounter = HEURISTIC) -> list[ChatMessage]:
     """The naive baseline: drop the oldest non-system messages until the rest fits."""
     head = [m for m in messages[:1] if m.role == "system"]
     rest = list(messages[len(head):])
-    while rest and HEURISTIC.count_messages(head + rest) > budget:
+    while rest and counter.count_messages(head + rest) > budget:
         rest.pop(0)
     return head + rest
 
 
-def _outcome(name: str, context: Sequence[ChatMessage], query: ChatMessage) -> StrategyOutcome:
+def _outcome(name: str, context: Sequence[ChatMessage], query: ChatMessage,
+             counter: TokenCounter) -> StrategyOutcome:
     text = "\n".join(m.text for m in context)
     return StrategyOutcome(
         name=name,
         messages=len(context),
-        tokens=HEURISTIC.count_messages(context),
+        tokens=counter.count_messages(context),
         facts_kept={label: value in text for label, value in FACTS.items()},
         query_kept=any(m.text == query.text for m in context),
         system_kept=bool(context) and context[0].text == SYSTEM_PROMPT,
     )
 
 
-async def run_demo(budget: int = 3_000, turns: int = 10) -> DemoReport:
-    """Grow the conversation turn by turn through a guard at ``budget`` tokens."""
-    report = DemoReport(budget=budget)
+async def run_demo(budget: int = 3_000, turns: int = 10,
+                   counter: TokenCounter = HEURISTIC) -> DemoReport:
+    """Grow the conversation turn by turn through a guard at ``budget`` tokens, every
+    count by ``counter`` (the CLI passes the configured model's, exact when known)."""
+    report = DemoReport(budget=budget, counter=counter.cache_key)
     events: list[CompactionEvent] = []
     guard = ContextGuard(
         compact_llm=ScriptedLLM(handler=first_sentence_summarizer, name="demo-summariser"),
         default_budget=budget,
         on_compact=events.append,
+        counter=counter,
     )
     system = ChatMessage.system(SYSTEM_PROMPT)
     query = ChatMessage.query(FINAL_QUERY)
@@ -176,7 +183,7 @@ async def run_demo(budget: int = 3_000, turns: int = 10) -> DemoReport:
         context = [*context, *turn]
         full_history.extend(turn)
         before_events = len(events)
-        tokens_in = HEURISTIC.count_messages(context)
+        tokens_in = counter.count_messages(context)
         result = await guard.check_and_compact(context, hint="react_iteration")
         event = events[-1] if len(events) > before_events else None
         summarized = event.summarized if event else 0
@@ -189,18 +196,20 @@ async def run_demo(budget: int = 3_000, turns: int = 10) -> DemoReport:
                 "LLM summary" if event.method == "llm" else f"truncate ({event.reason or 'no LLM'})"
             ),
             messages_out=len(result),
-            tokens_out=HEURISTIC.count_messages(result),
+            tokens_out=counter.count_messages(result),
             summarized=summarized,
             dropped=len(context) - len(result) if event and event.method == "truncate" else 0,
         ))
         context = result
     final = await guard.check_and_compact([*context, query], hint="react_iteration")
     report.final_context = final
-    report.total_history_tokens = HEURISTIC.count_messages([*full_history, query])
+    report.total_history_tokens = counter.count_messages([*full_history, query])
     everything = [*full_history, query]
+    truncated = CompactUtils.smart_truncate(everything, budget, counter=counter)
     report.outcomes = [
-        _outcome("ctxstack guard (LLM summary + facts)", final, query),
-        _outcome("smart_truncate only", CompactUtils.smart_truncate(everything, budget), query),
-        _outcome("naive: drop oldest", _drop_oldest(everything, budget), query),
+        _outcome("ctxstack guard (LLM summary + facts)", final, query, counter),
+        _outcome("smart_truncate only", truncated, query, counter),
+        _outcome("naive: drop oldest", _drop_oldest(everything, budget, counter), query,
+                 counter),
     ]
     return report

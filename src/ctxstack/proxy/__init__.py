@@ -9,7 +9,8 @@ overflow, not once per request.
 
 Modules: :mod:`~ctxstack.proxy.settings` (environment), :mod:`~ctxstack.proxy.request`
 (validation, guard views), :mod:`~ctxstack.proxy.fitting` (the decision),
-:mod:`~ctxstack.proxy.checkpoints` (prefix hashes), :mod:`~ctxstack.proxy.forwarding`
+:mod:`~ctxstack.proxy.checkpoints` (prefix hashes), :mod:`~ctxstack.proxy.counting` (the
+token counter per model name), :mod:`~ctxstack.proxy.forwarding`
 (httpx, streaming), :mod:`~ctxstack.proxy.budgets` (per-model budgets, summarisers),
 :mod:`~ctxstack.proxy.auth` (tokens), :mod:`~ctxstack.proxy.stats` (headers, totals,
 logs), :mod:`~ctxstack.proxy.errors` (OpenAI-shaped errors), :mod:`~ctxstack.proxy.app`.
@@ -22,6 +23,7 @@ from ctxstack.proxy.app import app_from_env, create_app
 from ctxstack.proxy.settings import ProxySettings, is_loopback
 from ctxstack.proxy.stats import (
     COMPACTION_HEADER,
+    COUNTER_HEADER,
     SUMMARIZER_HEADER,
     TOKENS_HEADER,
     ProxyStats,
@@ -30,6 +32,7 @@ from ctxstack.proxy.stats import (
 
 __all__ = [
     "COMPACTION_HEADER",
+    "COUNTER_HEADER",
     "SUMMARIZER_HEADER",
     "TOKENS_HEADER",
     "ProxySettings",

@@ -27,6 +27,7 @@ from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
+from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.fitting import Fit, Fitter
 from ctxstack.proxy.forwarding import (
@@ -37,9 +38,9 @@ from ctxstack.proxy.forwarding import (
 )
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
-from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
+from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import TokenCounter
 
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -48,10 +49,13 @@ class ProxyState:
     """Everything one proxy app holds (built in the lifespan, closed after it)."""
 
     def __init__(self, settings: ProxySettings, factory: SessionFactory,
-                 counter: TokenCounter, transport: httpx.AsyncBaseTransport | None) -> None:
+                 counter: TokenCounter | None, transport: httpx.AsyncBaseTransport | None,
+                 ) -> None:
         self.settings = settings
         self.factory = factory
         self.stats = StatsRecorder()
+        self.shared_stats = SharedStats(self.stats, factory,
+                                        interval=settings.stats_flush_interval)
         self.upstream = Upstream(settings.upstream, api_key=settings.upstream_api_key,
                                  forward_auth=settings.forward_auth, timeout=settings.timeout,
                                  connect_timeout=settings.connect_timeout, transport=transport)
@@ -61,9 +65,12 @@ class ProxyState:
         self.summarizers = Summarizers(settings)
         store = CheckpointStore(factory, max_rows=settings.max_checkpoints,
                                 ttl_seconds=settings.checkpoint_ttl)
-        self.fitter = Fitter(counter, store, summary_timeout=settings.summary_timeout)
+        self.fitter = Fitter(ModelCounters(fixed=counter), store,
+                             summary_timeout=settings.summary_timeout)
 
     async def aclose(self) -> None:
+        await self.shared_stats.aclose()
+        await self.budgets.aclose()
         await self.upstream.aclose()
         await self.summarizers.aclose()
 
@@ -76,7 +83,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     Args:
         migrate: apply database migrations on start (the CLI does it once before starting
             workers instead).
-        counter: the token counter (default: the guard's default).
+        counter: one token counter for every model (default: per requested model name,
+            exact when its tokenizer is known offline — :mod:`ctxstack.proxy.counting`).
         transport: an httpx transport for the upstream (tests; default: the network).
     """
     holder: dict[str, ProxyState] = {}
@@ -86,10 +94,10 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         engine = create_engine_from_url(settings.database_url, schema=settings.database_schema)
         if migrate:
             await upgrade(engine)
-        state = ProxyState(settings, session_factory(engine), counter or DEFAULT_COUNTER,
-                           transport)
+        state = ProxyState(settings, session_factory(engine), counter, transport)
         holder["state"] = state
         app.state.proxy = state
+        state.shared_stats.start()
         try:
             yield
         finally:
@@ -112,7 +120,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await st().auth.caller(request.headers)
         except ProxyError as exc:
             return exc.response()
-        return JSONResponse(st().stats.snapshot().model_dump())
+        return JSONResponse((await st().shared_stats.totals()).model_dump())
 
     async def chat_completions(request: Request) -> Response:
         return await _chat(st(), request)
@@ -122,13 +130,18 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
+            path = request.path_params["path"]
             upstream = await state.upstream.open(
-                request.method, request.path_params["path"], query=request.url.query,
+                request.method, path, query=request.url.query,
                 headers=state.upstream.request_headers(request.headers.items()),
                 content=await request.body())
+            log_event("passthrough", method=request.method, path=f"/v1/{path}",
+                      status=upstream.status_code)
             return await relay(upstream)
         except ProxyError as exc:
             _count_error(state, exc)
+            log_event("passthrough", method=request.method, status=exc.status,
+                      error=exc.code or exc.type)
             return exc.response()
 
     app.add_route("/ctxstack/health", health, methods=["GET"])
@@ -199,7 +212,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
 
 def _log_fit(fit: Fit, log: dict[str, Any], added_ms: float, retried: bool) -> None:
     log.update(method=fit.method, original=fit.original, kept=fit.kept,
-               summarized=fit.summarized, tokens_estimated=fit.tokens,
+               summarized=fit.summarized, tokens_estimated=fit.tokens, counter=fit.counter,
                tokens_before=fit.tokens_before, summarizer_calls=fit.summarizer_usage.calls,
                summarizer_tokens=fit.summarizer_usage.total_tokens,
                checkpoint_saved=fit.checkpoint_saved, overflow_retry=retried,

@@ -4,8 +4,10 @@ Budget sources, first that has a number wins (DESIGN §3 layer 5, per model name
 active database model config whose ``model`` is the requested name (the ``main`` row
 before the ``fast`` one), then ``LLM_CONTEXT_SIZE`` / ``LLM_MAX_OUTPUT_TOKENS``, then the
 defaults. Answers are cached for a few seconds per model, so an admin's change reaches
-every worker quickly while a request costs no query; a database failure falls back to the
-environment (logged), never fails the request.
+every worker quickly while a request costs no query: after the first request of a model,
+an expired answer is still used while a background task reads the new one (no request
+waits for the database); a database failure falls back to the environment (logged), never
+fails the request.
 
 The summariser is ``FAST_LLM_*`` when configured, else the upstream itself asked with the
 request's own model (and budget). With ``--forward-auth`` and no ``LLM_API_KEY`` the
@@ -14,6 +16,7 @@ client's ``Authorization`` is used for summary calls too: it is the only key the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -44,17 +47,36 @@ class ModelBudgets:
         self.env = dict(env)
         self.ttl = ttl
         self._cache: dict[str, tuple[float, ModelBudget]] = {}
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
 
     async def get(self, model: str) -> ModelBudget:
-        now = time.monotonic()
         hit = self._cache.get(model)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+        if hit is None:
+            return await self._load(model)
+        if hit[0] <= time.monotonic() and model not in self._refreshing:
+            task = asyncio.get_running_loop().create_task(self._refresh(model))
+            self._refreshing[model] = task
+        return hit[1]
+
+    async def _load(self, model: str) -> ModelBudget:
         budget = await self._resolve(model)
         if len(self._cache) >= MAX_CACHED:
             self._cache.clear()
-        self._cache[model] = (now + self.ttl, budget)
+        self._cache[model] = (time.monotonic() + self.ttl, budget)
         return budget
+
+    async def _refresh(self, model: str) -> None:
+        try:
+            await self._load(model)
+        except Exception:  # keep serving the cached budget; the next request retries
+            log.warning("proxy: re-reading the budget of %r failed", model, exc_info=True)
+        finally:
+            self._refreshing.pop(model, None)
+
+    async def aclose(self) -> None:
+        """Wait for refreshes in flight (they use the database the app is closing)."""
+        if self._refreshing:
+            await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
 
     async def _resolve(self, model: str) -> ModelBudget:
         row: ModelConfig | None = None

@@ -15,6 +15,11 @@ A checkpoint stores the summary standing for messages ``[prompt_end, covered)``;
 request of the same conversation is forwarded as system prompt + summary + messages from
 ``covered`` on, which is what the guard produced when it summarised. Stored in the
 database (:mod:`ctxstack.store.proxy_checkpoints`), so every proxy worker shares them.
+
+A checkpoint lives ``ttl`` after its **last use**: when a lookup reuses one whose last
+recorded use is older than :func:`touch_interval` (an eighth of the ttl, at most an hour),
+its ``used_at`` is written — one small write per checkpoint per interval, whatever the
+request rate, and none at all for requests already within budget (they never look up).
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from typing import Any
 
 from ctxstack.errors import StorageError
 from ctxstack.store import SessionFactory
+from ctxstack.store.models import utcnow
 from ctxstack.store.proxy_checkpoints import (
     ProxyCheckpointRecord,
     find_proxy_checkpoints,
     save_proxy_checkpoint,
+    touch_proxy_checkpoint,
 )
 
 log = logging.getLogger("ctxstack.proxy")
@@ -94,6 +101,11 @@ def root_length(messages: Sequence[Mapping[str, Any]], prompt_end: int) -> int:
     return min(len(messages), prompt_end + 1)
 
 
+def touch_interval(ttl: timedelta) -> timedelta:
+    """How stale a checkpoint's recorded last use may get before a reuse rewrites it."""
+    return min(ttl / 8, timedelta(hours=1))
+
+
 class CheckpointStore:
     """Find and save proxy checkpoints; a database failure degrades to "no checkpoint"."""
 
@@ -101,6 +113,7 @@ class CheckpointStore:
         self.factory = factory
         self.max_rows = max_rows
         self.ttl = timedelta(seconds=ttl_seconds)
+        self.touch_every = touch_interval(self.ttl)
 
     async def find(
         self, messages: Sequence[Mapping[str, Any]], prompt_end: int, salt: str
@@ -123,7 +136,20 @@ class CheckpointStore:
                 continue
             if hasher.at(record.covered) == record.prefix_hash:
                 best = record
+        if best is not None:
+            await self._touch(best)
         return best
+
+    async def _touch(self, record: ProxyCheckpointRecord) -> None:
+        """Extend a reused checkpoint's life (rarely a write: see the module doc)."""
+        last = record.last_use()
+        if last is not None and last >= utcnow() - self.touch_every:
+            return
+        try:
+            await touch_proxy_checkpoint(self.factory, record.prefix_hash,
+                                         every=self.touch_every)
+        except StorageError as exc:
+            log.warning("proxy: could not extend a checkpoint's life: %s", exc)
 
     async def save(
         self, messages: Sequence[Mapping[str, Any]], prompt_end: int, salt: str, *,

@@ -2,8 +2,10 @@
 
 The decision, cheapest first:
 
-1. **Within budget** (by the guard's counter, tool definitions included, no message over
-   the cut size) → the request is forwarded *unchanged*: the very bytes the client sent.
+1. **Within budget** (by the requested model's counter — exact when its tokenizer is known
+   offline, :mod:`ctxstack.proxy.counting` —, tool definitions included, the counter's
+   margin kept free as everywhere a budget is fitted, no message over the cut size) → the
+   request is forwarded *unchanged*: the very bytes the client sent.
 2. **A checkpoint covers a prefix** (:mod:`ctxstack.proxy.checkpoints`) → system prompt +
    stored summary + the messages after it. Within budget → forwarded so (method
    ``checkpoint``): no summariser call for a conversation that grew by a turn.
@@ -17,14 +19,17 @@ Pure of HTTP: the route hands in a parsed request and a budget and gets a :class
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxstack import LLM, ChatMessage, ContextGuard, TokenCounter, Usage
 from ctxstack.proxy.checkpoints import CheckpointStore
+from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
+from ctxstack.tokens import effective_budget
 
 FitMethod = Literal["none", "checkpoint", "mask", "llm", "truncate"]
 DEFAULT_CUT_CHARS = 50_000
@@ -47,67 +52,83 @@ class Fit:
     summarizer_usage: Usage = field(default_factory=Usage)
     checkpoint_saved: bool = False
     reason: str | None = None
+    counter: str = ""
+    """The counter's ``cache_key`` (``tiktoken:o200k_base``, ``bpe-heuristic``, …)."""
 
 
 class Fitter:
-    """Applies the decision above with one counter, summariser timeout and checkpoint store."""
+    """Applies the decision above with the counters, summariser timeout and checkpoint store.
 
-    def __init__(self, counter: TokenCounter, store: CheckpointStore | None, *,
-                 summary_timeout: float) -> None:
-        self.counter = counter
+    ``counters``: one counter per requested model name (:class:`ModelCounters`), or a
+    single counter for every model.
+    """
+
+    def __init__(self, counters: ModelCounters | TokenCounter, store: CheckpointStore | None,
+                 *, summary_timeout: float) -> None:
+        self.counters = (counters if isinstance(counters, ModelCounters)
+                         else ModelCounters(fixed=counters))
         self.store = store
         self.summary_timeout = summary_timeout
 
     async def fit(self, request: CompletionRequest, budget: int, *, salt: str,
                   summarizer: LLM | None) -> Fit:
         """Fit ``request`` into ``budget`` tokens (messages and tool definitions)."""
+        counter = await self.counters.aget(request.model)
         conv = request.conversation
-        tools = request.tools_tokens(self.counter)
+        tools = request.tools_tokens(counter)
         limit = max(MIN_LIMIT, budget - tools)
-        total = conv.tokens(self.counter)
+        total = conv.tokens(counter)
         n = len(conv)
-        if total <= limit and conv.longest_text() <= DEFAULT_CUT_CHARS:
-            return Fit(None, "none", n, n, 0, total + tools, total + tools)
-        return await self._compact(request, limit, tools, total, salt=salt,
+        if (total <= effective_budget(limit, counter)
+                and conv.longest_text() <= DEFAULT_CUT_CHARS):
+            return Fit(None, "none", n, n, 0, total + tools, total + tools,
+                       counter=counter.cache_key)
+        return await self._compact(request, counter, limit, tools, total, salt=salt,
                                    summarizer=summarizer)
 
     async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
                     summarizer: LLM | None) -> Fit:
         """Compact to an explicit, smaller ``limit`` (after an upstream overflow error)."""
-        tools = request.tools_tokens(self.counter)
-        total = request.conversation.tokens(self.counter)
-        return await self._compact(request, max(MIN_LIMIT, limit - tools), tools, total,
-                                   salt=salt, summarizer=summarizer)
+        counter = await self.counters.aget(request.model)
+        tools = request.tools_tokens(counter)
+        total = request.conversation.tokens(counter)
+        return await self._compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
+                                   total, salt=salt, summarizer=summarizer)
 
-    async def _compact(self, request: CompletionRequest, limit: int, tools: int, total: int, *,
-                       salt: str, summarizer: LLM | None) -> Fit:
+    async def _compact(self, request: CompletionRequest, counter: TokenCounter, limit: int,
+                       tools: int, total: int, *, salt: str, summarizer: LLM | None) -> Fit:
         conv = request.conversation
         n = len(conv)
+        key = counter.cache_key
         record = None
         if self.store is not None:
             record = await self.store.find(conv.messages, conv.prompt_end, salt)
         if record is not None:
-            reused = self._reuse(conv, record, limit, tools, total)
+            same = record.model == request.model[:200]  # then the same counter wrote it
+            summary_tokens = record.token_count if same else counter.count_message(
+                ChatMessage(role="system", content=record.summary))
+            reused = _reuse(conv, record, summary_tokens, effective_budget(limit, counter),
+                            tools, total)
             if reused is not None:
-                return reused
+                return dataclasses.replace(reused, counter=key)
         working = _working(conv, record)
         guard = ContextGuard(
             compact_llm=summarizer,
             default_budget=limit,
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
             timeout=self.summary_timeout,
-            counter=self.counter,
+            counter=counter,
         )
         result, event = await guard.check(working, limit)
         unchanged = result is working or _same(result, working)
         if unchanged and record is None:
-            return Fit(None, "none", n, n, 0, total + tools, total + tools)
-        tokens = self.counter.count_messages(result) + tools
+            return Fit(None, "none", n, n, 0, total + tools, total + tools, counter=key)
+        tokens = counter.count_messages(result) + tools
         wire = [conv.wire_form(m) for m in result]
         if event is None or unchanged:
             assert record is not None
             return Fit(wire, "checkpoint", n, len(result), record.covered - conv.prompt_end,
-                       tokens, total + tools)
+                       tokens, total + tools, counter=key)
         summarized = 0
         saved = False
         covered = _covered(result, conv.prompt_end, n)
@@ -117,31 +138,31 @@ class Fitter:
             if self.store is not None:
                 saved = await self.store.save(
                     conv.messages, conv.prompt_end, salt, covered=covered, summary=summary.text,
-                    token_count=self.counter.count_message(summary), model=request.model)
+                    token_count=counter.count_message(summary), model=request.model)
         elif summary is not None and record is not None:
             summarized = record.covered - conv.prompt_end
         return Fit(wire, event.method, n, len(result), summarized, tokens, total + tools,
-                   summarizer_usage=event.usage, checkpoint_saved=saved, reason=event.reason)
+                   summarizer_usage=event.usage, checkpoint_saved=saved, reason=event.reason,
+                   counter=key)
 
 
-    def _reuse(self, conv: WireConversation, record: ProxyCheckpointRecord, limit: int,
-               tools: int, total: int) -> Fit | None:
-        """System prompt + checkpoint summary + the rest, when that fits as it is.
+def _reuse(conv: WireConversation, record: ProxyCheckpointRecord, summary_tokens: int,
+           fits: int, tools: int, total: int) -> Fit | None:
+    """System prompt + checkpoint summary + the rest, when that is within ``fits`` tokens.
 
-        Decided from the per-message counts already made, without building a single
-        message model: the common case of a long conversation between two overflows.
-        """
-        if len(conv.counts) != len(conv) or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS:
-            return None
-        counts = conv.counts
-        tokens = (sum(counts[:conv.prompt_end]) + record.token_count
-                  + sum(counts[record.covered:]))
-        if tokens > limit:
-            return None
-        summary = {"role": "system", "content": record.summary}
-        wire = [*conv.messages[:conv.prompt_end], summary, *conv.messages[record.covered:]]
-        return Fit(wire, "checkpoint", len(conv), len(wire),
-                   record.covered - conv.prompt_end, tokens + tools, total + tools)
+    Decided from the per-message counts already made, without building a single message
+    model: the common case of a long conversation between two overflows.
+    """
+    if len(conv.counts) != len(conv) or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS:
+        return None
+    counts = conv.counts
+    tokens = sum(counts[:conv.prompt_end]) + summary_tokens + sum(counts[record.covered:])
+    if tokens > fits:
+        return None
+    summary = {"role": "system", "content": record.summary}
+    wire = [*conv.messages[:conv.prompt_end], summary, *conv.messages[record.covered:]]
+    return Fit(wire, "checkpoint", len(conv), len(wire),
+               record.covered - conv.prompt_end, tokens + tools, total + tools)
 
 
 def _working(conv: WireConversation, record: ProxyCheckpointRecord | None) -> list[ChatMessage]:

@@ -7,7 +7,9 @@
 * ``CTXSTACK_PROXY_FORWARD_AUTH`` — ``1``: send the client's ``Authorization`` upstream;
 * ``CTXSTACK_PROXY_TIMEOUT`` — seconds to wait for upstream bytes, then 504 (600);
 * ``CTXSTACK_PROXY_CHECKPOINTS`` / ``_CHECKPOINT_TTL`` — at most this many checkpoints
-  (10,000), each living this many seconds (7 days);
+  (10,000), each living this many seconds after its last use (7 days);
+* ``CTXSTACK_PROXY_STATS_FLUSH`` — seconds between two writes of a worker's counts to the
+  database, where ``/ctxstack/stats`` sums every worker's (1);
 * ``LLM_API_KEY`` — the upstream key, never accepted from nor shown to a client;
 * ``FAST_LLM_BASE_URL`` / ``_API_KEY`` / ``_MODEL`` — the summariser; unset → the
   upstream itself with the request's model; ``FAST_LLM_TIMEOUT`` bounds a summary (60 s,
@@ -75,6 +77,7 @@ class ProxySettings(BaseModel):
     database_schema: str | None = None
     max_checkpoints: int = Field(default=DEFAULT_MAX_CHECKPOINTS, ge=1)
     checkpoint_ttl: float = Field(default=DEFAULT_CHECKPOINT_TTL, gt=0)
+    stats_flush_interval: float = Field(default=1.0, gt=0)
     overflow_retry_fill: float = Field(default=0.5, gt=0, lt=1)
     """On an upstream overflow error, compact to this share of what was sent, retry once."""
     budget_env: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -134,7 +137,8 @@ class ProxySettings(BaseModel):
         for field, var in (("timeout", "CTXSTACK_PROXY_TIMEOUT"),
                            ("summary_timeout", "FAST_LLM_TIMEOUT"),
                            ("max_checkpoints", "CTXSTACK_PROXY_CHECKPOINTS"),
-                           ("checkpoint_ttl", "CTXSTACK_PROXY_CHECKPOINT_TTL")):
+                           ("checkpoint_ttl", "CTXSTACK_PROXY_CHECKPOINT_TTL"),
+                           ("stats_flush_interval", "CTXSTACK_PROXY_STATS_FLUSH")):
             raw = _get(env, var)
             if raw is not None:
                 try:

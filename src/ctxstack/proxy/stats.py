@@ -7,40 +7,60 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
   ``none`` (forwarded unchanged), ``checkpoint`` (an earlier summary reused), ``llm`` (a
   new summary), ``truncate`` (oldest messages dropped); ``N`` messages received, ``K``
   forwarded (a summary counts as one), ``S`` represented by the summary;
-* ``x-ctxstack-input-tokens-estimated`` — the estimate of what was forwarded;
+* ``x-ctxstack-input-tokens-estimated`` — the count of what was forwarded;
+* ``x-ctxstack-token-counter`` — what counted it: ``tiktoken:o200k_base`` (exact, the
+  model's own tokenizer), ``bpe-heuristic`` (an estimate; the budget's margin was kept
+  free), … (:mod:`ctxstack.proxy.counting`);
 * ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``.
 
-``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: totals of this worker process
-since it started (each worker counts its own; the checkpoints they share are in the
-database).
+``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
+(``--workers N``, and every other proxy process) sharing the database, since the database
+was created. Design, the simplest that is correct with any number of processes: each
+worker counts in memory (:class:`StatsRecorder`) and adds what it counted to one row per
+counter in the database every second (:class:`SharedStats`; an atomic ``value + delta``
+upsert, :mod:`ctxstack.store.proxy_stats`), so a busy proxy writes one small transaction
+a second per worker, never one per request. A stats request first adds its own worker's
+pending counts, then reads the sums (plus whatever of its own could not be written yet):
+its own requests are always included, another worker's at most one flush interval
+(``CTXSTACK_PROXY_STATS_FLUSH``, 1 s) late. If the database cannot be read, the answer is
+this worker's own totals, marked ``"scope": "worker"``; counts not yet written are kept
+and written at the next flush (and when the worker stops).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ctxstack import Usage
+from ctxstack.errors import StorageError
 from ctxstack.proxy.fitting import Fit
+from ctxstack.store import SessionFactory
+from ctxstack.store.proxy_stats import add_proxy_stats, load_proxy_stats
 
 log = logging.getLogger("ctxstack.proxy")
 
 COMPACTION_HEADER = "x-ctxstack-compaction"
 TOKENS_HEADER = "x-ctxstack-input-tokens-estimated"
 SUMMARIZER_HEADER = "x-ctxstack-summarizer-usage"
+COUNTER_HEADER = "x-ctxstack-token-counter"
 
 
 def fit_headers(fit: Fit) -> dict[str, str]:
-    """The three ``x-ctxstack-*`` headers for one fitted request."""
+    """The ``x-ctxstack-*`` headers for one fitted request."""
     usage = fit.summarizer_usage
     return {
         COMPACTION_HEADER: (f"method={fit.method}; original={fit.original}; kept={fit.kept}; "
                             f"summarized={fit.summarized}"),
         TOKENS_HEADER: str(fit.tokens),
+        COUNTER_HEADER: fit.counter,
         SUMMARIZER_HEADER: (f"input_tokens={usage.input_tokens}; "
                             f"output_tokens={usage.output_tokens}; calls={usage.calls}"),
     }
@@ -63,8 +83,11 @@ class SummarizerTotals(BaseModel):
 
 
 class ProxyStats(BaseModel):
-    """Running totals of one proxy worker (the ``/ctxstack/stats`` body)."""
+    """Running totals (the ``/ctxstack/stats`` body; see the module doc for their scope)."""
 
+    scope: Literal["all", "worker"] = "all"
+    """``all``: every worker sharing the database; ``worker``: only the one that answered
+    (the database could not be read)."""
     requests: int = 0
     """Chat-completion requests received (bad requests included)."""
     forwarded: int = 0
@@ -88,43 +111,154 @@ class ProxyStats(BaseModel):
     unreachable: int = 0
     timeouts: int = 0
 
+    @classmethod
+    def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
+                  ) -> ProxyStats:
+        """Built from flat keys (``requests``, ``compactions.llm``, ``summarizer.calls``,
+        ``upstream_errors.429``); unknown keys (a newer proxy's) are ignored."""
+        stats = cls(scope=scope)
+        for key, value in totals.items():
+            group, _, name = key.partition(".")
+            if not name and group in _INT_FIELDS:
+                setattr(stats, group, getattr(stats, group) + value)
+            elif group in ("compactions", "upstream_errors") and name:
+                counts: dict[str, int] = getattr(stats, group)
+                counts[name] = counts.get(name, 0) + value
+            elif group == "summarizer" and name in SummarizerTotals.model_fields:
+                setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
+        return stats
+
+
+_INT_FIELDS = frozenset(name for name, f in ProxyStats.model_fields.items()
+                        if f.annotation is int)
+
 
 class StatsRecorder:
-    """Thread-safe updates of :class:`ProxyStats` (the app runs on one loop, but the
-    recorder may be read from a test's thread)."""
+    """This worker's counts: flat keys (see :meth:`ProxyStats.from_flat`), all of them since
+    it started and those not yet written to the database. Thread-safe (the app runs on one
+    loop, but a test may read from its own thread)."""
 
     def __init__(self) -> None:
-        self._stats = ProxyStats()
+        self._totals: dict[str, int] = {}
+        self._pending: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def snapshot(self) -> ProxyStats:
+        """This worker's totals since it started."""
         with self._lock:
-            return self._stats.model_copy(deep=True)
+            return ProxyStats.from_flat(self._totals, scope="worker")
+
+    def _add(self, items: Mapping[str, int]) -> None:
+        with self._lock:
+            for key, by in items.items():
+                if by:
+                    self._totals[key] = self._totals.get(key, 0) + by
+                    self._pending[key] = self._pending.get(key, 0) + by
 
     def bump(self, field: str, by: int = 1) -> None:
-        with self._lock:
-            setattr(self._stats, field, getattr(self._stats, field) + by)
+        if field not in _INT_FIELDS:
+            raise ValueError(f"unknown proxy stats field {field!r}")
+        self._add({field: by})
 
     def fitted(self, fit: Fit) -> None:
-        with self._lock:
-            s = self._stats
-            s.compactions[fit.method] = s.compactions.get(fit.method, 0) + 1
-            s.tokens_before += fit.tokens_before
-            s.tokens_forwarded += fit.tokens
-            s.tokens_saved += max(0, fit.tokens_before - fit.tokens)
-            s.checkpoints_saved += fit.checkpoint_saved
-            self._add_usage(fit.summarizer_usage)
-
-    def _add_usage(self, usage: Usage) -> None:
-        t = self._stats.summarizer
-        t.calls += usage.calls
-        t.input_tokens += usage.input_tokens
-        t.output_tokens += usage.output_tokens
+        usage: Usage = fit.summarizer_usage
+        self._add({
+            f"compactions.{fit.method}": 1,
+            "tokens_before": fit.tokens_before,
+            "tokens_forwarded": fit.tokens,
+            "tokens_saved": max(0, fit.tokens_before - fit.tokens),
+            "checkpoints_saved": int(fit.checkpoint_saved),
+            "summarizer.calls": usage.calls,
+            "summarizer.input_tokens": usage.input_tokens,
+            "summarizer.output_tokens": usage.output_tokens,
+        })
 
     def upstream_error(self, status: int) -> None:
+        self._add({f"upstream_errors.{status}": 1})
+
+    def take_pending(self) -> dict[str, int]:
+        """The counts not yet written, handed over (the caller writes or returns them)."""
         with self._lock:
-            key = str(status)
-            self._stats.upstream_errors[key] = self._stats.upstream_errors.get(key, 0) + 1
+            pending, self._pending = self._pending, {}
+            return pending
+
+    def pending(self) -> dict[str, int]:
+        """A copy of the counts not yet written."""
+        with self._lock:
+            return dict(self._pending)
+
+    def return_pending(self, pending: Mapping[str, int]) -> None:
+        """Counts whose write failed: written with the next batch."""
+        with self._lock:
+            for key, by in pending.items():
+                self._pending[key] = self._pending.get(key, 0) + by
+
+
+DEFAULT_FLUSH_SECONDS = 1.0
+
+
+class SharedStats:
+    """Writes a worker's counts to the database in batches and reads every worker's sums
+    (see the module doc). :meth:`start` in the app's lifespan, :meth:`aclose` after it."""
+
+    def __init__(self, recorder: StatsRecorder, factory: SessionFactory, *,
+                 interval: float = DEFAULT_FLUSH_SECONDS) -> None:
+        self.recorder = recorder
+        self.factory = factory
+        self.interval = interval
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.flush()
+            except Exception:  # never let the timer die: the next tick tries again
+                log.exception("proxy: writing stats failed")
+
+    async def flush(self) -> bool:
+        """Write the pending counts; False (and kept for the next flush) if that failed."""
+        async with self._lock:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
+        pending = self.recorder.take_pending()
+        if not pending:
+            return True
+        try:
+            await add_proxy_stats(self.factory, pending)
+        except StorageError as exc:
+            self.recorder.return_pending(pending)
+            log.warning("proxy: stats not written to the database (kept for later): %s", exc)
+            return False
+        return True
+
+    async def totals(self) -> ProxyStats:
+        """Every worker's totals: the stored sums plus whatever this worker could not write
+        yet (a locked database); this worker's own if the database cannot be read."""
+        async with self._lock:
+            await self._flush()
+            try:
+                stored = await load_proxy_stats(self.factory)
+            except StorageError as exc:
+                log.warning("proxy: stats not read from the database: %s", exc)
+                return self.recorder.snapshot()
+            for key, by in self.recorder.pending().items():
+                stored[key] = stored.get(key, 0) + by
+            return ProxyStats.from_flat(stored)
+
+    async def aclose(self) -> None:
+        """Stop the timer and write what is left."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()
 
 
 def log_event(event: str, **fields: Any) -> None:

@@ -277,8 +277,9 @@ class ProxyCheckpoint(Base):
     Proxy clients resend the whole history without an id, so a conversation is recognised
     by content: ``prefix_hash`` is the hash of the first ``covered`` wire messages (salted
     with the caller's identity), ``root_hash`` the hash of its opening messages, the lookup
-    key. ``summary`` stands for messages ``[prompt_end, covered)``. Rows expire by age and
-    are bounded in number (:mod:`ctxstack.store.proxy_checkpoints`).
+    key. ``summary`` stands for messages ``[prompt_end, covered)``. Rows expire a while
+    after their last use (``used_at``, else ``created_at``) and are bounded in number
+    (:mod:`ctxstack.store.proxy_checkpoints`).
     """
 
     __tablename__ = "proxy_checkpoints"
@@ -295,6 +296,18 @@ class ProxyCheckpoint(Base):
     summary: Mapped[str] = mapped_column(Text)
     token_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ProxyStat(Base):
+    """One running total of ``ctxstack proxy`` (``requests``, ``compactions.llm``, …),
+    summed over every worker that shares the database (:mod:`ctxstack.store.proxy_stats`)."""
+
+    __tablename__ = "proxy_stats"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class TokenCalibration(Base):

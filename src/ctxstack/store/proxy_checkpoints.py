@@ -7,9 +7,13 @@ by its ``root_hash`` (its opening messages), checks the prefix hash, and starts 
 summary instead of summarising again. One summarisation per overflow, shared by every
 proxy worker that uses the same database.
 
-The table is bounded: rows older than ``ttl`` are neither returned nor kept, and beyond
-``max_rows`` the oldest rows are deleted. Both happen when a checkpoint is saved, which is
-rare (once per overflow), so lookups stay one indexed read.
+The table is bounded: rows not used for ``ttl`` (by ``used_at``, else ``created_at``) are
+neither returned nor kept, and beyond ``max_rows`` the least recently used rows are
+deleted. Both happen when a checkpoint is saved, which is rare (once per overflow), so
+lookups stay one indexed read. A reused checkpoint's life is extended by
+:func:`touch_proxy_checkpoint`, which writes ``used_at`` at most once per ``every`` (a
+conditional update: a checkpoint hit by every request of a busy conversation costs one
+write an hour, not one per request).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import delete, func, select
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ctxstack.errors import InputError, StorageError
@@ -42,6 +46,24 @@ class ProxyCheckpointRecord(BaseModel):
     summary: str = Field(min_length=1)
     token_count: int = Field(ge=0)
     created_at: datetime | None = None
+    used_at: datetime | None = None
+    """When a request last reused it (None: never); it expires ``ttl`` after that."""
+
+    def last_use(self) -> datetime | None:
+        """``used_at``, else ``created_at``: what its expiry counts from."""
+        return self.used_at or self.created_at
+
+
+def _alive(cutoff: datetime) -> ColumnElement[bool]:
+    """Used (or, never used, created) at or after ``cutoff``."""
+    return or_(ProxyCheckpoint.used_at >= cutoff,
+               and_(ProxyCheckpoint.used_at.is_(None), ProxyCheckpoint.created_at >= cutoff))
+
+
+def _expired(cutoff: datetime) -> ColumnElement[bool]:
+    """Neither created nor used since ``cutoff`` (the ``created_at`` index narrows it)."""
+    return and_(ProxyCheckpoint.created_at < cutoff,
+                or_(ProxyCheckpoint.used_at.is_(None), ProxyCheckpoint.used_at < cutoff))
 
 
 async def find_proxy_checkpoints(
@@ -51,6 +73,7 @@ async def find_proxy_checkpoints(
     *,
     ttl: timedelta = DEFAULT_TTL,
     limit: int = LOOKUP_LIMIT,
+    now: datetime | None = None,
 ) -> list[ProxyCheckpointRecord]:
     """Unexpired checkpoints of ``root_hash`` covering at most ``max_covered`` messages,
     longest first. The caller verifies which one's ``prefix_hash`` matches its messages.
@@ -63,7 +86,7 @@ async def find_proxy_checkpoints(
         .where(
             ProxyCheckpoint.root_hash == root_hash,
             ProxyCheckpoint.covered <= max_covered,
-            ProxyCheckpoint.created_at >= utcnow() - ttl,
+            _alive((now or utcnow()) - ttl),
         )
         .order_by(ProxyCheckpoint.covered.desc(), ProxyCheckpoint.id.desc())
         .limit(limit)
@@ -113,18 +136,48 @@ async def prune_proxy_checkpoints(
     ttl: timedelta = DEFAULT_TTL,
     now: datetime | None = None,
 ) -> None:
-    """Delete expired rows, then all but the newest ``max_rows``."""
+    """Delete expired rows, then all but the ``max_rows`` most recently used."""
     now = now or utcnow()
     async with transaction(factory, "pruning proxy checkpoints") as session:
-        await session.execute(
-            delete(ProxyCheckpoint).where(ProxyCheckpoint.created_at < now - ttl)
-        )
-        boundary = await session.scalar(
-            select(ProxyCheckpoint.id).order_by(ProxyCheckpoint.id.desc())
-            .offset(max_rows).limit(1)
-        )
-        if boundary is not None:
-            await session.execute(delete(ProxyCheckpoint).where(ProxyCheckpoint.id <= boundary))
+        await session.execute(delete(ProxyCheckpoint).where(_expired(now - ttl)))
+        count = int(await session.scalar(select(func.count(ProxyCheckpoint.id))) or 0)
+        if count <= max_rows:
+            return
+        last_use = func.coalesce(ProxyCheckpoint.used_at, ProxyCheckpoint.created_at)
+        surplus = (select(ProxyCheckpoint.id)
+                   .order_by(last_use.asc(), ProxyCheckpoint.id.asc())
+                   .limit(count - max_rows))
+        await session.execute(delete(ProxyCheckpoint).where(
+            ProxyCheckpoint.id.in_(surplus.scalar_subquery())))
+
+
+async def touch_proxy_checkpoint(
+    factory: SessionFactory,
+    prefix_hash: str,
+    *,
+    every: timedelta,
+    now: datetime | None = None,
+) -> bool:
+    """Mark a checkpoint used now, unless it was marked (or created) less than ``every``
+    ago. Returns whether a row was written.
+
+    Raises:
+        StorageError: the database failed.
+    """
+    now = now or utcnow()
+    stale = now - every
+    stmt = (
+        update(ProxyCheckpoint)
+        .where(ProxyCheckpoint.prefix_hash == prefix_hash,
+               or_(ProxyCheckpoint.used_at < stale,
+                   and_(ProxyCheckpoint.used_at.is_(None),
+                        ProxyCheckpoint.created_at < stale)))
+        .values(used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    async with transaction(factory, "marking a proxy checkpoint used") as session:
+        result = await session.execute(stmt)
+        return bool(getattr(result, "rowcount", 0))
 
 
 async def count_proxy_checkpoints(factory: SessionFactory) -> int:
