@@ -59,7 +59,7 @@ class MemoCounter(BaseCounter):
         self.image_tokens = inner.image_tokens
         self.message_overhead = inner.message_overhead
         self.max_chars = max_chars
-        self._memo: OrderedDict[str, int] = OrderedDict()
+        self._texts: OrderedDict[str, int] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
 
@@ -70,7 +70,7 @@ class MemoCounter(BaseCounter):
     def count_text(self, text: str) -> int:
         if len(text) < MEMO_MIN_CHARS:
             return self.inner.count_text(text)
-        memo = self._memo
+        memo = self._texts
         with self._lock:
             hit = memo.get(text)
             if hit is not None:
