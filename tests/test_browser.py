@@ -108,9 +108,9 @@ def test_what_the_model_remembers_in_chromium(browser_ready: None, tmp_path: Pat
         "CTXSTACK_DEMO_DELAY": "0.05",
         "CTXSTACK_DEMO_CHUNK_DELAY": "0.02",
     })
-    # README's first-run paragraph: the divider comes with the fifth question and folds
+    # README's first-run paragraph: the divider comes with the sixth question and folds
     # the first three questions and answers.
-    assert checks["divider_turn"] == 5
+    assert checks["divider_turn"] == 6
     assert checks["divider_live"]["text"].startswith("6 earlier messages summarized by AI")
     live, reloaded = checks["divider_live"], checks["divider_reload"]
     assert live == reloaded

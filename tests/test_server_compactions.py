@@ -229,3 +229,19 @@ async def test_fold_tracker_sees_each_check_and_keeps_what_a_compaction_folded()
     gone = sorted(set(fold.stored_in) - set(fold.stored_out))
     assert (data.summarized_messages, data.first_seq, data.last_seq) == (len(gone), 1, gone[-1])
     assert data.summarized_messages + data.kept_messages == data.original_messages == 8
+
+
+def test_refolding_messages_the_load_showed_verbatim_counts_them_once() -> None:
+    """The load shows its newest summarised messages verbatim after the summary (seqs 5–6
+    of a span ending at 6); a mid-turn fold of them plus seq 7 adds only seq 7."""
+    summary = ChatMessage.system("[Conversation summary]\nShort.", metadata={"kind": "summary"})
+    base = Span(count=6, first_seq=1, last_seq=6)
+    fold = GuardFold(stored_in=[5, 6, 7, 8], stored_out=[8], turn_in=0, turn_out=0,
+                     summary=summary)
+    data, span = run_compaction(_event(), fold, base)
+    assert span == Span(count=7, first_seq=1, last_seq=7)
+    assert (data.summarized_messages, data.last_seq) == (7, 7)
+    again = GuardFold(stored_in=[5, 6], stored_out=[], turn_in=3, turn_out=0, summary=summary)
+    data, span = run_compaction(_event(), again, base)
+    assert span == base  # nothing stored beyond the span was folded
+    assert (data.summarized_messages, data.last_seq) == (6, 6)

@@ -575,3 +575,35 @@ async def test_folding_is_bounded_per_load_and_reports_what_is_left(
     await mem.get_messages()  # the next turn continues from the checkpoint
     assert mem.checkpoint_candidate is not None
     assert mem.checkpoint_candidate.last_seq > first.last_seq
+
+
+async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory, conv: str) -> None:
+    """What the agent adds to the loaded history — system prompt, tool specs, the trailing
+    question — fits beside it, so the guard does not compact again at the first call."""
+    from ctxstack.agent.tools import tool
+    from ctxstack.tokens import effective_budget, tool_specs_tokens
+
+    @tool
+    def lookup(order_id: str) -> str:
+        """Find an order.
+
+        Args:
+            order_id: the order number.
+        """
+        return order_id
+
+    await seed(sf, conv, 41)
+    system = "You are a careful assistant. " * 40
+    specs = [lookup.spec()]
+    plain = memory(sf, conv, budget=1_200)
+    reserved = memory(sf, conv, budget=1_200, system_prompt=system, tools=specs)
+    bare = await plain.get_messages()
+    history = await reserved.get_messages()
+    assert reserved.trailing_message is not None
+    call = [ChatMessage.system(system), *history, reserved.trailing_message]
+    # the whole call fits what the guard allows a call that carries these tools
+    allowed = effective_budget(1_200 - tool_specs_tokens(specs, HEURISTIC), HEURISTIC)
+    assert HEURISTIC.count_messages(call) <= allowed
+    assert len(history) < len(bare)  # the room came out of the history
+    without = [ChatMessage.system(system), *bare, plain.trailing_message]
+    assert HEURISTIC.count_messages(without) > allowed  # the case the reserve exists for

@@ -188,6 +188,10 @@ def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -
     """
     fold = fold or GuardFold([], [], 0, 0, None)
     gone = sorted(set(fold.stored_in) - set(fold.stored_out))
+    if base.last_seq is not None:
+        # the load shows its newest summarised messages verbatim after the summary; folding
+        # them again adds nothing to the span (they were counted in ``base``)
+        gone = [seq for seq in gone if seq > base.last_seq]
     method = _method(event.method)
     span = base
     if method == "llm" and gone:

@@ -40,7 +40,7 @@ DEMO_CONTEXT_SIZE = 8_000
 """The demo model's declared context window (tokens)."""
 DEMO_MAX_OUTPUT_TOKENS = 4_000
 """The demo model's declared answer reserve: 4,000 input tokens are left for the context,
-so the stored history (about 900 tokens a turn) is first summarised on the sixth turn."""
+so the stored history (about 800 tokens a turn) is first summarised on the sixth turn."""
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 

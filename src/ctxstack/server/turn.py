@@ -233,6 +233,10 @@ class Turn:
             user_id=self.spec.user_id,
             file_store=self.state.files,
             counter=self.state.llms.counter("main"),
+            # what the ReAct call adds to the history: the load leaves room for it, so a
+            # history that fits is not summarised a second time at the first model call
+            system_prompt=SYSTEM_PROMPT if self.spec.mode == "react" else None,
+            tools=[t.spec() for t in service_tools()] if self.spec.mode == "react" else None,
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate

@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -69,7 +70,7 @@ from ctxstack.errors import ConfigError, StorageError
 from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.prompts import SUMMARY_PREFIX
-from ctxstack.protocol import LLM, Usage
+from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
     CheckpointCandidate,
     CheckpointRecord,
@@ -82,7 +83,14 @@ from ctxstack.store.files import FileRecord, FileStore, valid_file_id
 from ctxstack.store.fold import fold_older
 from ctxstack.store.messages import HISTORY_ROLES, MessageRecord, read_page
 from ctxstack.store.models import Message
-from ctxstack.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter, effective_budget
+from ctxstack.tokens import (
+    DEFAULT_COUNTER,
+    IMAGE_TOKENS,
+    TokenCounter,
+    budget_margin,
+    effective_budget,
+    tool_specs_tokens,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +129,12 @@ class DbMemory(BaseMemory):
         max_fold_chunks: summariser calls one load may spend folding history older
             than the window (16: a first load of ~2,000 messages folds them all; longer
             ones continue from the checkpoint on the next load).
+        system_prompt, tools: what every call adds to the loaded history besides the
+            trailing question. The history is compacted to what the guard will leave
+            it — ``budget`` less the tool specs, the system prompt and the trailing
+            question (which the agent re-adds), counted as the guard counts them — so
+            a history that fits here is not compacted a second time at the first call.
+            Without them only the trailing question is set aside.
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
@@ -152,6 +166,8 @@ class DbMemory(BaseMemory):
         compact_timeout: float | None = None,
         options: CompactionOptions | None = None,
         max_fold_chunks: int = 16,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -176,6 +192,8 @@ class DbMemory(BaseMemory):
         self.load_window = load_window
         self.use_checkpoints = use_checkpoints
         self.max_fold_chunks = max_fold_chunks
+        self.system_prompt = system_prompt
+        self.tools = list(tools) if tools else None
         self._reset()
 
     @property
@@ -202,6 +220,7 @@ class DbMemory(BaseMemory):
         self._fold_summary: ChatMessage | None = None
         self._fold_last: int | None = None
         self._llm_failed = False
+        self._history_tokens = self.max_tokens
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage) -> None:
@@ -222,6 +241,7 @@ class DbMemory(BaseMemory):
         if records and records[-1].role == "user":
             self.trailing_message = records.pop().to_chat_message()
         stored_after = len(records) + self.omitted_count
+        self._history_tokens = self._history_budget()
         await self._fold()
         refs = await self._owner_files(owner_id, records)
         history = await asyncio.to_thread(self._history, records, refs)  # CPU: off the loop
@@ -410,8 +430,21 @@ class DbMemory(BaseMemory):
         return out
 
     # ------------------------------------------------------------------ compacting
+    def _history_budget(self) -> int:
+        """The budget left to the history: what the guard will allow the whole call
+        (``budget`` less the tool specs, then its margin) less the system prompt and the
+        trailing question, grossed up by the margin so that ``effective_budget`` of the
+        result is exactly what remains (at least 1)."""
+        around = [] if self.system_prompt is None else [ChatMessage.system(self.system_prompt)]
+        if self.trailing_message is not None:
+            around.append(self.trailing_message)
+        spent = self.counter.count_messages(around) if around else 0
+        keep = 1.0 - budget_margin(self.counter)
+        call = self.max_tokens - tool_specs_tokens(self.tools, self.counter)
+        return max(1, call - math.ceil(spent / keep))
+
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
-        fits = effective_budget(self.max_tokens, self.counter)
+        fits = effective_budget(self._history_tokens, self.counter)
         if await asyncio.to_thread(self.counter.count_messages, history) <= fits:
             if self._fold_summary is not None and self._fold_last is not None:
                 self.checkpoint_candidate = self._candidate(history, (), self._fold_summary)
@@ -420,7 +453,7 @@ class DbMemory(BaseMemory):
         # A summariser that just failed while folding is not called again in this load.
         llm = None if self._llm_failed else self.compact_llm
         result = await compact_staged(
-            history, llm, self.max_tokens, self.options.with_(hint="general"),
+            history, llm, self._history_tokens, self.options.with_(hint="general"),
             counter=self.counter,
         )
         self.method = result.method
@@ -451,7 +484,7 @@ class DbMemory(BaseMemory):
         after = messages[at + 1] if at + 1 < len(messages) else None
         expected = after.metadata.get("seq") if after is not None else None
         extra: list[ChatMessage] = []
-        fits = effective_budget(self.max_tokens, self.counter)
+        fits = effective_budget(self._history_tokens, self.counter)
         for message in reversed(folded):
             cost = self.counter.count_message(message)
             seq = message.metadata.get("seq")
