@@ -138,7 +138,10 @@ class StaticMemory(BaseMemory):
 class Turn:
     """Runs one turn and feeds its events to ``self.queue`` (``None`` ends the stream)."""
 
-    def __init__(self, state: ServiceState, spec: TurnSpec, lease: TurnLease) -> None:
+    def __init__(self, state: ServiceState, spec: TurnSpec, lease: TurnLease, *,
+                 started: float | None = None) -> None:
+        """``started``: ``time.perf_counter()`` when the route began handling the request
+        (its claim and the stored question are part of the turn's time)."""
         self.state = state
         self.spec = spec
         self.lease = lease
@@ -152,7 +155,7 @@ class Turn:
         self.forwarded: list[str] = []
         self.checkpoint: Any = None
         self.archive: ConversationArchive | None = None
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
         self.span = Span()  # the stored messages the context's summary covers
@@ -415,7 +418,10 @@ class Turn:
         finally:
             await self.lease.release()
             if final is not None:  # only now may the client ask its next question
-                await self.emit(final)
+                # The live ``elapsed`` covers the commit and the release too (the stored
+                # copy was written before them).
+                await self.emit(SseDoneEvent(data=final.data.model_copy(update={
+                    "elapsed": round(time.perf_counter() - self.started, 3)})))
             self.queue.put_nowait(None)
 
     async def _save(self, status: MessageStatus, error: str | None) -> SseDoneEvent | None:
