@@ -180,3 +180,47 @@ async def test_injects_for_a_dead_turn_go_to_the_next_and_saving_refuses_new_one
         await queue.begin(a, "third")  # the claim outlives the save
     await queue.release(a, "next")
     await queue.begin(a, "third")
+
+
+async def test_settle_saves_the_leftovers_and_releases_in_one_commit(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    """The database queue's settle: the injects nobody took reach the save, the claim is
+    gone once it commits; a failed save leaves the claim and the injects as they were; a
+    lost claim saves nothing."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from ctxstack.server.lifecycle import LeaseLostError
+
+    queue, (a, b) = queue_and_conversations
+    if not isinstance(queue, DbInjectQueue):
+        pytest.skip("only the database queue settles in one transaction")
+    await queue.begin(a, "t1")
+    await queue.push(a, "late")
+
+    async def broken(session: AsyncSession, leftovers: list[str]) -> None:
+        assert leftovers == ["late"]
+        raise RuntimeError("the save failed")
+
+    with pytest.raises(RuntimeError, match="save failed"):
+        await queue.settle(a, "t1", broken)
+    assert await queue.is_running(a)  # rolled back: still claimed, still running
+    await queue.push(a, "later")  # and still taking injects
+
+    async def save(session: AsyncSession, leftovers: list[str]) -> list[str]:
+        return leftovers
+
+    assert await queue.settle(a, "t1", save) == ["late", "later"]
+    assert not await queue.is_running(a)
+    with pytest.raises(NoRunningTurnError):
+        await queue.push(a, "after the answer")
+    await queue.begin(a, "t2")  # the conversation is free for the next turn
+
+    called: list[str] = []
+
+    async def never(session: AsyncSession, leftovers: list[str]) -> None:
+        called.append("saved")
+
+    with pytest.raises(LeaseLostError):
+        await queue.settle(b, "not-claimed", never)
+    assert called == []

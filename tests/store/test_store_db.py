@@ -255,3 +255,32 @@ async def test_retry_transaction_retries_transient_errors_only(sf: SessionFactor
     with pytest.raises(StorageError, match="locked work"):
         await retry_transaction(sf, "locked work", always_locked, attempts=3)
     assert len(calls) == 3
+
+
+async def test_sqlite_writers_of_one_process_take_turns(tmp_path: Path) -> None:
+    """Many read-then-write transactions at once on one SQLite file: with a busy timeout
+    far shorter than the queue, none fails with "database is locked" and no update is
+    lost — the process's writers wait for each other instead of racing for the lock."""
+    import asyncio
+
+    from ctxstack.store.db import transaction
+
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'turns.db'}",
+                                    statement_timeout=0.001)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("create table counter (n integer not null)"))
+            await conn.execute(text("insert into counter values (0)"))
+        factory = session_factory(engine)
+
+        async def bump() -> None:
+            async with transaction(factory, "bumping the counter") as session:
+                seen = int(await session.scalar(text("select n from counter")))
+                await asyncio.sleep(0.002)  # another writer runs meanwhile, if it may
+                await session.execute(text("update counter set n = :n"), {"n": seen + 1})
+
+        await asyncio.gather(*(bump() for _ in range(25)))
+        async with factory() as session:
+            assert await session.scalar(text("select n from counter")) == 25
+    finally:
+        await engine.dispose()

@@ -32,6 +32,7 @@ from ctxstack.store import (
     list_messages,
     list_model_configs,
     load_budget,
+    load_budgets,
     rename_conversation,
     save_checkpoint,
     set_model_config,
@@ -346,9 +347,13 @@ async def test_budget_comes_from_the_active_model_config(sf: SessionFactory) -> 
     # The fast role without its own row falls back to the main role's resolved values.
     fast = await load_budget(sf, "fast", env={})
     assert (fast.context_size, fast.sources["context_size"]) == (100_000, "main:db")
+    assert (await load_budgets(sf, env={}))[1] == fast
     await set_model_config(sf, "fast", "small-model", context_size=16_000,
                            max_output_tokens=2_000)
     assert (await load_budget(sf, "fast", env={})).usable_input_tokens == 14_000
+    # Both roles from one query (what the service reads per turn) resolve the same way.
+    assert await load_budgets(sf, env=env) == (await load_budget(sf, "main", env=env),
+                                                await load_budget(sf, "fast", env=env))
     active = await get_active_model_config(sf, "main")
     assert active is not None
     assert active.model == "bigger-model"

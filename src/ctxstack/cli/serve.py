@@ -11,6 +11,9 @@ import click
 from ctxstack.cli.app import main, needs_extra
 from ctxstack.errors import CtxstackError
 
+WORKER_HEALTHCHECK_SECONDS = 60
+"""Seconds a `--workers N` worker may take to answer uvicorn's first health check."""
+
 log = logging.getLogger(__name__)
 
 
@@ -73,4 +76,7 @@ def serve(host: str, port: int, workers: int, no_auth: bool | None, log_level: s
         workers=workers,
         log_level=log_level,
         timeout_graceful_shutdown=15,
+        # uvicorn's supervisor kills a worker that has not answered its health check in
+        # 5 s; a worker still importing on a busy machine is not hung (issue 15).
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
     )

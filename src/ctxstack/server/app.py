@@ -16,6 +16,7 @@ logged and answered 500 with a generic message.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -49,7 +50,7 @@ from ctxstack.server.health import router as health_router
 from ctxstack.server.routes import router
 from ctxstack.server.settings import Settings
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
-from ctxstack.server.state import close_state, open_state
+from ctxstack.server.state import ServiceState, close_state, open_state
 from ctxstack.store.db import SessionFactory
 
 log = logging.getLogger(__name__)
@@ -137,20 +138,40 @@ def _document_sse(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _freeze_long_lived() -> None:
+    """Move every object alive once the app started (modules, settings, clients, pools:
+    they live as long as the process) to the collector's permanent generation
+    (:func:`gc.freeze`), so full collections stop walking them — under load those walks
+    were the event loop's longest stalls (100-300 ms, issue 15). Not for a process that
+    builds many apps (tests): what they drop later would never be collected."""
+    gc.collect()
+    gc.freeze()
+
+
+def _started(app: FastAPI, state: ServiceState, *, freeze_gc: bool) -> LoopLagProbe:
+    """Attach the opened state and a running loop-lag probe to ``app``."""
+    app.state.ctxstack = state
+    if freeze_gc:
+        _freeze_long_lived()
+    probe = LoopLagProbe()
+    app.state.loop_lag = probe
+    probe.start()
+    log.info("ctxstack service ready (model %s, auth %s)", state.llms.model_name,
+             state.settings.auth)
+    return probe
+
+
 def create_app(settings: Settings | None = None, *,
-               session_factory: SessionFactory | None = None) -> FastAPI:
-    """Build the service (see the module docstring). ``settings`` default to the env."""
+               session_factory: SessionFactory | None = None,
+               freeze_gc: bool = False) -> FastAPI:
+    """Build the service (see the module docstring). ``settings`` default to the env;
+    ``freeze_gc``: see :func:`_freeze_long_lived` (for a process serving only this app)."""
     settings = settings or Settings.from_env()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state = await open_state(settings, factory=session_factory)
-        app.state.ctxstack = state
-        probe = LoopLagProbe()
-        app.state.loop_lag = probe
-        probe.start()
-        log.info("ctxstack service ready (model %s, auth %s)", state.llms.model_name,
-                 settings.auth)
+        probe = _started(app, state, freeze_gc=freeze_gc)
         try:
             yield
         finally:
@@ -221,4 +242,4 @@ def create_app(settings: Settings | None = None, *,
 
 def app_from_env() -> FastAPI:
     """The app configured from the environment (uvicorn's ``--factory`` entry point)."""
-    return create_app(Settings.from_env())
+    return create_app(Settings.from_env(), freeze_gc=True)

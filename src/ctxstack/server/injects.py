@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
@@ -48,10 +49,11 @@ from ctxstack.server.lifecycle import (
     holder_id,
     holder_is_dead,
 )
-from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.db import SessionFactory, reading, retry_transaction, transaction
 from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0
@@ -200,6 +202,32 @@ class DbInjectQueue:
             if moved.rowcount != 1:  # type: ignore[attr-defined]
                 raise LeaseLostError("the turn lost its claim on the conversation")
             return await self._drain(s, conversation_id, turn_id)
+
+    async def settle(self, conversation_id: str, turn_id: str,
+                     save: Callable[[AsyncSession, list[str]], Awaitable[T]]) -> T:
+        """:meth:`finish`, ``save(session, leftovers)`` and :meth:`release` in one
+        transaction: the claim goes from running to released exactly when the turn's
+        rows are committed (one write instead of three — SQLite has one writer, and
+        under load the turns queue for it). A push racing with it lands before (and is
+        among the leftovers) or finds no running turn (409), as with :meth:`finish`.
+
+        Raises:
+            LeaseLostError: the claim is no longer this turn's (nothing is written).
+        """
+        async def work(s: AsyncSession) -> T:
+            moved = await s.execute(
+                update(ActiveTurn)
+                .where(ActiveTurn.conversation_id == conversation_id,
+                       ActiveTurn.turn_id == turn_id)
+                .values(state="saving", heartbeat_at=utcnow()))
+            if moved.rowcount != 1:  # type: ignore[attr-defined]
+                raise LeaseLostError("the turn lost its claim on the conversation")
+            result = await save(s, await self._drain(s, conversation_id, turn_id))
+            await s.execute(delete(ActiveTurn).where(
+                ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
+            return result
+
+        return await retry_transaction(self._factory, "saving and releasing a turn", work)
 
     async def release(self, conversation_id: str, turn_id: str) -> None:
         async with transaction(self._factory, "releasing a turn") as s:

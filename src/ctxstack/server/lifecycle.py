@@ -19,7 +19,10 @@ States and transitions (:class:`TurnLease`)::
 ``finish`` atomically moves the claim to ``saving`` and drains the injects nobody took
 (they are stored after the answer, never lost); ``release`` deletes the claim only after
 the turn's rows are committed, so the next question can never be stored between this
-turn's question and its answer (issue 15, failure 1).
+turn's question and its answer (issue 15, failure 1). With the database queue the three
+steps ``finish`` → save → ``release`` are one transaction (:meth:`TurnLease.settle`): the
+claim passes through ``saving`` inside it and is gone exactly when the answer is
+committed; the Redis queue takes them one by one.
 
 The answer the API gives in each state:
 
@@ -48,11 +51,16 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, cast
 
 from ctxstack.errors import CtxstackError
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 5.0
 LeaseState = Literal["claimed", "running", "saving", "released", "lost"]
@@ -69,6 +77,14 @@ class ClaimStore(Protocol):
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
 
     async def release(self, conversation_id: str, turn_id: str) -> None: ...
+
+
+class SettlingClaimStore(ClaimStore, Protocol):
+    """A claim store that can finish, save and release in one transaction (the database
+    queue; the turn's rows live in the same database as the claim)."""
+
+    async def settle(self, conversation_id: str, turn_id: str,
+                     save: Callable[[AsyncSession, list[str]], Awaitable[T]]) -> T: ...
 
 
 class LeaseLostError(CtxstackError):
@@ -148,7 +164,7 @@ class TurnLease:
             except Exception:  # the store is down: the next beat retries
                 log.warning("turn %s: heartbeat failed", self.turn_id, exc_info=True)
                 continue
-            if held is False:
+            if held is False and self.state in ("running", "saving"):
                 log.error("turn %s: lost its claim on conversation %s", self.turn_id,
                           self.conversation_id)
                 self.state = "lost"
@@ -165,16 +181,47 @@ class TurnLease:
         self.state = "saving"
         return leftovers
 
-    async def release(self) -> None:
-        """Drop the claim (call after the answer is committed). Never raises: a claim
-        that cannot be deleted expires with its lease."""
-        previous = self.state
+    @property
+    def can_settle(self) -> bool:
+        """Whether :meth:`settle` is available (the claim store is the database)."""
+        return callable(getattr(self.queue, "settle", None))
+
+    async def settle(self, save: Callable[[AsyncSession, list[str]], Awaitable[T]]) -> T:
+        """running → released in one transaction with the turn's rows: ``save(session,
+        leftovers)`` writes them (``leftovers``: the injects nobody took), the claim is
+        deleted in the same commit. On failure nothing was written and the claim is
+        still held (call :meth:`release`).
+
+        Raises:
+            LeaseLostError: the claim is gone; nothing was saved.
+        """
+        if self.state == "lost":
+            raise LeaseLostError("the turn lost its claim on the conversation")
+        store = cast(SettlingClaimStore, self.queue)
+        self.state = "saving"
+        try:
+            result = await store.settle(self.conversation_id, self.turn_id, save)
+        except LeaseLostError:
+            self.state = "lost"
+            raise
+        await self._stop_heartbeat()
         self.state = "released"
+        return result
+
+    async def _stop_heartbeat(self) -> None:
         if self._beat is not None:
             self._beat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._beat
-        if previous == "lost":
+
+    async def release(self) -> None:
+        """Drop the claim (call after the answer is committed). Never raises: a claim
+        that cannot be deleted expires with its lease. Idempotent (nothing to do after
+        :meth:`settle`)."""
+        previous = self.state
+        self.state = "released"
+        await self._stop_heartbeat()
+        if previous in ("lost", "released"):
             return
         try:
             await self.queue.release(self.conversation_id, self.turn_id)

@@ -80,25 +80,48 @@ async def save_turn(
         NotFoundError: the conversation is gone (deleted while the turn ran).
         StorageError: the database failed (transient lock errors are retried first).
     """
-    rows = turn_messages(consumed_injects=consumed_injects, answer=answer, usage=usage,
-                         events=events, status=status, mode=mode,
-                         leftover_injects=leftover_injects)
-    assistant_index = len(consumed_injects)
     action = f"saving a turn of conversation {conversation_id!r}"
 
     async def work(session: AsyncSession) -> SavedTurn:
-        records = await append_messages_in(session, conversation_id, rows, owner_id=owner_id)
-        if checkpoint is not None:
-            session.add(CompactionCheckpoint(
-                conversation_id=conversation_id, last_seq=checkpoint.last_seq,
-                summary=checkpoint.summary, token_count=checkpoint.token_count,
-                method=checkpoint.method, created_at=utcnow()))
-            await session.flush()
-        assistant = records[assistant_index]
-        return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
-                         checkpoint_saved=checkpoint is not None)
+        return await save_turn_in(
+            session, conversation_id=conversation_id, owner_id=owner_id,
+            consumed_injects=consumed_injects, answer=answer, usage=usage, events=events,
+            status=status, mode=mode, leftover_injects=leftover_injects,
+            checkpoint=checkpoint)
 
     return await retry_transaction(factory, action, work)
+
+
+async def save_turn_in(
+    session: AsyncSession,
+    *,
+    conversation_id: str,
+    owner_id: int,
+    consumed_injects: Sequence[str],
+    answer: str,
+    usage: Usage,
+    events: Sequence[SSEEvent],
+    status: MessageStatus,
+    mode: Mode,
+    leftover_injects: Sequence[str],
+    checkpoint: CheckpointCandidate | None,
+) -> SavedTurn:
+    """:func:`save_turn`'s writes inside an open transaction (the database inject queue
+    finishes, saves and releases a turn in one: see
+    :meth:`ctxstack.server.injects.DbInjectQueue.settle`)."""
+    rows = turn_messages(consumed_injects=consumed_injects, answer=answer, usage=usage,
+                         events=events, status=status, mode=mode,
+                         leftover_injects=leftover_injects)
+    records = await append_messages_in(session, conversation_id, rows, owner_id=owner_id)
+    if checkpoint is not None:
+        session.add(CompactionCheckpoint(
+            conversation_id=conversation_id, last_seq=checkpoint.last_seq,
+            summary=checkpoint.summary, token_count=checkpoint.token_count,
+            method=checkpoint.method, created_at=utcnow()))
+        await session.flush()
+    assistant = records[len(consumed_injects)]
+    return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
+                     checkpoint_saved=checkpoint is not None)
 
 
 def stored_events(metadata: dict[str, Any]) -> list[dict[str, Any]]:

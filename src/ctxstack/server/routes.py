@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, HTTPException, Query, Request, UploadFile
@@ -202,6 +203,7 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     The question is stored before anything runs; the answer (or the failure, or what was
     produced before the client went away) is stored when the turn ends.
     """
+    started = time.perf_counter()
     state = _state(request)
     conversation = await conv_store.get_conversation(state.factory, body.conversation_id,
                                                      owner_id=user.id)
@@ -230,7 +232,7 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
         raise
     turn = Turn(state, TurnSpec(turn_id=turn_id, user_id=user.id,
                                 conversation_id=conversation.id, query=body.query,
-                                mode=body.mode, images=images), lease)
+                                mode=body.mode, images=images), lease, started=started)
     task = asyncio.create_task(turn.run(), name=f"ctxstack-turn-{turn_id}")
     state.track(task)
 

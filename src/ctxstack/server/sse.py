@@ -199,8 +199,11 @@ class AnswerEvent(_Data):
 
 
 class DoneData(_Data):
-    """``elapsed`` is the turn's wall time in seconds; ``llm_seconds`` the part of it spent
-    waiting on the model (so ``elapsed - llm_seconds`` is the service's own overhead)."""
+    """``elapsed`` is the turn's wall time in seconds, from the moment the route began
+    handling the request (before the claim and the stored question) to the moment the
+    answer was committed and the conversation released (the copy stored on the message
+    stops just before the save); ``llm_seconds`` the part of it spent waiting on the model
+    (so ``elapsed - llm_seconds`` is the service's own overhead)."""
 
     answer: str
     usage: UsageData

@@ -29,12 +29,15 @@ from ctxstack.server.settings import Settings
 from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
-from ctxstack.store.model_configs import load_budget
+from ctxstack.store.model_configs import load_budgets
 
 log = logging.getLogger(__name__)
 
 
 Role = Literal["main", "fast"]
+CALIBRATION_SAVE_INTERVAL = 1.0
+"""Seconds between two saves of a role's token calibration (see
+:meth:`LLMProvider.persist_calibration`)."""
 
 
 class LLMProvider:
@@ -64,6 +67,7 @@ class LLMProvider:
         if (main is None) != (fast is None):
             raise ConfigError("LLMProvider: pass both main and fast clients, or neither")
         self.settings = settings
+        self.save_interval = CALIBRATION_SAVE_INTERVAL
         self._main: LLM | None = main
         self._fast: LLM | None = fast
         if main is None and not settings.demo_model:
@@ -86,8 +90,9 @@ class LLMProvider:
 
     async def persist_calibration(self, factory: SessionFactory) -> None:
         """Start each role's counter from what was saved for its model (by any worker, any
-        earlier run), and save it again after every accepted sample (one save in flight per
-        role; a failed save is logged, never raised into a turn)."""
+        earlier run), and save it again after accepted samples (one save in flight per role,
+        at most one per ``save_interval`` seconds, the latest state always saved last; a
+        failed save is logged, never raised into a turn)."""
         self._saves: set[asyncio.Task[None]] = set()
         for role, counter in self._counters.items():
             key = self._model_of(role) or f"role:{role}"
@@ -108,6 +113,9 @@ class LLMProvider:
                 while True:
                     busy["dirty"] = False
                     await save_calibration(factory, key, counter.export_state())
+                    # At most one write per interval: under load every model call is a
+                    # sample, and a write per call would compete with the turns' own.
+                    await asyncio.sleep(self.save_interval)
                     if not busy["dirty"]:
                         return
             except CtxstackError:
@@ -192,8 +200,7 @@ class ServiceState:
         """(main, fast) budgets: admin model configs first, then env, then defaults (the
         demo model's declared 8K window replaces the defaults when it answers)."""
         env = self.settings.budget_env
-        main = await load_budget(self.factory, "main", env=env)
-        fast = await load_budget(self.factory, "fast", env=env)
+        main, fast = await load_budgets(self.factory, env=env)
         if self.llms.is_demo:  # the demo model declares its own small window
             return demo_budget(main), demo_budget(fast)
         return main, fast

@@ -8,6 +8,8 @@ or evaluates code: ``calculate`` uses the library's safe evaluator
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 from datetime import UTC, datetime
 
@@ -139,6 +141,20 @@ def find_arithmetic(text: str) -> str | None:
     return None
 
 
+@functools.cache
+def _templates() -> tuple[Tool, ...]:
+    """The tools built once per process: :func:`~ctxstack.agent.tool` derives each one's
+    JSON schema and argument validator from its signature with pydantic, which costs a few
+    milliseconds of CPU — on the event loop, per turn, if done every time (issue 15)."""
+    return (tool(calculate), tool(text_stats), tool(current_time))
+
+
 def service_tools() -> list[Tool]:
-    """The agent's tools in the chat service (fresh objects: a turn may not alter another's)."""
-    return [tool(calculate), tool(text_stats), tool(current_time)]
+    """The agent's tools in the chat service (fresh objects with their own parameter
+    schemas: a turn may not alter another's; the schema and the validator are built once)."""
+    tools = []
+    for template in _templates():
+        fresh = copy.copy(template)
+        fresh.parameters = copy.deepcopy(template.parameters)
+        tools.append(fresh)
+    return tools

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from ctxstack.agent import ReActAgent
 from ctxstack.agent import events as agent_events
 from ctxstack.budget import ModelBudget
@@ -59,7 +61,7 @@ from ctxstack.server.context_meter import measure
 from ctxstack.server.failures import failure_text, turn_failure_text
 from ctxstack.server.injects import InjectPoller
 from ctxstack.server.lifecycle import LeaseLostError, TurnLease
-from ctxstack.server.persist import SavedTurn, save_turn
+from ctxstack.server.persist import SavedTurn, save_turn, save_turn_in
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
     AnswerData,
@@ -140,7 +142,10 @@ class StaticMemory(BaseMemory):
 class Turn:
     """Runs one turn and feeds its events to ``self.queue`` (``None`` ends the stream)."""
 
-    def __init__(self, state: ServiceState, spec: TurnSpec, lease: TurnLease) -> None:
+    def __init__(self, state: ServiceState, spec: TurnSpec, lease: TurnLease, *,
+                 started: float | None = None) -> None:
+        """``started``: ``time.perf_counter()`` when the route began handling the request
+        (its claim and the stored question are part of the turn's time)."""
         self.state = state
         self.spec = spec
         self.lease = lease
@@ -154,7 +159,7 @@ class Turn:
         self.forwarded: list[str] = []
         self.checkpoint: Any = None
         self.archive: ConversationArchive | None = None
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
         self.span = Span()  # the stored messages the context's summary covers
@@ -422,68 +427,124 @@ class Turn:
         finally:
             await self.lease.release()
             if final is not None:  # only now may the client ask its next question
-                await self.emit(final)
+                # The live ``elapsed`` covers the commit and the release too (the stored
+                # copy was written before them).
+                await self.emit(SseDoneEvent(data=final.data.model_copy(update={
+                    "elapsed": round(time.perf_counter() - self.started, 3)})))
             self.queue.put_nowait(None)
 
     async def _save(self, status: MessageStatus, error: str | None) -> SseDoneEvent | None:
-        """Finish the lease and write the turn; the ``done`` event to send, if it saved."""
+        """Finish the lease and write the turn; the ``done`` event to send, if it saved.
+
+        With the database queue the finish, the writes and the release are one
+        transaction (:meth:`TurnLease.settle`); the closing events (injects nobody took,
+        the error) are stored with it and sent once it committed. Otherwise the lease is
+        finished first and released by :meth:`_finish` after the save.
+        """
         unconsumed = [t for t in self.forwarded if t not in self.consumed]
+        answer = self._answer(status, error)
+        done = self._done_data(answer)
+        if self.lease.can_settle:
+            return await self._settle(status, error, unconsumed, done)
         try:
             leftovers = unconsumed + await self.lease.finish()
         except LeaseLostError:
-            await self.emit(SseErrorEvent(data=ErrorData(message=(
-                "The turn lost its claim on the conversation (the database was unreachable "
-                "for longer than the lease); its answer was not saved."))))
+            await self.emit(_LEASE_LOST)
             return None
         except Exception:  # the store is down: the save below reports it
             log.warning("turn %s: finishing the lease failed", self.spec.turn_id,
                         exc_info=True)
             leftovers = unconsumed
-        for text in leftovers:
-            await self.emit(InjectEvent(data=InjectData(text=text, consumed=False)))
+        for event in self._closing_events(leftovers, status, error):
+            await self.emit(event)
+        try:
+            saved = await save_turn(self.state.factory,
+                                    **self._rows(status, done, self.events, leftovers))
+        except Exception as exc:
+            await self._save_failed(status, exc)
+            return None
+        return self._done_event(status, done, saved)
+
+    async def _settle(self, status: MessageStatus, error: str | None, unconsumed: list[str],
+                      done: DoneData) -> SseDoneEvent | None:
+        closing: list[SSEEvent] = []
+
+        async def write(session: AsyncSession, drained: list[str]) -> SavedTurn:
+            nonlocal closing
+            leftovers = unconsumed + drained
+            closing = self._closing_events(leftovers, status, error)
+            return await save_turn_in(session, **self._rows(
+                status, done, [*self.events, *closing], leftovers))
+
+        try:
+            saved = await self.lease.settle(write)
+        except LeaseLostError:
+            await self.emit(_LEASE_LOST)
+            return None
+        except Exception as exc:  # nothing was written: the drained injects stay queued
+            for event in self._closing_events(unconsumed, status, error):
+                await self.emit(event)
+            await self._save_failed(status, exc)
+            return None
+        for event in closing:
+            await self.emit(event)
+        return self._done_event(status, done, saved)
+
+    @staticmethod
+    def _closing_events(leftovers: list[str], status: MessageStatus,
+                        error: str | None) -> list[SSEEvent]:
+        """The events that close a turn before ``done``: the injects it never took (they
+        are stored after the answer), then the error, if any."""
+        events: list[SSEEvent] = [InjectEvent(data=InjectData(text=text, consumed=False))
+                                  for text in leftovers]
         if error is not None:
-            await self.emit(SseErrorEvent(data=ErrorData(
+            events.append(SseErrorEvent(data=ErrorData(
                 message=error, kind="stopped" if status == "stopped" else "failed")))
+        return events
+
+    def _answer(self, status: MessageStatus, error: str | None) -> str:
         streamed = "".join(self.answer_parts)
         if status == "ok":
-            answer = self.final_answer if self.final_answer is not None else streamed
-        elif status == "stopped":
-            answer = streamed
-        else:
-            answer = error or "The turn failed."
+            return self.final_answer if self.final_answer is not None else streamed
+        if status == "stopped":
+            return streamed
+        return error or "The turn failed."
+
+    def _done_data(self, answer: str) -> DoneData:
         usage = self.meter.usage
-        elapsed = round(time.perf_counter() - self.started, 3)
-        done = DoneData(answer=answer, usage=UsageData(
+        return DoneData(answer=answer, usage=UsageData(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
-            iterations=self.iterations, elapsed=elapsed,
+            iterations=self.iterations, elapsed=round(time.perf_counter() - self.started, 3),
             llm_seconds=round(self.meter.llm_seconds, 4))
-        stored = list(self.events)
+
+    def _rows(self, status: MessageStatus, done: DoneData, events: Sequence[SSEEvent],
+              leftovers: list[str]) -> dict[str, Any]:
+        """The keyword arguments of :func:`save_turn` / :func:`save_turn_in`."""
+        stored = [*events, SseDoneEvent(data=done)] if status == "ok" else list(events)
+        return {"conversation_id": self.spec.conversation_id, "owner_id": self.spec.user_id,
+                "consumed_injects": self.consumed, "answer": done.answer,
+                "usage": self.meter.usage, "events": stored, "status": status,
+                "mode": self.spec.mode, "leftover_injects": leftovers,
+                "checkpoint": self.checkpoint}
+
+    async def _save_failed(self, status: MessageStatus, exc: Exception) -> None:
+        log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
         if status == "ok":
-            stored.append(SseDoneEvent(data=done))
-        saved: SavedTurn | None = None
-        try:
-            saved = await save_turn(
-                self.state.factory,
-                conversation_id=self.spec.conversation_id,
-                owner_id=self.spec.user_id,
-                consumed_injects=self.consumed,
-                answer=answer,
-                usage=usage,
-                events=stored,
-                status=status,
-                mode=self.spec.mode,
-                leftover_injects=leftovers,
-                checkpoint=self.checkpoint,
-            )
-        except Exception as exc:
-            log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
-            if status == "ok":
-                await self.emit(SseErrorEvent(data=ErrorData(
-                    message="The answer could not be saved: the database is unavailable.")))
-        if status == "ok" and saved is not None:
-            return SseDoneEvent(data=done.model_copy(
-                update={"message_id": saved.assistant_message_id}))
-        return None
+            await self.emit(SseErrorEvent(data=ErrorData(
+                message="The answer could not be saved: the database is unavailable.")))
+
+    @staticmethod
+    def _done_event(status: MessageStatus, done: DoneData,
+                    saved: SavedTurn) -> SseDoneEvent | None:
+        if status != "ok":
+            return None
+        return SseDoneEvent(data=done.model_copy(
+            update={"message_id": saved.assistant_message_id}))
+
+
+_LEASE_LOST = SseErrorEvent(data=ErrorData(message=(
+    "The turn lost its claim on the conversation (the database was unreachable for longer "
+    "than the lease); its answer was not saved.")))
 
 
 def _preview(text: str) -> str:

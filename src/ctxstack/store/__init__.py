@@ -51,6 +51,7 @@ from ctxstack.store.model_configs import (
     get_active_model_config,
     list_model_configs,
     load_budget,
+    load_budgets,
     set_model_config,
 )
 from ctxstack.store.users import UserRecord, create_user, get_user, user_by_token
@@ -87,6 +88,7 @@ __all__ = [
     "list_messages",
     "list_model_configs",
     "load_budget",
+    "load_budgets",
     "rename_conversation",
     "retry_transaction",
     "save_checkpoint",

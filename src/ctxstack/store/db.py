@@ -31,14 +31,16 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
 import platformdirs
 from sqlalchemy import event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -279,10 +281,48 @@ async def transaction(factory: SessionFactory, action: str) -> AsyncIterator[Asy
     ctxstack's own errors (``NotFoundError``, ``InputError``) pass through unchanged.
     """
     try:
-        async with factory() as session, session.begin():
+        async with writer_turn(factory), factory() as session, session.begin():
             yield session
     except DB_ERRORS as exc:
         raise storage_error(action, engine_of(factory), exc) from exc
+
+
+_HOLDS_WRITE_LOCK: ContextVar[bool] = ContextVar("ctxstack_holds_write_lock", default=False)
+_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, dict[asyncio.AbstractEventLoop, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary())
+
+
+@asynccontextmanager
+async def writer_turn(factory: SessionFactory) -> AsyncIterator[None]:
+    """On SQLite, one write transaction at a time per process and database.
+
+    SQLite has one writer. Left to its busy handler, concurrent writers of one process
+    poll for the lock with sleeps growing to 100 ms, and a transaction that read before
+    another one committed fails at once with "database is locked" and is retried whole:
+    under load that is most of a turn's time in the store (issue 15). Queued on an
+    ``asyncio.Lock`` instead, they take turns in order and wait no longer than the writes
+    ahead of them; other processes on the same file still meet the busy timeout. Readers
+    (:func:`reading`) never take the lock (WAL: they never wait for the writer).
+    PostgreSQL, with row locks, is left alone. Re-entrant within a task (a transaction
+    opened while this task already holds the lock does not wait for itself).
+    """
+    engine = engine_of(factory).sync_engine
+    if engine.dialect.name != "sqlite" or _HOLDS_WRITE_LOCK.get():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    locks = _WRITE_LOCKS.setdefault(engine, {})
+    lock = locks.get(loop)
+    if lock is None:
+        for stale in [other for other in locks if other.is_closed()]:
+            del locks[stale]
+        lock = locks[loop] = asyncio.Lock()
+    async with lock:
+        token = _HOLDS_WRITE_LOCK.set(True)
+        try:
+            yield
+        finally:
+            _HOLDS_WRITE_LOCK.reset(token)
 
 
 T = TypeVar("T")
@@ -323,7 +363,7 @@ async def retry_transaction(
     """
     for attempt in range(1, attempts + 1):
         try:
-            async with factory() as session, session.begin():
+            async with writer_turn(factory), factory() as session, session.begin():
                 return await work(session)
         except DB_ERRORS as exc:
             if attempt == attempts or not retryable(exc):

@@ -149,3 +149,21 @@ async def load_budget(
         main_row = await read_active_model_config(session, "main")
         row = main_row if role == "main" else await read_active_model_config(session, role)
     return resolve_budget(role, model_config=row, env=env, main_config=main_row)
+
+
+async def load_budgets(
+    factory: SessionFactory, *, env: Mapping[str, str] | None = None
+) -> tuple[ModelBudget, ModelBudget]:
+    """(main, fast) budgets as :func:`load_budget` resolves them, from one query for both
+    active rows (the chat service reads them at the start of every turn).
+
+    Raises:
+        ConfigError: a stored or environment value is not a positive integer.
+        StorageError: the database failed.
+    """
+    async with reading(factory, "loading the model budgets") as session:
+        rows = {row.role: ModelConfigRecord.model_validate(row) for row in await session.scalars(
+            select(ModelConfig).where(ModelConfig.active.is_(True)))}
+    main_row, fast_row = rows.get("main"), rows.get("fast")
+    return (resolve_budget("main", model_config=main_row, env=env, main_config=main_row),
+            resolve_budget("fast", model_config=fast_row, env=env, main_config=main_row))
