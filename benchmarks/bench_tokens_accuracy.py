@@ -26,7 +26,8 @@ Calibration is measured two ways, both kept:
 * **per text** (the older rows, "per text after per-kind scale calibration"): a fresh
   ``CalibratingCounter`` observes the first 5 texts of a kind as if each were a call, then
   counts that kind's *other, unrelated* texts. A scale factor removes a bias, not the
-  per-text scatter, so these stay near the uncalibrated p95 (≈ 6–8%) and miss 5%.
+  per-text scatter, so these stay near the uncalibrated p95 (≈ 6–8%); they carry no
+  target (see :data:`UNRELATED`).
 * **per call on growing conversations** (:mod:`benchmarks.calibration_traffic`): what a
   provider call really is — system prompt, tool schemas, the conversation so far — with a
   fresh counter per conversation, predicting each call before observing what the provider
@@ -59,6 +60,11 @@ from ctxstack.tokens import (
 )
 
 TITLE = "Token estimator accuracy and speed against exact tokenizers"
+UNRELATED = "– (unrelated texts, not the traffic learnt from)"
+"""The target cell of the calibration rows evaluated on texts or conversations the counter
+did not observe: issue 13's "p95 ≤ 5% after 5 calls" is about the traffic it learnt from
+(the per-call rows on growing conversations); these rows show what a scale factor cannot
+do — remove per-text scatter — and carry no target."""
 TEXT_TYPES = tuple(KIND_LABELS[k] for k in KINDS)
 TARGET_P95 = {"o200k_base": 10.0, "cl100k_base": 12.0}
 TARGET_MEDIAN = 3.0
@@ -385,7 +391,7 @@ def run(quick: bool) -> list[BenchRow]:
                  f"({CALIBRATION_CALLS} calls), {kind}",
             value=cal.p95_abs, unit="%", baseline=h.p95_abs,
             ratio=h.p95_abs / cal.p95_abs if cal.p95_abs else None,
-            target=f"≤ {TARGET_CALIBRATED_P95:.0f}%", met=cal.p95_abs <= TARGET_CALIBRATED_P95,
+            target=UNRELATED, met=None,
         ))
     for enc, (cal, raw) in res.conversation_calibration.items():
         rows.append(BenchRow(
@@ -393,7 +399,7 @@ def run(quick: bool) -> list[BenchRow]:
                  "calls (per-kind calibration, o200k weights)",
             value=cal.p95_abs, unit="%", baseline=raw.p95_abs,
             ratio=raw.p95_abs / cal.p95_abs if cal.p95_abs else None,
-            target=f"≤ {TARGET_CALIBRATED_P95:.0f}%", met=cal.p95_abs <= TARGET_CALIBRATED_P95,
+            target=UNRELATED, met=None,
         ))
     for (enc, kind), errs in res.traffic.items():
         if not errs.anchored:

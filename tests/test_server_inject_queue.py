@@ -182,6 +182,8 @@ async def test_injects_for_a_dead_turn_go_to_the_next_and_saving_refuses_new_one
     await queue.begin(a, "third")
 
 
+@pytest.mark.parametrize("queue_and_conversations", [
+    "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_settle_saves_the_leftovers_and_releases_in_one_commit(
     queue_and_conversations: tuple[InjectQueue, list[str]]
 ) -> None:
@@ -193,8 +195,7 @@ async def test_settle_saves_the_leftovers_and_releases_in_one_commit(
     from ctxstack.server.lifecycle import LeaseLostError
 
     queue, (a, b) = queue_and_conversations
-    if not isinstance(queue, DbInjectQueue):
-        pytest.skip("only the database queue settles in one transaction")
+    assert isinstance(queue, DbInjectQueue)  # only the database queue settles in one commit
     await queue.begin(a, "t1")
     await queue.push(a, "late")
 
