@@ -14,21 +14,21 @@ import httpx
 import pytest
 
 pytest.importorskip("tokenizers")
-from tokenizers import Tokenizer  # noqa: E402
+from tokenizers import Tokenizer
 
-from ctxstack.cli.chat import model_counter  # noqa: E402
-from ctxstack.errors import InputError  # noqa: E402
-from ctxstack.llm.config import tokenizer_path  # noqa: E402
-from ctxstack.llm.stub.server import StubServer  # noqa: E402
-from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model  # noqa: E402
-from ctxstack.proxy.counting import ModelCounters  # noqa: E402
-from ctxstack.server.app import create_app  # noqa: E402
-from ctxstack.server.settings import Settings  # noqa: E402
-from ctxstack.store import session_factory, upgrade  # noqa: E402
-from ctxstack.store.db import create_engine_from_url  # noqa: E402
-from ctxstack.store.model_configs import list_model_configs, set_model_config  # noqa: E402
-from ctxstack.tokens import HEURISTIC  # noqa: E402
-from tests.tokenizer_support import build_tokenizer  # noqa: E402
+from ctxstack.cli.chat import model_counter
+from ctxstack.errors import InputError
+from ctxstack.llm.config import tokenizer_path
+from ctxstack.llm.stub.server import StubServer
+from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model
+from ctxstack.proxy.counting import ModelCounters
+from ctxstack.server.app import create_app
+from ctxstack.server.settings import Settings
+from ctxstack.store import session_factory, upgrade
+from ctxstack.store.db import create_engine_from_url
+from ctxstack.store.model_configs import list_model_configs, set_model_config
+from ctxstack.tokens import HEURISTIC
+from tests.tokenizer_support import build_tokenizer
 
 TEXT = "Tokens before every call: the guard folds old messages. Unseen words like zebra."
 
@@ -62,7 +62,8 @@ def test_missing_tokenizer_falls_back_to_the_heuristic_with_a_warning(
         counter = counter_for_model("my-model", tmp_path / "nowhere" / "tokenizer.json")
     assert not isinstance(counter, TokenizerJsonCounter)
     assert counter.count_text(TEXT) == HEURISTIC.count_text(TEXT)
-    assert "unavailable" in caplog.text and "nowhere" in caplog.text
+    assert "unavailable" in caplog.text
+    assert "nowhere" in caplog.text
 
 
 def test_environment_tokenizer_per_role() -> None:
@@ -200,7 +201,7 @@ async def test_missing_llm_tokenizer_does_not_stop_the_service(
     missing = str(tmp_path / "absent" / "tokenizer.json")
     with caplog.at_level(logging.WARNING, logger="ctxstack.model_counters"):
         async with service(tmp_path, stub_env(stub, LLM_TOKENIZER=missing), monkeypatch) as (
-                c, app):
+                c, _app):
             response = await c.get("/api/info")
     assert response.status_code == 200
     assert response.json()["token_counters"]["main"] == "bpe-heuristic"
