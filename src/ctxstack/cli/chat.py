@@ -35,6 +35,7 @@ from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import GuardCheckEvent
+from ctxstack.llm.config import tokenizer_path
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
@@ -192,9 +193,10 @@ async def _session(
 
 def model_counter(llm: LLM) -> TokenCounter:
     """The main model's counter (:func:`~ctxstack.model_counters.counter_for_model`): exact
-    when its tokenizer is available offline, else the heuristic with its margin."""
+    when its tokenizer is available offline (``LLM_TOKENIZER``'s ``tokenizer.json``, else
+    tiktoken by model name), else the heuristic with its margin."""
     name = getattr(llm, "model", None)
-    return counter_for_model(name if isinstance(name, str) else None)
+    return counter_for_model(name if isinstance(name, str) else None, tokenizer_path("main"))
 
 
 async def _converse(

@@ -12,6 +12,7 @@ from rich.table import Table
 from ctxstack.cli.app import main
 from ctxstack.cli.commands import counter_label
 from ctxstack.cli.walkthrough import FACTS, DemoReport, run_demo
+from ctxstack.llm.config import tokenizer_path
 from ctxstack.model_counters import counter_for_model
 
 
@@ -79,11 +80,15 @@ def render(report: DemoReport, console: Console) -> None:
               help="Conversation turns (each: question, tool call, large JSON result, answer).")
 @click.option("--model", default=None, metavar="NAME",
               help="Count tokens as this model does: exact when its tokenizer is available "
-                   "offline (e.g. gpt-4o), else the heuristic. Default: LLM_MODEL.")
+                   "offline (e.g. gpt-4o, or LLM_TOKENIZER's tokenizer.json for LLM_MODEL), "
+                   "else the heuristic. Default: LLM_MODEL.")
 def demo(budget: int, turns: int, model: str | None) -> None:
     """Run a long multilingual tool conversation through the stack, offline, and show
     what each layer kept, summarised or dropped."""
-    counter = counter_for_model(model or os.environ.get("LLM_MODEL", "").strip() or None)
+    configured = os.environ.get("LLM_MODEL", "").strip() or None
+    name = model or configured
+    # LLM_TOKENIZER belongs to LLM_MODEL: another --model counts by its own name.
+    counter = counter_for_model(name, tokenizer_path("main") if name == configured else None)
     console = Console()
     console.print(f"[dim]counting tokens with {counter_label(counter)}[/]")
     report = asyncio.run(run_demo(budget=budget, turns=turns, counter=counter))

@@ -9,6 +9,9 @@ All three are required: a missing (or empty) one is a :class:`~ctxstack.errors.C
 whose message lists exactly the variables to set. Local servers that ignore the key
 (Ollama, vLLM, llama.cpp, LM Studio) still need a placeholder such as ``LLM_API_KEY=local``;
 requiring it keeps "I forgot the key" a start-up error rather than a 401 mid-conversation.
+
+Optional: ``LLM_TOKENIZER`` / ``FAST_LLM_TOKENIZER`` — the path of the model's Hugging Face
+``tokenizer.json``, for exact token counts (:func:`tokenizer_path`).
 """
 
 from __future__ import annotations
@@ -94,6 +97,28 @@ def load_settings(role: LLMRole = "main", env: Mapping[str, str] | None = None) 
         return LLMSettings(role=role, sources=sources, **values)
     except ValueError as exc:
         raise ConfigError(f"{sources['base_url']}: {_first_error(exc)}") from None
+
+
+def tokenizer_path(role: LLMRole = "main", env: Mapping[str, str] | None = None) -> str | None:
+    """The ``tokenizer.json`` path configured for ``role``'s model, or None.
+
+    The main role reads ``LLM_TOKENIZER``. The fast role reads ``FAST_LLM_TOKENIZER`` and
+    falls back to ``LLM_TOKENIZER`` only when its model *is* the main model (no
+    ``FAST_LLM_MODEL``, or the same name): a tokenizer belongs to one model, and counting
+    a different model with it would be wrong without saying so. Whether the file exists
+    is checked when the counter is built (:func:`ctxstack.model_counters.counter_for_model`
+    logs and falls back to the heuristic).
+    """
+    env = os.environ if env is None else env
+    main = env.get("LLM_TOKENIZER", "").strip() or None
+    if role == "main":
+        return main
+    fast = env.get("FAST_LLM_TOKENIZER", "").strip()
+    if fast:
+        return fast
+    main_model = env.get("LLM_MODEL", "").strip()
+    fast_model = env.get("FAST_LLM_MODEL", "").strip() or main_model
+    return main if fast_model == main_model else None
 
 
 def _first_error(exc: ValueError) -> str:

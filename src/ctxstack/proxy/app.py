@@ -65,7 +65,9 @@ class ProxyState:
         self.summarizers = Summarizers(settings)
         store = CheckpointStore(factory, max_rows=settings.max_checkpoints,
                                 ttl_seconds=settings.checkpoint_ttl)
-        self.fitter = Fitter(ModelCounters(fixed=counter), store,
+        tokenizer = ((settings.tokenizer_model, settings.tokenizer_path)
+                     if settings.tokenizer_model and settings.tokenizer_path else None)
+        self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
 
     async def aclose(self) -> None:

@@ -13,6 +13,9 @@ once per model name, and the log line of each request names the counter it used.
 Bounded on purpose: model names come from clients, so the proxy asks
 ``counter_for_model`` only with one canonical name per tokenizer family (at most three
 counters are ever built) and keeps at most :data:`MAX_CACHED` names → counter entries.
+One more is built when the operator names a tokenizer (``LLM_MODEL`` + ``LLM_TOKENIZER``):
+requests naming exactly that model count with its ``tokenizer.json``; a missing or
+unreadable file logs a warning and those requests count with the heuristic.
 
 **Memoised counts.** Clients resend the whole history on every call, so the proxy counts
 the same texts again and again. An exact counter encodes each one (≈ 22 ms for a
@@ -98,10 +101,14 @@ class ModelCounters:
     Args:
         fixed: one counter for every model (a test's or an embedding application's);
             when given, no per-model choice is made.
+        tokenizer: (model name, ``tokenizer.json`` path): requests naming exactly that
+            model count with that file (built on first use).
     """
 
-    def __init__(self, fixed: TokenCounter | None = None) -> None:
+    def __init__(self, fixed: TokenCounter | None = None, *,
+                 tokenizer: tuple[str, str] | None = None) -> None:
         self.fixed = fixed
+        self.tokenizer = tokenizer
         self._by_name: dict[str, TokenCounter] = {}
         self._by_family: dict[str | None, TokenCounter] = {}
         self._lock = threading.Lock()
@@ -115,7 +122,7 @@ class ModelCounters:
         hit = self._by_name.get(model)
         if hit is not None:
             return hit
-        if family_for_model(model) in self._by_family:
+        if family_for_model(model) in self._by_family and not self._is_configured(model):
             return self.get(model)
         return await asyncio.to_thread(self.get, model)
 
@@ -125,6 +132,8 @@ class ModelCounters:
         hit = self._by_name.get(model)
         if hit is not None:
             return hit
+        if self._is_configured(model):
+            return self._configured(model)
         family = family_for_model(model)
         with self._lock:
             counter = self._by_family.get(family)
@@ -139,6 +148,17 @@ class ModelCounters:
             log.warning("proxy: the %s vocabulary for %r is not available offline; counting "
                         "with the heuristic and its %.0f%% margin", family, model,
                         inner.margin * 100)
+        return counter
+
+    def _is_configured(self, model: str) -> bool:
+        return self.tokenizer is not None and model == self.tokenizer[0]
+
+    def _configured(self, model: str) -> TokenCounter:
+        assert self.tokenizer is not None
+        base = _counter_for_model(model, self.tokenizer[1])  # warns and falls back if absent
+        counter = MemoCounter(base) if isinstance(base, BaseCounter) else base
+        with self._lock:
+            self._by_name[model] = counter
         return counter
 
     @staticmethod

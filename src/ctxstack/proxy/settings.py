@@ -14,6 +14,8 @@
 * ``FAST_LLM_BASE_URL`` / ``_API_KEY`` / ``_MODEL`` — the summariser; unset → the
   upstream itself with the request's model; ``FAST_LLM_TIMEOUT`` bounds a summary (60 s,
   then truncation);
+* ``LLM_MODEL`` + ``LLM_TOKENIZER`` — a ``tokenizer.json`` for exact counts of requests
+  naming exactly that model (other models: tiktoken by name, else the heuristic);
 * ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite).
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
@@ -80,6 +82,10 @@ class ProxySettings(BaseModel):
     stats_flush_interval: float = Field(default=1.0, gt=0)
     overflow_retry_fill: float = Field(default=0.5, gt=0, lt=1)
     """On an upstream overflow error, compact to this share of what was sent, retry once."""
+    tokenizer_model: str | None = None
+    """The model name ``tokenizer_path`` counts for (``LLM_MODEL``)."""
+    tokenizer_path: str | None = None
+    """A ``tokenizer.json`` (``LLM_TOKENIZER``) for requests naming ``tokenizer_model``."""
     budget_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """The budget variables (``LLM_CONTEXT_SIZE``, …) as read at start."""
 
@@ -128,6 +134,8 @@ class ProxySettings(BaseModel):
             "summarizer_base_url": fast_url,
             "summarizer_api_key": _get(env, "FAST_LLM_API_KEY") or _get(env, "LLM_API_KEY"),
             "summarizer_model": fast_model,
+            "tokenizer_model": _get(env, "LLM_MODEL"),
+            "tokenizer_path": _get(env, "LLM_TOKENIZER"),
             "database_url": _get(env, "CTXSTACK_DATABASE_URL"),
             "database_schema": _get(env, "CTXSTACK_DATABASE_SCHEMA"),
             "budget_env": {k: v for k, v in env.items() if k in (

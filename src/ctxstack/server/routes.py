@@ -79,7 +79,7 @@ async def info(request: Request) -> InfoOut:
     main, _ = await state.budgets()
     return InfoOut(version=__version__, demo_model=state.settings.demo_model,
                    model=state.llms.model_name, auth_required=state.settings.auth != "none",
-                   budget=_budget_out(main))
+                   budget=_budget_out(main), token_counters=state.llms.counter_names())
 
 
 @router.get("/me", response_model=MeOut, tags=["service"])
@@ -302,6 +302,7 @@ async def _config_out(state: ServiceState, role: Role) -> ModelConfigOut:
         role=role, model=row.model if row else None,
         context_size=row.context_size if row else None,
         max_output_tokens=row.max_output_tokens if row else None,
+        tokenizer_path=row.tokenizer_path if row else None,
         budget=_budget_out(main if role == "main" else fast),
     )
 
@@ -323,5 +324,6 @@ async def put_model_config(
     state = _state(request)
     await config_store.set_model_config(state.factory, role, body.model,
                                         context_size=body.context_size,
-                                        max_output_tokens=body.max_output_tokens)
+                                        max_output_tokens=body.max_output_tokens,
+                                        tokenizer_path=body.tokenizer_path)
     return await _config_out(state, role)

@@ -188,6 +188,9 @@ class InfoOut(BaseModel):
     model: str
     auth_required: bool
     budget: BudgetOut | None = None
+    # The counting rule of each role ("tokenizer.json", "tiktoken:o200k_base",
+    # "bpe-heuristic", …; no file paths: this endpoint is public). Empty: calibration off.
+    token_counters: dict[str, str] = Field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- admin
@@ -197,6 +200,10 @@ class ModelConfigIn(_In):
     model: str = Field(..., min_length=1, max_length=200)
     context_size: int | None = Field(None, gt=0, le=100_000_000)
     max_output_tokens: int | None = Field(None, gt=0, le=100_000_000)
+    # A tokenizer.json on the service's machines, for exact counts (no NUL: _In checks
+    # every text). Not checked for existence here: a missing file logs a warning when the
+    # counter is built and the role counts with the heuristic.
+    tokenizer_path: str | None = Field(None, min_length=1, max_length=1000)
 
 
 class ModelConfigOut(BaseModel):
@@ -204,6 +211,7 @@ class ModelConfigOut(BaseModel):
     model: str | None
     context_size: int | None
     max_output_tokens: int | None
+    tokenizer_path: str | None = None
     budget: BudgetOut
 
 

@@ -35,9 +35,16 @@ variable                         meaning                                        
 ``LLM_TIMEOUT``                  seconds one main-model call may take, retries  60
                                  included
 ``FAST_LLM_TIMEOUT``             the same for the fast model                    LLM_TIMEOUT
+``LLM_TOKENIZER``                path of the main model's ``tokenizer.json``     none
+                                 (exact counts; a missing file: heuristic)
+``FAST_LLM_TOKENIZER``           the same for the fast model                    see below
 ``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
                                  when unset the offline demo model answers
 ===============================  =============================================  ==========
+
+The fast role uses ``LLM_TOKENIZER`` only when its model is the main one
+(:func:`ctxstack.llm.config.tokenizer_path`); an admin model config's ``tokenizer_path``
+replaces either for its role.
 
 Budget variables (``LLM_CONTEXT_SIZE`` …) are read by :func:`ctxstack.budget.resolve_budget`
 at each turn, after the database's model configs; when the offline demo model answers, the
@@ -56,6 +63,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxstack.errors import ConfigError
+from ctxstack.llm.config import tokenizer_path
 
 AuthMode = Literal["token", "none"]
 
@@ -94,6 +102,8 @@ class Settings(BaseModel):
     fast_llm_timeout: float | None = Field(None, gt=0, le=86_400)
     llm_base_url: str | None = None
     llm_model: str | None = None
+    llm_tokenizer: str | None = None
+    fast_llm_tokenizer: str | None = None
     budget_env: dict[str, str] = Field(default_factory=dict)
 
     @property
@@ -126,6 +136,8 @@ class Settings(BaseModel):
             "redis_url": get("CTXSTACK_REDIS_URL"),
             "llm_base_url": get("LLM_BASE_URL"),
             "llm_model": get("LLM_MODEL"),
+            "llm_tokenizer": tokenizer_path("main", env),
+            "fast_llm_tokenizer": tokenizer_path("fast", env),
             "budget_env": {k: env[k] for k in BUDGET_ENV_VARS if k in env},
         }
         names = {

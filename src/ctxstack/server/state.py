@@ -9,10 +9,11 @@ checked by the store functions each route calls.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from starlette.requests import Request
 
@@ -20,7 +21,7 @@ from ctxstack.budget import ModelBudget
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError, CtxstackError
 from ctxstack.metering import MeteredLLM, UsageMeter
-from ctxstack.model_counters import counter_for_model
+from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model
 from ctxstack.protocol import LLM
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm, demo_budget
 from ctxstack.server.identity import CurrentUser, ensure_local_user
@@ -29,15 +30,35 @@ from ctxstack.server.settings import Settings
 from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
-from ctxstack.store.model_configs import load_budgets
+from ctxstack.store.model_configs import ModelConfigRecord, load_turn_models
+from ctxstack.tokens import TokenCounter
 
 log = logging.getLogger(__name__)
 
 
 Role = Literal["main", "fast"]
+CounterKey = tuple[str | None, str | None]
+"""(model name, ``tokenizer.json`` path) a role's counter was built for."""
 CALIBRATION_SAVE_INTERVAL = 1.0
 """Seconds between two saves of a role's token calibration (see
 :meth:`LLMProvider.persist_calibration`)."""
+
+
+def calibration_key(role: Role, key: CounterKey) -> str:
+    """The name a role's calibration is saved under: its model's name (``role:<role>``
+    when unknown), plus a digest of the tokenizer path when one is set — a correction
+    learned against one counting rule does not carry over to another."""
+    model, path = key
+    name = model or f"role:{role}"
+    if path is None:
+        return name
+    return f"{name[:170]}#tokenizer:{hashlib.sha256(path.encode()).hexdigest()[:16]}"
+
+
+def counter_name(counter: TokenCounter) -> str:
+    """A counter's rule without file paths (``tokenizer.json``, ``tiktoken:o200k_base``,
+    ``bpe-heuristic`` …): what ``GET /api/info`` reports per role."""
+    return "tokenizer.json" if isinstance(counter, TokenizerJsonCounter) else counter.cache_key
 
 
 class LLMProvider:
@@ -81,29 +102,81 @@ class LLMProvider:
             self._fast = OpenAICompatibleLLM.from_env("fast", timeout=fast_s,
                                                       max_retry_time=fast_s)
         # Each role counts with its model's own tokenizer when it is available offline
-        # (ctxstack.model_counters), else the heuristic with the matching weights.
-        self._counters: dict[Role, CalibratingCounter] = (
-            {role: CalibratingCounter(counter_for_model(self._model_of(role)), model=role,
-                                      min_factor=1.0) for role in ("main", "fast")}
-            if settings.calibrate else {}
-        )
+        # (ctxstack.model_counters: a tokenizer.json from LLM_TOKENIZER / an admin model
+        # config, else tiktoken by model name), else the heuristic with matching weights.
+        self._factory: SessionFactory | None = None
+        self._saves: set[asyncio.Task[None]] = set()
+        self._follow_lock = asyncio.Lock()
+        self._keys: dict[Role, CounterKey] = {}
+        self._counters: dict[Role, CalibratingCounter] = {}
+        if settings.calibrate:
+            for role in ("main", "fast"):
+                self._keys[role] = self._env_key(role)
+                self._counters[role] = CalibratingCounter(
+                    counter_for_model(*self._keys[role]), model=role, min_factor=1.0)
 
     async def persist_calibration(self, factory: SessionFactory) -> None:
         """Start each role's counter from what was saved for its model (by any worker, any
         earlier run), and save it again after accepted samples (one save in flight per role,
         at most one per ``save_interval`` seconds, the latest state always saved last; a
-        failed save is logged, never raised into a turn)."""
-        self._saves: set[asyncio.Task[None]] = set()
+        failed save is logged, never raised into a turn). Counters built later by
+        :meth:`follow` are persisted the same way."""
+        self._factory = factory
         for role, counter in self._counters.items():
-            key = self._model_of(role) or f"role:{role}"
-            try:
-                saved = await load_calibration(factory, key)
-            except CtxstackError:
-                log.warning("token calibration for %s not loaded", key, exc_info=True)
-                saved = None
-            if saved is not None:
-                counter.load_state(saved)
-            counter.listeners.append(self._saver(factory, key))
+            await self._attach(role, counter, self._keys[role])
+
+    async def _attach(self, role: Role, counter: CalibratingCounter, key: CounterKey) -> None:
+        factory = self._factory
+        if factory is None:
+            return
+        name = calibration_key(role, key)
+        try:
+            saved = await load_calibration(factory, name)
+        except CtxstackError:
+            log.warning("token calibration for %s not loaded", name, exc_info=True)
+            saved = None
+        if saved is not None:
+            counter.load_state(saved)
+        counter.listeners.append(self._saver(factory, name))
+
+    def _env_key(self, role: Role) -> CounterKey:
+        path = self.settings.llm_tokenizer if role == "main" else self.settings.fast_llm_tokenizer
+        return self._model_of(role), path
+
+    def _key_for(self, role: Role, row: ModelConfigRecord | None) -> CounterKey:
+        """(model, tokenizer path) a role should count with: the active admin config's,
+        else the environment's. A config without a path keeps the environment's tokenizer
+        only when it names the environment's model."""
+        env_model, env_path = self._env_key(role)
+        if row is None:
+            return env_model, env_path
+        return row.model, row.tokenizer_path or (env_path if row.model == env_model else None)
+
+    async def follow(self, main: ModelConfigRecord | None, fast: ModelConfigRecord | None) -> None:
+        """Make each role's counter follow its active model config (read every turn).
+
+        A role's counter is replaced only when its (model, tokenizer path) changed: the new
+        one starts from the calibration saved for that pair and is persisted like the
+        first. Turns already running keep the counter they started with. Building never
+        fails: an unavailable tokenizer logs a warning and counts with the heuristic.
+        """
+        for role, row in (("main", main), ("fast", fast)):
+            role = cast(Role, role)
+            if role not in self._counters or self._key_for(role, row) == self._keys[role]:
+                continue
+            async with self._follow_lock:
+                key = self._key_for(role, row)
+                if key == self._keys[role]:
+                    continue
+                base = await asyncio.to_thread(counter_for_model, *key)
+                counter = CalibratingCounter(base, model=role, min_factor=1.0)
+                await self._attach(role, counter, key)
+                self._counters[role], self._keys[role] = counter, key
+                log.info("%s model counter: %s for %s", role, counter_name(base), key[0])
+
+    def counter_names(self) -> dict[str, str]:
+        """The counting rule of each role's counter (:func:`counter_name`)."""
+        return {role: counter_name(c.base) for role, c in self._counters.items()}
 
     def _saver(self, factory: SessionFactory, key: str) -> Callable[[CalibratingCounter], None]:
         busy: dict[str, bool] = {"running": False, "dirty": False}
@@ -175,7 +248,7 @@ class LLMProvider:
                 MeteredLLM(fast_llm, meter, calibrate=self.counter("fast")))
 
     async def aclose(self) -> None:
-        saves = list(getattr(self, "_saves", ()))
+        saves = list(self._saves)
         if saves:
             await asyncio.wait(saves, timeout=5.0)
         for client in {id(c): c for c in (self._main, self._fast) if c is not None}.values():
@@ -198,9 +271,12 @@ class ServiceState:
 
     async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
         """(main, fast) budgets: admin model configs first, then env, then defaults (the
-        demo model's declared 8K window replaces the defaults when it answers)."""
+        demo model's declared 8K window replaces the defaults when it answers). The roles'
+        counters follow the active configs (:meth:`LLMProvider.follow`)."""
         env = self.settings.budget_env
-        main, fast = await load_budgets(self.factory, env=env)
+        models = await load_turn_models(self.factory, env=env)
+        await self.llms.follow(models.main_config, models.fast_config)
+        main, fast = models.main, models.fast
         if self.llms.is_demo:  # the demo model declares its own small window
             return demo_budget(main), demo_budget(fast)
         return main, fast

@@ -10,6 +10,7 @@ for anything a row leaves NULL.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -39,13 +40,24 @@ class ModelConfigRecord(BaseModel):
     model: str
     context_size: int | None
     max_output_tokens: int | None
+    tokenizer_path: str | None = None
     active: bool
     created_at: datetime
     updated_at: datetime
 
 
+MAX_TOKENIZER_PATH = 1000
+"""Longest ``tokenizer_path`` accepted (the column's width)."""
+
+
 def _check(role: str, model: str, context_size: int | None,
-           max_output_tokens: int | None) -> None:
+           max_output_tokens: int | None, tokenizer_path: str | None = None) -> None:
+    if tokenizer_path is not None and (
+        not isinstance(tokenizer_path, str) or not tokenizer_path.strip()
+        or len(tokenizer_path) > MAX_TOKENIZER_PATH or "\x00" in tokenizer_path
+    ):
+        raise InputError(f"tokenizer_path: expected a non-empty path of at most "
+                         f"{MAX_TOKENIZER_PATH} characters without NUL, or None")
     if role not in MODEL_ROLES:
         raise InputError(f"role: expected 'main' or 'fast', got {role!r}")
     if not model.strip():
@@ -64,19 +76,27 @@ async def set_model_config(
     *,
     context_size: int | None = None,
     max_output_tokens: int | None = None,
+    tokenizer_path: str | None = None,
 ) -> ModelConfigRecord:
     """Make a new configuration the active one for ``role`` (the previous one is kept,
     inactive, as history).
 
+    ``tokenizer_path``: a ``tokenizer.json`` for exact counts. Whether the file exists is
+    checked when the service builds the counter (a missing one: a warning and the
+    heuristic), not here — the file may live on the workers' machines only.
+
     Raises:
-        InputError: unknown role, empty model name, or a limit that is not a positive int.
+        InputError: unknown role, empty model name, a limit that is not a positive int,
+            or a tokenizer path that is empty, longer than 1,000 characters or has a NUL.
         StorageError: the database failed.
     """
-    _check(role, model, context_size, max_output_tokens)
+    _check(role, model, context_size, max_output_tokens, tokenizer_path)
     action = f"setting the {role} model configuration"
+    path = tokenizer_path.strip() if tokenizer_path is not None else None
 
     async def work(session: AsyncSession) -> ModelConfigRecord:
-        return await _activate(session, role, model.strip(), context_size, max_output_tokens)
+        return await _activate(session, role, model.strip(), context_size, max_output_tokens,
+                               path)
 
     # Admins saving at once: the partial unique index lets one win per round; the others
     # deactivate the winner's row and try again (last writer wins).
@@ -88,7 +108,7 @@ async def set_model_config(
 
 async def _activate(
     session: AsyncSession, role: str, model: str, context_size: int | None,
-    max_output_tokens: int | None,
+    max_output_tokens: int | None, tokenizer_path: str | None,
 ) -> ModelConfigRecord:
     now = utcnow()
     await session.execute(
@@ -98,7 +118,8 @@ async def _activate(
         .execution_options(synchronize_session=False)
     )
     row = ModelConfig(role=role, model=model, context_size=context_size,
-                      max_output_tokens=max_output_tokens, active=True,
+                      max_output_tokens=max_output_tokens,
+                      tokenizer_path=tokenizer_path, active=True,
                       created_at=now, updated_at=now)
     session.add(row)
     await session.flush()
@@ -151,11 +172,22 @@ async def load_budget(
     return resolve_budget(role, model_config=row, env=env, main_config=main_row)
 
 
-async def load_budgets(
+@dataclass(frozen=True)
+class TurnModels:
+    """What a turn reads of the model configuration: each role's budget and active row."""
+
+    main: ModelBudget
+    fast: ModelBudget
+    main_config: ModelConfigRecord | None
+    fast_config: ModelConfigRecord | None
+
+
+async def load_turn_models(
     factory: SessionFactory, *, env: Mapping[str, str] | None = None
-) -> tuple[ModelBudget, ModelBudget]:
-    """(main, fast) budgets as :func:`load_budget` resolves them, from one query for both
-    active rows (the chat service reads them at the start of every turn).
+) -> TurnModels:
+    """(main, fast) budgets as :func:`load_budget` resolves them, and the active rows they
+    came from (model name, tokenizer path — the service's counters follow them), from one
+    query for both rows (the chat service reads them at the start of every turn).
 
     Raises:
         ConfigError: a stored or environment value is not a positive integer.
@@ -165,5 +197,21 @@ async def load_budgets(
         rows = {row.role: ModelConfigRecord.model_validate(row) for row in await session.scalars(
             select(ModelConfig).where(ModelConfig.active.is_(True)))}
     main_row, fast_row = rows.get("main"), rows.get("fast")
-    return (resolve_budget("main", model_config=main_row, env=env, main_config=main_row),
-            resolve_budget("fast", model_config=fast_row, env=env, main_config=main_row))
+    return TurnModels(
+        main=resolve_budget("main", model_config=main_row, env=env, main_config=main_row),
+        fast=resolve_budget("fast", model_config=fast_row, env=env, main_config=main_row),
+        main_config=main_row, fast_config=fast_row,
+    )
+
+
+async def load_budgets(
+    factory: SessionFactory, *, env: Mapping[str, str] | None = None
+) -> tuple[ModelBudget, ModelBudget]:
+    """(main, fast) budgets of :func:`load_turn_models`.
+
+    Raises:
+        ConfigError: a stored or environment value is not a positive integer.
+        StorageError: the database failed.
+    """
+    models = await load_turn_models(factory, env=env)
+    return models.main, models.fast

@@ -211,6 +211,8 @@ class ModelConfig(Base):
     model: Mapped[str] = mapped_column(String(200))
     context_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # A tokenizer.json for exact counts (ctxstack.model_counters); NULL: by model name.
+    tokenizer_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
