@@ -194,13 +194,7 @@ class DbInjectQueue:
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         async with transaction(self._factory, "finishing a turn") as s:
-            moved = await s.execute(
-                update(ActiveTurn)
-                .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.turn_id == turn_id)
-                .values(state="saving", heartbeat_at=utcnow()))
-            if moved.rowcount != 1:  # type: ignore[attr-defined]
-                raise LeaseLostError("the turn lost its claim on the conversation")
+            await _to_saving(s, conversation_id, turn_id)
             return await self._drain(s, conversation_id, turn_id)
 
     async def settle(self, conversation_id: str, turn_id: str,
@@ -215,13 +209,7 @@ class DbInjectQueue:
             LeaseLostError: the claim is no longer this turn's (nothing is written).
         """
         async def work(s: AsyncSession) -> T:
-            moved = await s.execute(
-                update(ActiveTurn)
-                .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.turn_id == turn_id)
-                .values(state="saving", heartbeat_at=utcnow()))
-            if moved.rowcount != 1:  # type: ignore[attr-defined]
-                raise LeaseLostError("the turn lost its claim on the conversation")
+            await _to_saving(s, conversation_id, turn_id)
             result = await save(s, await self._drain(s, conversation_id, turn_id))
             await s.execute(delete(ActiveTurn).where(
                 ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
@@ -438,3 +426,14 @@ class InjectPoller:
 
 class _Deliver(Protocol):
     async def __call__(self, text: str) -> None: ...
+
+
+async def _to_saving(s: AsyncSession, conversation_id: str, turn_id: str) -> None:
+    """Move this turn's claim from running to saving, or raise :class:`LeaseLostError`
+    when the claim is no longer this turn's."""
+    moved = await s.execute(
+        update(ActiveTurn)
+        .where(ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id)
+        .values(state="saving", heartbeat_at=utcnow()))
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        raise LeaseLostError("the turn lost its claim on the conversation")
