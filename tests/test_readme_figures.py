@@ -191,7 +191,7 @@ def _reestimate(report: dict[str, Section], g: tuple[str, ...]
 
 
 def _guard(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
-    row = "check_and_compact under budget, median ("
+    row = f"check_and_compact under budget at {g[1]} msgs ({g[2]}K tokens), median"
     return [(row, g[0], _value(report, "guard", row), "round")]
 
 
@@ -249,7 +249,8 @@ CHECKS = [
           r"the budget by `o200k_base`",
           _fits),
     Check("re-estimation", r"unchanged (\d+)-message list ≈ (\d+\.\d+) ms", _reestimate),
-    Check("guard overhead", r"guard overhead under budget ≈ (\d+\.\d+) ms per call", _guard),
+    Check("guard overhead", r"guard overhead under budget ≈ (\d+\.\d+) ms per call at (\d+) "
+          r"messages \((\d+)K tokens\)", _guard),
     Check("DbMemory",
           r"a ([\d,]+)-message load within (\d+\.\d+)× of a (\d+)-message load; summariser "
           r"calls ≈ (\d+\.\d+) per turn over (\d+) turns \(load-time-only: (\d+\.\d+)\)",
