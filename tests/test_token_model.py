@@ -209,6 +209,20 @@ def test_counter_for_model_falls_back_to_the_matching_heuristic(
     assert isinstance(missing, HeuristicCounter)
 
 
+def test_counters_are_shared_per_family_whatever_the_model_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy forwards any model name clients send: the shared counters must not grow
+    with them, and names of one tokenizer family share one counter."""
+    from ctxstack import model_counters
+
+    monkeypatch.setattr(model_counters, "_built", {})
+    unknown = {id(counter_for_model(f"client-model-{i}")) for i in range(500)}
+    assert len(unknown) == 1
+    assert counter_for_model("gpt-4o-mini") is counter_for_model("openai/gpt-4o-2024-08-06")
+    assert counter_for_model("gpt-4o") is not counter_for_model("gpt-4")
+    assert len(model_counters._built) == 3
+
+
 def test_tokenizer_json_counts_exactly(tmp_path: Path) -> None:
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers.models import WordLevel

@@ -13,8 +13,9 @@
    family, ``o200k`` for everything else, including unknown models), which carries a
    safety margin (see :mod:`ctxstack.tokens`).
 
-Counters are built once per (name, path) and shared: loading a vocabulary takes a
-fraction of a second and ~100 MB for ``o200k_base``.
+Counters are built once per tokenizer file, or per family when there is none, and shared
+(so arbitrary model names cannot grow the map): loading a vocabulary takes a fraction of a
+second and ~100 MB for ``o200k_base``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ _CL100K = re.compile(r"^(?:gpt-4|gpt-3\.5|text-embedding-3|text-embedding-ada-00
 ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 
 _lock = threading.Lock()
-_built: dict[tuple[str, str | None], TokenCounter] = {}
+_built: dict[tuple[str, Family | None], TokenCounter] = {}
 
 
 def family_for_model(model: str | None) -> Family | None:
@@ -93,7 +94,9 @@ def counter_for_model(model: str | None, tokenizer_path: str | Path | None = Non
     Never raises for an unavailable tokenizer: it logs why and falls back, because a
     missing vocabulary must not stop a service — the heuristic's margin covers it.
     """
-    key = (model or "", str(tokenizer_path) if tokenizer_path else None)
+    # Keyed by what decides the counter — the file, else the family — not by the model
+    # name: arbitrary names (a proxy forwards whatever clients send) cannot grow the map.
+    key = (str(tokenizer_path), None) if tokenizer_path else ("", family_for_model(model))
     with _lock:
         hit = _built.get(key)
         if hit is None:
