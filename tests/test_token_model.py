@@ -243,3 +243,18 @@ def test_tokenizer_json_counts_exactly(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(TokenizerUnavailableError, match="cannot read"):
         TokenizerJsonCounter(tmp_path / "bad.json")
+
+
+def test_digit_runs_never_cost_less_than_a_token_per_three_digits() -> None:
+    """Both vocabularies cut digit runs into pieces of ≤ 3 digits: a long number, an ID or
+    a timestamp list cannot be estimated below that, whatever the pair weights say."""
+    from ctxstack.token_model import estimate
+
+    for family in ("o200k", "cl100k"):
+        assert estimate("0" * 800, family) >= 267  # type: ignore[arg-type]
+        ids = ",".join(str(1_700_000_000_000 + 7919 * i) for i in range(200))
+        assert estimate(ids, family) >= 200 * 13 // 3  # type: ignore[arg-type]
+    # ordinary text is untouched by the digit floor: the model's own estimate stands
+    prose = "The order ORD-4521 shipped on 2024-03-05 with 3 items. " * 20
+    digits = sum(c.isdigit() for c in prose)
+    assert estimate(prose) > digits // 3 + (len(prose) - digits) // 8
