@@ -304,7 +304,7 @@ def test_page_is_served_with_a_strict_policy(client: httpx.Client) -> None:
     assert "text/html" in page.headers["content-type"]
     assert "script-src 'self'" in page.headers["content-security-policy"]
     for asset in ("app.js", "markdown.js", "format.js", "sse.js", "style.css", "meter.js",
-                  "remember.js", "dagview.js", "settings.js", "turn.js"):
+                  "remember.js", "dagview.js", "settings.js", "turn.js", "dom.js"):
         assert client.get(f"/static/{asset}").status_code == 200, asset
     info = client.get("/api/info").json()
     assert info["demo_model"] is False

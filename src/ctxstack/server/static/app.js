@@ -5,6 +5,8 @@
 // Everything the model or a user wrote reaches the DOM either as textContent or through
 // renderMarkdown(), which escapes HTML before formatting (see markdown.js).
 
+import { el } from "./dom.js";
+import { clip, pretty } from "./format.js";
 import { setComposerMeter } from "./meter.js";
 import { openRemembers, placeDivider } from "./remember.js";
 import { renderAccount, renderInfo, syncModeInputs } from "./settings.js";
@@ -28,27 +30,6 @@ const state = {
 };
 
 // ------------------------------------------------------------------ helpers
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function pretty(value) {
-  if (typeof value === "string") return value;
-  try {
-    return JSON.stringify(value, null, 2);
-  } catch {
-    return String(value);
-  }
-}
-
-function clip(text, n) {
-  const s = String(text ?? "");
-  return s.length > n ? `${s.slice(0, n)}…` : s;
-}
 
 let toastTimer = null;
 function toast(message) {

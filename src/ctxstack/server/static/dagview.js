@@ -6,6 +6,8 @@
 // skipped. Clicking (or Enter on) a node shows its task and result below the graph. The
 // same events are stored with the answer, so a reload draws the same graph.
 
+import { el } from "./dom.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 const NODE_W = 156;
 const NODE_H = 44;
@@ -14,13 +16,6 @@ const GAP_Y = 10;
 const PAD = 6;
 let graphs = 0;
 
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
 function svg(tag, attrs = {}, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
@@ -28,7 +23,8 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
-function clip(text, n) {
+// A node label of at most n characters, the "…" included (the SVG boxes have a fixed width).
+function fitLabel(text, n) {
   const s = String(text ?? "");
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }
@@ -107,8 +103,8 @@ class Round {
       g.dataset.step = step.id;
       g.append(svg("title", {}, `${step.id}: ${step.task}`));
       g.append(svg("rect", { width: NODE_W, height: NODE_H, rx: 8 }));
-      g.append(svg("text", { x: 10, y: 17, class: "dag-node-id" }, `${clip(step.id, 10)} · waiting`));
-      g.append(svg("text", { x: 10, y: 34, class: "dag-node-task" }, clip(step.task, 24)));
+      g.append(svg("text", { x: 10, y: 17, class: "dag-node-id" }, `${fitLabel(step.id, 10)} · waiting`));
+      g.append(svg("text", { x: 10, y: 34, class: "dag-node-task" }, fitLabel(step.task, 24)));
       const open = () => onSelect(this, step.id);
       g.addEventListener("click", open);
       g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } });
@@ -127,7 +123,7 @@ class Round {
     const node = this.nodes.get(data.id);
     if (node) {
       node.setAttribute("class", `dag-node status-${info.status}`);
-      node.querySelector(".dag-node-id").textContent = `${clip(data.id, 10)} · ${info.status}`;
+      node.querySelector(".dag-node-id").textContent = `${fitLabel(data.id, 10)} · ${info.status}`;
     }
     if (this.selected === data.id) this.show(data.id);
   }

@@ -67,3 +67,19 @@ export function meterLabel(data) {
   const percent = budget ? Math.round((used / budget) * 100) : 0;
   return `${fmtK(used)} / ${fmtK(budget)} tokens (${percent}%)`;
 }
+
+/** A value as text for a step card: strings as they are, anything else as indented JSON. */
+export function pretty(value) {
+  if (typeof value === "string") return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+/** ``text`` cut to ``n`` characters, marked with "…" when cut. */
+export function clip(text, n) {
+  const s = String(text ?? "");
+  return s.length > n ? `${s.slice(0, n)}…` : s;
+}

@@ -2,14 +2,8 @@
 // One bar (a segment per part: system prompt, summary, history, tool outputs, question)
 // against the budget, the total as text, and the per-part details on hover or tap.
 
+import { el } from "./dom.js";
 import { fmtK, meterLabel, meterRows } from "./format.js";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** The meter's details as plain text (the hover title and the screen-reader label). */
 export function meterText(data) {

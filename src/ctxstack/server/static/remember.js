@@ -7,14 +7,8 @@
 // (from GET /api/conversations/{id}/compactions, or the event itself for a summary made
 // mid-turn that is not persisted).
 
+import { el } from "./dom.js";
 import { dividerText } from "./format.js";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** The rendered message element with the highest seq at or below `seq` (or null). */
 function anchorFor(box, seq) {

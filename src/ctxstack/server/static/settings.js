@@ -1,16 +1,10 @@
 // The page's chrome around the chat: the demo banner, the sidebar foot (model, budget,
 // the signed-in user and Sign out) and the settings panel (model, budget, mode).
 
+import { el } from "./dom.js";
 import { fmtK } from "./format.js";
 
 const BANNER_KEY = "ctxstack.demo-banner";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 function windowText(budget) {
   if (!budget) return "";

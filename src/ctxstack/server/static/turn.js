@@ -5,30 +5,10 @@
 // composer's meter, scrolling, asking again) goes through `hooks`.
 
 import { PlanView } from "./dagview.js";
-import { dividerText, usageText } from "./format.js";
+import { el } from "./dom.js";
+import { clip, dividerText, pretty, usageText } from "./format.js";
 import { renderMarkdown } from "./markdown.js";
 import { renderMeter } from "./meter.js";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function pretty(value) {
-  if (typeof value === "string") return value;
-  try {
-    return JSON.stringify(value, null, 2);
-  } catch {
-    return String(value);
-  }
-}
-
-function clip(text, n) {
-  const s = String(text ?? "");
-  return s.length > n ? `${s.slice(0, n)}…` : s;
-}
 
 export async function copyText(text) {
   try {
