@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,15 +52,14 @@ from benchmarks.bench_service import (
     TurnTiming,
     _conversation,
     _database,
-    _free_port,
     _pct,
+    _serve,
     _turn,
 )
 from benchmarks.common import BenchRow, print_table
 
 TITLE = "chat service under load (ctxstack serve --workers N)"
 ROOT = Path(__file__).resolve().parent.parent
-_LAUNCH = "import ctxstack.cli.serve\nfrom ctxstack.cli import main\nmain()\n"
 # The stub model in its own process: prints its URL, then the number of model calls it
 # answered so far for every line read from stdin.
 _STUB = ("import sys\nfrom benchmarks.bench_service import _rule\n"
@@ -133,38 +132,6 @@ class _Stub:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-@contextlib.contextmanager
-def _serve(workdir: Path, env_extra: dict[str, str], workers: int) -> Iterator[str]:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LLM_", "FAST_LLM_", "CTXSTACK_"))}
-    env.update(env_extra)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT)
-    with (workdir / f"serve-{port}.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCH, "serve", "--port", str(port), "--no-auth",
-             "--workers", str(workers), "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ctxstack serve did not start: "
-                                   + (workdir / f"serve-{port}.log").read_text()[-3000:])
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/info", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def _health(url: str, workers: int) -> dict[int, dict[str, object]]:

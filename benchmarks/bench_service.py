@@ -102,27 +102,30 @@ def _database(workdir: Path) -> Iterator[tuple[dict[str, str], str]]:
 
 
 @contextlib.contextmanager
-def _serve(workdir: Path, env_extra: dict[str, str]) -> Iterator[str]:
+def _serve(workdir: Path, env_extra: dict[str, str], workers: int = 1) -> Iterator[str]:
+    """``ctxstack serve`` (no auth) on a free port with ``env_extra`` and
+    none of the caller's ``LLM_*`` / ``CTXSTACK_*`` variables; yields its URL once it answers."""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "FAST_LLM_",
-                                                                      "CTXSTACK_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LLM_", "FAST_LLM_", "CTXSTACK_"))}
     env.update(env_extra)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT)
-    log = (workdir / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCH, "serve", "--port", str(port), "--no-auth",
-         "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (workdir / f"serve-{port}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCH, "serve", "--port", str(port), "--no-auth",
+             "--workers", str(workers), "--log-level", "warning"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("ctxstack serve did not start: "
-                                   + (workdir / "serve.log").read_text()[-3000:])
+                                   + (workdir / f"serve-{port}.log").read_text()[-3000:])
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/api/info", timeout=2).status_code == 200:
                     break
-            time.sleep(0.2)
+            time.sleep(0.1)
         yield url
     finally:
         proc.terminate()
@@ -130,7 +133,6 @@ def _serve(workdir: Path, env_extra: dict[str, str]) -> Iterator[str]:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        log.close()
 
 
 @dataclass
