@@ -20,12 +20,14 @@ from ctxstack.agent.demo_tools import (
     format_number,
     normalize_expression,
 )
+from ctxstack.protocol import ToolSpec
 
 __all__ = [
     "CalculationError",
     "calculate",
     "current_time",
     "find_arithmetic",
+    "service_tool_specs",
     "service_tools",
     "text_stats",
 ]
@@ -158,3 +160,9 @@ def service_tools() -> list[Tool]:
         fresh.parameters = copy.deepcopy(template.parameters)
         tools.append(fresh)
     return tools
+
+
+def service_tool_specs() -> list[ToolSpec]:
+    """The specs :func:`service_tools` sends, read from the per-process templates (no
+    copies): what a load leaves room for beside the history."""
+    return [template.spec() for template in _templates()]

@@ -85,7 +85,7 @@ from ctxstack.server.sse import (
     UsageData,
 )
 from ctxstack.server.state import ServiceState
-from ctxstack.server.tools import service_tools
+from ctxstack.server.tools import service_tool_specs, service_tools
 from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.files import FileRecord
@@ -241,7 +241,7 @@ class Turn:
             # what the ReAct call adds to the history: the load leaves room for it, so a
             # history that fits is not summarised a second time at the first model call
             system_prompt=SYSTEM_PROMPT if self.spec.mode == "react" else None,
-            tools=[t.spec() for t in service_tools()] if self.spec.mode == "react" else None,
+            tools=service_tool_specs() if self.spec.mode == "react" else None,
         )
         history = await memory.get_messages()
         self.checkpoint = memory.checkpoint_candidate
