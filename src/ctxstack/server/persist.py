@@ -11,6 +11,7 @@ checkpoint or a checkpoint covering messages that were never stored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,92 +35,68 @@ class SavedTurn(BaseModel):
     checkpoint_saved: bool
 
 
-def turn_messages(
-    *,
-    consumed_injects: Sequence[str],
-    answer: str,
-    usage: Usage,
-    events: Sequence[SSEEvent],
-    status: MessageStatus,
-    mode: Mode,
-    leftover_injects: Sequence[str],
-) -> list[NewMessage]:
+@dataclass(frozen=True)
+class FinishedTurn:
+    """Everything a finished turn writes (see the module docstring)."""
+
+    conversation_id: str
+    owner_id: int
+    consumed_injects: Sequence[str]
+    answer: str
+    usage: Usage
+    events: Sequence[SSEEvent]
+    status: MessageStatus
+    mode: Mode
+    leftover_injects: Sequence[str]
+    checkpoint: CheckpointCandidate | None
+
+
+def turn_messages(turn: FinishedTurn) -> list[NewMessage]:
     """The rows a turn appends, in order (pure; see the module docstring)."""
     rows = [NewMessage(role="user", content=text, metadata=kind_metadata("inject"))
-            for text in consumed_injects]
+            for text in turn.consumed_injects]
     rows.append(NewMessage(
         role="assistant",
-        content=answer,
-        usage=usage,
-        metadata={"status": status, "mode": mode,
-                  "events": [stored_form(e) for e in events]},
+        content=turn.answer,
+        usage=turn.usage,
+        metadata={"status": turn.status, "mode": turn.mode,
+                  "events": [stored_form(e) for e in turn.events]},
     ))
     rows.extend(NewMessage(role="user", content=text,
                            metadata=kind_metadata("inject", consumed=False))
-                for text in leftover_injects)
+                for text in turn.leftover_injects)
     return rows
 
 
-async def save_turn(
-    factory: SessionFactory,
-    *,
-    conversation_id: str,
-    owner_id: int,
-    consumed_injects: Sequence[str],
-    answer: str,
-    usage: Usage,
-    events: Sequence[SSEEvent],
-    status: MessageStatus,
-    mode: Mode,
-    leftover_injects: Sequence[str],
-    checkpoint: CheckpointCandidate | None,
-) -> SavedTurn:
+async def save_turn(factory: SessionFactory, turn: FinishedTurn) -> SavedTurn:
     """Append the turn's messages and save its checkpoint in one transaction.
 
     Raises:
         NotFoundError: the conversation is gone (deleted while the turn ran).
         StorageError: the database failed (transient lock errors are retried first).
     """
-    action = f"saving a turn of conversation {conversation_id!r}"
+    action = f"saving a turn of conversation {turn.conversation_id!r}"
 
     async def work(session: AsyncSession) -> SavedTurn:
-        return await save_turn_in(
-            session, conversation_id=conversation_id, owner_id=owner_id,
-            consumed_injects=consumed_injects, answer=answer, usage=usage, events=events,
-            status=status, mode=mode, leftover_injects=leftover_injects,
-            checkpoint=checkpoint)
+        return await save_turn_in(session, turn)
 
     return await retry_transaction(factory, action, work)
 
 
-async def save_turn_in(
-    session: AsyncSession,
-    *,
-    conversation_id: str,
-    owner_id: int,
-    consumed_injects: Sequence[str],
-    answer: str,
-    usage: Usage,
-    events: Sequence[SSEEvent],
-    status: MessageStatus,
-    mode: Mode,
-    leftover_injects: Sequence[str],
-    checkpoint: CheckpointCandidate | None,
-) -> SavedTurn:
+async def save_turn_in(session: AsyncSession, turn: FinishedTurn) -> SavedTurn:
     """:func:`save_turn`'s writes inside an open transaction (the database inject queue
     finishes, saves and releases a turn in one: see
     :meth:`ctxstack.server.injects.DbInjectQueue.settle`)."""
-    rows = turn_messages(consumed_injects=consumed_injects, answer=answer, usage=usage,
-                         events=events, status=status, mode=mode,
-                         leftover_injects=leftover_injects)
-    records = await append_messages_in(session, conversation_id, rows, owner_id=owner_id)
+    records = await append_messages_in(session, turn.conversation_id, turn_messages(turn),
+                                       owner_id=turn.owner_id)
+    checkpoint = turn.checkpoint
     if checkpoint is not None:
         session.add(CompactionCheckpoint(
-            conversation_id=conversation_id, last_seq=checkpoint.last_seq,
+            conversation_id=turn.conversation_id, last_seq=checkpoint.last_seq,
             summary=checkpoint.summary, token_count=checkpoint.token_count,
             method=checkpoint.method, created_at=utcnow()))
         await session.flush()
-    assistant = records[len(consumed_injects)]
+    assistant = records[len(turn.consumed_injects)]
     return SavedTurn(assistant_message_id=assistant.id, assistant_seq=assistant.seq,
                      checkpoint_saved=checkpoint is not None)
 

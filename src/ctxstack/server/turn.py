@@ -61,7 +61,7 @@ from ctxstack.server.context_meter import measure
 from ctxstack.server.failures import failure_text, turn_failure_text
 from ctxstack.server.injects import InjectPoller
 from ctxstack.server.lifecycle import LeaseLostError, TurnLease
-from ctxstack.server.persist import SavedTurn, save_turn, save_turn_in
+from ctxstack.server.persist import FinishedTurn, SavedTurn, save_turn, save_turn_in
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import (
     AnswerData,
@@ -459,7 +459,7 @@ class Turn:
             await self.emit(event)
         try:
             saved = await save_turn(self.state.factory,
-                                    **self._rows(status, done, self.events, leftovers))
+                                    self._finished(status, done, self.events, leftovers))
         except Exception as exc:
             await self._save_failed(status, exc)
             return None
@@ -473,7 +473,7 @@ class Turn:
             nonlocal closing
             leftovers = unconsumed + drained
             closing = self._closing_events(leftovers, status, error)
-            return await save_turn_in(session, **self._rows(
+            return await save_turn_in(session, self._finished(
                 status, done, [*self.events, *closing], leftovers))
 
         try:
@@ -517,15 +517,15 @@ class Turn:
             iterations=self.iterations, elapsed=round(time.perf_counter() - self.started, 3),
             llm_seconds=round(self.meter.llm_seconds, 4))
 
-    def _rows(self, status: MessageStatus, done: DoneData, events: Sequence[SSEEvent],
-              leftovers: list[str]) -> dict[str, Any]:
-        """The keyword arguments of :func:`save_turn` / :func:`save_turn_in`."""
+    def _finished(self, status: MessageStatus, done: DoneData, events: Sequence[SSEEvent],
+                  leftovers: list[str]) -> FinishedTurn:
+        """What :func:`save_turn` / :func:`save_turn_in` write for this turn."""
         stored = [*events, SseDoneEvent(data=done)] if status == "ok" else list(events)
-        return {"conversation_id": self.spec.conversation_id, "owner_id": self.spec.user_id,
-                "consumed_injects": self.consumed, "answer": done.answer,
-                "usage": self.meter.usage, "events": stored, "status": status,
-                "mode": self.spec.mode, "leftover_injects": leftovers,
-                "checkpoint": self.checkpoint}
+        return FinishedTurn(
+            conversation_id=self.spec.conversation_id, owner_id=self.spec.user_id,
+            consumed_injects=self.consumed, answer=done.answer, usage=self.meter.usage,
+            events=stored, status=status, mode=self.spec.mode, leftover_injects=leftovers,
+            checkpoint=self.checkpoint)
 
     async def _save_failed(self, status: MessageStatus, exc: Exception) -> None:
         log.error("turn %s: saving the answer failed: %s", self.spec.turn_id, exc)
