@@ -9,6 +9,7 @@ a skip.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -46,9 +47,14 @@ def test_the_accelerator_is_in_use_when_required() -> None:
     if not REQUIRED:
         pytest.skip("CTXSTACK_REQUIRE_SPEEDUPS is not set")
     assert ACCELERATED, "ctxstack._speedups did not build or does not match this model"
-    # and it is what the default counter and estimate() run
-    assert HeuristicCounter().count_text("x") == estimate("x")
-    assert type(estimator("o200k")) is not type(PURE["o200k"])  # a partial, not the closure
+    from ctxstack import _speedups
+
+    assert _speedups.LAYOUT == token_model._LAYOUT
+    for family in FAMILIES:  # the default estimator (the counter's) is the C function
+        default = estimator(family)
+        assert isinstance(default, partial)
+        assert default.func is _speedups.estimate
+        assert HeuristicCounter(family)._estimate.func is _speedups.estimate  # type: ignore[attr-defined]
 
 
 def test_the_pure_path_is_callable_whatever_is_built() -> None:

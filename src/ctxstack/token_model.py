@@ -277,6 +277,11 @@ def _bmp_bitmap(chars: str) -> bytes:
 _TRADITIONAL_BITMAP: Final = _bmp_bitmap(_TRADITIONAL_CHARS)
 
 
+_LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
+                  DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"))
+"""The model's fixed shape, as the C accelerator states the one it was compiled for."""
+
+
 def _load_speedups() -> ModuleType | None:
     """The C accelerator, if it was built and was compiled for this model's shape (an
     in-place build left over from an older version is ignored, not trusted)."""
@@ -284,9 +289,7 @@ def _load_speedups() -> ModuleType | None:
         from ctxstack import _speedups
     except ImportError:
         return None
-    layout = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
-              DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"))
-    return _speedups if getattr(_speedups, "LAYOUT", None) == layout else None
+    return _speedups if getattr(_speedups, "LAYOUT", None) == _LAYOUT else None
 
 
 _SPEEDUPS: Final = _load_speedups()
