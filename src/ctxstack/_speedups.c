@@ -55,16 +55,17 @@ typedef struct {
 } Sums;
 
 /* The pass over the code points, one loop per storage width of the str (a 1-byte str,
- * Latin-1, cannot hold a Han character: its loop skips that check). */
+ * Latin-1, cannot hold a Han character: its loop skips that check). Classes are masked to
+ * 4 bits, so a pair always indexes within the 256 weights whatever table is passed. */
 #define SUM_PASS(TYPE, MAY_HAVE_HAN)                                            \
     do {                                                                        \
         const TYPE *s = (const TYPE *)data;                                     \
-        unsigned int prev = classes[lead_byte(s[0])];                           \
+        unsigned int prev = classes[lead_byte(s[0])] & 15;                      \
         if (prev == HAN_CLASS)                                                  \
             sums->first_han = sums->last_han = 0;                               \
         sums->digits += prev == DIGIT_CLASS;                                    \
         for (Py_ssize_t i = 1; i < n; i++) {                                    \
-            unsigned int cls = classes[lead_byte(s[i])];                        \
+            unsigned int cls = classes[lead_byte(s[i])] & 15;                   \
             sums->units += weights[prev << 4 | cls];                            \
             sums->digits += cls == DIGIT_CLASS;                                 \
             if (MAY_HAVE_HAN && cls == HAN_CLASS) {                             \
