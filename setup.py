@@ -1,0 +1,21 @@
+"""The optional C accelerator of the token estimator (everything else is in pyproject.toml).
+
+``optional=True``: without a C compiler the install still succeeds and
+``ctxstack.token_model`` uses its pure-Python path (same results, slower).
+
+setuptools' metadata scratch directory (``ctxstack.egg-info``) goes to ``build/``, not
+``src/``: on the tests' and benchmarks' ``PYTHONPATH`` (``src``) a copy there would
+shadow the installed distribution's metadata.
+"""
+
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+Path("build").mkdir(exist_ok=True)
+setup(
+    ext_modules=[
+        Extension("ctxstack._speedups", ["src/ctxstack/_speedups.c"], optional=True),
+    ],
+    options={"egg_info": {"egg_base": "build"}},
+)

@@ -1,0 +1,229 @@
+/*
+ * ctxstack._speedups: the default token estimator of ctxstack.token_model in one pass.
+ *
+ * Optional. token_model's pure-Python path (C-level bytes passes driven from Python)
+ * stays the reference and the fallback; this computes exactly the same integer, reading
+ * the str's code points directly instead of encoding it to UTF-8. Everything fitted (the
+ * class of each UTF-8 lead byte, the pair weights, the traditional-character set and its
+ * weight) is passed in by token_model; only the model's fixed shape lives here, in the
+ * constants below, which token_model compares with its own (LAYOUT) before using this.
+ *
+ * The model, per text of n code points c[0..n-1]:
+ *   class(c)  = classes[UTF-8 lead byte of c] (a lone surrogate's lead byte is 0xED, as
+ *               Python's "surrogatepass" encodes it);
+ *   units     = sum over i of weights[class(c[i]) << 4 | class(c[i+1])] - OFFSET, with
+ *               class(c[n]) = 0;
+ *   tokens    = units / SCALE, plus, if the text has a Han character, traditional_weight *
+ *               STRIDE * (how many of every STRIDE-th code point from the first Han
+ *               character to the last are in the traditional set);
+ *   result    = max(int(tokens + 0.5), ceil(digits / DIGITS_PER_TOKEN)
+ *                                      + ceil((n - digits) / CHARS_PER_TOKEN)).
+ * Sums are 64-bit: a weight is below 256, so they cannot wrap below 2^55 characters.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define SCALE 64
+#define OFFSET 64
+#define STRIDE 4
+#define CHARS_PER_TOKEN 8
+#define DIGITS_PER_TOKEN 3
+#define DIGIT_CLASS 2
+#define HAN_CLASS 12
+/* Texts this long are counted with the GIL released (the str is immutable and the
+ * caller's references keep it and the tables alive). */
+#define NOGIL_CHARS (1 << 20)
+
+/* The UTF-8 lead byte of code point cp (cp <= 0x10FFFF). */
+static inline unsigned int
+lead_byte(Py_UCS4 cp)
+{
+    if (cp < 0x80)
+        return cp;
+    if (cp < 0x800)
+        return 0xC0 | (cp >> 6);
+    if (cp < 0x10000)
+        return 0xE0 | (cp >> 12);
+    return 0xF0 | (cp >> 18);
+}
+
+typedef struct {
+    int64_t units;    /* sum of (weight + OFFSET) over the pairs */
+    Py_ssize_t digits;
+    Py_ssize_t first_han, last_han;  /* -1 when the text has none */
+} Sums;
+
+/* The pass over the code points, one loop per storage width of the str (a 1-byte str,
+ * Latin-1, cannot hold a Han character: its loop skips that check). Classes are masked to
+ * 4 bits, so a pair always indexes within the 256 weights whatever table is passed. */
+#define SUM_PASS(TYPE, MAY_HAVE_HAN)                                            \
+    do {                                                                        \
+        const TYPE *s = (const TYPE *)data;                                     \
+        unsigned int prev = classes[lead_byte(s[0])] & 15;                      \
+        if (prev == HAN_CLASS)                                                  \
+            sums->first_han = sums->last_han = 0;                               \
+        sums->digits += prev == DIGIT_CLASS;                                    \
+        for (Py_ssize_t i = 1; i < n; i++) {                                    \
+            unsigned int cls = classes[lead_byte(s[i])] & 15;                   \
+            sums->units += weights[prev << 4 | cls];                            \
+            sums->digits += cls == DIGIT_CLASS;                                 \
+            if (MAY_HAVE_HAN && cls == HAN_CLASS) {                             \
+                if (sums->first_han < 0)                                        \
+                    sums->first_han = i;                                        \
+                sums->last_han = i;                                             \
+            }                                                                   \
+            prev = cls;                                                         \
+        }                                                                       \
+        sums->units += weights[prev << 4];  /* the last one; next class 0 */    \
+    } while (0)
+
+static void
+sum_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *classes,
+         const unsigned char *weights, Sums *sums)
+{
+    sums->units = 0;
+    sums->digits = 0;
+    sums->first_han = sums->last_han = -1;
+    if (kind == PyUnicode_1BYTE_KIND)
+        SUM_PASS(Py_UCS1, 0);
+    else if (kind == PyUnicode_2BYTE_KIND)
+        SUM_PASS(Py_UCS2, 1);
+    else
+        SUM_PASS(Py_UCS4, 1);
+}
+
+/* How many of every STRIDE-th code point in [first, last] are set in the bitmap of the
+ * Basic Multilingual Plane (bit cp & 7 of byte cp >> 3). */
+static Py_ssize_t
+traditional_hits(int kind, const void *data, Py_ssize_t first, Py_ssize_t last,
+                 const unsigned char *bitmap)
+{
+    Py_ssize_t hits = 0;
+    for (Py_ssize_t i = first; i <= last; i += STRIDE) {
+        Py_UCS4 cp = PyUnicode_READ(kind, data, i);
+        if (cp < 0x10000 && (bitmap[cp >> 3] >> (cp & 7)) & 1)
+            hits++;
+    }
+    return hits;
+}
+
+static const unsigned char *
+table_arg(PyObject *arg, Py_ssize_t size, const char *name)
+{
+    if (!PyBytes_Check(arg) || PyBytes_GET_SIZE(arg) != size) {
+        PyErr_Format(PyExc_TypeError, "%s: expected bytes of length %zd", name, size);
+        return NULL;
+    }
+    return (const unsigned char *)PyBytes_AS_STRING(arg);
+}
+
+PyDoc_STRVAR(estimate_doc,
+"estimate(classes, weights, traditional, traditional_weight, text, /) -> int\n\n"
+"The token estimate of ctxstack.token_model for text. classes: 256 bytes, the class of\n"
+"each UTF-8 lead byte; weights: 256 bytes, pair weight + OFFSET by (class << 4 | next\n"
+"class); traditional: 8192 bytes, a bitmap of the BMP code points of the traditional\n"
+"feature; traditional_weight: its weight (float). Text last, for functools.partial.");
+
+static PyObject *
+estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "estimate() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    const unsigned char *classes = table_arg(args[0], 256, "classes");
+    const unsigned char *weights = classes ? table_arg(args[1], 256, "weights") : NULL;
+    const unsigned char *bitmap = weights ? table_arg(args[2], 8192, "traditional") : NULL;
+    if (bitmap == NULL)
+        return NULL;
+    double traditional_weight = PyFloat_AsDouble(args[3]);
+    if (traditional_weight == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *text = args[4];
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "text: expected str, got %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+#endif
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (n == 0)
+        return PyLong_FromLong(0);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+
+    Sums sums;
+    Py_ssize_t hits = 0;
+    if (n >= NOGIL_CHARS) {
+        Py_BEGIN_ALLOW_THREADS
+        sum_pass(kind, data, n, classes, weights, &sums);
+        if (sums.first_han >= 0)
+            hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        sum_pass(kind, data, n, classes, weights, &sums);
+        if (sums.first_han >= 0)
+            hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
+    }
+
+    /* Python's float steps, one rounding each: units / SCALE is exact (|units| < 2^53),
+     * the product is rounded on its own before the sum (volatile: no fused multiply-add,
+     * which Python never does), int() truncates toward zero as the C cast does. */
+    double tokens = (double)(sums.units - (int64_t)OFFSET * n) / SCALE;
+    if (sums.first_han >= 0) {
+        volatile double extra = traditional_weight * (double)(STRIDE * (int64_t)hits);
+        tokens += extra;
+    }
+    int64_t rounded = (int64_t)(tokens + 0.5);
+    int64_t digits = sums.digits;
+    int64_t floor = (digits + DIGITS_PER_TOKEN - 1) / DIGITS_PER_TOKEN
+                    + (n - digits + CHARS_PER_TOKEN - 1) / CHARS_PER_TOKEN;
+    return PyLong_FromLongLong(rounded > floor ? rounded : floor);
+}
+
+static PyMethodDef methods[] = {
+    {"estimate", (PyCFunction)(void (*)(void))estimate, METH_FASTCALL, estimate_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+exec_module(PyObject *module)
+{
+    PyObject *layout = Py_BuildValue("(iiiiiii)", SCALE, OFFSET, STRIDE, CHARS_PER_TOKEN,
+                                     DIGITS_PER_TOKEN, DIGIT_CLASS, HAN_CLASS);
+    if (layout == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "LAYOUT", layout) < 0) {
+        Py_DECREF(layout);
+        return -1;
+    }
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ctxstack._speedups",
+    .m_doc = "One-pass C version of ctxstack.token_model's estimate (optional; same "
+             "results as the pure-Python path).\n\nLAYOUT: (SCALE, OFFSET, STRIDE, "
+             "CHARS_PER_TOKEN, DIGITS_PER_TOKEN, DIGIT_CLASS, HAN_CLASS), the fixed shape "
+             "of the model this was compiled for.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&module_def);
+}
