@@ -113,13 +113,14 @@ def _after_month() -> str:
 
 
 _AFTER_MONTH = _after_month()
+_DAY_FIRST = r"[0-9]{1,2} " + _MONTH + r" [0-9]{4}(?![0-9])"
+_UNIT_AFTER = r" (?:" + _UNIT_WORDS + r")(?![A-Za-z0-9])" + _NOT_TOKEN_AHEAD
+_CJK_AFTER = r"[" + _CJK_SUFFIX + r"]"
 _SCAN = re.compile(
     _NOT_S + r"*(?<!" + _L + r")(" + _MONTH_FIRST
-    + r"|(?!" + _AFTER_MONTH + r")(?:"
-    + r"[0-9]{1,2} " + _MONTH + r" [0-9]{4}(?![0-9])"
+    + r"|(?!" + _AFTER_MONTH + r")(?:" + _DAY_FIRST
     + r"|" + _L + r"*+" + _S + r"(?:" + _T + r"*" + _T_END + r")?"
-    + r"(?: (?:" + _UNIT_WORDS + r")(?![A-Za-z0-9])" + _NOT_TOKEN_AHEAD
-    + r"|(?:[" + _CJK_SUFFIX + r"](?:[0-9]++(?:[.,][0-9]++)*+)?)++)?))"
+    + r"(?:" + _UNIT_AFTER + r"|(?:" + _CJK_AFTER + r"(?:[0-9]++(?:[.,][0-9]++)*+)?)++)?))"
     + r"|" + _NOT_S + r"*+\Z"  # the end: without it, a text with no S left fails slowly
 )
 # A quoted phrase: two words or more, not starting with JSON punctuation (so the stretch
@@ -230,9 +231,14 @@ _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 
 
 @functools.lru_cache(maxsize=65_536)
-def _verdict(shape: str) -> tuple[str, int] | None:
-    """(kind, score) for a token of this digit shape, or None when it is not a fact."""
-    return classify(shape) if shape else None
+def _verdict(shape: str) -> tuple[str, int] | tuple[()] | None:
+    """(kind, score) for a token of this digit shape; when it is not a fact,
+    ``_PREFIXED`` if it starts with a letter prefix (it is retried without), else None."""
+    verdict = classify(shape) if shape else None
+    return _PREFIXED if verdict is None and shape and shape[0] in _L_SET else verdict
+
+
+_PREFIXED: tuple[()] = ()  # falsy like None, told apart by identity
 
 
 def clear_caches() -> None:
@@ -264,18 +270,14 @@ def _without_prefix(rejected: Iterable[str]) -> list[str]:
     """Rejected tokens with a letter prefix, retried from their first S character: "x-12"
     is no identifier, but "12" may be a value. A token whose first S character is ``/``,
     ``@`` or ``\\`` is not retried ("and/or" is no path, so neither is "/or")."""
-    return [token for token in (whole.lstrip(_L_CHARS) for whole in rejected
-                                if whole and whole[0] in _L_SET)
+    return [token for token in (whole.lstrip(_L_CHARS) for whole in rejected)
             if token and token[0] not in "/@\\"]
 
 
-def _add(out: dict[str, Candidate], found: list[str], verdict: tuple[str, int]) -> None:
-    """Add ``found`` values of one kind to ``out``, keeping a value already there."""
-    if found:
-        rows = map(operator.add, zip(found), itertools.repeat(verdict))
-        new = dict(zip(found, map(Candidate, rows), strict=True))
-        new.update(out)  # a value already found keeps its verdict, then its place:
-        out.update(new)  # ``out``'s keys stay first, new ones follow in scan order
+def _of_kind(found: list[str], verdict: tuple[str, int]) -> dict[str, Candidate]:
+    """Candidates of one kind for ``found`` values, first occurrence first."""
+    rows = map(operator.add, zip(found), itertools.repeat(verdict))
+    return dict(zip(found, map(Candidate, rows), strict=True))
 
 
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
@@ -284,28 +286,32 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     ``quotes=False`` skips quoted phrases (JSON tool output is full of quoted strings
     that are data, not constraints someone stated).
     """
-    tokens = _SCAN.findall(text + _SENTINEL)  # ends with the sentinel and "": no facts
+    tokens = _SCAN.findall(text + _SENTINEL)
+    del tokens[-2:]  # the sentinel token and the empty end match
     if "." in text:
         tokens += _file_names(text)
     # No Python-level loop per token: shapes, verdicts and the candidate tuples are built
     # by C calls over whole lists (a repeated token is judged again, a cache hit, and the
     # dict keeps its first place); only rejected tokens with a letter prefix are retried.
-    verdicts = list(map(_verdict, _shapes(tokens)))
-    if not all(verdicts):
-        retry = _without_prefix(itertools.compress(tokens, map(operator.not_, verdicts)))
+    verdicts: list[Any] = list(map(_verdict, _shapes(tokens)))
+    if _PREFIXED in verdicts:
+        prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
+        retry = _without_prefix(itertools.compress(tokens, prefixed))
         if retry:
             tokens += retry
             verdicts += map(_verdict, _shapes(retry))
     facts = list(itertools.compress(tokens, verdicts))
     rows = map(operator.add, zip(facts), filter(None, verdicts))  # (fact,) + (kind, score)
     out = dict(zip(facts, map(Candidate, rows), strict=True))
+    # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
+    # they never collide with a token, only with each other's duplicates.
     if quotes and '"' in text:
-        _add(out, _QUOTE.findall(text), ("quote", 6))
+        out.update(_of_kind(_QUOTE.findall(text), ("quote", 6)))
     if not text.isascii():
         if any(sign in text for sign in "€£¥₹"):
-            _add(out, _CURRENCY.findall(text), ("money", 8))
+            out.update(_of_kind(_CURRENCY.findall(text), ("money", 8)))
         if quotes and ("「" in text or "“" in text or "『" in text):
-            _add(out, _CJK_QUOTE.findall(text), ("quote", 6))
+            out.update(_of_kind(_CJK_QUOTE.findall(text), ("quote", 6)))
     return list(out.values())
 
 
