@@ -274,10 +274,11 @@ def _without_prefix(rejected: Iterable[str]) -> list[str]:
             if token and token[0] not in "/@\\"]
 
 
-def _of_kind(found: list[str], verdict: tuple[str, int]) -> dict[str, Candidate]:
-    """Candidates of one kind for ``found`` values, first occurrence first."""
-    rows = map(operator.add, zip(found), itertools.repeat(verdict))
-    return dict(zip(found, map(Candidate, rows), strict=True))
+def _add(out: dict[str, Candidate], found: list[str], verdict: tuple[str, int]) -> None:
+    """Add the ``found`` values of one kind to ``out`` (first occurrence first)."""
+    if found:
+        rows = map(operator.add, zip(found), itertools.repeat(verdict))
+        out.update(zip(found, map(Candidate, rows), strict=True))
 
 
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
@@ -286,32 +287,35 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     ``quotes=False`` skips quoted phrases (JSON tool output is full of quoted strings
     that are data, not constraints someone stated).
     """
-    tokens = _SCAN.findall(text + _SENTINEL)
-    del tokens[-2:]  # the sentinel token and the empty end match
+    found = _SCAN.findall(text + _SENTINEL)
+    del found[-2:]  # the sentinel token and the empty end match
     if "." in text:
-        tokens += _file_names(text)
-    # No Python-level loop per token: shapes, verdicts and the candidate tuples are built
-    # by C calls over whole lists (a repeated token is judged again, a cache hit, and the
-    # dict keeps its first place); only rejected tokens with a letter prefix are retried.
-    verdicts: list[Any] = list(map(_verdict, _shapes(tokens)))
-    if _PREFIXED in verdicts:
-        prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
-        retry = _without_prefix(itertools.compress(tokens, prefixed))
-        if retry:
-            tokens += retry
-            verdicts += map(_verdict, _shapes(retry))
-    facts = list(itertools.compress(tokens, verdicts))
-    rows = map(operator.add, zip(facts), filter(None, verdicts))  # (fact,) + (kind, score)
-    out = dict(zip(facts, map(Candidate, rows), strict=True))
+        found += _file_names(text)
+    out: dict[str, Candidate] = {}
+    if found:
+        tokens = list(dict.fromkeys(found))  # values recur (keys, repeated ids)
+        # No Python-level loop per token: shapes, verdicts and the candidate tuples are
+        # built by C calls over whole lists; only rejected tokens with a letter prefix
+        # are retried (a retried token already found keeps its first place).
+        verdicts: list[Any] = list(map(_verdict, _shapes(tokens)))
+        if _PREFIXED in verdicts:
+            prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
+            retry = _without_prefix(itertools.compress(tokens, prefixed))
+            if retry:
+                tokens += retry
+                verdicts += map(_verdict, _shapes(retry))
+        facts = list(itertools.compress(tokens, verdicts))
+        rows = map(operator.add, zip(facts), filter(None, verdicts))  # (fact,) + verdict
+        out = dict(zip(facts, map(Candidate, rows), strict=True))
     # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
     # they never collide with a token, only with each other's duplicates.
     if quotes and '"' in text:
-        out.update(_of_kind(_QUOTE.findall(text), ("quote", 6)))
-    if not text.isascii():
-        if any(sign in text for sign in "€£¥₹"):
-            out.update(_of_kind(_CURRENCY.findall(text), ("money", 8)))
+        _add(out, _QUOTE.findall(text), ("quote", 6))
+    if not text.isascii():  # (a substring test is far cheaper than a scan)
+        if "€" in text or "£" in text or "¥" in text or "₹" in text:
+            _add(out, _CURRENCY.findall(text), ("money", 8))
         if quotes and ("「" in text or "“" in text or "『" in text):
-            out.update(_of_kind(_CJK_QUOTE.findall(text), ("quote", 6)))
+            _add(out, _CJK_QUOTE.findall(text), ("quote", 6))
     return list(out.values())
 
 
