@@ -36,7 +36,6 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ctxstack.messages import ChatMessage
@@ -350,22 +349,48 @@ def message_fact_text(message: ChatMessage) -> str:
 
 
 _TIERS = {"user": 0, "system": 1, "assistant": 1, "tool": 2}
-_DIGITS = re.compile(r"\d")
+# Any decimal digit (what ``\\d`` matches) → "0": the shape a candidate's repetition is
+# counted by ("word16", "word17" … share one).
+_ZERO_DIGITS = {c: "0" for c in range(0x110000) if chr(c).isdecimal()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Ranked:
-    fact: str
-    key: str
-    tier: int
-    score: float
-    position: int
+class _Ranked(tuple[str, str, int, float, int]):
+    """A ranked candidate ``(fact, key, tier, score, position)`` (a tuple built in C)."""
+
+    __slots__ = ()
+
+    @property
+    def fact(self) -> str:
+        return self[0]
+
+    @property
+    def key(self) -> str:
+        return self[1]
+
+    @property
+    def tier(self) -> int:
+        return self[2]
+
+    @property
+    def score(self) -> float:
+        return self[3]
+
+    @property
+    def position(self) -> int:
+        return self[4]
 
     @property
     def sort_key(self) -> tuple[bool, int, float, int]:
         # Weak candidates (bare small numbers, heavily repeated shapes) go last whatever
         # their tier; otherwise the tier, then distinctiveness, then recency.
-        return (self.score < 3, self.tier, -self.score, -self.position)
+        return (self[3] < 3, self[2], -self[3], -self[4])
+
+
+def _each(texts: list[str], transform: Any) -> list[str]:
+    """``transform`` applied to every text in one call (none holds NUL): C, not a loop."""
+    return list(transform("\0".join(texts)).split("\0"))
+
+
 
 
 def rank_candidates(
@@ -374,31 +399,55 @@ def rank_candidates(
     """Rank the candidates of ``(text, tier, position)`` sources not already in ``present``.
 
     Pure: distinctiveness by kind, minus a penalty for shapes repeated across many
-    sources; the best occurrence of each value wins.
+    sources; the best occurrence of each value wins. Every per-candidate step is a C call
+    over a whole list (shapes, normalised keys, the spread Counter, the sort); Python
+    only loops over the distinct shapes.
     """
     per_source = [extract_candidates(text, quotes=tier != _TIERS["tool"])
                   for text, tier, _ in sources]
-    shapes: Counter[str] = Counter()
-    for found in per_source:
-        shapes.update({_DIGITS.sub("0", c.fact) for c in found})
+    found = list(itertools.chain.from_iterable(per_source))
+    if not found:
+        return []
+    facts = list(map(_FACT, found))
+    shapes = _each(facts, operator.methodcaller("translate", _ZERO_DIGITS))
+    sizes = list(map(len, per_source))
+    spread: Counter[str] = Counter()
+    for start, end in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+        spread.update(set(shapes[start:end]))  # a shape counts once per source
     many = max(4, len(sources) // 10)
-    best: dict[str, _Ranked] = {}
-    for (_, tier, position), found in zip(sources, per_source, strict=True):
-        for cand in found:
-            key = normalize(cand.fact)
-            if key in present:
-                continue
-            score = float(cand.score)
-            spread = shapes[_DIGITS.sub("0", cand.fact)]
-            if spread > many:
-                score -= math.log2(spread / many) + 3
-                if score <= 0:
-                    continue  # a loop counter or table row number, not a fact
-            ranked = _Ranked(cand.fact, key, tier, score, position)
-            old = best.get(key)
-            if old is None or ranked.sort_key < old.sort_key:
-                best[key] = ranked
-    return sorted(best.values(), key=lambda r: r.sort_key)
+    penalty = {shape: math.log2(count / many) + 3
+               for shape, count in spread.items() if count > many}
+    scores = list(map(float.__sub__, map(float, map(_SCORE_OF, found)),
+                      map(penalty.get, shapes, itertools.repeat(0.0))))
+    keys = _each(facts, normalize)
+    tiers = list(itertools.chain.from_iterable(
+        map(itertools.repeat, (tier for _, tier, _ in sources), sizes)))
+    positions = list(itertools.chain.from_iterable(
+        map(itertools.repeat, (position for _, _, position in sources), sizes)))
+    # Kept: not in ``present``, and not penalised to nothing (a loop counter, a table's
+    # row numbers); unpenalised scores are at least 1.
+    kept = list(map(operator.and_, map(operator.not_, map(present.__contains__, keys)),
+                    map((0.0).__lt__, scores)))
+    rows = list(itertools.compress(zip(facts, keys, tiers, scores, positions, strict=True),
+                                   kept))
+    keys = list(itertools.compress(keys, kept))
+    scores = list(itertools.compress(scores, kept))
+    # _Ranked.sort_key, for all rows at once.
+    sort_keys = list(zip(map((3.0).__gt__, scores), itertools.compress(tiers, kept),
+                         map(operator.neg, scores),
+                         map(operator.neg, itertools.compress(positions, kept)), strict=True))
+    # The best occurrence of each key is its first in sort order (a stable sort: the
+    # earliest of equal ones); the keys then rank by it, ties by first appearance.
+    order = sorted(range(len(rows)), key=sort_keys.__getitem__)
+    best = dict(zip(map(keys.__getitem__, reversed(order)), reversed(order), strict=True))
+    first_seen = dict(zip(dict.fromkeys(keys), itertools.count(), strict=False))
+    winners = list(best.values())
+    ranked = sorted(zip(map(sort_keys.__getitem__, winners),
+                        map(first_seen.__getitem__, best), winners, strict=True))
+    return list(map(_Ranked, map(rows.__getitem__, map(_LAST, ranked))))
+
+
+_FACT, _SCORE_OF, _LAST = operator.itemgetter(0), operator.itemgetter(2), operator.itemgetter(-1)
 
 
 def select_facts(
