@@ -6,17 +6,18 @@ asks about next. So after every summarisation ctxstack scans the folded messages
 values whose exact form matters and re-attaches those the summary does not contain,
 verbatim, under a ``Facts kept verbatim:`` heading.
 
-**What a candidate is** (:func:`extract_candidates`). One linear scan finds every token
-that starts with a digit, ``/``, ``\\``, ``@``, a currency sign or ``#`` (plus quoted
-phrases); each is widened left over identifier characters (``ORD-`` in ``ORD-99812-XK``,
-``https:`` before ``//``, the local part of an e-mail) and right over CJK date and unit
-suffixes, and a month name around a day number joins it. Then it is *classified*: URL,
-e-mail, UUID, date (ISO, slashed, CJK ``2024年3月5日``, ``March 5, 2024``), time, IP,
-version, path, money, decimal (with its unit: ``3.14159 kg``), identifier mixing letters
-and digits with separators, issue number, large number, quoted constraint — or rejected
-(``1st``, ``and/or``, a lone digit). Every regex here is linear: a scan never re-reads a
-character, which a test checks on 100,000-character adversarial strings; throughput is in
-``benchmarks/bench_recall.py``.
+**What a candidate is** (:func:`extract_candidates`). One compiled scan (``_SCAN``) finds
+every *token*: a run of identifier characters holding a digit, ``/``, ``\\``, ``@``, ``$``
+or ``#`` (``ORD-99812-XK``, ``https://x.io/a``, the local part of an e-mail), with a unit
+after a space (``3.14159 kg``) or CJK date and unit suffixes (``2024年3月5日``), and month-name
+dates (``March 5, 2024``, ``5 March 2024``); quoted phrases, currency amounts and
+``name.ext`` file names have their own scans. The regex engine walks past everything
+else in C, so Python never touches a plain word. Each distinct token is then
+*classified* by its digit shape: URL, e-mail, UUID, date, time, IP, version, path, money,
+decimal, identifier mixing letters and digits with separators, issue number, large
+number, quoted constraint — or rejected (``1st``, ``and/or``, a lone digit). Every regex
+here is linear, which a test checks on 100,000-character adversarial strings; throughput
+is in ``benchmarks/bench_recall.py``.
 
 **Which candidates win** (:func:`select_facts`). Each kind has a *distinctiveness* score
 (an order id or a URL outranks a bare ``17``); tokens whose *shape* (digits replaced by
@@ -248,8 +249,14 @@ def clear_caches() -> None:
 def _shapes(tokens: list[str]) -> list[str]:
     """The digit shape of each token, in one pass over all of them (no token holds NUL).
     Shapes are ``str`` so the verdict cache keys on them directly (its fast path)."""
-    joined = "\0".join(tokens).encode("utf-8", "surrogatepass").translate(_SHAPE)
-    return joined.decode("utf-8", "surrogatepass").split("\0")
+    joined = "\0".join(tokens)
+    if joined.isascii():  # str.translate has a fast path for ASCII text only
+        return joined.translate(_STR_SHAPE).split("\0")
+    data = joined.encode("utf-8", "surrogatepass").translate(_SHAPE)
+    return data.decode("utf-8", "surrogatepass").split("\0")
+
+
+_STR_SHAPE = str.maketrans("123456789", "000000000")
 
 
 def _file_names(text: str) -> list[str]:
