@@ -30,7 +30,6 @@ given (the caller gives it what the budget leaves), never a fixed count.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
@@ -230,8 +229,7 @@ def classify(token: str) -> tuple[str, int] | None:
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 
 
-@functools.lru_cache(maxsize=65_536)
-def _verdict(shape: str) -> tuple[str, int] | tuple[()] | None:
+def _judge(shape: str) -> tuple[str, int] | tuple[()] | None:
     """(kind, score) for a token of this digit shape; when it is not a fact,
     ``_PREFIXED`` if it starts with a letter prefix (it is retried without), else None."""
     verdict = classify(shape) if shape else None
@@ -239,11 +237,26 @@ def _verdict(shape: str) -> tuple[str, int] | tuple[()] | None:
 
 
 _PREFIXED: tuple[()] = ()  # falsy like None, told apart by identity
+_MISSING = object()
+_VERDICTS: dict[str, Any] = {}  # shape → verdict; a plain dict: ``get`` maps in C
+MAX_VERDICTS = 65_536
+
+
+def _verdicts(shapes: list[str]) -> list[Any]:
+    """The verdict of each shape: cached ones by one C-level ``map``, the rest judged."""
+    verdicts = list(map(_VERDICTS.get, shapes, itertools.repeat(_MISSING)))
+    if _MISSING in verdicts:
+        if len(_VERDICTS) > MAX_VERDICTS:
+            _VERDICTS.clear()
+        for i in itertools.compress(range(len(shapes)),
+                                    map(operator.is_, verdicts, itertools.repeat(_MISSING))):
+            verdicts[i] = _VERDICTS[shapes[i]] = _judge(shapes[i])
+    return verdicts
 
 
 def clear_caches() -> None:
     """Forget every cached verdict (benchmarks measure first-time extraction)."""
-    _verdict.cache_clear()
+    _VERDICTS.clear()
 
 
 def _shapes(tokens: list[str]) -> list[str]:
@@ -280,11 +293,10 @@ def _without_prefix(rejected: Iterable[str]) -> list[str]:
             if token and token[0] not in "/@\\"]
 
 
-def _add(out: dict[str, Candidate], found: list[str], verdict: tuple[str, int]) -> None:
-    """Add the ``found`` values of one kind to ``out`` (first occurrence first)."""
-    if found:
-        rows = map(operator.add, zip(found), itertools.repeat(verdict))
-        out.update(zip(found, map(Candidate, rows), strict=True))
+def _of_kind(found: list[str], verdict: tuple[str, int]) -> list[Candidate]:
+    """Candidates of one kind for the distinct ``found`` values, first occurrence first."""
+    rows = map(operator.add, zip(dict.fromkeys(found)), itertools.repeat(verdict))
+    return list(map(Candidate, rows))
 
 
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
@@ -297,32 +309,33 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     del found[-2:]  # the sentinel token and the empty end match
     if "." in text:
         found += _file_names(text)
-    out: dict[str, Candidate] = {}
+    out: list[Candidate] = []
     if found:
         tokens = list(dict.fromkeys(found))  # values recur (keys, repeated ids)
         # No Python-level loop per token: shapes, verdicts and the candidate tuples are
         # built by C calls over whole lists; only rejected tokens with a letter prefix
         # are retried (a retried token already found keeps its first place).
-        verdicts: list[Any] = list(map(_verdict, _shapes(tokens)))
+        verdicts = _verdicts(_shapes(tokens))
         if _PREFIXED in verdicts:
             prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
-            retry = _without_prefix(itertools.compress(tokens, prefixed))
+            seen = set(tokens)
+            retry = [t for t in dict.fromkeys(_without_prefix(itertools.compress(tokens, prefixed)))
+                     if t not in seen]
             if retry:
                 tokens += retry
-                verdicts += map(_verdict, _shapes(retry))
-        facts = list(itertools.compress(tokens, verdicts))
-        rows = map(operator.add, zip(facts), filter(None, verdicts))  # (fact,) + verdict
-        out = dict(zip(facts, map(Candidate, rows), strict=True))
+                verdicts += _verdicts(_shapes(retry))
+        facts = itertools.compress(tokens, verdicts)
+        out = list(map(Candidate, map(operator.add, zip(facts), filter(None, verdicts))))
     # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
-    # they never collide with a token, only with each other's duplicates.
+    # they never collide with a token, only with their own repetitions.
     if quotes and '"' in text:
-        _add(out, _QUOTE.findall(text), ("quote", 6))
+        out += _of_kind(_QUOTE.findall(text), ("quote", 6))
     if not text.isascii():  # (a substring test is far cheaper than a scan)
         if "€" in text or "£" in text or "¥" in text or "₹" in text:
-            _add(out, _CURRENCY.findall(text), ("money", 8))
+            out += _of_kind(_CURRENCY.findall(text), ("money", 8))
         if quotes and ("「" in text or "“" in text or "『" in text):
-            _add(out, _CJK_QUOTE.findall(text), ("quote", 6))
-    return list(out.values())
+            out += _of_kind(_CJK_QUOTE.findall(text), ("quote", 6))
+    return out
 
 
 def extract_facts(text: str) -> list[str]:
