@@ -212,10 +212,12 @@ def test_facts_are_chosen_by_what_they_are_not_by_where_they_are() -> None:
 
 ADVERSARIAL = ["a", "1", "a1", '"', "/", "a-", "日", "1年", "「", "a.", "1 ", "March 1 ",
                "https:/", "a@", "-1", "1.", '"a ', "x.p", "ORD-", "$1,", "v1.", "1 kg ",
-               "1 k", "a1 %", "1日", "x1日", "5 March ", "March 2024 ", '"a b', "€1"]
+               "1 k", "a1 %", "1日", "x1日", "5 March ", "March 2024 ", '"a b', "€1",
+               "1,", "Mar. ", "Sept. 1", "March 1st-", "1 kg-", "1年a", "a.c"]
 """Units repeated to 100,000 characters."""
 LONG_RUNS = [("日", "1", ""), ("", "1", "日"), ("", "a", "1"), ("", "1", " k"),
-             ("1" * 50_000 + "x", "1", "年"), ("M", "1", ""), ('"', "a", "")]
+             ("1" * 50_000 + "x", "1", "年"), ("M", "1", ""), ('"', "a", ""),
+             ("1", ",", "a"), ("1 kg-", "a", "1"), ("May 1st-", "a", "1"), ("", "a", " ")]
 """(head, repeated character, tail) built to 100,000 characters: one long run. A scan
 that restarted inside a run would re-read it from every byte."""
 

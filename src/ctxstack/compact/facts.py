@@ -6,17 +6,18 @@ asks about next. So after every summarisation ctxstack scans the folded messages
 values whose exact form matters and re-attaches those the summary does not contain,
 verbatim, under a ``Facts kept verbatim:`` heading.
 
-**What a candidate is** (:func:`extract_candidates`). One linear scan finds every token
-that starts with a digit, ``/``, ``\\``, ``@``, a currency sign or ``#`` (plus quoted
-phrases); each is widened left over identifier characters (``ORD-`` in ``ORD-99812-XK``,
-``https:`` before ``//``, the local part of an e-mail) and right over CJK date and unit
-suffixes, and a month name around a day number joins it. Then it is *classified*: URL,
-e-mail, UUID, date (ISO, slashed, CJK ``2024年3月5日``, ``March 5, 2024``), time, IP,
-version, path, money, decimal (with its unit: ``3.14159 kg``), identifier mixing letters
-and digits with separators, issue number, large number, quoted constraint — or rejected
-(``1st``, ``and/or``, a lone digit). Every regex here is linear: a scan never re-reads a
-character, which a test checks on 100,000-character adversarial strings; throughput is in
-``benchmarks/bench_recall.py``.
+**What a candidate is** (:func:`extract_candidates`). One compiled scan (``_SCAN``) finds
+every *token*: a run of identifier characters holding a digit, ``/``, ``\\``, ``@``, ``$``
+or ``#`` (``ORD-99812-XK``, ``https://x.io/a``, the local part of an e-mail), with a unit
+after a space (``3.14159 kg``) or CJK date and unit suffixes (``2024年3月5日``), and month-name
+dates (``March 5, 2024``, ``5 March 2024``); quoted phrases, currency amounts and
+``name.ext`` file names have their own scans. The regex engine walks past everything
+else in C, so Python never touches a plain word. Each distinct token is then
+*classified* by its digit shape: URL, e-mail, UUID, date, time, IP, version, path, money,
+decimal, identifier mixing letters and digits with separators, issue number, large
+number, quoted constraint — or rejected (``1st``, ``and/or``, a lone digit). Every regex
+here is linear, which a test checks on 100,000-character adversarial strings; throughput
+is in ``benchmarks/bench_recall.py``.
 
 **Which candidates win** (:func:`select_facts`). Each kind has a *distinctiveness* score
 (an order id or a URL outranks a bare ``17``); tokens whose *shape* (digits replaced by
@@ -29,15 +30,13 @@ given (the caller gives it what the budget leaves), never a fixed count.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import TokenCounter
@@ -55,50 +54,86 @@ _UNIT_WORDS = (
     r"|ドル|ユーロ|日間|時間|lb|lbs|oz|mi|ft|L|ml|°C|°F|yen|dollars|euros"
 )
 
-# The scan runs over the UTF-8 bytes, first translated to byte *classes* (a C table
-# lookup per byte): "1" for the bytes a token must hold (digits, / @ \\ $ #), "a" for the
-# other token bytes (letters, _ . : % + ~ , = ? & -). A *token* is a maximal run of those
-# holding at least one "1" byte ("ORD-99812-XK"); the scan looks for a literal "1", so
-# the engine skips prose at memchr speed instead of testing a character class per byte.
-# Every repetition is possessive and no scan restarts inside a run: linear.
-_T_NOT_S = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-"
-_T_NOT_S_SET = frozenset(_T_NOT_S)
-_S_BYTES = b"0123456789/@\\$#"
-_CLASSES = bytes(
-    ord("1") if b in _S_BYTES else ord("a") if b in _T_NOT_S else ord(" ") if b == 0x20
-    else ord("c") if 0xE4 <= b <= 0xE9 else ord("u") if b in (0xC2, 0xE3) else ord(".")
-    for b in range(256))
-_CLASS_TOKEN = re.compile(rb"1[1a]*+")  # a literal first byte: memchr-speed skipping
-_UNIT_AFTER = re.compile(rb" (?:" + _UNIT_WORDS.encode() + rb")(?![A-Za-z0-9])")
-# Month names start with one of eight capitals: a leading class lets the engine skip.
-_MONTH_TAIL = (
-    rb"(?:an(?:uary)?|eb(?:ruary)?|ar(?:ch)?|pr(?:il)?|ay|une?|uly?|ug(?:ust)?"
-    rb"|ep(?:t(?:ember)?)?|ct(?:ober)?|ov(?:ember)?|ec(?:ember)?)"
+# The scan is one compiled pattern, so the regex engine (C) walks past everything that
+# can never be a fact and Python only sees real candidates. Characters fall in three
+# sets: S, those a token must hold (digits, / @ \\ $ #); L, the other token characters
+# (ASCII letters, _ . : % + ~ , = ? & -); N, the rest (spaces, quotes, brackets, CJK).
+# A *token* is a maximal run of S and L characters holding at least one S ("ORD-99812-XK",
+# "https://x.io/a", "2026-03-14T09:30Z"), less the punctuation a value never ends with
+# ("630.33," → "630.33"), plus a unit after a space ("3.14159 kg") or CJK date and unit
+# suffixes ("2024年3月5日", "42名"); a month name before a day ("March 5, 2024") and a day
+# before a month and year ("5 March 2024") are tokens too.
+#
+# Each match runs to the next S character in one tight loop (``[^S]*``: prose, JSON keys
+# and CJK text cost no per-word step) and backs off only over the letters of the token's
+# prefix ("ORD-"), to a position no L character precedes. A day that a month name
+# precedes ("March 5") refuses to start a token (``_AFTER_MONTH``, which is the month
+# alternative read backwards), so the back-off goes on to the month. The text gets a
+# sentinel token (" #", never a fact) so every match finds an S ahead and succeeds.
+# No match ends inside a run that still holds an S (a unit or an ordinal suffix is not
+# taken when one follows), so a match never has to restart: the scan is linear.
+_L_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-"
+_L_SET = frozenset(_L_CHARS)
+_L = r"[A-Za-z_.:%+~,=?&\-]"
+_S = r"[0-9/@\\$#]"
+_T = r"[A-Za-z_.:%+~,=?&\-0-9/@\\$#]"
+_T_END = r"[A-Za-z_%+~0-9/@\\$#]"  # a token character a value may end with
+_NOT_S = r"[^0-9/@\\$#]"
+_NOT_TOKEN_AHEAD = r"(?!" + _L + r"*+" + _S + r")"  # no S later in this run
+_SENTINEL = " #"
+_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August",
+                "September", "October", "November", "December")
+# Grouped by first letter: the engine rejects a word on its first character.
+_MONTH = (
+    r"(?:J(?:an(?:uary)?|une?|uly?)|F(?:eb(?:ruary)?)|M(?:ar(?:ch)?|ay)"
+    r"|A(?:pr(?:il)?|ug(?:ust)?)|S(?:ep(?:t(?:ember)?)?)|O(?:ct(?:ober)?)"
+    r"|N(?:ov(?:ember)?)|D(?:ec(?:ember)?))"
 )
-# One pass per text for both orders: "March 5, 2024" / "Mar. 5th", and "5 March 2024"
-# (matched from the month as "March 2024", its day then read from the two bytes before).
-_MONTH_DATE = re.compile(
-    rb"[ADFJMNOS]" + _MONTH_TAIL
-    + rb"(?:\.? [0-9]{1,2}(?:st|nd|rd|th)?(?:, [0-9]{4})?(?![0-9])|(?P<year> [0-9]{4}))"
+_DAY = r"[0-9]{1,2}(?:(?:st|nd|rd|th)" + _NOT_TOKEN_AHEAD + r")?(?:, [0-9]{4})?(?![0-9])"
+_MONTH_FIRST = _MONTH + r"\.? " + _DAY
+
+
+def _after_month() -> str:
+    """A look-behind true where ``_MONTH_FIRST`` matches from the month name before: the
+    spellings ``_MONTH`` accepts, with or without a dot, then a space, not preceded by an
+    L character, grouped by width (a look-behind needs a fixed width)."""
+    spellings = {name[:n] for name in _MONTH_NAMES for n in (3, 4, len(name))
+                 if n == 3 or n == len(name) or name[:n] == "Sept"}
+    by_width: dict[int, list[str]] = {}
+    for spelling in spellings:
+        for dot in ("", "."):
+            by_width.setdefault(len(spelling) + len(dot) + 1, []).append(
+                re.escape(spelling + dot + " "))
+    alternatives = []
+    for width in sorted(by_width):
+        names = "|".join(sorted(by_width[width]))
+        alternatives.append(f"(?<={names})(?<!{_L}(?:{names}))")
+    return r"(?<=[a-z.] )(?:" + "|".join(alternatives) + r")(?=" + _DAY + r")"
+
+
+_AFTER_MONTH = _after_month()
+_DAY_FIRST = r"[0-9]{1,2} " + _MONTH + r" [0-9]{4}(?![0-9])"
+_UNIT_AFTER = r" (?:" + _UNIT_WORDS + r")(?![A-Za-z0-9])" + _NOT_TOKEN_AHEAD
+_CJK_AFTER = r"[" + _CJK_SUFFIX + r"]"
+_SCAN = re.compile(
+    _NOT_S + r"*(?<!" + _L + r")(" + _MONTH_FIRST
+    + r"|(?!" + _AFTER_MONTH + r")(?:" + _DAY_FIRST
+    + r"|" + _L + r"*+" + _S + r"(?:" + _T + r"*" + _T_END + r")?"
+    + r"(?:" + _UNIT_AFTER + r"|(?:" + _CJK_AFTER + r"(?:[0-9]++(?:[.,][0-9]++)*+)?)++)?))"
+    + r"|" + _NOT_S + r"*+\Z"  # the end: without it, a text with no S left fails slowly
 )
-_DIGIT_BYTES = frozenset(b"0123456789")
-_NOT_MONTH_CAPITALS = bytes(b for b in range(256) if b not in b"ADFJMNOS")
-_CJK_ALT = "|".join(re.escape(c.encode()).decode("latin-1") for c in _CJK_SUFFIX).encode("latin-1")
-# Tried only where a token is followed by a CJK character. It starts at the first digit
-# of a run (the look-behind), so a long digit run is never re-read from each digit.
-_CJK_NUMBER = re.compile(
-    rb"[0-9](?<![0-9.,][0-9])[0-9.,]*+(?:(?:" + _CJK_ALT + rb")[0-9.,]*+)+")
 # A quoted phrase: two words or more, not starting with JSON punctuation (so the stretch
 # between two quoted JSON strings, '": 8.7, "', is not taken for one).
-_QUOTE = re.compile(rb'"[^"\n :,;{}\[\]][^"\n ]{0,79}+ [^"\n]{1,80}+"')
+_QUOTE = re.compile(r'"[^"\n :,;{}\[\]][^"\n ]{0,79}+ [^"\n]{1,80}+"')
 _CJK_QUOTE = re.compile(r"[“「『][^\"“「『”」』\n]{2,160}+[”」』]")
 _CURRENCY = re.compile(r"[€£¥₹] ?\d[\d,]*+(?:\.\d+)?")
+# A file extension; the look-ahead rejects the dots of decimals and sentence ends at once.
 _EXTENSION = re.compile(
-    rb"\.(?:py|js|ts|tsx|jsx|json|csv|tsv|txt|md|yaml|yml|toml|ini|cfg|conf|pdf|png|jpe?g|gif"
-    rb"|svg|xlsx?|docx?|pptx?|html?|css|sql|log|sh|go|rs|java|kt|rb|php|c|cc|cpp|h|hpp|zip|gz"
-    rb"|tar|parquet|ipynb)(?![A-Za-z0-9_])"
+    r"\.(?=[a-z])(?:py|js|ts|tsx|jsx|json|csv|tsv|txt|md|yaml|yml|toml|ini|cfg|conf|pdf|png"
+    r"|jpe?g|gif|svg|xlsx?|docx?|pptx?|html?|css|sql|log|sh|go|rs|java|kt|rb|php|c|cc|cpp|h"
+    r"|hpp|zip|gz|tar|parquet|ipynb)(?![A-Za-z0-9_])"
 )
-_NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 MAX_NAME = 128
 
 # Classification: anchored full matches over one short candidate (≤ MAX_FACT_CHARS).
@@ -131,18 +166,30 @@ _KINDS: list[tuple[str, str, int, re.Pattern[str]]] = [
         ("d", "small_number", 1, r"\d{2,3}"),
     ]
 ]
-_TRAILING = ".,;:!?'\"=&?-"
 
 
-class Candidate(NamedTuple):
-    """One value found in a text: its exact form, kind and base distinctiveness."""
+class Candidate(tuple[str, str, int]):
+    """One value found in a text: ``(fact, kind, score)`` — its exact form, kind and base
+    distinctiveness. Built from that one tuple, ``Candidate((fact, kind, score))``: a plain
+    tuple subclass is constructed in C, where a ``NamedTuple`` runs a Python ``__new__``
+    (the extractor builds one per value of a tool output)."""
 
-    fact: str
-    kind: str
-    score: int
+    __slots__ = ()
 
+    @property
+    def fact(self) -> str:
+        return self[0]
 
-_new_candidate = tuple.__new__  # a C call, where Candidate(...) runs a Python __new__
+    @property
+    def kind(self) -> str:
+        return self[1]
+
+    @property
+    def score(self) -> int:
+        return self[2]
+
+    def __repr__(self) -> str:
+        return f"Candidate(fact={self[0]!r}, kind={self[1]!r}, score={self[2]!r})"
 
 
 # Per leading character class ("d" digit, "a" letter, "o" other), one alternation of
@@ -176,106 +223,80 @@ def classify(token: str) -> tuple[str, int] | None:
     return _KIND_OF[match.lastgroup]
 
 
-def _trim(token: str) -> str:
-    token = token.rstrip(_TRAILING)
-    while token.endswith(")") and token.count(")") > token.count("("):
-        token = token[:-1].rstrip(_TRAILING)
-    return token
-
-
 # Classification never looks at *which* digit a token holds (every pattern uses \\d,
 # [0-9] or a hex class), so tokens of the same *shape* — ASCII digits replaced by "0" —
 # share one verdict: the thousand timestamps of a metrics dump are classified once.
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
-_shape = operator.methodcaller("translate", _SHAPE)
-_KEEP, _KIND, _SCORE = (operator.itemgetter(i) for i in range(3))
-_decode = operator.methodcaller("decode", "utf-8", "surrogatepass")  # as it was encoded
 
 
-@functools.lru_cache(maxsize=65_536)
-def _verdict(shape: bytes) -> tuple[int, str, int] | None:
-    """(characters kept after trimming, kind, score) for a token of this digit shape."""
-    token = _trim(shape.decode("utf-8", "replace"))
-    kind = classify(token) if token else None
-    return (len(token), *kind) if kind is not None else None
+def _judge(shape: str) -> tuple[str, int] | tuple[()] | None:
+    """(kind, score) for a token of this digit shape; when it is not a fact,
+    ``_PREFIXED`` if it starts with a letter prefix (it is retried without), else None."""
+    verdict = classify(shape) if shape else None
+    return _PREFIXED if verdict is None and shape and shape[0] in _L_SET else verdict
+
+
+_PREFIXED: tuple[()] = ()  # falsy like None, told apart by identity
+_MISSING = object()
+_VERDICTS: dict[str, Any] = {}  # shape → verdict; a plain dict: ``get`` maps in C
+MAX_VERDICTS = 65_536
+
+
+def _verdicts(shapes: list[str]) -> list[Any]:
+    """The verdict of each shape: cached ones by one C-level ``map``, the rest judged."""
+    verdicts = list(map(_VERDICTS.get, shapes, itertools.repeat(_MISSING)))
+    if _MISSING in verdicts:
+        if len(_VERDICTS) > MAX_VERDICTS:
+            _VERDICTS.clear()
+        for i in itertools.compress(range(len(shapes)),
+                                    map(operator.is_, verdicts, itertools.repeat(_MISSING))):
+            verdicts[i] = _VERDICTS[shapes[i]] = _judge(shapes[i])
+    return verdicts
 
 
 def clear_caches() -> None:
     """Forget every cached verdict (benchmarks measure first-time extraction)."""
-    _verdict.cache_clear()
+    _VERDICTS.clear()
 
 
-_A, _C, _SPACE = ord("a"), ord("c"), ord(" ")
-# "p" for a byte that may begin a token before its first "1"-class byte (a letter prefix).
-_PREFIXED = bytes(ord("p") if b in _T_NOT_S_SET else ord(".") for b in range(256))
-# The classes of a byte that can start a unit: a letter or "%" ("a"), a lead byte of a
-# CJK unit ("c"), of "°" or of ドル/ユーロ ("u").
-_UNIT_START = bytes(1 if b in b"acu" else 0 for b in range(256))
+def _shapes(tokens: list[str]) -> list[str]:
+    """The digit shape of each token, in one pass over all of them (no token holds NUL).
+    Shapes are ``str`` so the verdict cache keys on them directly (its fast path)."""
+    joined = "\0".join(tokens)
+    if joined.isascii():  # str.translate has a fast path for ASCII text only
+        return joined.translate(_STR_SHAPE).split("\0")
+    data = joined.encode("utf-8", "surrogatepass").translate(_SHAPE)
+    return data.decode("utf-8", "surrogatepass").split("\0")
 
 
-def _tokens(data: bytes, *, cjk: bool = False) -> list[bytes]:
-    """The tokens of ``data`` (see the scan comment), in order of appearance, then (with
-    ``cjk``) the CJK dates and quantities.
-
-    The scan finds each token's span in the class string; only a few tokens need more,
-    each decided by the class of one byte: a letter prefix (``ORD-`` in ``ORD-99812-XK``)
-    read back to the previous non-token byte (bounded by ``MAX_FACT_CHARS``: a longer
-    token is no fact), a unit after a space (``3.14159 kg``), and a CJK date or quantity
-    (``2024年3月5日``) read forward from the token's start.
-    """
-    classes = data.translate(_CLASSES)
-    if b"1" not in classes:
-        return []
-    out: list[bytes] = []
-    extra: list[bytes] = []
-    marks = b""
-    reached = 0
-    size = len(data)
-    for match in _CLASS_TOKEN.finditer(classes):
-        start, end = match.span()
-        token = data[start:end]
-        if start and classes[start - 1] == _A:
-            marks = marks or data.translate(_PREFIXED)  # "p" for prefix bytes
-            floor = max(0, start - MAX_FACT_CHARS)
-            whole = data[marks.rfind(b".", floor, start) + 1 or floor:start] + token
-            if token[0] in b"/@\\" or _verdict(whole.translate(_SHAPE)) is not None:
-                token = whole  # "and/or" is not a path, so "/or" is not tried alone
-            # else keep the token alone: "x-12" may be a value without its prefix
-        if end + 1 < size and classes[end] == _SPACE and _UNIT_START[classes[end + 1]]:
-            unit = _UNIT_AFTER.match(data, end)
-            if unit is not None:
-                token += unit.group()
-        out.append(token)
-        if cjk and end < size and classes[end] == _C:
-            found = _CJK_NUMBER.search(data, max(start, reached), start + MAX_FACT_CHARS)
-            if found is not None:
-                extra.append(found.group())
-                reached = found.end()  # "3月5日" once, not "5日" again
-    return out + extra
+_STR_SHAPE = str.maketrans("123456789", "000000000")
 
 
-def _month_dates(data: bytes) -> Iterable[bytes]:
-    """Dates with an English month name, either order (hits are rare)."""
-    for match in _MONTH_DATE.finditer(data):
-        if match.lastgroup != "year":
-            yield match.group()  # month first: "March 5", "March 5, 2024", "Mar. 5th"
-            continue
-        start = match.start()  # "March 2024" is a date only after a day: "5 March 2024"
-        if start >= 2 and data[start - 1] == 0x20 and data[start - 2] in _DIGIT_BYTES:
-            day = start - 3 if start >= 3 and data[start - 3] in _DIGIT_BYTES else start - 2
-            yield data[day:match.end()]
-
-
-def _file_names(data: bytes) -> Iterable[bytes]:
-    """``name.ext`` file names (no digit or slash needed); hits are rare, so widening the
-    name leftwards byte by byte costs little."""
-    for match in _EXTENSION.finditer(data):
+def _file_names(text: str) -> list[str]:
+    """``name.ext`` file names (no digit or slash needed): the name is read back from the
+    extension over at most ``MAX_NAME`` name characters (hits are rare)."""
+    names = []
+    for match in _EXTENSION.finditer(text):
         start = match.start()
         floor = max(0, start - MAX_NAME)
-        while start > floor and data[start - 1] in _NAME_BYTES:
-            start -= 1
-        if start < match.start() and not (start and data[start - 1] in b"/\\"):
-            yield data[start:match.end()].lstrip(b".")
+        begin = floor + len(text[floor:start].rstrip(_NAME_CHARS))
+        if begin < start and not (begin and text[begin - 1] in "/\\"):
+            names.append(text[begin:match.end()].lstrip("."))
+    return names
+
+
+def _without_prefix(rejected: Iterable[str]) -> list[str]:
+    """Rejected tokens with a letter prefix, retried from their first S character: "x-12"
+    is no identifier, but "12" may be a value. A token whose first S character is ``/``,
+    ``@`` or ``\\`` is not retried ("and/or" is no path, so neither is "/or")."""
+    return [token for token in (whole.lstrip(_L_CHARS) for whole in rejected)
+            if token and token[0] not in "/@\\"]
+
+
+def _of_kind(found: list[str], verdict: tuple[str, int]) -> list[Candidate]:
+    """Candidates of one kind for the distinct ``found`` values, first occurrence first."""
+    rows = map(operator.add, zip(dict.fromkeys(found)), itertools.repeat(verdict))
+    return list(map(Candidate, rows))
 
 
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
@@ -284,40 +305,37 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     ``quotes=False`` skips quoted phrases (JSON tool output is full of quoted strings
     that are data, not constraints someone stated).
     """
-    data = text.encode("utf-8", "surrogatepass")
-    out: dict[str, Candidate] = {}
-    ascii_only = data.isascii()
-    raw = _tokens(data, cjk=not ascii_only)
-    if raw and data.translate(None, _NOT_MONTH_CAPITALS):  # a month date needs a digit
-        raw[:0] = _month_dates(data)  # and a month name its capital
-    if b"." in data:
-        raw.extend(_file_names(data))
-    distinct = dict.fromkeys(raw)  # tokens recur (keys, repeated values)
-    verdicts = list(map(_verdict, map(_shape, distinct)))
-    if any(verdicts):
-        # No Python-level loop per token: decode all at once (no token holds a NUL
-        # byte), keep the judged ones, cut each to its trimmed length, build the tuples.
-        texts = b"\0".join(distinct).decode("utf-8", "replace").split("\0")
-        judged = list(filter(None, verdicts))
-        facts = list(map(str.__getitem__, itertools.compress(texts, verdicts),
-                         map(slice, map(_KEEP, judged))))
-        rows = zip(facts, map(_KIND, judged), map(_SCORE, judged), strict=True)
-        out = dict(zip(facts, map(_new_candidate, itertools.repeat(Candidate), rows),
-                       strict=True))
-    if quotes and b'"' in data:
-        for quoted in map(_decode, _QUOTE.findall(data)):
-            if quoted not in out:
-                out[quoted] = Candidate(quoted, "quote", 6)
-    if not ascii_only:
-        if any(sign in text for sign in "€£¥₹"):
-            for money in _CURRENCY.findall(text):
-                if money not in out:
-                    out[money] = Candidate(money, "money", 8)
+    found = _SCAN.findall(text + _SENTINEL)
+    del found[-2:]  # the sentinel token and the empty end match
+    if "." in text:
+        found += _file_names(text)
+    out: list[Candidate] = []
+    if found:
+        tokens = list(dict.fromkeys(found))  # values recur (keys, repeated ids)
+        # No Python-level loop per token: shapes, verdicts and the candidate tuples are
+        # built by C calls over whole lists; only rejected tokens with a letter prefix
+        # are retried (a retried token already found keeps its first place).
+        verdicts = _verdicts(_shapes(tokens))
+        if _PREFIXED in verdicts:
+            prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
+            seen = set(tokens)
+            retry = [t for t in dict.fromkeys(_without_prefix(itertools.compress(tokens, prefixed)))
+                     if t not in seen]
+            if retry:
+                tokens += retry
+                verdicts += _verdicts(_shapes(retry))
+        facts = itertools.compress(tokens, verdicts)
+        out = list(map(Candidate, map(operator.add, zip(facts), filter(None, verdicts))))
+    # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
+    # they never collide with a token, only with their own repetitions.
+    if quotes and '"' in text:
+        out += _of_kind(_QUOTE.findall(text), ("quote", 6))
+    if not text.isascii():  # (a substring test is far cheaper than a scan)
+        if "€" in text or "£" in text or "¥" in text or "₹" in text:
+            out += _of_kind(_CURRENCY.findall(text), ("money", 8))
         if quotes and ("「" in text or "“" in text or "『" in text):
-            for quoted in _CJK_QUOTE.findall(text):
-                if quoted not in out:
-                    out[quoted] = Candidate(quoted, "quote", 6)
-    return list(out.values())
+            out += _of_kind(_CJK_QUOTE.findall(text), ("quote", 6))
+    return out
 
 
 def extract_facts(text: str) -> list[str]:
@@ -351,22 +369,48 @@ def message_fact_text(message: ChatMessage) -> str:
 
 
 _TIERS = {"user": 0, "system": 1, "assistant": 1, "tool": 2}
-_DIGITS = re.compile(r"\d")
+# Any decimal digit (what ``\\d`` matches) → "0": the shape a candidate's repetition is
+# counted by ("word16", "word17" … share one).
+_ZERO_DIGITS = {c: "0" for c in range(0x110000) if chr(c).isdecimal()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Ranked:
-    fact: str
-    key: str
-    tier: int
-    score: float
-    position: int
+class _Ranked(tuple[str, str, int, float, int]):
+    """A ranked candidate ``(fact, key, tier, score, position)`` (a tuple built in C)."""
+
+    __slots__ = ()
+
+    @property
+    def fact(self) -> str:
+        return self[0]
+
+    @property
+    def key(self) -> str:
+        return self[1]
+
+    @property
+    def tier(self) -> int:
+        return self[2]
+
+    @property
+    def score(self) -> float:
+        return self[3]
+
+    @property
+    def position(self) -> int:
+        return self[4]
 
     @property
     def sort_key(self) -> tuple[bool, int, float, int]:
         # Weak candidates (bare small numbers, heavily repeated shapes) go last whatever
         # their tier; otherwise the tier, then distinctiveness, then recency.
-        return (self.score < 3, self.tier, -self.score, -self.position)
+        return (self[3] < 3, self[2], -self[3], -self[4])
+
+
+def _each(texts: list[str], transform: Any) -> list[str]:
+    """``transform`` applied to every text in one call (none holds NUL): C, not a loop."""
+    return list(transform("\0".join(texts)).split("\0"))
+
+
 
 
 def rank_candidates(
@@ -375,31 +419,55 @@ def rank_candidates(
     """Rank the candidates of ``(text, tier, position)`` sources not already in ``present``.
 
     Pure: distinctiveness by kind, minus a penalty for shapes repeated across many
-    sources; the best occurrence of each value wins.
+    sources; the best occurrence of each value wins. Every per-candidate step is a C call
+    over a whole list (shapes, normalised keys, the spread Counter, the sort); Python
+    only loops over the distinct shapes.
     """
     per_source = [extract_candidates(text, quotes=tier != _TIERS["tool"])
                   for text, tier, _ in sources]
-    shapes: Counter[str] = Counter()
-    for found in per_source:
-        shapes.update({_DIGITS.sub("0", c.fact) for c in found})
+    found = list(itertools.chain.from_iterable(per_source))
+    if not found:
+        return []
+    facts = list(map(_FACT, found))
+    shapes = _each(facts, operator.methodcaller("translate", _ZERO_DIGITS))
+    sizes = list(map(len, per_source))
+    spread: Counter[str] = Counter()
+    for start, end in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+        spread.update(set(shapes[start:end]))  # a shape counts once per source
     many = max(4, len(sources) // 10)
-    best: dict[str, _Ranked] = {}
-    for (_, tier, position), found in zip(sources, per_source, strict=True):
-        for cand in found:
-            key = normalize(cand.fact)
-            if key in present:
-                continue
-            score = float(cand.score)
-            spread = shapes[_DIGITS.sub("0", cand.fact)]
-            if spread > many:
-                score -= math.log2(spread / many) + 3
-                if score <= 0:
-                    continue  # a loop counter or table row number, not a fact
-            ranked = _Ranked(cand.fact, key, tier, score, position)
-            old = best.get(key)
-            if old is None or ranked.sort_key < old.sort_key:
-                best[key] = ranked
-    return sorted(best.values(), key=lambda r: r.sort_key)
+    penalty = {shape: math.log2(count / many) + 3
+               for shape, count in spread.items() if count > many}
+    scores = list(map(float.__sub__, map(float, map(_SCORE_OF, found)),
+                      map(penalty.get, shapes, itertools.repeat(0.0))))
+    keys = _each(facts, normalize)
+    tiers = list(itertools.chain.from_iterable(
+        map(itertools.repeat, (tier for _, tier, _ in sources), sizes)))
+    positions = list(itertools.chain.from_iterable(
+        map(itertools.repeat, (position for _, _, position in sources), sizes)))
+    # Kept: not in ``present``, and not penalised to nothing (a loop counter, a table's
+    # row numbers); unpenalised scores are at least 1.
+    kept = list(map(operator.and_, map(operator.not_, map(present.__contains__, keys)),
+                    map((0.0).__lt__, scores)))
+    rows = list(itertools.compress(zip(facts, keys, tiers, scores, positions, strict=True),
+                                   kept))
+    keys = list(itertools.compress(keys, kept))
+    scores = list(itertools.compress(scores, kept))
+    # _Ranked.sort_key, for all rows at once.
+    sort_keys = list(zip(map((3.0).__gt__, scores), itertools.compress(tiers, kept),
+                         map(operator.neg, scores),
+                         map(operator.neg, itertools.compress(positions, kept)), strict=True))
+    # The best occurrence of each key is its first in sort order (a stable sort: the
+    # earliest of equal ones); the keys then rank by it, ties by first appearance.
+    order = sorted(range(len(rows)), key=sort_keys.__getitem__)
+    best = dict(zip(map(keys.__getitem__, reversed(order)), reversed(order), strict=True))
+    first_seen = dict(zip(dict.fromkeys(keys), itertools.count(), strict=False))
+    winners = list(best.values())
+    ranked = sorted(zip(map(sort_keys.__getitem__, winners),
+                        map(first_seen.__getitem__, best), winners, strict=True))
+    return list(map(_Ranked, map(rows.__getitem__, map(_LAST, ranked))))
+
+
+_FACT, _SCORE_OF, _LAST = operator.itemgetter(0), operator.itemgetter(2), operator.itemgetter(-1)
 
 
 def select_facts(
