@@ -6,6 +6,9 @@ JSON encode, a synchronous call) shows up as lag for *every* request of the work
 service's rule is that nothing CPU-bound holds the loop for more than 20 ms; the load
 benchmark (``benchmarks/bench_load.py``) reads these figures under load.
 
+``cpu_seconds`` is the process's CPU time so far: sampled before and after a load, it
+gives the worker's CPU cost per request independently of how busy the machine is.
+
 The answer is per worker process (``pid``); it holds no user data, so it needs no token
 (a load balancer can poll it).
 """
@@ -76,12 +79,15 @@ class HealthOut(BaseModel):
     rss_bytes: int
     loop_lag_ms: dict[str, float]
     lag_samples: int
+    cpu_seconds: float
 
 
 @router.get("/health", response_model=HealthOut, tags=["service"])
 async def health(request: Request) -> HealthOut:
-    """This worker's pid, resident memory and event-loop lag (p50/p99/max, ms)."""
+    """This worker's pid, resident memory, CPU time used so far (user + system, all its
+    threads) and event-loop lag (p50/p99/max, ms)."""
     probe: LoopLagProbe | None = getattr(request.app.state, "loop_lag", None)
     lag = probe.summary_ms() if probe is not None else {"p50": 0.0, "p99": 0.0, "max": 0.0}
     return HealthOut(pid=os.getpid(), rss_bytes=rss_bytes(), loop_lag_ms=lag,
-                     lag_samples=len(probe.samples) if probe is not None else 0)
+                     lag_samples=len(probe.samples) if probe is not None else 0,
+                     cpu_seconds=round(time.process_time(), 4))
