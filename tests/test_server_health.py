@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -38,3 +39,13 @@ def test_an_empty_probe_summarises_to_zero() -> None:
     assert probe.summary_ms() == {"p50": 0.0, "p99": 0.0, "max": 0.0}
     probe.samples.extend([0.001, 0.002, 0.003, 0.004, 0.1])  # the oldest falls out
     assert probe.summary_ms() == {"p50": 3.0, "p99": 4.0, "max": 100.0}
+
+
+def test_a_window_summarises_only_the_recent_samples() -> None:
+    probe = LoopLagProbe()
+    now = time.perf_counter()
+    probe.times.extend([now - 100, now - 1])
+    probe.samples.extend([0.5, 0.002])  # a stall long ago, a small lag just now
+    assert probe.summary_ms()["max"] == 500.0
+    assert probe.summary_ms(window=10) == {"p50": 2.0, "p99": 2.0, "max": 2.0}
+    assert probe.summary_ms(window=0.0001)["max"] == 0.0
