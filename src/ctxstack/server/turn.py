@@ -210,6 +210,17 @@ class Turn:
         else:
             await self._stop_poller(poller)
             await self._finish("ok", None)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the finished run: the agent's guard holds a listener that closes over
+        this turn (turn → agent → guard → listener → turn), a cycle only the cyclic
+        collector could free — so every turn's object graph aged into the oldest
+        generation, and collecting thousands of them at once held the event loop for
+        40-100 ms under load (issue 15). Without the link it is freed when the turn ends."""
+        self._agent = None
+        self._engine = None
 
     @staticmethod
     async def _stop_poller(poller: asyncio.Task[None] | None) -> None:
