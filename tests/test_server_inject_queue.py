@@ -225,3 +225,45 @@ async def test_settle_saves_the_leftovers_and_releases_in_one_commit(
     with pytest.raises(LeaseLostError):
         await queue.settle(b, "not-claimed", never)
     assert called == []
+
+
+class _SlowTake:
+    """A queue whose ``take`` waits until released, to stop the poller mid-query."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.finished = 0
+        self.cancelled = 0
+
+    async def take(self, conversation_id: str, turn_id: str) -> list[str]:
+        self.entered.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+        return []
+
+
+async def test_a_stopped_poller_finishes_its_query_instead_of_being_cancelled() -> None:
+    queue = _SlowTake()
+    poller = InjectPoller(queue, "c", "t", interval=0.01)  # type: ignore[arg-type]
+    delivered: list[str] = []
+
+    async def deliver(text: str) -> None:
+        delivered.append(text)
+
+    task = asyncio.create_task(poller.run(deliver))
+    await asyncio.wait_for(queue.entered.wait(), timeout=10)
+    poller.stop()  # while take() is in flight
+    queue.release.set()
+    await asyncio.wait_for(task, timeout=10)
+    assert (queue.finished, queue.cancelled) == (1, 0)
+    # Stopped before it starts: no query at all.
+    idle = _SlowTake()
+    early = InjectPoller(idle, "c", "t", interval=0.01)  # type: ignore[arg-type]
+    early.stop()
+    await asyncio.wait_for(early.run(deliver), timeout=10)
+    assert not idle.entered.is_set()

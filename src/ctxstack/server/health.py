@@ -6,6 +6,9 @@ JSON encode, a synchronous call) shows up as lag for *every* request of the work
 service's rule is that nothing CPU-bound holds the loop for more than 20 ms; the load
 benchmark (``benchmarks/bench_load.py``) reads these figures under load.
 
+``cpu_seconds`` is the process's CPU time so far: sampled before and after a load, it
+gives the worker's CPU cost per request independently of how busy the machine is.
+
 The answer is per worker process (``pid``); it holds no user data, so it needs no token
 (a load balancer can poll it).
 """
@@ -18,7 +21,7 @@ import os
 import time
 from collections import deque
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 router = APIRouter(prefix="/api")
@@ -30,6 +33,7 @@ class LoopLagProbe:
     def __init__(self, *, interval: float = 0.05, keep: int = 4096) -> None:
         self.interval = interval
         self.samples: deque[float] = deque(maxlen=keep)
+        self.times: deque[float] = deque(maxlen=keep)  # when each sample was taken
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -47,11 +51,20 @@ class LoopLagProbe:
         while True:
             asked = time.perf_counter()
             await asyncio.sleep(self.interval)
-            self.samples.append(max(0.0, time.perf_counter() - asked - self.interval))
+            woke = time.perf_counter()
+            self.samples.append(max(0.0, woke - asked - self.interval))
+            self.times.append(woke)
 
-    def summary_ms(self) -> dict[str, float]:
-        """p50, p99 and max lag in milliseconds over the kept samples (0 when none)."""
-        ordered = sorted(self.samples)
+    def summary_ms(self, window: float | None = None) -> dict[str, float]:
+        """p50, p99 and max lag in milliseconds over the kept samples, or over those of the
+        last ``window`` seconds (0 when none): a load generator reads one phase's lag."""
+        if window is None or len(self.times) != len(self.samples):
+            chosen = list(self.samples)
+        else:
+            since = time.perf_counter() - window
+            chosen = [lag for at, lag in zip(self.times, self.samples, strict=True)
+                      if at >= since]
+        ordered = sorted(chosen)
         if not ordered:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0}
 
@@ -76,12 +89,17 @@ class HealthOut(BaseModel):
     rss_bytes: int
     loop_lag_ms: dict[str, float]
     lag_samples: int
+    cpu_seconds: float
 
 
 @router.get("/health", response_model=HealthOut, tags=["service"])
-async def health(request: Request) -> HealthOut:
-    """This worker's pid, resident memory and event-loop lag (p50/p99/max, ms)."""
+async def health(request: Request, window: float | None = Query(
+        None, gt=0, description="summarise the lag of the last this many seconds only"),
+) -> HealthOut:
+    """This worker's pid, resident memory, CPU time used so far (user + system, all its
+    threads) and event-loop lag (p50/p99/max, ms)."""
     probe: LoopLagProbe | None = getattr(request.app.state, "loop_lag", None)
-    lag = probe.summary_ms() if probe is not None else {"p50": 0.0, "p99": 0.0, "max": 0.0}
+    lag = probe.summary_ms(window) if probe is not None else {"p50": 0.0, "p99": 0.0, "max": 0.0}
     return HealthOut(pid=os.getpid(), rss_bytes=rss_bytes(), loop_lag_ms=lag,
-                     lag_samples=len(probe.samples) if probe is not None else 0)
+                     lag_samples=len(probe.samples) if probe is not None else 0,
+                     cpu_seconds=round(time.process_time(), 4))

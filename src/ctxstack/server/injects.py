@@ -403,12 +403,36 @@ class InjectPoller:
         self.turn_id = turn_id
         self.interval = interval
         self.heartbeat_every = heartbeat_every
+        self._stopped = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def stop(self) -> None:
+        """End :meth:`run` at its next pause, never inside a query: a query cancelled
+        mid-flight leaves its database connection in an unknown state, and the pool
+        discards it (on PostgreSQL a new server process for the next checkout)."""
+        self._stopped = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _pause(self) -> bool:
+        """Wait one interval (cut short by :meth:`stop`); True once stopped."""
+        if self._stopped:
+            return True
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        wake = loop.call_later(self.interval, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            wake.cancel()
+            self._waiter = None
+        return self._stopped
 
     async def run(self, deliver: _Deliver) -> None:
-        """Poll until cancelled. Storage hiccups are retried at the next tick."""
+        """Poll until stopped (:meth:`stop`) or cancelled. Storage hiccups are retried at
+        the next tick."""
         last_beat = time.monotonic()
-        while True:
-            await asyncio.sleep(self.interval)
+        while not await self._pause():
             try:
                 for text in await self.queue.take(self.conversation_id, self.turn_id):
                     await deliver(text)
@@ -422,6 +446,11 @@ class InjectPoller:
                 # A storage hiccup must not end the turn; the next tick retries.
                 log.warning("inject poll failed for conversation %s", self.conversation_id,
                             exc_info=True)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _Deliver(Protocol):

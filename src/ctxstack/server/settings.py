@@ -31,6 +31,7 @@ variable                         meaning                                        
 ``CTXSTACK_DB_STATEMENT_TIMEOUT``  seconds one database statement (or the wait  15
                                  for a pooled connection, or SQLite's lock) may
                                  take
+``CTXSTACK_DB_POOL_SIZE``        database connections a worker keeps open       20
 ``CTXSTACK_REDIS_TIMEOUT``       seconds for a Redis connect or command         2
 ``LLM_TIMEOUT``                  seconds one main-model call may take, retries  60
                                  included
@@ -74,6 +75,13 @@ BUDGET_ENV_VARS = (
     "FAST_LLM_MAX_OUTPUT_TOKENS",
 )
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DEFAULT_DB_POOL_SIZE = 20
+"""Database connections a worker keeps open (``CTXSTACK_DB_POOL_SIZE``). SQLAlchemy's
+default of 5 is below what one worker's concurrent turns check out at once: every
+checkout beyond the kept ones opened a new connection and closed it on return — on
+PostgreSQL a new server process and a handshake per query burst, which was most of the
+worker's CPU per turn and its event-loop lag under load (issue 15). 10 more may be opened
+for a burst beyond it (SQLAlchemy's ``max_overflow``)."""
 
 
 class Settings(BaseModel):
@@ -97,6 +105,7 @@ class Settings(BaseModel):
     turn_lease: float = Field(5.0, gt=0, le=3600)
     db_connect_timeout: float = Field(5.0, gt=0, le=3600)
     db_statement_timeout: float = Field(15.0, gt=0, le=86_400)
+    db_pool_size: int = Field(DEFAULT_DB_POOL_SIZE, gt=0, le=1000)
     redis_timeout: float = Field(2.0, gt=0, le=3600)
     llm_timeout: float = Field(60.0, gt=0, le=86_400)
     fast_llm_timeout: float | None = Field(None, gt=0, le=86_400)
@@ -152,6 +161,7 @@ class Settings(BaseModel):
             "turn_lease": "CTXSTACK_TURN_LEASE",
             "db_connect_timeout": "CTXSTACK_DB_CONNECT_TIMEOUT",
             "db_statement_timeout": "CTXSTACK_DB_STATEMENT_TIMEOUT",
+            "db_pool_size": "CTXSTACK_DB_POOL_SIZE",
             "redis_timeout": "CTXSTACK_REDIS_TIMEOUT",
             "llm_timeout": "LLM_TIMEOUT",
             "fast_llm_timeout": "FAST_LLM_TIMEOUT",
@@ -185,6 +195,7 @@ class Settings(BaseModel):
             "CTXSTACK_TURN_LEASE": str(self.turn_lease),
             "CTXSTACK_DB_CONNECT_TIMEOUT": str(self.db_connect_timeout),
             "CTXSTACK_DB_STATEMENT_TIMEOUT": str(self.db_statement_timeout),
+            "CTXSTACK_DB_POOL_SIZE": str(self.db_pool_size),
             "CTXSTACK_REDIS_TIMEOUT": str(self.redis_timeout),
             "LLM_TIMEOUT": str(self.llm_timeout),
         }

@@ -299,7 +299,8 @@ async def open_state(settings: Settings, *, factory: SessionFactory | None = Non
     if factory is None:
         engine = create_engine_from_url(settings.database_url, schema=settings.database_schema,
                                         connect_timeout=settings.db_connect_timeout,
-                                        statement_timeout=settings.db_statement_timeout)
+                                        statement_timeout=settings.db_statement_timeout,
+                                        pool_size=settings.db_pool_size)
         factory = session_factory(engine)
     files = FileStore(factory, settings.files_dir, max_bytes=settings.max_upload_bytes)
     injects: InjectQueue = (

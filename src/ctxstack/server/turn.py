@@ -100,6 +100,9 @@ SYSTEM_PROMPT = (
     "messages: take them into account."
 )
 RESULT_PREVIEW_CHARS = 4_000
+POLLER_STOP_GRACE = 5.0
+"""Seconds a turn waits for its inject poller to finish a query in flight before
+cancelling it."""
 
 
 class TurnFailed(CtxstackError):
@@ -185,6 +188,7 @@ class Turn:
     async def run(self) -> None:
         """The turn task's body. Never raises except CancelledError (after saving)."""
         poller: asyncio.Task[None] | None = None
+        poll: InjectPoller | None = None
         try:
             main_budget, fast_budget = await self.state.budgets()
             main_llm, fast_llm = self.state.llms.for_turn(main_budget, fast_budget, self.meter)
@@ -200,23 +204,41 @@ class Turn:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            await self._stop_poller(poller)
+            await self._stop_poller(poll, poller)
             await self._finish("stopped", "Stopped: the client disconnected.")
             raise
         except Exception as exc:
             log.warning("turn %s failed", self.spec.turn_id)
-            await self._stop_poller(poller)
+            await self._stop_poller(poll, poller)
             await self._finish("failed", _failure_text(exc))
         else:
-            await self._stop_poller(poller)
+            await self._stop_poller(poll, poller)
             await self._finish("ok", None)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the finished run: the agent's guard holds a listener that closes over
+        this turn (turn → agent → guard → listener → turn), a cycle only the cyclic
+        collector could free — so every turn's object graph aged into the oldest
+        generation, and collecting thousands of them at once held the event loop for
+        40-100 ms under load (issue 15). Without the link it is freed when the turn ends."""
+        self._agent = None
+        self._engine = None
 
     @staticmethod
-    async def _stop_poller(poller: asyncio.Task[None] | None) -> None:
-        if poller is not None and not poller.done():
+    async def _stop_poller(poll: InjectPoller | None, poller: asyncio.Task[None] | None) -> None:
+        """Let the poller finish its current query and stop (cancelling it mid-query cost
+        a pooled connection per turn); cancelled only if that takes over
+        ``POLLER_STOP_GRACE`` seconds."""
+        if poll is None or poller is None or poller.done():
+            return
+        poll.stop()
+        done, _ = await asyncio.wait({poller}, timeout=POLLER_STOP_GRACE)
+        if not done:
             poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
 
     async def _deliver(self, text: str) -> None:
         """Hand an inject to the running agent or DAG run. Whether it was consumed is

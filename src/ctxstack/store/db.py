@@ -183,6 +183,10 @@ def create_engine_from_url(
     engine_kwargs.setdefault("pool_timeout", statement_s)
     if is_sqlite:
         engine_kwargs.pop("pool_timeout", None)
+        if parsed.database in (None, "", ":memory:"):
+            # One shared connection (StaticPool): there is no pool to size.
+            engine_kwargs.pop("pool_size", None)
+            engine_kwargs.pop("max_overflow", None)
         if schema:
             raise StorageError("a database schema can only be chosen on PostgreSQL, not SQLite")
         connect_args.setdefault("timeout", statement_s)
