@@ -226,6 +226,126 @@ PAIR_WEIGHTS: Final[dict[Family, tuple[tuple[int, ...], ...]]] = {
 TRADITIONAL_WEIGHT: Final[dict[Family, float]] = {"o200k": 1.0256, "cl100k": 2.0818}
 
 
+SCRIPT_GROUPS: Final[tuple[str, ...]] = (
+    "latin", "greek", "cyrillic", "hebrew", "arabic", "brahmic_thai", "e1", "hangul",
+    "four_byte",
+)
+"""Script groups of the per-script correction (:func:`script_correction`), by UTF-8 lead
+byte: accented Latin and combining marks (C2–CC), Greek (CD–CF), Cyrillic (D0–D4),
+Armenian and Hebrew (D5–D7), Arabic, Persian, Syriac, Thaana (D8–DF), Brahmic scripts and
+Thai/Lao/Tibetan (E0), U+1000–U+1FFF — Myanmar, Georgian, Ethiopic, Khmer, Vietnamese
+letters of Latin Extended Additional, Greek Extended (E1), Hangul syllables and other
+U+A000–U+DFFF (EA–ED), four-byte characters — emoji, rare ideographs (F0–F4)."""
+_GROUP_LEADS: Final = ((0xC2, 0xCC), (0xCD, 0xCF), (0xD0, 0xD4), (0xD5, 0xD7), (0xD8, 0xDF),
+                       (0xE0, 0xE0), (0xE1, 0xE1), (0xEA, 0xED), (0xF0, 0xF4))
+SUB_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("devanagari", 0xE0, (0xA4, 0xA5)),
+    ("bengali_gurmukhi_gujarati_oriya", 0xE0, tuple(range(0xA6, 0xAE))),
+    ("tamil", 0xE0, (0xAE, 0xAF)),
+    ("telugu_kannada_malayalam_sinhala", 0xE0, tuple(range(0xB0, 0xB8))),
+    ("thai_lao", 0xE0, tuple(range(0xB8, 0xBC))),
+    ("myanmar", 0xE1, (0x80, 0x81)),
+    ("georgian", 0xE1, (0x82, 0x83)),
+    ("khmer", 0xE1, (0x9E, 0x9F)),
+    ("vietnamese", 0xE1, (0xBA, 0xBB)),
+)
+"""Blocks inside a three-byte group whose scripts tokenize differently enough to get a
+weight of their own: (name, lead byte, second bytes). Counted only when their lead byte
+occurs (one ``bytes.count`` per second byte)."""
+SCRIPT_FEATURES: Final[tuple[str, ...]] = (
+    tuple(f"{g}_chars" for g in SCRIPT_GROUPS) + tuple(f"{g}_runs" for g in SCRIPT_GROUPS)
+    + tuple(f"{name}_chars" for name, _lead, _seconds in SUB_BLOCKS)
+)
+"""What :func:`script_features` counts, in order: characters per group, runs per group
+(maximal runs of the group's characters, ≈ words), characters per sub-block."""
+_GROUP_CODES: Final = tuple(bytes([0x41 + i]) for i in range(len(SCRIPT_GROUPS)))
+_OTHER_CODE: Final = b"."
+
+
+def _group_tables() -> tuple[bytes, bytes]:
+    """(byte → its group's letter, or ``.``; the bytes that are no group's lead byte)."""
+    lead_code = bytearray(_OTHER_CODE * 256)
+    for i, (lo, hi) in enumerate(_GROUP_LEADS):
+        for b in range(lo, hi + 1):
+            lead_code[b] = _GROUP_CODES[i][0]
+    grouped = {b for lo, hi in _GROUP_LEADS for b in range(lo, hi + 1)}
+    not_lead = bytes(b for b in range(256) if b not in grouped)
+    return bytes(lead_code), not_lead
+
+
+_GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
+_SUB_BLOCKS_OF: Final[dict[int, tuple[tuple[int, tuple[bytes, ...]], ...]]] = {
+    group: tuple((k, tuple(bytes([lead, second]) for second in seconds))
+                 for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS)
+                 if _GROUP_LEADS[group][0] <= lead <= _GROUP_LEADS[group][1])
+    for group in range(len(SCRIPT_GROUPS))
+}
+
+
+def script_features(raw: bytes) -> list[int]:
+    """The counts of :data:`SCRIPT_FEATURES` in ``raw`` (UTF-8 bytes, as
+    ``str.encode("utf-8", "surrogatepass")`` gives them): all zero for ASCII text.
+
+    C-speed passes only: one ``bytes.translate`` keeps the lead bytes of the groups (as a
+    letter per group) and drops every other byte; only when some remain, a second one maps
+    every character to its group letter or ``.`` (continuation bytes dropped), where a run
+    starts wherever a group letter follows a ``.`` (a run adjoining another group's run
+    is not counted again: rare, e.g. a combining accent after a Greek letter). Bytes that
+    are not valid UTF-8 are classified by their value like the pair model's classes.
+    """
+    groups = len(SCRIPT_GROUPS)
+    out = [0] * (2 * groups + len(SUB_BLOCKS))
+    leads = raw.translate(_GROUP_CODE, _NOT_GROUP_LEAD)
+    if not leads:
+        return out
+    chars = _OTHER_CODE + raw.translate(_GROUP_CODE, _CONTINUATION)
+    for i, code in enumerate(_GROUP_CODES):
+        n = leads.count(code)
+        if n:
+            out[i] = n
+            out[groups + i] = chars.count(_OTHER_CODE + code)
+            for k, prefixes in _SUB_BLOCKS_OF[i]:
+                out[2 * groups + k] = sum(map(raw.count, prefixes))
+    return out
+
+
+def script_correction(raw: bytes, family: Family) -> float:
+    """Tokens to add to the pair model's estimate of the text whose UTF-8 bytes are
+    ``raw`` (negative for scripts it over-counts): Σ :data:`SCRIPT_WEIGHTS` × the counts
+    of :func:`script_features`. Pure; 0.0 for ASCII and for text with none of the groups
+    (Chinese, Japanese, symbols), whose behaviour stays the pair model's alone.
+
+    Why: the pair model sees every three-byte character outside CJK as one class and
+    every two-byte character as another, and was fitted on English, code, JSON, Chinese
+    and Japanese only, so Devanagari or Thai (≈ 0.3–0.4 o200k tokens per character) were
+    counted like rare symbols (≈ 1.4), and Greek or Hebrew like accented Latin. A weight
+    per character and per run (≈ word) of each group, fitted after the pair weights on
+    translated text (``benchmarks/fit_tokens.py --scripts``), corrects both directions.
+    """
+    features = script_features(raw)
+    weights = SCRIPT_WEIGHTS[family]
+    return sum(w * c for w, c in zip(weights, features, strict=True) if c)
+
+
+# Fitted by `python -m benchmarks.fit_tokens --scripts --write` on the FIT split of
+# benchmarks/token_corpus.gather_scripts (Debian's gettext catalogs and localised manual
+# pages, messages and pages whose hash is even) plus the pair weights' own fit texts, with
+# PAIR_WEIGHTS fixed. Order: SCRIPT_FEATURES.
+SCRIPT_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
+    "o200k": (
+        0.2846, 0.2345, -0.0923, -0.1312, 0.1585, -1.0218, -1.0147, -1.4365,
+        -0.0082, 0.0175, -0.6128, 0.8905, 1.2772, -0.3204, 0.0618, -0.4309, 1.3767,
+        -0.0077, -0.242, -0.1551, -0.2399, -0.1879, -0.1969, -0.0044, -0.189,
+        0.0466, -0.8851,
+    ),
+    "cl100k": (
+        0.5279, 0.5319, -0.2041, 0.5207, 0.2493, -0.0473, 0.0636, -0.7352, 0.0007,
+        0.6848, -0.0614, 1.4015, 0.5121, 0.2067, 0.8863, 0.0778, 1.2091, 0.0009,
+        -0.3393, 0.1776, 0.0613, 0.4683, -0.4151, 0.6357, 0.641, 0.3236, -1.5473,
+    ),
+}
+
+
 def _weight_tables(family: Family) -> tuple[bytes, bytes]:
     """Pair byte (this class << 4 | next class) → its weight + OFFSET, split in two
     tables: the high nibble and the low nibble (see :func:`estimate`)."""
@@ -249,15 +369,19 @@ def estimator(family: Family) -> Callable[[str], int]:
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
+    script = script_correction
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
 
     def count(text: str) -> int:
         if not text:
             return 0
         if text.isascii():
-            hexes, han = text.encode("ascii").translate(hex_class), False
+            hexes, han, correction = text.encode("ascii").translate(hex_class), False, 0.0
         else:
-            hexes, han = _hex_classes(text)
+            raw = text.encode("utf-8", "surrogatepass")
+            hexes = raw.translate(hex_class, _CONTINUATION)
+            han = _HAN_HEX in hexes
+            correction = script(raw, family)
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
@@ -270,6 +394,8 @@ def estimator(family: Family) -> Callable[[str], int]:
             units = 16 * _chunked_sum(pairs.translate(high)) \
                 + _chunked_sum(pairs.translate(low)) - OFFSET * n
         tokens = units / SCALE
+        if correction:
+            tokens += correction
         if han:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
