@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from binascii import unhexlify as _unhex
 from collections.abc import Callable, Iterator
-from itertools import repeat
+from itertools import pairwise, repeat
 from operator import and_ as _and
 from typing import Final, Literal
 from zlib import adler32 as _adler32
@@ -274,12 +274,47 @@ def _group_tables() -> tuple[bytes, bytes]:
 
 
 _GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
-_SUB_BLOCKS_OF: Final[dict[int, tuple[tuple[int, tuple[bytes, ...]], ...]]] = {
-    group: tuple((k, tuple(bytes([lead, second]) for second in seconds))
-                 for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS)
-                 if _GROUP_LEADS[group][0] <= lead <= _GROUP_LEADS[group][1])
-    for group in range(len(SCRIPT_GROUPS))
-}
+_SUB_LEADS: Final = tuple(dict.fromkeys(lead for _name, lead, _seconds in SUB_BLOCKS))
+_SEGMENTS: Final = sorted({second for _n, _l, seconds in SUB_BLOCKS for second in (
+    seconds[0], seconds[-1] + 1)})
+"""Cut points of the second-byte range: each sub-block is a union of whole segments."""
+
+
+def _segment_tables() -> tuple[bytes, bytes, dict[int, tuple[bytes, ...]]]:
+    """(byte → hex digit: 1 + index in _SUB_LEADS for a sub-blocked lead byte, else 0;
+    byte → hex digit of its second-byte segment, f outside them; per sub-block, the pair
+    bytes (lead digit << 4 | segment) that make it up)."""
+    lead_digit = bytearray(b"0" * 256)
+    for i, lead in enumerate(_SUB_LEADS):
+        lead_digit[lead] = b"0123456789abcdef"[i + 1]
+    segment_digit = bytearray(b"f" * 256)
+    for j, (lo, hi) in enumerate(pairwise(_SEGMENTS)):
+        for b in range(lo, hi):
+            segment_digit[b] = b"0123456789abcdef"[j]
+    pairs = {}
+    for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS):
+        digits = sorted({int(chr(segment_digit[b]), 16) for b in seconds})
+        pairs[k] = tuple(bytes([(_SUB_LEADS.index(lead) + 1) << 4 | d]) for d in digits)
+    return bytes(lead_digit), bytes(segment_digit), pairs
+
+
+_LEAD_DIGIT, _SEGMENT_DIGIT, _SUB_BLOCK_PAIRS = _segment_tables()
+_SUB_GROUPS: Final = frozenset(
+    i for i, (lo, hi) in enumerate(_GROUP_LEADS) if any(lo <= x <= hi for x in _SUB_LEADS))
+
+
+def _sub_block_counts(raw: bytes, out: list[int], start: int) -> None:
+    """Characters per :data:`SUB_BLOCKS` entry into ``out[start:]``, exactly, in C: the
+    lead-byte digits and the next bytes' segment digits are interleaved by two strided
+    slice assignments, ``unhexlify`` turns each (byte, next byte) into one byte, and each
+    sub-block is a few ``count`` calls of single bytes (only of those present)."""
+    n = len(raw)
+    digits = bytearray(2 * n)
+    digits[0::2] = raw.translate(_LEAD_DIGIT)
+    digits[1::2] = raw[1:].translate(_SEGMENT_DIGIT) + b"f"
+    pairs = _unhex(digits)
+    for k, codes in _SUB_BLOCK_PAIRS.items():
+        out[start + k] = sum(pairs.count(code) for code in codes if code in pairs)
 
 
 def script_features(raw: bytes) -> list[int]:
@@ -299,13 +334,14 @@ def script_features(raw: bytes) -> list[int]:
     if not leads:
         return out
     chars = _OTHER_CODE + raw.translate(_GROUP_CODE, _CONTINUATION)
+    sub_blocks = False
     for i, code in enumerate(_GROUP_CODES):
-        n = leads.count(code)
-        if n:
-            out[i] = n
+        if code in leads:  # memchr: absent groups cost next to nothing
+            out[i] = leads.count(code)
             out[groups + i] = chars.count(_OTHER_CODE + code)
-            for k, prefixes in _SUB_BLOCKS_OF[i]:
-                out[2 * groups + k] = sum(map(raw.count, prefixes))
+            sub_blocks = sub_blocks or i in _SUB_GROUPS
+    if sub_blocks:
+        _sub_block_counts(raw, out, 2 * groups)
     return out
 
 
@@ -322,6 +358,8 @@ def script_correction(raw: bytes, family: Family) -> float:
     per character and per run (≈ word) of each group, fitted after the pair weights on
     translated text (``benchmarks/fit_tokens.py --scripts``), corrects both directions.
     """
+    if not raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
+        return 0.0
     features = script_features(raw)
     weights = SCRIPT_WEIGHTS[family]
     return sum(w * c for w, c in zip(weights, features, strict=True) if c)
@@ -370,6 +408,8 @@ def estimator(family: Family) -> Callable[[str], int]:
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
     script = script_correction
+    two_byte, other3, four_byte = (b"0123456789abcdef"[CLASSES.index(c)].to_bytes(1, "big")
+                                   for c in ("two_byte", "other3", "four_byte"))
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
 
     def count(text: str) -> int:
@@ -381,7 +421,10 @@ def estimator(family: Family) -> Callable[[str], int]:
             raw = text.encode("utf-8", "surrogatepass")
             hexes = raw.translate(hex_class, _CONTINUATION)
             han = _HAN_HEX in hexes
-            correction = script(raw, family)
+            # the script groups' lead bytes all fall in the two-byte, other-three-byte and
+            # four-byte classes: text with none of those (most CJK) skips the correction
+            correction = script(raw, family) if (
+                two_byte in hexes or other3 in hexes or four_byte in hexes) else 0.0
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
