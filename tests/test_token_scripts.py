@@ -25,7 +25,12 @@ def features(text: str) -> dict[str, int]:
 
 
 def test_feature_names_and_weights_line_up() -> None:
+    from ctxstack import token_model
+
     assert len(set(SCRIPT_FEATURES)) == len(SCRIPT_FEATURES)
+    # the sub-block pass writes a lead and a second-byte segment as one hex digit each
+    assert len(token_model._SEGMENTS) <= 16
+    assert len(token_model._SUB_LEADS) <= 15
     for family in FAMILIES:
         assert len(SCRIPT_WEIGHTS[family]) == len(SCRIPT_FEATURES)
 
@@ -42,6 +47,8 @@ def test_groups_count_characters_and_runs() -> None:
                                  "devanagari_chars": 6}
     assert features("தமிழ்") == {"brahmic_thai_chars": 5, "brahmic_thai_runs": 1,
                                 "tamil_chars": 5}
+    assert features("বাংলা ಕನ್ನಡ") == {"brahmic_thai_chars": 10, "brahmic_thai_runs": 2,
+                                    "bengali_chars": 5, "kannada_chars": 5}
     assert features("ไทย") == {"brahmic_thai_chars": 3, "brahmic_thai_runs": 1,
                               "thai_lao_chars": 3}
     assert features("ქართ") == {"e1_chars": 4, "e1_runs": 1, "georgian_chars": 4}
