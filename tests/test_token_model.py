@@ -23,6 +23,7 @@ from ctxstack.model_counters import (
 )
 from ctxstack.token_model import (
     _CLASS,
+    CAPITAL_BLOCKS,
     FAMILIES,
     PAIR_WEIGHTS,
     SCALE,
@@ -133,7 +134,7 @@ def reference_script_features(text: str) -> list[int]:
         if group is not None:
             out[group] += 1
             out[groups + group] += previous is None
-            for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS):
+            for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + CAPITAL_BLOCKS):
                 out[2 * groups + k] += raw[0] == lead and raw[1] in seconds
         previous = group
     return out
@@ -143,7 +144,7 @@ def reference_script_features(text: str) -> list[int]:
 def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
     # lengths around the nibble-sum chunk (4,368 pairs), odd and even, every class
     piece = ('def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
-             "Привет мир, Ελληνικά, עברית, العربية, हिन्दी, தமிழ், 한국어, Tiếng Việt, ქართული\n")
+             "Привет МИР, ΕΛΛΆΔΑ Ελληνικά, ÀÉÎÕÜ, עברית, العربية, हिन्दी, தமிழ், 한국어, Tiếng Việt, ქართული\n")
     for n in (1, 2, 3, 255, 256, 257, 4367, 4368, 4369, 4370, 9000, 20001):
         text = (piece * (n // len(piece) + 1))[:n]
         assert estimate(text, family) == reference_estimate(text, family), n

@@ -25,12 +25,13 @@ def features(text: str) -> dict[str, int]:
 
 
 def test_feature_names_and_weights_line_up() -> None:
-    from ctxstack import token_model
+    from ctxstack.token_model import _BlockPass
 
     assert len(set(SCRIPT_FEATURES)) == len(SCRIPT_FEATURES)
-    # the sub-block pass writes a lead and a second-byte segment as one hex digit each
-    assert len(token_model._SEGMENTS) <= 16
-    assert len(token_model._SUB_LEADS) <= 15
+    # a block pass writes a lead and a second-byte segment as one hex digit each
+    too_many = tuple((f"b{i}", 0xE0, (0x80 + i,)) for i in range(16))
+    with pytest.raises(ValueError, match="too many"):
+        _BlockPass(too_many)
     for family in FAMILIES:
         assert len(SCRIPT_WEIGHTS[family]) == len(SCRIPT_FEATURES)
 
@@ -39,6 +40,11 @@ def test_groups_count_characters_and_runs() -> None:
     assert features("Привет, мир") == {"cyrillic_chars": 9, "cyrillic_runs": 2}
     assert features("für über") == {"latin_chars": 2, "latin_runs": 2}
     assert features("αβγ δ") == {"greek_chars": 4, "greek_runs": 2}
+    # capitals of the two-byte alphabets are counted again
+    assert features("ΑΒΓ δ") == {"greek_chars": 4, "greek_runs": 2, "greek_capital_chars": 3}
+    assert features("МИР мир") == {"cyrillic_chars": 6, "cyrillic_runs": 2,
+                                   "cyrillic_capital_chars": 3}
+    assert features("Ölçü É") == {"latin_chars": 4, "latin_runs": 3, "latin1_capital_chars": 2}
     assert features("שלום") == {"hebrew_chars": 4, "hebrew_runs": 1}
     assert features("سلام دنیا") == {"arabic_chars": 8, "arabic_runs": 2}
     assert features("한국어 텍스트") == {"hangul_chars": 6, "hangul_runs": 2}

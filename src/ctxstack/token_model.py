@@ -256,15 +256,25 @@ SUB_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
 )
 """Blocks inside a three-byte group whose scripts tokenize differently enough to get a
 weight of their own: (name, lead byte, second bytes), each block's second bytes
-contiguous. Counted only when their lead byte occurs (see :func:`_sub_block_counts`). At
+contiguous. Counted only when their group occurs (see :class:`_BlockPass`): at
 most 15 segments of second bytes fit the hex-digit pass; Khmer, Ethiopic and the rest of
-U+1000–U+1FFF share the ``e1`` group's weights, Lao and Thai one block."""
+U+1000–U+1FFF share the ``e1`` group's weights, Lao and Thai one block (see
+:class:`_BlockPass`)."""
+CAPITAL_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("latin1_capital", 0xC3, tuple(range(0x80, 0x9F))),
+    ("greek_capital", 0xCE, tuple(range(0x86, 0xAC))),
+    ("cyrillic_capital", 0xD0, tuple(range(0x80, 0xB0))),
+)
+"""Capital letters of the two-byte alphabets (À–Þ, Ά–Ϋ, Ѐ–Я), the same way: a capital
+costs more than a small letter in every vocabulary (fewer merges learnt), and text in
+capitals — headings, character-name tables — is where the plain group weights
+under-counted most (Cyrillic tables by up to 39%)."""
 SCRIPT_FEATURES: Final[tuple[str, ...]] = (
     tuple(f"{g}_chars" for g in SCRIPT_GROUPS) + tuple(f"{g}_runs" for g in SCRIPT_GROUPS)
-    + tuple(f"{name}_chars" for name, _lead, _seconds in SUB_BLOCKS)
+    + tuple(f"{name}_chars" for name, _lead, _seconds in SUB_BLOCKS + CAPITAL_BLOCKS)
 )
 """What :func:`script_features` counts, in order: characters per group, runs per group
-(maximal runs of the group's characters, ≈ words), characters per sub-block."""
+(maximal runs of the group's characters, ≈ words), characters per sub-block, capitals."""
 _GROUP_CODES: Final = tuple(bytes([0x41 + i]) for i in range(len(SCRIPT_GROUPS)))
 _OTHER_CODE: Final = b"."
 
@@ -281,47 +291,45 @@ def _group_tables() -> tuple[bytes, bytes]:
 
 
 _GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
-_SUB_LEADS: Final = tuple(dict.fromkeys(lead for _name, lead, _seconds in SUB_BLOCKS))
-_SEGMENTS: Final = sorted({second for _n, _l, seconds in SUB_BLOCKS for second in (
-    seconds[0], seconds[-1] + 1)})
-"""Cut points of the second-byte range: each sub-block is a union of whole segments."""
-
-
-def _segment_tables() -> tuple[bytes, bytes, dict[int, tuple[bytes, ...]]]:
-    """(byte → hex digit: 1 + index in _SUB_LEADS for a sub-blocked lead byte, else 0;
-    byte → hex digit of its second-byte segment, f outside them; per sub-block, the pair
-    bytes (lead digit << 4 | segment) that make it up)."""
-    lead_digit = bytearray(b"0" * 256)
-    for i, lead in enumerate(_SUB_LEADS):
-        lead_digit[lead] = b"0123456789abcdef"[i + 1]
-    segment_digit = bytearray(b"f" * 256)
-    for j, (lo, hi) in enumerate(pairwise(_SEGMENTS)):
-        for b in range(lo, hi):
-            segment_digit[b] = b"0123456789abcdef"[j]
-    pairs = {}
-    for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS):
-        digits = sorted({int(chr(segment_digit[b]), 16) for b in seconds})
-        pairs[k] = tuple(bytes([(_SUB_LEADS.index(lead) + 1) << 4 | d]) for d in digits)
-    return bytes(lead_digit), bytes(segment_digit), pairs
-
-
-_LEAD_DIGIT, _SEGMENT_DIGIT, _SUB_BLOCK_PAIRS = _segment_tables()
-_SUB_GROUPS: Final = frozenset(
-    i for i, (lo, hi) in enumerate(_GROUP_LEADS) if any(lo <= x <= hi for x in _SUB_LEADS))
-
-
-def _sub_block_counts(raw: bytes, out: list[int], start: int) -> None:
-    """Characters per :data:`SUB_BLOCKS` entry into ``out[start:]``, exactly, in C: the
-    lead-byte digits and the next bytes' segment digits are interleaved by two strided
+class _BlockPass:
+    """Counts characters per block of ``blocks`` — (name, lead byte, second bytes) — in C:
+    the lead-byte digits and the next bytes' segment digits are interleaved by two strided
     slice assignments, ``unhexlify`` turns each (byte, next byte) into one byte, and each
-    sub-block is a few ``count`` calls of single bytes (only of those present)."""
-    n = len(raw)
-    digits = bytearray(2 * n)
-    digits[0::2] = raw.translate(_LEAD_DIGIT)
-    digits[1::2] = raw[1:].translate(_SEGMENT_DIGIT) + b"f"
-    pairs = _unhex(digits)
-    for k, codes in _SUB_BLOCK_PAIRS.items():
-        out[start + k] = sum(pairs.count(code) for code in codes if code in pairs)
+    block is a few ``count`` calls of single bytes (only of those present). Exact; at most
+    15 lead bytes and 15 segments of second bytes (one hex digit each)."""
+
+    def __init__(self, blocks: tuple[tuple[str, int, tuple[int, ...]], ...]) -> None:
+        leads = tuple(dict.fromkeys(lead for _name, lead, _seconds in blocks))
+        cuts = sorted({b for _n, _l, seconds in blocks for b in (seconds[0], seconds[-1] + 1)})
+        if len(leads) > 15 or len(cuts) > 16:
+            raise ValueError("too many lead bytes or second-byte segments for one pass")
+        lead_digit = bytearray(b"0" * 256)
+        for i, lead in enumerate(leads):
+            lead_digit[lead] = b"0123456789abcdef"[i + 1]
+        segment_digit = bytearray(b"f" * 256)
+        for j, (lo, hi) in enumerate(pairwise(cuts)):
+            segment_digit[lo:hi] = b"0123456789abcdef"[j:j + 1] * (hi - lo)
+        self.lead_digit, self.segment_digit = bytes(lead_digit), bytes(segment_digit)
+        self.codes = tuple(
+            tuple(bytes([(leads.index(lead) + 1) << 4 | d])
+                  for d in sorted({int(chr(segment_digit[b]), 16) for b in seconds}))
+            for _name, lead, seconds in blocks)
+        self.groups = frozenset(i for i, (lo, hi) in enumerate(_GROUP_LEADS)
+                                if any(lo <= lead <= hi for lead in leads))
+
+    def count(self, raw: bytes, out: list[int], start: int) -> None:
+        """Characters per block into ``out[start:]``."""
+        n = len(raw)
+        digits = bytearray(2 * n)
+        digits[0::2] = raw.translate(self.lead_digit)
+        digits[1::2] = raw[1:].translate(self.segment_digit) + b"f"
+        pairs = _unhex(digits)
+        for k, codes in enumerate(self.codes):
+            out[start + k] = sum(pairs.count(code) for code in codes if code in pairs)
+
+
+_SUB_PASS: Final = _BlockPass(SUB_BLOCKS)
+_CAPITAL_PASS: Final = _BlockPass(CAPITAL_BLOCKS)
 
 
 def script_features(raw: bytes) -> list[int]:
@@ -336,19 +344,21 @@ def script_features(raw: bytes) -> list[int]:
     are not valid UTF-8 are classified by their value like the pair model's classes.
     """
     groups = len(SCRIPT_GROUPS)
-    out = [0] * (2 * groups + len(SUB_BLOCKS))
+    out = [0] * len(SCRIPT_FEATURES)
     leads = raw.translate(_GROUP_CODE, _NOT_GROUP_LEAD)
     if not leads:
         return out
     chars = _OTHER_CODE + raw.translate(_GROUP_CODE, _CONTINUATION)
-    sub_blocks = False
+    present = set()
     for i, code in enumerate(_GROUP_CODES):
         if code in leads:  # memchr: absent groups cost next to nothing
             out[i] = leads.count(code)
             out[groups + i] = chars.count(_OTHER_CODE + code)
-            sub_blocks = sub_blocks or i in _SUB_GROUPS
-    if sub_blocks:
-        _sub_block_counts(raw, out, 2 * groups)
+            present.add(i)
+    if not _SUB_PASS.groups.isdisjoint(present):
+        _SUB_PASS.count(raw, out, 2 * groups)
+    if not _CAPITAL_PASS.groups.isdisjoint(present):
+        _CAPITAL_PASS.count(raw, out, 2 * groups + len(SUB_BLOCKS))
     return out
 
 
@@ -378,16 +388,17 @@ def script_correction(raw: bytes, family: Family) -> float:
 # PAIR_WEIGHTS fixed. Order: SCRIPT_FEATURES.
 SCRIPT_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
     "o200k": (
-        0.2848, 0.234, -0.092, -0.1271, 0.1598, -0.9992, -0.9675, -1.4375, -0.008,
-        0.017, -0.6096, 0.889, 1.2599, -0.3262, -0.5024, -0.4341, 1.3796, -0.0076,
-        -0.1511, -0.1339, 0.1311, -0.0916, 0.0, -0.1889, -0.0666, -0.1329, -0.178,
-        0.0, -0.1873, -0.0513, -0.2356, -0.9293,
+        0.2308, 0.2479, -0.1186, -0.1222, 0.1568, -0.9987, -0.9507, -1.4375,
+        -0.0079, -0.0837, -0.8278, 0.9448, 1.2393, -0.3103, -0.5061, -0.5153,
+        1.3796, -0.0075, -0.1508, -0.1338, 0.1315, -0.0913, -0.0, -0.1889, -0.0666,
+        -0.1329, -0.1781, -0.0, -0.1877, -0.0591, -0.2415, -0.8278, 1.5675, 0.6244,
+        0.4684,
     ),
     "cl100k": (
-        0.531, 0.5322, -0.2034, 0.5194, 0.2492, 0.2232, 0.3927, -0.7331, 0.0007,
-        0.6773, -0.0632, 1.3977, 0.5175, 0.2074, 0.0682, 0.0362, 1.203, 0.0009,
-        -0.4473, -0.2307, 0.3393, 0.3476, -0.0, -0.1019, 0.3804, 0.3806, 0.1933,
-        0.0, -0.6381, 0.3116, 0.3178, -1.8372,
+        0.4585, 0.5369, -0.2361, 0.5246, 0.2473, 0.2249, 0.4108, -0.7331, 0.0008,
+        0.6143, -0.3075, 1.4709, 0.4957, 0.2179, 0.0562, -0.0518, 1.203, 0.001,
+        -0.4467, -0.2302, 0.3406, 0.3483, 0.0, -0.102, 0.3803, 0.3805, 0.1931, 0.0,
+        -0.6391, 0.3034, 0.3116, -1.7373, 1.2835, 0.9301, 0.4987,
     ),
 }
 
