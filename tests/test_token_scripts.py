@@ -37,14 +37,19 @@ def test_feature_names_and_weights_line_up() -> None:
 
 
 def test_groups_count_characters_and_runs() -> None:
-    assert features("Привет, мир") == {"cyrillic_chars": 9, "cyrillic_runs": 2}
-    assert features("für über") == {"latin_chars": 2, "latin_runs": 2}
+    assert features("привет, мир") == {"cyrillic_chars": 9, "cyrillic_runs": 2}
+    assert features("für über") == {"latin1_chars": 2, "latin1_runs": 2, "german_chars": 2}
+    assert features("łąka") == {"latin_ext_chars": 2, "latin_ext_runs": 1}
     assert features("αβγ δ") == {"greek_chars": 4, "greek_runs": 2}
     # capitals of the two-byte alphabets are counted again
     assert features("ΑΒΓ δ") == {"greek_chars": 4, "greek_runs": 2, "greek_capital_chars": 3}
     assert features("МИР мир") == {"cyrillic_chars": 6, "cyrillic_runs": 2,
                                    "cyrillic_capital_chars": 3}
-    assert features("Ölçü É") == {"latin_chars": 4, "latin_runs": 3, "latin1_capital_chars": 2}
+    assert features("Ölçü É") == {"latin1_chars": 4, "latin1_runs": 3,
+                                  "latin1_capital_chars": 2, "german_chars": 1}
+    assert features("Їжак і ґава") == {"cyrillic_chars": 9, "cyrillic_runs": 3,
+                                       "cyrillic_capital_chars": 1, "ukrainian_chars": 1,
+                                       "ukrainian_ghe_chars": 1}
     assert features("שלום") == {"hebrew_chars": 4, "hebrew_runs": 1}
     assert features("سلام دنیا") == {"arabic_chars": 8, "arabic_runs": 2}
     assert features("한국어 텍스트") == {"hangul_chars": 6, "hangul_runs": 2}
@@ -60,7 +65,7 @@ def test_groups_count_characters_and_runs() -> None:
     assert features("ქართ") == {"e1_chars": 4, "e1_runs": 1, "georgian_chars": 4}
     # Vietnamese: only the Latin Extended Additional letters are in E1; ê, ơ are Latin
     assert features("Tiếng Việt") == {"e1_chars": 2, "e1_runs": 2, "vietnamese_chars": 2}
-    assert features("ơn") == {"latin_chars": 1, "latin_runs": 1}
+    assert features("ơn") == {"latin_ext_chars": 1, "latin_ext_runs": 1}
 
 
 def test_emoji_sequences_are_four_byte_runs() -> None:
