@@ -163,6 +163,8 @@ class AccuracyResult:
     scripts: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     """(exact encoding, language group) → the heuristic's errors on other-script texts."""
     scripts_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    scripts_missing: list[str] = field(default_factory=list)
+    """Language groups with no text installed (not measured)."""
     conversation_calibration: dict[str, tuple[ErrorStats, ErrorStats]] = field(
         default_factory=dict)
     """Exact encoding → (calibrated, uncalibrated) errors of whole-conversation totals."""
@@ -230,7 +232,9 @@ def measure(quick: bool) -> AccuracyResult:
                 res.calibrated[(enc, kind)] = stats(calibrated_errors(texts, ours, exact))
                 res.uncalibrated_heldout[(enc, kind)] = stats(rel_errors(
                     texts[CALIBRATION_CALLS:], ours.count_text, exact.count_text))
-    scripts = {g: v for g, v in gather_scripts("eval", samples_per_kind(quick)).items() if v}
+    gathered = gather_scripts("eval", samples_per_kind(quick))
+    scripts = {g: v for g, v in gathered.items() if v}
+    res.scripts_missing = [g for g, v in gathered.items() if not v]
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
         for group, texts in scripts.items():
@@ -556,6 +560,9 @@ def report_markdown(quick: bool) -> str:
     ]
     for kind, why in res.kinds_missing.items():
         parts.append(f"**{KIND_LABELS[kind]}: {why}**")
+    if res.scripts_missing:
+        parts.append(f"**Not measured (no catalogs or manual pages installed; "
+                     f"scripts/install-corpus-deps): {', '.join(res.scripts_missing)}**")
     for enc in res.available:
         parts.append(_table(f"ctxstack heuristic ({FAMILY_OF[enc]} weights)", res.heuristic,
                             enc))

@@ -17,6 +17,18 @@ one for frequent traditional-Chinese characters (``o200k_base`` splits tradition
 more finely than simplified). The weights are fitted by ``benchmarks/fit_tokens.py`` on
 texts the accuracy benchmark never evaluates (see ``benchmarks/token_corpus.py``).
 
+Other scripts: the 16 classes put every two-byte character in one class and every
+three-byte one outside CJK in another, and the pair weights were fitted on English, code,
+JSON, Chinese and Japanese only — so Hindi or Thai were counted 2–3.5x too high and
+Greek or Hebrew 25–50% too low. Text with such characters gets a linear correction on top
+(:func:`script_correction`): per script group (by UTF-8 lead byte), a weight per
+character and per run of characters, plus per block where one lead byte covers scripts
+that tokenize differently (Indic scripts, Thai, Georgian…; capitals, German and Ukrainian
+letters). Fitted after the pair weights, which it leaves unchanged, on Debian's
+translations (``benchmarks/fit_tokens.py --scripts``). ASCII text never pays for it, and
+text without those lead bytes (most Chinese and Japanese) skips it after three ``in``
+tests on the class digits.
+
 Speed: no Python code visits a character. The UTF-8 bytes lose their continuation bytes
 (one byte per character) and are mapped to their class, written as one hex digit, by one
 ``bytes.translate``; ``binascii.unhexlify`` joins each two digits into one byte, so two
@@ -27,6 +39,11 @@ in C (its low half is 1 + the byte sum modulo 65521: nibble sums cannot wrap bel
 bytes, so a text of up to that many characters costs two calls and no chunk loop).
 Text with Han characters also pays one regular-expression scan over every 4th character
 of the span from its first to its last Han character.
+Text in other scripts pays :func:`script_features`: two ``translate`` calls, a ``count``
+per group present and, for Indic, Thai, Georgian, Cyrillic, Greek and Latin-1 letters,
+one interleaved block pass (two ``translate``, two strided slice copies, one
+``unhexlify``, single-byte counts) — Cyrillic or Hindi text costs about 2–4x what the
+pair pass alone did, still far from the exact tokenizers.
 (An earlier version marked 、。「」 apart from kana with a ``bytes.replace``; refitted
 without it, the Chinese and Japanese errors did not change, so the pass was dropped.)
 """
