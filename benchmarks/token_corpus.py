@@ -44,8 +44,9 @@ evaluate): human translations shipped by Debian packages, read where they are in
   sentence the fit saw in one language is never evaluated in any language; each catalog's
   messages of a split are joined by newlines (in catalog order) and cut into chunks;
 * manual pages of Debian's ``manpages-l10n`` (``manpages-de``, ``-fr``, ``-es``,
-  ``-pt-br``, ``-pl``, ``-ru``, ``-uk``, ``-el``, ``-vi``), split by a hash of the page's
-  file name like the Chinese and Japanese ones.
+  ``-pt-br``, ``-pl``, ``-ru``, ``-uk``, ``-el``, ``-vi``) and the Korean pages that
+  ``man-db``, ``login``, ``passwd``, ``psmisc`` and ``xz-utils`` ship, split by a hash of
+  the page's file name like the Chinese and Japanese ones.
 
 A split is chosen by a stable hash (``zlib.crc32``) of the file path or distribution
 name, so it is the same on every run and machine. Texts are cut into chunks of
@@ -89,7 +90,7 @@ SCRIPT_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "Vietnamese": (("vi",), ("vi",)),
     "Cyrillic (ru/uk)": (("ru", "uk"), ("ru", "uk")),
     "Greek": (("el",), ("el",)),
-    "Korean": (("ko",), ()),
+    "Korean": (("ko",), ("ko",)),
     "Arabic/Persian": (("ar", "fa"), ()),
     "Hebrew": (("he",), ()),
     "Devanagari (hi/mr/ne)": (("hi", "mr", "ne"), ()),
@@ -341,9 +342,10 @@ def gather_scripts(split: Split, n: int, seed: int = 17) -> dict[str, list[str]]
     """Up to ``n`` texts of 500–4,000 characters per language group of
     :data:`SCRIPT_GROUPS` for ``split`` ([] for a group whose sources are not installed).
     Each language of a group contributes about equally."""
-    rng = random.Random(seed)
     out: dict[str, list[str]] = {}
     for group, (catalog_langs, man_langs) in SCRIPT_GROUPS.items():
+        rng = random.Random(f"{seed}:{group}")  # per group: one group's sources never
+        # shift another's chunks
         per_lang: list[list[str]] = []
         for lang in dict.fromkeys(catalog_langs + man_langs):
             sources = (catalog_texts(lang, split) if lang in catalog_langs else []) + \

@@ -147,13 +147,15 @@ UDHR_ARTICLE_1 = {
           "მინიჭებული აქვთ გონება და სინდისი და ერთმანეთის მიმართ უნდა იქცეოდნენ ძმობის "
           "სულისკვეთებით.",
 }
-SENTENCE_TOLERANCE = 0.40
+SENTENCE_TOLERANCE = 0.30
 """One sentence of 40–330 tokens scatters far more than the 500–4,000-character texts of
-the accuracy benchmark (which measures the distribution); 40% still fails every script the
-uncorrected model got wrong — 2–5x over for Indic, Thai, Georgian, Korean at o200k, 30–50%
-under for Greek, Hebrew, Arabic at cl100k."""
-TOTAL_TOLERANCE = 0.10
-"""All fifteen sentences together: the per-sentence errors mostly cancel."""
+the accuracy benchmark (which measures the distribution). Measured: at most ±26%
+(o200k over-counts this formal prose in Hindi, Tamil, Persian, Ukrainian, Georgian by
+20–26%: its fit texts are UI catalogs and manual pages). 30% still fails every script the
+uncorrected model got wrong — 2–5x over for Indic, Thai, Georgian, Korean at o200k,
+30–50% under for Greek, Hebrew, Arabic at cl100k."""
+TOTAL_TOLERANCE = 0.12
+"""All fifteen sentences together (measured: o200k +9.6%, cl100k +0.1%)."""
 
 
 def exact(encoding: str) -> TiktokenCounter:
