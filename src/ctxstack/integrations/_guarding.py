@@ -44,8 +44,11 @@ async def guarded(
     return Guarded(result, (event,) if event is not None else ())
 
 
-def check_guard(guard: object, budget: object) -> int:
+def check_guard(guard: object, budget: object, *, default: bool = False) -> int:
     """Validate the adapter arguments every adapter takes; return the budget in tokens.
+
+    With ``default=True`` a ``budget`` of None means the guard's ``default_budget`` (the
+    adapters whose framework passes no window of its own).
 
     Raises:
         ConfigError: ``guard`` is not a ContextGuard, or ``budget`` is not a positive int
@@ -53,6 +56,8 @@ def check_guard(guard: object, budget: object) -> int:
     """
     if not isinstance(guard, ContextGuard):
         raise ConfigError(f"guard: expected a ctxstack ContextGuard, got {type(guard).__name__}")
+    if budget is None and default:
+        return guard.default_budget
     if isinstance(budget, ModelBudget):
         return budget.usable_input_tokens
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:

@@ -48,7 +48,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from typing import Any, TypeVar
 
 from ctxstack.integrations._extra import missing_extra
-from ctxstack.integrations._guarding import ModelWindow
+from ctxstack.integrations._guarding import ModelWindow, check_guard
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
@@ -123,10 +123,8 @@ class ContextGuardMiddleware(AgentMiddleware):
         hint: Hint = "react_iteration",
     ) -> None:
         super().__init__()
-        if not isinstance(guard, ContextGuard):
-            raise ConfigError(f"guard: expected a ContextGuard, got {type(guard).__name__}")
+        self.budget = check_guard(guard, budget, default=True)
         self.guard = guard
-        self.budget = _budget(budget, guard)
         self.hint = hint
         self.system_tokens = 0
         """Cost of the request's system prompt, as last seen by ``wrap_model_call``."""
@@ -331,17 +329,6 @@ class LangChainSummarizer(ModelWindow):
 
 
 # ---------------------------------------------------------------------- helpers
-def _budget(budget: int | ModelBudget | None, guard: ContextGuard) -> int:
-    if budget is None:
-        return guard.default_budget
-    if isinstance(budget, ModelBudget):
-        return budget.usable_input_tokens
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ConfigError(
-            f"budget: expected a positive number of tokens or a ModelBudget, got {budget!r}")
-    return budget
-
-
 def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` from sync code: on a private loop here, or in a worker thread when this
     thread already runs a loop (a sync ``invoke`` called from async code)."""

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ctxstack.integrations._extra import missing_extra
-from ctxstack.integrations._guarding import ModelWindow
+from ctxstack.integrations._guarding import ModelWindow, check_guard
 
 try:
     from opentelemetry import trace
@@ -122,10 +122,8 @@ class GuardedHistory:
         self, guard: ContextGuard, budget: int | ModelBudget | None = None,
         *, hint: Hint = "react_iteration",
     ) -> None:
-        if not isinstance(guard, ContextGuard):
-            raise ConfigError(f"guard: expected a ContextGuard, got {type(guard).__name__}")
+        self.budget = check_guard(guard, budget, default=True)
         self.guard = guard
-        self.budget = _budget(budget, guard)
         self.hint = hint
         self._cache: ConversionCache[ModelMessage] = ConversionCache(
             lambda m: to_chat_messages([m]), "ctxstack_query_pin")
@@ -223,17 +221,6 @@ class PydanticAISummarizer(ModelWindow):
 
 
 # ---------------------------------------------------------------------- helpers
-def _budget(budget: int | ModelBudget | None, guard: ContextGuard) -> int:
-    if budget is None:
-        return guard.default_budget
-    if isinstance(budget, ModelBudget):
-        return budget.usable_input_tokens
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ConfigError(
-            f"budget: expected a positive number of tokens or a ModelBudget, got {budget!r}")
-    return budget
-
-
 def _report(event: CompactionEvent) -> None:
     log.info("pydantic_ai: guard compacted (%s) %d→%d messages, %d→%d tokens",
              event.method, event.messages_before, event.messages_after,
