@@ -3,6 +3,8 @@ each step keeps the longest possible prefix of the previous call byte-identical.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
@@ -46,10 +48,11 @@ async def test_a_second_mask_step_leaves_the_first_steps_placeholders_and_all_be
         if cleared(history) != before:
             steps.append(history)
     assert len(steps) >= 3
-    for first, second in zip(steps, steps[1:], strict=False):
+    for first, second in itertools.pairwise(steps):
         earlier = cleared(first)
         new = [i for i in cleared(second) if i not in earlier]
-        assert new and min(new) > max(earlier)  # the new ones extend the cleared prefix
+        assert new
+        assert min(new) > max(earlier)  # the new ones extend the cleared prefix
         assert set(earlier) <= set(cleared(second))  # never uncleared, never re-rendered
         # Everything up to the first newly cleared output is byte-identical: the system
         # prompt, the query, every earlier placeholder and the messages between them.
@@ -119,7 +122,7 @@ async def test_consecutive_guard_calls_under_growth_compact_at_most_once_per_n_i
         assert j - i >= (fits - tokens) // growth
     # A mask step leaves at least (1 - mask_accept) of the budget free, so masking never
     # recurs on the very next call: the only one-call gaps end in the summary.
-    gaps = [j - i for i, j in zip(at, at[1:], strict=False)]
+    gaps = [j - i for i, j in itertools.pairwise(at)]
     assert all(events[k + 1].method == "llm" for k, gap in enumerate(gaps) if gap == 1)
     assert len(at) <= 100 // 3
 
@@ -135,7 +138,8 @@ async def test_a_mask_step_that_would_leave_the_context_near_the_budget_gives_wa
     res = await compact_staged(msgs, llm, 14_000, tight, counter=HEURISTIC, archive=archive)
     assert res.method == "llm"
     assert len(llm.calls) == 1
-    assert res.masked == 0 and len(archive) == res.archived == len(res.summarized)
+    assert res.masked == 0
+    assert len(archive) == res.archived == len(res.summarized)
     # the same mask is taken when it leaves enough room, or when there is no summariser
     loose = CompactionOptions(mask_fill=0.3, mask_accept=1.0)
     assert (await compact_staged(msgs, llm, 14_000, loose, counter=HEURISTIC)).method == "mask"
@@ -144,9 +148,10 @@ async def test_a_mask_step_that_would_leave_the_context_near_the_budget_gives_wa
     broken = ScriptedLLM(handler=lambda m, t: "")
     fallback = await compact_staged(msgs, broken, 14_000, tight, counter=HEURISTIC,
                                     archive=HistoryArchive())
-    assert fallback.method == "mask" and fallback.reason
-    assert len(fallback.messages) == len(msgs) and fallback.masked == len(cleared(
-        fallback.messages)) > 0
+    assert fallback.method == "mask"
+    assert fallback.reason
+    assert len(fallback.messages) == len(msgs)
+    assert fallback.masked == len(cleared(fallback.messages)) > 0
 
 
 def test_mask_fill_may_not_exceed_mask_accept() -> None:

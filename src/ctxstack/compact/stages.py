@@ -107,9 +107,9 @@ async def compact_staged(
         if res.method == "llm":
             return res.model_copy(update={"archived": await _archive(archive, res.summarized)})
         masked, archived = await _mask(msgs, plan, opts, archive)
-        out = _result(msgs, masked, "mask", before, counter, reason=res.reason,
-                      masked=len(plan.indices), archived=archived)
-        return out.model_copy(update={"usage": res.usage})
+        fell_back = _result(msgs, masked, "mask", before, counter, reason=res.reason,
+                            masked=len(plan.indices), archived=archived)
+        return fell_back.model_copy(update={"usage": res.usage})
 
     current = msgs
     archived = 0
