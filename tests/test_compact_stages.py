@@ -41,7 +41,8 @@ async def test_masking_alone_fits_without_a_model_call_and_keeps_pairs() -> None
     msgs = tool_run(10)
     llm = ScriptedLLM(handler=lambda m, t: "summary")
     archive = HistoryArchive()
-    res = await compact_staged(msgs, llm, 4_000, counter=HEURISTIC, archive=archive)
+    options = CompactionOptions(mask_fill=0.6)
+    res = await compact_staged(msgs, llm, 4_000, options, counter=HEURISTIC, archive=archive)
     assert res.method == "mask"
     assert llm.calls == []  # no summariser call
     assert res.tokens_after <= 4_000
@@ -63,8 +64,8 @@ async def test_masking_alone_fits_without_a_model_call_and_keeps_pairs() -> None
     original = await archive.get(ref)
     assert original is not None
     assert original.text == msgs[3].text
-    # only as much as needed: the target fill, not everything
-    assert res.tokens_after <= 4_000 * CompactionOptions().target_fill
+    # only as much as needed: the mask stage's fill, not everything
+    assert res.tokens_after <= 4_000 * options.mask_fill
     assert len(cleared) < 8
 
 
@@ -160,7 +161,9 @@ async def test_guard_reports_the_stage_and_archives() -> None:
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"keep_recent": -1}, "keep_recent"), ({"target_fill": 0}, "target_fill"),
     ({"timeout": -1}, "timeout"), ({"hint": "nope"}, "hint"), ({"prompt": " "}, "prompt"),
-    ({"mask_keep_groups": 1.5}, "mask_keep_groups"),
+    ({"mask_keep_groups": 1.5}, "mask_keep_groups"), ({"mask_fill": 0}, "mask_fill"),
+    ({"mask_fill": 1.5}, "mask_fill"), ({"mask_fill": True}, "mask_fill"),
+    ({"mask_accept": 0}, "mask_accept"), ({"mask_accept": "high"}, "mask_accept"),
 ])
 def test_options_name_what_is_wrong(kwargs: dict[str, object], name: str) -> None:
     with pytest.raises(ConfigError, match=name):

@@ -110,9 +110,10 @@ class ContextGuard:
             instruction is still appended).
         pinned_cap: share of the budget pinned messages may take before injected ones
             are unpinned.
-        target_fill: share of the budget a compaction fills (the low watermark), so the
+        target_fill: share of the budget a summary fills (its low watermark), so the
             next iterations have headroom and compaction does not recur at once
-            (default: ``options.target_fill``, chosen by measurement).
+            (default: ``options.target_fill``, chosen by measurement). The mask stage has
+            its own watermarks, ``options.mask_fill`` and ``options.mask_accept``.
         options: the :class:`~ctxstack.compact.options.CompactionOptions` (mask
             settings included); the keyword arguments above override it.
         archive: where masked, summarised and dropped messages go (see the module doc).
@@ -187,7 +188,7 @@ class ContextGuard:
 
     @property
     def target_fill(self) -> float:
-        """The low watermark (``options.target_fill``)."""
+        """The summary's low watermark (``options.target_fill``)."""
         return self.options.target_fill
 
     @property

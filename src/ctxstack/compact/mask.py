@@ -15,9 +15,12 @@ archive reference the model can ``recall`` it by::
 
 Decisions are pure (:func:`plan_mask`); the caller archives the originals (getting their
 references) and then applies the plan (:func:`apply_mask`). Outputs are cleared **oldest
-first and only until the context reaches the low watermark** (``target_fill``), so one
-masking step frees enough room for several iterations and the messages before the first
-newly cleared output are unchanged: consecutive calls keep sharing their prefix.
+first and only until the context reaches the mask stage's low watermark** (``mask_fill``),
+so one masking step frees enough room for several iterations and the messages before the
+first newly cleared output are unchanged: consecutive calls keep sharing their prefix.
+A placeholder's text depends only on the original message, its tool call and its archive
+reference, and a cleared output is never cleared again, so a later mask step leaves every
+earlier placeholder (and everything before its own first new one) byte-identical.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def plan_mask(
     options: CompactionOptions,
     counter: TokenCounter,
 ) -> MaskPlan:
-    """Tool outputs to clear so that ``messages`` fit ``target_fill`` of ``max_tokens``.
+    """Tool outputs to clear so that ``messages`` fit ``mask_fill`` of ``max_tokens``.
 
     Candidates: results in tool groups other than the newest ``mask_keep_groups``, not
     pinned, not already cleared, at least ``mask_min_tokens`` long. Chosen oldest first
@@ -103,7 +106,7 @@ def plan_mask(
     chosen (the caller goes on to summarise). Pure.
     """
     before = counter.count_messages(messages)
-    target = int(max_tokens * options.target_fill)
+    target = int(max_tokens * options.mask_fill)
     if not options.mask or before <= target:
         return MaskPlan((), before, before)
     groups = _tool_groups(messages)

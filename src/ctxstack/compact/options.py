@@ -12,6 +12,16 @@ Why these defaults:
   calls share their prefix (what providers cache). Chosen by measurement in
   ``benchmarks/bench_recall.py`` (compactions per 100 iterations and stable-prefix share
   against facts kept over a tool-heavy agent run); see :data:`DEFAULT_TARGET_FILL`.
+* ``mask_fill`` — the mask stage's own low watermark: a mask step clears old outputs,
+  oldest first, until the context fills this share of the budget. A mask step changes the
+  context from its first newly cleared output on, whatever it clears after that, so few big
+  steps keep more of the prefix stable than many small ones; see :data:`DEFAULT_MASK_FILL`.
+* ``mask_accept`` — with a summariser set, a mask step that cannot bring the context
+  within this share of the budget is not taken: freeing so little, it would recur on the
+  next calls (once outputs cleared earlier fill the context, every call would clear one
+  more), while the summary it only postpones rewrites from near the start anyway. The
+  summary runs at once instead; the mask stays its fallback if the summariser fails.
+  Without a summariser any mask step that fits is taken. See :data:`DEFAULT_MASK_ACCEPT`.
 * ``mask_keep_groups=2`` — the outputs of the newest tool groups stay whole: the model is
   usually reasoning about what it just read.
 * ``mask_min_tokens=64`` — clearing a short output saves less than its placeholder costs.
@@ -22,13 +32,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from ctxstack.errors import ConfigError
 from ctxstack.prompts import Hint, check_hint
 
 DEFAULT_TARGET_FILL = 0.6
 """Measured in ``benchmarks/bench_recall.py`` (the ``target_fill`` sweep)."""
+DEFAULT_MASK_FILL = 0.4
+"""Measured in ``benchmarks/bench_recall.py`` (the ``mask_fill`` sweep)."""
+DEFAULT_MASK_ACCEPT = 0.9
+"""Measured in ``benchmarks/bench_recall.py`` (the ``mask_accept`` sweep)."""
 
 
 class CompactionOptions(BaseModel):
@@ -38,9 +52,12 @@ class CompactionOptions(BaseModel):
         keep_recent: compactable messages a summary keeps verbatim at least.
         hint: which summariser prompt to use (:data:`ctxstack.prompts.Hint`).
         prompt: a custom summariser prompt replacing the hint prompts.
-        target_fill: share of the budget a compaction fills (the low watermark).
+        target_fill: share of the budget a summary fills (its low watermark).
         timeout: seconds the summariser may take (None: no limit) before falling back.
         mask: clear old tool outputs before summarising (stage "mask").
+        mask_fill: share of the budget a mask step fills (its low watermark).
+        mask_accept: with a summariser, a mask step leaving the context above this share
+            of the budget gives way to the summary.
         mask_keep_groups: newest tool groups whose outputs are never cleared.
         mask_min_tokens: tool outputs smaller than this are never cleared.
         preview_chars: characters of an output's head kept in its placeholder.
@@ -54,6 +71,8 @@ class CompactionOptions(BaseModel):
     target_fill: float = DEFAULT_TARGET_FILL
     timeout: float | None = None
     mask: bool = True
+    mask_fill: float = DEFAULT_MASK_FILL
+    mask_accept: float = DEFAULT_MASK_ACCEPT
     mask_keep_groups: int = 2
     mask_min_tokens: int = 64
     preview_chars: int = 160
@@ -80,12 +99,19 @@ class CompactionOptions(BaseModel):
         except ConfigError as exc:
             raise ValueError(str(exc)) from exc
 
-    @field_validator("target_fill", mode="before")
+    @field_validator("target_fill", "mask_fill", "mask_accept", mode="before")
     @classmethod
-    def _fill(cls, value: object) -> object:
+    def _fill(cls, value: object, info: Any) -> object:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-            raise ValueError(f"target_fill: must be a number in (0, 1], got {value!r}")
+            raise ValueError(f"{info.field_name}: must be a number in (0, 1], got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _mask_watermarks(self) -> CompactionOptions:
+        if self.mask_fill > self.mask_accept:
+            raise ValueError(f"mask_fill ({self.mask_fill}) must not exceed mask_accept "
+                             f"({self.mask_accept}): a mask step reaching its fill is taken")
+        return self
 
     @field_validator("timeout", mode="before")
     @classmethod

@@ -4,10 +4,13 @@
 :class:`~ctxstack.store.memory.DbMemory` run when messages exceed their budget (cutting
 oversized single messages, stage (a), happens before, in the guard):
 
-(b) **mask** — clear old tool outputs (:mod:`ctxstack.compact.mask`). Enough when it
-    brings the context within budget: no model call, nothing summarised;
+(b) **mask** — clear old tool outputs (:mod:`ctxstack.compact.mask`), oldest first, down
+    to the stage's own low watermark ``mask_fill``. Enough when it brings the context
+    within budget — with a summariser set, within ``mask_accept`` of it, since a step
+    freeing less would recur on the next calls: no model call, nothing summarised;
 (c) **llm** — the rolling summary (:func:`ctxstack.compact.compaction.compact_detailed`)
-    over the masked messages, when a summariser is set and masking was not enough;
+    over the masked messages, down to ``target_fill``, when a summariser is set and masking
+    was not enough;
 (d) **truncate** — ``smart_truncate`` when there is no summariser or it failed.
 
 The result's ``method`` names the stage that produced it. With an ``archive``, every
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 
 from ctxstack.archive import ARCHIVE_REF_KEY, Archive
 from ctxstack.compact.compaction import CompactionResult, compact_detailed, resolve_options
-from ctxstack.compact.mask import MASKED_KEY, apply_mask, plan_mask
+from ctxstack.compact.mask import MASKED_KEY, MaskPlan, apply_mask, plan_mask
 from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.messages import ChatMessage
@@ -94,21 +97,28 @@ async def compact_staged(
         if big
         else plan_mask(msgs, fits, opts, counter)
     )
+    note = RECALL_NOTE if archive is not None else None
+    if plan and llm is not None and int(fits * opts.mask_accept) < plan.tokens_after <= fits:
+        # The mask would fit but leave the context near the budget, so it would recur on
+        # the next calls (CompactionOptions.mask_accept): summarise now instead. The mask
+        # stays the fallback when the summariser fails (it fits; truncation drops more).
+        res = await compact_detailed(msgs, llm, max_tokens, options=opts, counter=counter,
+                                     note=note)
+        if res.method == "llm":
+            return res.model_copy(update={"archived": await _archive(archive, res.summarized)})
+        masked, archived = await _mask(msgs, plan, opts, archive)
+        fell_back = _result(msgs, masked, "mask", before, counter, reason=res.reason,
+                            masked=len(plan.indices), archived=archived)
+        return fell_back.model_copy(update={"usage": res.usage})
+
     current = msgs
     archived = 0
     if plan:
-        originals = [msgs[i] for i in plan.indices]
-        refs: list[str | None] = (
-            list(await archive.add(originals)) if archive is not None else [None] * len(originals)
-        )
-        archived += len(originals) if archive is not None else 0
-        current = apply_mask(msgs, plan, refs, opts)
-        after = counter.count_messages(current)
-        if after <= fits:
+        current, archived = await _mask(msgs, plan, opts, archive)
+        if counter.count_messages(current) <= fits:
             return _result(msgs, current, "mask", before, counter, masked=len(plan.indices),
                            archived=archived)
 
-    note = RECALL_NOTE if archive is not None else None
     if llm is not None:
         res = await compact_detailed(current, llm, max_tokens, options=opts, counter=counter,
                                      note=note)
@@ -124,6 +134,18 @@ async def compact_staged(
         "tokens_before": before, "messages_before": len(msgs),
         "masked": len(plan.indices), "archived": archived,
     })
+
+
+async def _mask(
+    msgs: list[ChatMessage], plan: MaskPlan, opts: CompactionOptions, archive: Archive | None
+) -> tuple[list[ChatMessage], int]:
+    """Archive the planned outputs (getting their refs) and apply the plan:
+    ``(masked messages, messages archived)``."""
+    if archive is None:
+        return apply_mask(msgs, plan, [None] * len(plan.indices), opts), 0
+    originals = [msgs[i] for i in plan.indices]
+    refs: list[str | None] = list(await archive.add(originals))
+    return apply_mask(msgs, plan, refs, opts), len(originals)
 
 
 def _result(

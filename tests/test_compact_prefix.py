@@ -1,0 +1,160 @@
+"""Prompt-cache friendly compaction (issue 14, part 6): compaction happens in steps, and
+each step keeps the longest possible prefix of the previous call byte-identical."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
+from ctxstack.compact.mask import MASKED_KEY, apply_mask, plan_mask
+from ctxstack.compact.stages import compact_staged
+from ctxstack.errors import ConfigError
+from ctxstack.guard_events import CompactionEvent
+from ctxstack.llm import ScriptedLLM
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.tokens import HEURISTIC, effective_budget
+
+SYS = ChatMessage.system("You are a research agent.")
+QUERY = ChatMessage.user("Read the pages.", pinned=True, metadata={"kind": "query"})
+
+
+def group(i: int, words: int = 150) -> list[ChatMessage]:
+    call = ToolCall(id=f"c{i}", name="read", arguments={"page": i})
+    return [ChatMessage.assistant(None, tool_calls=[call]),
+            ChatMessage.tool(f"c{i}", f"PAGE-{i:04d} " + " ".join(f"w{i}x{k}" for k in
+                                                                  range(words)))]
+
+
+def dumped(msgs: list[ChatMessage]) -> list[str]:
+    return [m.model_dump_json() for m in msgs]
+
+
+def cleared(msgs: list[ChatMessage]) -> list[int]:
+    return [i for i, m in enumerate(msgs) if m.metadata.get(MASKED_KEY)]
+
+
+async def test_a_second_mask_step_leaves_the_first_steps_placeholders_and_all_before_them_byte_identical(
+) -> None:
+    archive = HistoryArchive()
+    guard = ContextGuard(default_budget=3_000, archive=archive)
+    history = [SYS, QUERY]
+    steps: list[list[ChatMessage]] = []
+    for i in range(40):
+        history = [*history, *group(i)]
+        before = cleared(history)
+        history = await guard.check_and_compact(history)
+        if cleared(history) != before:
+            steps.append(history)
+    assert len(steps) >= 3
+    for first, second in itertools.pairwise(steps):
+        earlier = cleared(first)
+        new = [i for i in cleared(second) if i not in earlier]
+        assert new
+        assert min(new) > max(earlier)  # the new ones extend the cleared prefix
+        assert set(earlier) <= set(cleared(second))  # never uncleared, never re-rendered
+        # Everything up to the first newly cleared output is byte-identical: the system
+        # prompt, the query, every earlier placeholder and the messages between them.
+        assert dumped(second[: min(new)]) == dumped(first[: min(new)])
+
+
+def test_placeholders_are_deterministic_for_the_same_message_and_ref() -> None:
+    msgs = [SYS, QUERY, *[m for i in range(8) for m in group(i)]]
+    options = CompactionOptions()
+    plan = plan_mask(msgs, 1_500, options, HEURISTIC)
+    assert plan
+    refs = [f"r{i}" for i in range(len(plan.indices))]
+    once, twice = apply_mask(msgs, plan, refs, options), apply_mask(msgs, plan, refs, options)
+    assert dumped(once) == dumped(twice)
+    # planning again over the result clears nothing that is already cleared
+    again = plan_mask(once, 1_500, options, HEURISTIC)
+    assert not set(again.indices) & set(plan.indices)
+
+
+async def test_mask_fill_is_the_mask_stages_own_watermark() -> None:
+    msgs = [SYS, QUERY, *[m for i in range(20) for m in group(i)]]
+    fits = effective_budget(14_000, HEURISTIC)
+    results = {}
+    for fill in (0.5, 0.8):
+        for target in (0.4, 0.9):  # the summary's watermark does not move the mask step
+            res = await compact_staged(msgs, None, 14_000,
+                                       CompactionOptions(mask_fill=fill, target_fill=target),
+                                       counter=HEURISTIC)
+            assert res.method == "mask"
+            assert res.tokens_after <= fill * fits
+            results[fill, target] = dumped(res.messages)
+    assert results[0.5, 0.4] == results[0.5, 0.9]
+    assert results[0.8, 0.4] == results[0.8, 0.9]
+    assert len(cleared_json(results[0.5, 0.4])) > len(cleared_json(results[0.8, 0.4]))
+
+
+def cleared_json(dumps: list[str]) -> list[str]:
+    return [d for d in dumps if '"masked":true' in d]
+
+
+async def test_consecutive_guard_calls_under_growth_compact_at_most_once_per_n_iterations(
+) -> None:
+    """After a compaction that reached its watermark, the next one cannot come before the
+    growth has filled the room it made: with growth of at most ``g`` tokens per iteration
+    and ``room`` tokens free, not within ``room // g`` iterations."""
+    events: list[CompactionEvent] = []
+    budget = 8_000
+    llm = ScriptedLLM(handler=lambda m, t: "Pages read so far.")
+    guard = ContextGuard(llm, default_budget=budget, archive=HistoryArchive(),
+                         on_compact=events.append)
+    fits = effective_budget(budget, guard.counter)
+    history = [SYS, QUERY]
+    at: list[int] = []
+    after: list[int] = []
+    growth = 0
+    for i in range(100):
+        new = group(i, words=100 + (i * 37) % 120)
+        growth = max(growth, guard.counter.count_messages(new))
+        seen = len(events)
+        history = await guard.check_and_compact([*history, *new])
+        assert guard.counter.count_messages(history) <= fits
+        if len(events) > seen:
+            at.append(i)
+            after.append(events[-1].tokens_after)
+    assert len(at) >= 4
+    for (i, tokens), j in zip(zip(at, after, strict=True), at[1:], strict=False):
+        assert j - i >= (fits - tokens) // growth
+    # A mask step leaves at least (1 - mask_accept) of the budget free, so masking never
+    # recurs on the very next call: the only one-call gaps end in the summary.
+    gaps = [j - i for i, j in itertools.pairwise(at)]
+    assert all(events[k + 1].method == "llm" for k, gap in enumerate(gaps) if gap == 1)
+    assert len(at) <= 100 // 3
+
+
+async def test_a_mask_step_that_would_leave_the_context_near_the_budget_gives_way_to_the_summary(
+) -> None:
+    msgs = [SYS, QUERY, *[m for i in range(20) for m in group(i)]]
+    llm = ScriptedLLM(handler=lambda m, t: "Pages read so far.")
+    archive = HistoryArchive()
+    # 0.9 of the budget is out of the mask's reach here (two whole groups plus 18
+    # placeholders), the budget itself is not
+    tight = CompactionOptions(mask_fill=0.3, mask_accept=0.35)
+    res = await compact_staged(msgs, llm, 14_000, tight, counter=HEURISTIC, archive=archive)
+    assert res.method == "llm"
+    assert len(llm.calls) == 1
+    assert res.masked == 0
+    assert len(archive) == res.archived == len(res.summarized)
+    # the same mask is taken when it leaves enough room, or when there is no summariser
+    loose = CompactionOptions(mask_fill=0.3, mask_accept=1.0)
+    assert (await compact_staged(msgs, llm, 14_000, loose, counter=HEURISTIC)).method == "mask"
+    assert (await compact_staged(msgs, None, 14_000, tight, counter=HEURISTIC)).method == "mask"
+    # a failing summariser falls back to that mask, not to truncation
+    broken = ScriptedLLM(handler=lambda m, t: "")
+    fallback = await compact_staged(msgs, broken, 14_000, tight, counter=HEURISTIC,
+                                    archive=HistoryArchive())
+    assert fallback.method == "mask"
+    assert fallback.reason
+    assert len(fallback.messages) == len(msgs)
+    assert fallback.masked == len(cleared(fallback.messages)) > 0
+
+
+def test_mask_fill_may_not_exceed_mask_accept() -> None:
+    with pytest.raises(ConfigError, match="mask_fill"):
+        CompactionOptions(mask_fill=0.8, mask_accept=0.7)
+    assert CompactionOptions(mask_fill=0.7, mask_accept=0.7).mask_fill == 0.7
