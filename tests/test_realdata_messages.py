@@ -1,0 +1,161 @@
+"""Real-shape exports through the message model (fixtures: ``tests/realdata``).
+
+What a user loading their own logs relies on: every shape an OpenAI chat-completions
+export holds parses, goes back out as an equivalent request, and a broken log is made a
+valid one instead of being sent as it is.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxstack import ChatMessage, ToolCall
+from ctxstack.errors import MessageError
+from ctxstack.messages import (
+    INTERRUPTED_RESULT,
+    REPAIRED_KEY,
+    from_openai_messages,
+    repair_tool_turns,
+    to_openai_messages,
+    tool_turn_problems,
+)
+from tests import realdata
+
+
+def _normalised(wire: dict[str, object]) -> dict[str, object]:
+    """A wire message with tool-call arguments decoded (whitespace is insignificant)."""
+    out = dict(wire)
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [
+            {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+            for c in calls
+        ]
+    return out
+
+
+def test_openai_export_round_trips_value_for_value() -> None:
+    export = realdata.openai_export()
+    messages = from_openai_messages(export)
+    assert len(messages) == len(export)
+    again = to_openai_messages(messages)
+    for sent, original in zip(again, export, strict=True):
+        assert _normalised(sent) == _normalised(original)
+    assert tool_turn_problems(messages) == []
+
+
+def test_developer_role_is_system_prompt_and_goes_back_as_developer() -> None:
+    message = ChatMessage.from_openai({"role": "developer", "content": "Be terse."})
+    assert message.role == "system"
+    assert message.to_openai() == {"role": "developer", "content": "Be terse."}
+    # a message derived from it keeps the wire role
+    assert message.replace(content="Be brief.").to_openai()["role"] == "developer"
+    assert ChatMessage.system("x").to_openai()["role"] == "system"
+
+
+def test_refusal_is_kept_and_sent_back() -> None:
+    wire = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    message = ChatMessage.from_openai(wire)
+    assert message.to_openai() == wire
+    part = ChatMessage.from_openai(
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]})
+    assert part.text == "No."
+    with pytest.raises(MessageError, match="refusal"):
+        ChatMessage.from_openai({"role": "assistant", "refusal": 3})
+
+
+def test_legacy_function_call_format_becomes_tool_calls_with_distinct_ids() -> None:
+    messages = from_openai_messages(realdata.legacy_function_export())
+    calls = [m.tool_calls[0] for m in messages if m.tool_calls]
+    results = [m for m in messages if m.role == "tool"]
+    assert [c.arguments for c in calls] == [{"city": "Paris"}, {"city": "Oslo"}]
+    assert len({c.id for c in calls}) == 2
+    assert [r.tool_call_id for r in results] == [c.id for c in calls]
+    assert [r.text for r in results] == ['{"temp_c": 11}', '{"temp_c": -3}']
+    assert tool_turn_problems(messages) == []
+    wire = to_openai_messages(messages)
+    assert all("function_call" not in w and w["role"] != "function" for w in wire)
+    # a lone message still parses, with a name-derived id
+    lone = ChatMessage.from_openai({"role": "function", "name": "f", "content": "1"})
+    assert lone.role == "tool" and lone.tool_call_id == "legacy_f"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"role": "function", "content": "1"}, "name"),
+        ({"role": "assistant", "function_call": "f()"}, "function_call"),
+        ({"role": "assistant", "function_call": {"arguments": "{}"}}, "function_call.name"),
+        ({"role": "user", "content": [{"type": "input_audio"}]}, "content[0].type"),
+        ({"role": "critic", "content": "x"}, "role"),
+    ],
+)
+def test_bad_legacy_or_unknown_shapes_name_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(MessageError) as info:
+        ChatMessage.from_openai(data)
+    assert field in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ['{"cmd": "sed -n 1,40p utils/da', "[1, 2]", "null", "{oops"])
+def test_arguments_that_are_not_a_json_object_are_carried_verbatim(raw: str) -> None:
+    wire = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_D", "type": "function", "function": {"name": "bash", "arguments": raw}}]}
+    message = ChatMessage.from_openai(wire)
+    assert message.tool_calls == [ToolCall(id="call_D", name="bash", arguments={"_raw": raw})]
+    assert message.to_openai() == wire
+
+
+def test_broken_export_problems_are_reported_one_per_defect() -> None:
+    messages = from_openai_messages(realdata.broken_export())
+    problems = tool_turn_problems(messages)
+    assert len(problems) == 4
+    assert any("'call_ZZZ_orphan'" in p and "answers no call" in p for p in problems)
+    assert any("'call_B'" in p and "no result" in p for p in problems)
+    assert sum("'call_C'" in p for p in problems) == 2
+
+
+def test_repair_makes_broken_export_a_valid_request_and_keeps_what_the_model_can_use() -> None:
+    messages = from_openai_messages(realdata.broken_export())
+    before = [m.model_dump() for m in messages]
+    repaired = repair_tool_turns(messages)
+    assert [m.model_dump() for m in messages] == before  # input untouched
+    assert tool_turn_problems(repaired) == []
+    shape = [(m.role, m.tool_call_id or "") for m in repaired]
+    assert shape == [
+        ("system", ""), ("user", ""), ("assistant", ""), ("tool", "call_A"), ("tool", "call_B"),
+        ("user", ""), ("assistant", ""), ("tool", "call_C"), ("user", ""),
+        ("assistant", ""), ("tool", "call_D"), ("assistant", ""), ("tool", "call_A"),
+        ("assistant", ""), ("user", ""),
+    ]
+    filler = repaired[4]
+    assert filler.text == INTERRUPTED_RESULT and filler.metadata[REPAIRED_KEY] == "interrupted"
+    assert "stale result" not in [m.text for m in repaired]  # the orphan is gone
+    assert repaired[7].text == "1 failed"  # the late result rejoined its call
+
+
+def test_repair_leaves_valid_lists_alone() -> None:
+    messages = from_openai_messages(realdata.openai_export())
+    repaired = repair_tool_turns(messages)
+    assert repaired == messages and all(a is b for a, b in zip(repaired, messages, strict=True))
+
+
+def test_result_after_the_model_moved_on_is_an_orphan() -> None:
+    messages = [
+        ChatMessage.user("go"),
+        ChatMessage.assistant(tool_calls=[ToolCall(id="c1", name="f")]),
+        ChatMessage.assistant("never mind"),
+        ChatMessage.tool("c1", "late"),
+    ]
+    repaired = repair_tool_turns(messages)
+    assert [m.text for m in repaired] == ["go", "", INTERRUPTED_RESULT, "never mind"]
+
+
+@pytest.mark.parametrize("key", sorted(realdata.MULTILINGUAL))
+def test_every_script_survives_a_round_trip(key: str) -> None:
+    text = realdata.MULTILINGUAL[key]
+    wire = {"role": "user", "content": text, "name": "u1"}
+    assert ChatMessage.from_openai(wire).to_openai() == wire
+    big = {"role": "tool", "tool_call_id": "t", "content": text * (100_000 // len(text) + 1)}
+    assert ChatMessage.from_openai(big).to_openai() == big
