@@ -94,7 +94,8 @@ async def test_react_agent_runs_35_real_tool_turns_within_budget() -> None:
     for request in seen:
         assert O200K.count_messages(request) <= BUDGET
         assert tool_turn_problems(request) == []
-        assert request[0].role == "system" and request[0].text.startswith(SYSTEM[:20])
+        assert request[0].role == "system"
+        assert request[0].text.startswith(SYSTEM[:20])
         assert any(m.kind == "query" and m.text == QUERY for m in request)
         first = next(m for m in request if m.role != "system")
         assert first.role == "user"

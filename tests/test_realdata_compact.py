@@ -66,7 +66,8 @@ def check_window(out: Sequence[ChatMessage], given: Sequence[ChatMessage], budge
         if m.pinned:
             assert any(o is m for o in out), f"pinned message lost: {m.text[:40]!r}"
     rest = [m for m in out[prompt:] if m.role != "system"]
-    assert rest and (rest[0].role == "user" or rest[0].pinned), "history opens mid-turn"
+    assert rest, "no history turn left"
+    assert rest[0].role == "user" or rest[0].pinned, "history opens mid-turn"
 
 
 def _snapshot(messages: Sequence[ChatMessage]) -> list[dict[str, object]]:
@@ -93,7 +94,8 @@ def test_smart_truncate_on_a_broken_log_returns_a_valid_request(budget: int) -> 
     out = CompactUtils.smart_truncate(given, budget)
     assert tool_turn_problems(out) == []
     assert O200K.count_messages(out) <= budget
-    assert out[0].role == "system" and out[-1].text == "thanks"
+    assert out[0].role == "system"
+    assert out[-1].text == "thanks"
 
 
 async def _summariser(text: str = "要約: 作業は進行中。Kenji asked about Kyoto; tests fail on NAXIS1."

@@ -79,7 +79,8 @@ def test_legacy_function_call_format_becomes_tool_calls_with_distinct_ids() -> N
     assert all("function_call" not in w and w["role"] != "function" for w in wire)
     # a lone message still parses, with a name-derived id
     lone = ChatMessage.from_openai({"role": "function", "name": "f", "content": "1"})
-    assert lone.role == "tool" and lone.tool_call_id == "legacy_f"
+    assert lone.role == "tool"
+    assert lone.tool_call_id == "legacy_f"
 
 
 @pytest.mark.parametrize(
@@ -130,7 +131,8 @@ def test_repair_makes_broken_export_a_valid_request_and_keeps_what_the_model_can
         ("assistant", ""), ("user", ""),
     ]
     filler = repaired[4]
-    assert filler.text == INTERRUPTED_RESULT and filler.metadata[REPAIRED_KEY] == "interrupted"
+    assert filler.text == INTERRUPTED_RESULT
+    assert filler.metadata[REPAIRED_KEY] == "interrupted"
     assert "stale result" not in [m.text for m in repaired]  # the orphan is gone
     assert repaired[7].text == "1 failed"  # the late result rejoined its call
 
@@ -138,7 +140,8 @@ def test_repair_makes_broken_export_a_valid_request_and_keeps_what_the_model_can
 def test_repair_leaves_valid_lists_alone() -> None:
     messages = from_openai_messages(realdata.openai_export())
     repaired = repair_tool_turns(messages)
-    assert repaired == messages and all(a is b for a, b in zip(repaired, messages, strict=True))
+    assert repaired == messages
+    assert all(a is b for a, b in zip(repaired, messages, strict=True))
 
 
 def test_result_after_the_model_moved_on_is_an_orphan() -> None:

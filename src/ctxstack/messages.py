@@ -547,7 +547,7 @@ def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
     for i, m in enumerate(messages):
         if m.role == "tool":
             if in_group and m.tool_call_id in open_ids:
-                del open_ids[m.tool_call_id]  # type: ignore[arg-type]
+                del open_ids[m.tool_call_id]
             else:
                 problems.append(f"messages[{i}]: tool result {m.tool_call_id!r} answers no "
                                 f"call of the assistant message before it")
@@ -596,7 +596,7 @@ def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     for m in msgs:
         if m.role == "tool":
             if m.tool_call_id in open_ids:
-                open_ids.remove(m.tool_call_id)  # type: ignore[arg-type]
+                open_ids.remove(m.tool_call_id)
                 out.insert(group_end, m)
                 group_end += 1
             continue  # an orphan: dropped

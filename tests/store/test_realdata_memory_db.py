@@ -12,7 +12,13 @@ import pytest
 
 from ctxstack.memory import DbMemory
 from ctxstack.messages import tool_turn_problems
-from ctxstack.store import NewMessage, SessionFactory, UserRecord, append_messages, create_conversation
+from ctxstack.store import (
+    NewMessage,
+    SessionFactory,
+    UserRecord,
+    append_messages,
+    create_conversation,
+)
 from ctxstack.tokens import TiktokenCounter
 from tests import realdata
 
@@ -44,7 +50,8 @@ async def test_multi_session_history_loads_within_budget(
     assert loaded[0].role == "user"
     texts = [m.content for m in stored[:-1]]  # the trailing query is dropped
     assert [m.text for m in loaded] == texts[len(texts) - len(loaded):]
-    assert memory.was_compacted and memory.original_count == len(stored) - 1
+    assert memory.was_compacted
+    assert memory.original_count == len(stored) - 1
 
 
 STORE_BUGS = {
