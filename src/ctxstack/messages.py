@@ -29,6 +29,10 @@ each shape it meets (decided so a user's logs load and go back out as a valid re
 * Tool-call ``arguments`` that are not a JSON object (a run cut off mid-answer, a model
   that wrote broken JSON) are kept verbatim as ``{"_raw": text}`` — what the
   OpenAI-compatible client does with such an answer — and sent back verbatim.
+* Lone UTF-16 surrogates (``"\ud83d"`` — what an exporter that cuts strings by UTF-16
+  length leaves of an emoji, decoded by ``json.loads``) cannot be encoded as UTF-8, so no
+  request holding one can be sent: each becomes U+FFFD (in content, text parts, refusals
+  and tool-call arguments).
 * An assistant ``refusal`` is kept in ``metadata["refusal"]`` and sent back (it is a
   short sentence; token counters read content and tool calls only); a
   ``{"type": "refusal"}`` content part becomes a text part, which is counted.
@@ -41,6 +45,7 @@ the assistant message before it, every call has its result) is a property of the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -149,7 +154,8 @@ class ToolCall(BaseModel):
             raise MessageError("tool_calls[].id: missing or not a string")
         if not isinstance(name, str) or not name:
             raise MessageError("tool_calls[].function.name: missing or not a string")
-        return cls(id=call_id, name=name, arguments=lenient_arguments(fn.get("arguments")))
+        arguments = scrub_surrogates(lenient_arguments(fn.get("arguments")))
+        return cls(id=call_id, name=name, arguments=arguments)
 
     def to_openai(self) -> dict[str, Any]:
         """The wire form, with ``arguments`` as a compact JSON string."""
@@ -166,6 +172,27 @@ class ToolCall(BaseModel):
         if isinstance(raw, str) and len(self.arguments) == 1:
             return raw
         return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (nested in lists and dicts too)
+    replaced by U+FFFD; the very object when there is none (the common case is one
+    ``isascii`` test per string)."""
+    if isinstance(value, str):
+        if value.isascii() or not _SURROGATE.search(value):
+            return value
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        items = [scrub_surrogates(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, Mapping):
+        pairs = {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
+        same = all(a is b for a, b in zip(pairs.values(), value.values(), strict=True))
+        return value if same and pairs.keys() == value.keys() else pairs
+    return value
 
 
 RAW_ARGUMENTS_KEY = "_raw"
@@ -382,6 +409,7 @@ class ChatMessage(BaseModel):
         """
         if not isinstance(data, Mapping):
             raise MessageError(f"message: expected an object, got {type(data).__name__}")
+        data = scrub_surrogates(data)
         role = data.get("role")
         metadata: dict[str, Any] = {}
         tool_call_id = data.get("tool_call_id")
@@ -407,8 +435,8 @@ class ChatMessage(BaseModel):
             fname = legacy.get("name")
             if not isinstance(fname, str) or not fname:
                 raise MessageError("function_call.name: missing or not a string")
-            calls.append(ToolCall(id=legacy_call_id(fname), name=fname,
-                                  arguments=lenient_arguments(legacy.get("arguments"))))
+            arguments = scrub_surrogates(lenient_arguments(legacy.get("arguments")))
+            calls.append(ToolCall(id=legacy_call_id(fname), name=fname, arguments=arguments))
         refusal = data.get("refusal")
         if refusal is not None:
             if not isinstance(refusal, str):
