@@ -178,3 +178,21 @@ def test_lone_surrogates_become_replacement_characters_so_the_request_can_be_sen
     part = ChatMessage.from_openai({"role": "user", "content": [{"type": "text", "text": text}]})
     assert "\ufffd" in part.text
     assert "\ud83d" not in part.text
+
+
+def test_a_call_id_reused_within_one_message_keeps_a_result_per_call() -> None:
+    """Some local servers give every parallel call the same id: both results are kept."""
+    messages = [
+        ChatMessage.user("list and read"),
+        ChatMessage.assistant(tool_calls=[ToolCall(id="call_0", name="ls"),
+                                          ToolCall(id="call_0", name="cat")]),
+        ChatMessage.tool("call_0", "a.py b.py"),
+        ChatMessage.tool("call_0", "print('hi')"),
+        ChatMessage.assistant("done"),
+    ]
+    assert tool_turn_problems(messages) == []
+    assert repair_tool_turns(messages) == messages
+    one_result = [*messages[:3], messages[4]]
+    assert len(tool_turn_problems(one_result)) == 1
+    assert [m.text for m in repair_tool_turns(one_result)] == [
+        "list and read", "", "a.py b.py", INTERRUPTED_RESULT, "done"]

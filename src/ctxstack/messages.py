@@ -558,14 +558,16 @@ def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
 
     A request is valid when every ``tool`` message answers a call of the nearest
     assistant message with ``tool_calls`` before it, with only other tool results in
-    between, and every such call is answered before the next non-tool message.
-    An empty list means valid.
+    between, and every such call is answered before the next non-tool message. A call
+    id an assistant message uses twice (some local servers number every call ``call_0``)
+    expects two results. An empty list means valid.
     """
     problems: list[str] = []
-    open_ids: dict[str, int] = {}  # unanswered call id → index of its assistant message
+    open_ids: list[str] = []  # unanswered call ids (a reused id once per call)
+    where = 0  # index of their assistant message
 
     def close(at: int) -> None:
-        for call_id, where in open_ids.items():
+        for call_id in open_ids:
             problems.append(f"messages[{where}]: tool call {call_id!r} has no result "
                             f"before messages[{at}]" if at < len(messages) else
                             f"messages[{where}]: tool call {call_id!r} has no result")
@@ -575,7 +577,7 @@ def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
     for i, m in enumerate(messages):
         if m.role == "tool":
             if in_group and m.tool_call_id in open_ids:
-                del open_ids[m.tool_call_id]
+                open_ids.remove(m.tool_call_id)
             else:
                 problems.append(f"messages[{i}]: tool result {m.tool_call_id!r} answers no "
                                 f"call of the assistant message before it")
@@ -583,7 +585,7 @@ def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
         close(i)
         in_group = bool(m.role == "assistant" and m.tool_calls)
         if in_group:
-            open_ids = {c.id: i for c in m.tool_calls or ()}
+            open_ids, where = [c.id for c in m.tool_calls or ()], i
     close(len(messages))
     return problems
 
@@ -632,7 +634,7 @@ def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
             fill()
             out.append(m)
             group_end = len(out)
-            open_ids = list(dict.fromkeys(c.id for c in m.tool_calls))
+            open_ids = [c.id for c in m.tool_calls]  # a reused id expects a result per call
             continue
         if m.role == "assistant":
             fill()  # the model moved on: a result arriving later answers nothing
