@@ -196,3 +196,16 @@ def test_a_call_id_reused_within_one_message_keeps_a_result_per_call() -> None:
     assert len(tool_turn_problems(one_result)) == 1
     assert [m.text for m in repair_tool_turns(one_result)] == [
         "list and read", "", "a.py b.py", INTERRUPTED_RESULT, "done"]
+
+
+def test_prompt_caching_keys_on_parts_are_kept_and_sent_back() -> None:
+    """OpenRouter / LiteLLM requests mark parts with ``cache_control``: not an error."""
+    wire = {"role": "user", "content": [
+        {"type": "text", "text": realdata.MULTILINGUAL["ja"], "cache_control": {"type": "ephemeral"}},
+        {"type": "image_url", "image_url": {"url": realdata.PNG_DATA_URL},
+         "cache_control": {"type": "ephemeral"}},
+    ]}
+    message = ChatMessage.from_openai(wire)
+    assert message.to_openai() == wire
+    assert message.text == realdata.MULTILINGUAL["ja"]
+    assert len(message.images) == 1

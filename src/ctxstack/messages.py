@@ -67,10 +67,15 @@ MessageKind = Literal["query", "inject", "summary", "warning", "checklist"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 
 
-class TextPart(BaseModel):
-    """A text content part: ``{"type": "text", "text": "..."}``."""
+_PART_CONFIG = ConfigDict(frozen=True, extra="allow")
+"""Parts keep keys ctxstack does not model (``cache_control`` from OpenRouter / LiteLLM
+prompt-caching requests, vendor annotations): they are sent back as they came."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class TextPart(BaseModel):
+    """A text content part: ``{"type": "text", "text": "..."}`` (other keys kept as-is)."""
+
+    model_config = _PART_CONFIG
     type: Literal["text"] = "text"
     text: str
 
@@ -84,9 +89,10 @@ class ImageURL(BaseModel):
 
 
 class ImagePart(BaseModel):
-    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}``."""
+    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}`` (other
+    keys kept as-is)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _PART_CONFIG
     type: Literal["image_url"] = "image_url"
     image_url: ImageURL
 
