@@ -198,9 +198,10 @@ async def test_summary_memory_is_always_a_valid_request(name: str) -> None:
     assert out[-1].text == given[-1].text
 
 
-async def test_summary_memory_survives_a_failing_summariser() -> None:
+@pytest.mark.parametrize("failure", [RuntimeError("down"), "", " \n "])
+async def test_summary_memory_survives_a_failing_summariser(failure: object) -> None:
     given = FIXTURES["swe"]
-    memory = SummaryMemory(ScriptedLLM(handler=lambda m, t: RuntimeError("down")),
+    memory = SummaryMemory(ScriptedLLM(handler=lambda m, t: failure),  # type: ignore[arg-type,return-value]
                            threshold=20, keep_recent=4, budget=8_000)
     for m in given:
         await memory.add_message(m)

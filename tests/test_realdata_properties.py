@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxstack import ChatMessage, CompactUtils, ToolCall, WindowMemory
-from ctxstack.messages import repair_tool_turns, tool_turn_problems
+from ctxstack.messages import repair_tool_turns, tool_turn_problems, tool_turns_valid
 from ctxstack.tokens import DEFAULT_COUNTER, effective_budget
 
 IDS = ["call_1", "call_2", "toolu_3", "4f1c-uuid", "functions.f:0"]
@@ -56,6 +56,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
 def test_repair_always_yields_a_valid_idempotent_request(events: list[tuple[str, object]]
                                                           ) -> None:
     messages = build(events)
+    assert tool_turns_valid(messages) == (not tool_turn_problems(messages))
     repaired = repair_tool_turns(messages)
     assert tool_turn_problems(repaired) == []
     assert repair_tool_turns(repaired) == repaired
@@ -71,7 +72,8 @@ def test_truncation_of_a_broken_log_is_valid_and_fits(events: list[tuple[str, ob
     messages = build(events)
     out = CompactUtils.smart_truncate(messages, budget)
     assert tool_turn_problems(out) == []
-    fixed = DEFAULT_COUNTER.count_messages(messages[:1])
+    prompt = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+    fixed = DEFAULT_COUNTER.count_messages(messages[:prompt])  # the system prompt is kept
     if fixed <= effective_budget(budget, DEFAULT_COUNTER):
         assert DEFAULT_COUNTER.count_messages(out) <= effective_budget(budget, DEFAULT_COUNTER)
 

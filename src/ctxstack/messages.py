@@ -37,6 +37,10 @@ each shape it meets (decided so a user's logs load and go back out as a valid re
   short sentence; token counters read content and tool calls only); a
   ``{"type": "refusal"}`` content part becomes a text part, which is counted.
 
+Content parts other than ``text``, ``image_url`` and ``refusal`` (``input_audio``,
+``file``) are refused with a :class:`MessageError` naming the part: ctxstack can neither
+count nor cut them, and silently dropping a user's audio would be worse.
+
 Whether a *list* of messages is a valid request (every tool result answers a call of
 the assistant message before it, every call has its result) is a property of the list:
 :func:`tool_turn_problems` reports it and :func:`repair_tool_turns` fixes it.
@@ -596,6 +600,25 @@ def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
     return problems
 
 
+def tool_turns_valid(messages: Sequence[ChatMessage]) -> bool:
+    """Whether :func:`tool_turn_problems` is empty — the fast check (one tight pass)."""
+    open_ids: list[str] = []
+    for m in messages:
+        role = m.role
+        if role == "tool":
+            if m.tool_call_id not in open_ids:
+                return False
+            open_ids.remove(m.tool_call_id)
+            continue
+        if open_ids:
+            return False
+        if role == "assistant":
+            calls = m.tool_calls
+            if calls:
+                open_ids = [c.id for c in calls]
+    return not open_ids
+
+
 def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     """``messages`` made a valid request (see :func:`tool_turn_problems`); a new list.
 
@@ -615,7 +638,7 @@ def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
     list comes back as an equal copy (same message objects). Linear in ``len(messages)``.
     """
     msgs = list(messages)
-    if not tool_turn_problems(msgs):
+    if tool_turns_valid(msgs):
         return msgs
     out: list[ChatMessage] = []
     group_end = -1  # index in `out` just past the current group's results
