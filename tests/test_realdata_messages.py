@@ -209,3 +209,37 @@ def test_prompt_caching_keys_on_parts_are_kept_and_sent_back() -> None:
     assert message.to_openai() == wire
     assert message.text == realdata.MULTILINGUAL["ja"]
     assert len(message.images) == 1
+
+
+def test_an_export_without_tool_call_ids_is_paired_by_position() -> None:
+    """Ollama's chat format: calls without ids, arguments as an object, results without
+    ``tool_call_id`` in call order."""
+    export = [
+        {"role": "user", "content": "Weather in Paris and Tokyo?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+            {"function": {"name": "get_weather", "arguments": {"city": "東京"}}},
+        ]},
+        {"role": "tool", "content": "11 °C", "tool_name": "get_weather"},
+        {"role": "tool", "content": "7 °C", "tool_name": "get_weather"},
+        {"role": "assistant", "content": "Paris 11 °C, 東京 7 °C."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"function": {"name": "now", "arguments": {}}}]},
+        {"role": "tool", "content": "12:00"},
+    ]
+    messages = from_openai_messages(export)
+    assert tool_turn_problems(messages) == []
+    calls = messages[1].tool_calls
+    assert calls is not None
+    assert [c.id for c in calls] == ["call_1_0", "call_1_1"]
+    assert [calls[0].arguments, calls[1].arguments] == [{"city": "Paris"}, {"city": "東京"}]
+    assert [m.tool_call_id for m in messages if m.role == "tool"] == [
+        "call_1_0", "call_1_1", "call_5_0"]
+    # a lone id-less tool message still says what is missing
+    with pytest.raises(MessageError, match="tool_call_id"):
+        from_openai_messages([{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}])
+
+
+def test_a_sharegpt_record_is_refused_naming_what_is_missing() -> None:
+    with pytest.raises(MessageError, match=r"messages\[0\]\.role: missing .*keys found: from, value"):
+        from_openai_messages([{"from": "human", "value": "hi"}])

@@ -431,6 +431,10 @@ class ChatMessage(BaseModel):
                 raise MessageError("name: a function message must name its function")
             role = "tool"
             tool_call_id = tool_call_id or legacy_call_id(name)
+        if role is None:
+            keys = ", ".join(sorted(map(str, data))) or "none"
+            raise MessageError(f"role: missing (an OpenAI chat message needs a role; "
+                               f"keys found: {keys})")
         if role not in ROLES:
             raise MessageError(f"role: unknown role {role!r} (expected one of "
                                f"{', '.join(ROLES + WIRE_ROLES)})")
@@ -531,12 +535,20 @@ def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]
     """Parse a wire message list; errors name the index of the bad message.
 
     Legacy ``function_call`` ids are numbered by the index of their assistant message, and
-    each ``function`` result takes the id of the newest unanswered call of its name, so
+    each ``function`` result takes the id of the oldest unanswered call of its name, so
     repeated calls of one function stay distinct (see the module doc).
+
+    Exports from servers that give tool calls no id (Ollama's chat format, older
+    llama.cpp builds) are paired by position, as those servers do: a call without an id
+    gets ``call_<message index>_<call index>``, and a ``tool`` message without a
+    ``tool_call_id`` answers the oldest such call of the assistant message before it.
     """
     out = []
     pending: dict[str, list[str]] = {}  # function name → legacy ids awaiting a result
+    unnamed: list[str] = []  # ids given to id-less calls, awaiting a result
     for i, item in enumerate(data):
+        if isinstance(item, Mapping):
+            item, unnamed = _positional_ids(item, i, unnamed)
         try:
             message = ChatMessage.from_openai(item)
         except MessageError as exc:
@@ -555,6 +567,28 @@ def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]
                 message = message.replace(tool_call_id=waiting.pop(0))
         out.append(message)
     return out
+
+
+def _positional_ids(
+    item: Mapping[str, Any], index: int, unnamed: list[str]
+) -> tuple[Mapping[str, Any], list[str]]:
+    """``item`` with ids for id-less calls / results (see :func:`from_openai_messages`)."""
+    role = item.get("role")
+    calls = item.get("tool_calls")
+    if role == "assistant" and isinstance(calls, list) and calls:
+        fresh: list[str] = []
+        named = []
+        for j, call in enumerate(calls):
+            if isinstance(call, Mapping) and not call.get("id"):
+                call = {**call, "id": f"call_{index}_{j}"}
+                fresh.append(call["id"])
+            named.append(call)
+        return ({**item, "tool_calls": named} if fresh else item), fresh
+    if role == "tool" and not item.get("tool_call_id") and unnamed:
+        return {**item, "tool_call_id": unnamed[0]}, unnamed[1:]
+    if role == "tool":
+        return item, unnamed
+    return item, []
 
 
 INTERRUPTED_RESULT = "[no result: the tool call was interrupted before it returned]"
