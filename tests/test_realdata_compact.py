@@ -10,6 +10,7 @@ never splits a tool group, is a valid request, and leaves the input untouched.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -24,7 +25,7 @@ from ctxstack import (
     WindowMemory,
 )
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import from_openai_messages, tool_turn_problems
+from ctxstack.messages import from_openai_messages, to_openai_messages, tool_turn_problems
 from ctxstack.tokens import TiktokenCounter
 from tests import realdata
 
@@ -56,6 +57,9 @@ def check_window(out: Sequence[ChatMessage], given: Sequence[ChatMessage], budge
     if budget is not None:
         assert O200K.count_messages(out) <= budget
     assert tool_turn_problems(out) == []
+    wire = to_openai_messages(out)
+    json.dumps(wire, ensure_ascii=False).encode("utf-8")  # sendable as a request body
+    assert to_openai_messages(from_openai_messages(wire)) == wire
     prompt = 0
     while prompt < len(given) and given[prompt].role == "system":
         prompt += 1
