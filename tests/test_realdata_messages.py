@@ -243,3 +243,18 @@ def test_an_export_without_tool_call_ids_is_paired_by_position() -> None:
 def test_a_sharegpt_record_is_refused_naming_what_is_missing() -> None:
     with pytest.raises(MessageError, match=r"messages\[0\]\.role: missing .*keys found: from, value"):
         from_openai_messages([{"from": "human", "value": "hi"}])
+
+
+def test_a_function_call_repeating_a_tool_call_is_one_call() -> None:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}
+    export = [
+        {"role": "user", "content": "Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call],
+         "function_call": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+        {"role": "tool", "tool_call_id": "call_1", "content": "-3"},
+    ]
+    messages = from_openai_messages(export)
+    assert messages[1].tool_calls == [ToolCall(id="call_1", name="get_weather",
+                                               arguments={"city": "Oslo"})]
+    assert tool_turn_problems(messages) == []

@@ -450,7 +450,10 @@ class ChatMessage(BaseModel):
             if not isinstance(fname, str) or not fname:
                 raise MessageError("function_call.name: missing or not a string")
             arguments = scrub_surrogates(lenient_arguments(legacy.get("arguments")))
-            calls.append(ToolCall(id=legacy_call_id(fname), name=fname, arguments=arguments))
+            # Some exports repeat the first tool call as a legacy function_call: one call.
+            if not any(c.name == fname and c.arguments == arguments for c in calls):
+                calls.append(ToolCall(id=legacy_call_id(fname), name=fname,
+                                      arguments=arguments))
         refusal = data.get("refusal")
         if refusal is not None:
             if not isinstance(refusal, str):
@@ -556,7 +559,8 @@ def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]
         if not isinstance(item, Mapping):  # pragma: no cover - from_openai refused it
             continue
         legacy = item.get("function_call")
-        if isinstance(legacy, Mapping) and message.tool_calls:
+        if (isinstance(legacy, Mapping) and message.tool_calls
+                and message.tool_calls[-1].id == legacy_call_id(message.tool_calls[-1].name)):
             call = message.tool_calls[-1]
             numbered = call.model_copy(update={"id": legacy_call_id(call.name, i)})
             pending.setdefault(call.name, []).append(numbered.id)
