@@ -89,7 +89,12 @@ def test_legacy_function_call_format_becomes_tool_calls_with_distinct_ids() -> N
         ({"role": "function", "content": "1"}, "name"),
         ({"role": "assistant", "function_call": "f()"}, "function_call"),
         ({"role": "assistant", "function_call": {"arguments": "{}"}}, "function_call.name"),
-        ({"role": "user", "content": [{"type": "input_audio"}]}, "content[0].type"),
+        ({"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]},
+         "content[0].type: unsupported content part type 'input_audio'"),
+        ({"role": "user", "content": [{"type": "text", "text": "see file"}, {
+            "type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBER"}}]},
+         "content[1].type: unsupported content part type 'file'"),
         ({"role": "critic", "content": "x"}, "role"),
     ],
 )
