@@ -667,8 +667,8 @@ def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
       tool ran (its call is still unanswered, and no assistant message came between)
       moves back to its group, before the interjection — the only reordering;
     * a tool result that answers no call (an orphan: its call was lost, or it answers a
-      call already answered) is dropped — a provider rejects it and the model could not
-      tell what it answers;
+      call already answered) is dropped, pinned or not — a provider rejects it and the
+      model could not tell what it answers;
     * a call that never got a result (an interrupted run) gets a ``tool`` result
       :data:`INTERRUPTED_RESULT`, so the call and the assistant's words stay visible.
 
