@@ -282,3 +282,13 @@ async def test_mask_placeholder_names_the_call_it_answers_when_ids_repeat_per_tu
             call = check.messages[i - 1].tool_calls
             assert call is not None
             assert f"{call[0].name}(" in m.text
+
+
+@pytest.mark.parametrize("steps", [50, 300])
+async def test_swe_runs_of_50_and_300_steps_compact_within_budget(steps: int) -> None:
+    given = _with_query(from_openai_messages(realdata.swe_trajectory(steps)), "Status?")
+    out = CompactUtils.smart_truncate(given, 32_000)
+    check_window(out, given, 32_000)
+    out = await CompactUtils.llm_compact(given, await _summariser(), 32_000)
+    check_window(out, given, 32_000)
+    assert sum(m.kind == "summary" for m in out) == 1
