@@ -81,13 +81,7 @@ def test_pinned_and_metadata_never_go_on_the_wire() -> None:
         ({"role": "user", "content": ["plain"]}, "content[0]"),
         (
             {"role": "assistant", "tool_calls": [
-                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}
-            ]},
-            "arguments",
-        ),
-        (
-            {"role": "assistant", "tool_calls": [
-                {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{oops"}}
+                {"id": "a", "type": "function", "function": {"name": "f", "arguments": 5}}
             ]},
             "arguments",
         ),

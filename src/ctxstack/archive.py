@@ -12,7 +12,8 @@ uses the stored messages themselves, see ``ctxstack.store.archive``);
 
 Search is by **character n-grams** (bigrams and trigrams of the case-folded, NFKC-normalised
 text), not whitespace words, so it works for Chinese and Japanese, where words are not
-separated, and for identifiers such as ``ORD-99812-XK``. Ranking is BM25 over the n-grams
+separated, and for identifiers such as ``ORD-99812-XK``; a one-character query (a CJK word
+such as ``猫``) matches through the bigrams that contain it. Ranking is BM25 over the n-grams
 (common n-grams weigh little, a document that matches many rare ones ranks first).
 """
 
@@ -179,10 +180,7 @@ class HistoryArchive:
             return []
         average = self._total_length / n or 1.0
         scores: dict[str, float] = defaultdict(float)
-        for gram in ngrams(query):
-            posting = self._postings.get(gram)
-            if not posting:
-                continue
+        for gram, posting in self._query_postings(query):
             idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
             weight = idf * (1.5 if len(gram) == 3 else 1.0)
             for ref, tf in posting.items():
@@ -194,6 +192,27 @@ class HistoryArchive:
                        snippet=snippet(searchable_text(self._messages[ref]), query))
             for ref, score in best
         ]
+
+
+    def _query_postings(self, query: str) -> list[tuple[str, dict[str, int]]]:
+        """The (n-gram, posting) pairs a query scores with.
+
+        A one-character query (``猫``, ``犬`` — a whole word in Chinese and Japanese) has no
+        bigram of its own: it matches through every indexed bigram that contains it, the
+        bigram counts summed per message. One pass over the vocabulary, for that rare query
+        only.
+        """
+        grams = ngrams(query)
+        if len(grams) == 1:
+            (char,) = grams
+            if len(char) == 1:
+                merged: dict[str, int] = defaultdict(int)
+                for gram, posting in self._postings.items():
+                    if gram == char or (len(gram) == 2 and char in gram):
+                        for ref, tf in posting.items():
+                            merged[ref] += tf
+                return [(char, dict(merged))] if merged else []
+        return [(g, p) for g in grams if (p := self._postings.get(g))]
 
 
 def _order(ref: str) -> int:

@@ -12,11 +12,44 @@ per-message token estimate cached on the object can never go stale.
 Wire round-trip (:meth:`ChatMessage.from_openai` / :meth:`ChatMessage.to_openai`) is
 lossless at the JSON-value level: tool-call arguments travel as a JSON *string* on the wire
 and are a ``dict`` here; re-serialising may change insignificant whitespace, never values.
+
+Real exports hold more than the four roles. What :meth:`ChatMessage.from_openai` does with
+each shape it meets (decided so a user's logs load and go back out as a valid request):
+
+* ``role: "developer"`` (the newer name of the system role) is a ``system`` message — it
+  is part of the system prompt for compaction — remembered in ``metadata["openai_role"]``
+  so :meth:`~ChatMessage.to_openai` sends it back as ``developer``.
+* The legacy ``functions`` format: an assistant ``function_call`` becomes a
+  :class:`ToolCall` and a ``role: "function"`` result a ``tool`` message answering it,
+  and both go out in the current ``tool_calls`` / ``tool`` form (every provider that
+  still reads the legacy form also reads the current one). A lone message has no
+  context, so the call id is ``legacy_<name>``; :func:`from_openai_messages` numbers
+  them per call (``legacy_<index>_<name>``) and gives each ``function`` result the id of
+  the call it answers.
+* Tool-call ``arguments`` that are not a JSON object (a run cut off mid-answer, a model
+  that wrote broken JSON) are kept verbatim as ``{"_raw": text}`` — what the
+  OpenAI-compatible client does with such an answer — and sent back verbatim.
+* Lone UTF-16 surrogates (``"\ud83d"`` — what an exporter that cuts strings by UTF-16
+  length leaves of an emoji, decoded by ``json.loads``) cannot be encoded as UTF-8, so no
+  request holding one can be sent: each becomes U+FFFD (in content, text parts, refusals
+  and tool-call arguments).
+* An assistant ``refusal`` is kept in ``metadata["refusal"]`` and sent back (it is a
+  short sentence; token counters read content and tool calls only); a
+  ``{"type": "refusal"}`` content part becomes a text part, which is counted.
+
+Content parts other than ``text``, ``image_url`` and ``refusal`` (``input_audio``,
+``file``) are refused with a :class:`MessageError` naming the part: ctxstack can neither
+count nor cut them, and silently dropping a user's audio would be worse.
+
+Whether a *list* of messages is a valid request (every tool result answers a call of
+the assistant message before it, every call has its result) is a property of the list:
+:func:`tool_turn_problems` reports it and :func:`repair_tool_turns` fixes it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -38,10 +71,15 @@ MessageKind = Literal["query", "inject", "summary", "warning", "checklist"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 
 
-class TextPart(BaseModel):
-    """A text content part: ``{"type": "text", "text": "..."}``."""
+_PART_CONFIG = ConfigDict(frozen=True, extra="allow")
+"""Parts keep keys ctxstack does not model (``cache_control`` from OpenRouter / LiteLLM
+prompt-caching requests, vendor annotations): they are sent back as they came."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class TextPart(BaseModel):
+    """A text content part: ``{"type": "text", "text": "..."}`` (other keys kept as-is)."""
+
+    model_config = _PART_CONFIG
     type: Literal["text"] = "text"
     text: str
 
@@ -55,9 +93,10 @@ class ImageURL(BaseModel):
 
 
 class ImagePart(BaseModel):
-    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}``."""
+    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}`` (other
+    keys kept as-is)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _PART_CONFIG
     type: Literal["image_url"] = "image_url"
     image_url: ImageURL
 
@@ -125,7 +164,8 @@ class ToolCall(BaseModel):
             raise MessageError("tool_calls[].id: missing or not a string")
         if not isinstance(name, str) or not name:
             raise MessageError("tool_calls[].function.name: missing or not a string")
-        return cls(id=call_id, name=name, arguments=parse_arguments(fn.get("arguments")))
+        arguments = scrub_surrogates(lenient_arguments(fn.get("arguments")))
+        return cls(id=call_id, name=name, arguments=arguments)
 
     def to_openai(self) -> dict[str, Any]:
         """The wire form, with ``arguments`` as a compact JSON string."""
@@ -137,8 +177,32 @@ class ToolCall(BaseModel):
 
     @property
     def arguments_json(self) -> str:
-        """The arguments as the JSON text sent on the wire."""
+        """The arguments as the JSON text sent on the wire (``{"_raw": text}`` → ``text``)."""
+        raw = self.arguments.get(RAW_ARGUMENTS_KEY)
+        if isinstance(raw, str) and len(self.arguments) == 1:
+            return raw
         return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (nested in lists and dicts too)
+    replaced by U+FFFD; the very object when there is none (the common case is one
+    ``isascii`` test per string)."""
+    if isinstance(value, str):
+        if value.isascii() or not _SURROGATE.search(value):
+            return value
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        items = [scrub_surrogates(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, Mapping):
+        pairs = {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
+        same = all(a is b for a, b in zip(pairs.values(), value.values(), strict=True))
+        return value if same and pairs.keys() == value.keys() else pairs
+    return value
 
 
 RAW_ARGUMENTS_KEY = "_raw"
@@ -167,6 +231,33 @@ def parse_arguments(raw: object) -> dict[str, Any]:
             f"got {type(value).__name__}"
         )
     return value
+
+
+def lenient_arguments(raw: object) -> dict[str, Any]:
+    """:func:`parse_arguments`, but text that is not a JSON object is kept as ``{"_raw": text}``.
+
+    Logged trajectories hold such arguments (a run cut off mid-answer); refusing the whole
+    export for one of them would be worse than carrying the text along verbatim.
+    """
+    if isinstance(raw, str):
+        try:
+            return parse_arguments(raw)
+        except MessageError:
+            return {RAW_ARGUMENTS_KEY: raw}
+    return parse_arguments(raw)
+
+
+OPENAI_ROLE_KEY = "openai_role"
+"""Metadata key remembering a wire role ctxstack maps onto its own (``developer``)."""
+REFUSAL_KEY = "refusal"
+"""Metadata key holding an assistant message's ``refusal`` text."""
+WIRE_ROLES = ("developer", "function")
+"""Wire roles accepted besides :data:`ROLES` (see the module doc)."""
+
+
+def legacy_call_id(name: object, index: int | None = None) -> str:
+    """The id given to a legacy ``function_call`` (and to the ``function`` result answering it)."""
+    return f"legacy_{name}" if index is None else f"legacy_{index}_{name}"
 
 
 class ChatMessage(BaseModel):
@@ -321,32 +412,71 @@ class ChatMessage(BaseModel):
     def from_openai(cls, data: Mapping[str, Any]) -> ChatMessage:
         """Build from an OpenAI chat-completions message dict.
 
-        Keys the wire format has but ctxstack does not model (``refusal``, ``audio``,
-        ``annotations``, …) are ignored; malformed known keys raise :class:`MessageError`.
+        ``developer`` and ``function`` roles, ``function_call``, ``refusal`` and arguments
+        that are not JSON are mapped as the module doc says. Other keys the wire format has
+        but ctxstack does not model (``audio``, ``annotations``, …) are ignored; malformed
+        known keys raise :class:`MessageError` naming the key.
         """
         if not isinstance(data, Mapping):
             raise MessageError(f"message: expected an object, got {type(data).__name__}")
+        data = scrub_surrogates(data)
         role = data.get("role")
+        metadata: dict[str, Any] = {}
+        tool_call_id = data.get("tool_call_id")
+        if role == "developer":
+            role, metadata[OPENAI_ROLE_KEY] = "system", "developer"
+        elif role == "function":
+            name = data.get("name")
+            if not isinstance(name, str) or not name:
+                raise MessageError("name: a function message must name its function")
+            role = "tool"
+            tool_call_id = tool_call_id or legacy_call_id(name)
+        if role is None:
+            keys = ", ".join(sorted(map(str, data))) or "none"
+            raise MessageError(f"role: missing (an OpenAI chat message needs a role; "
+                               f"keys found: {keys})")
         if role not in ROLES:
-            raise MessageError(f"role: unknown role {role!r} (expected one of {', '.join(ROLES)})")
+            raise MessageError(f"role: unknown role {role!r} (expected one of "
+                               f"{', '.join(ROLES + WIRE_ROLES)})")
         raw_calls = data.get("tool_calls")
         if raw_calls is not None and not isinstance(raw_calls, list):
             raise MessageError("tool_calls: expected a list")
-        calls = [ToolCall.from_openai(c) for c in raw_calls] if raw_calls else None
+        calls = [ToolCall.from_openai(c) for c in raw_calls] if raw_calls else []
+        legacy = data.get("function_call")
+        if legacy is not None:
+            if not isinstance(legacy, Mapping):
+                raise MessageError("function_call: expected an object")
+            fname = legacy.get("name")
+            if not isinstance(fname, str) or not fname:
+                raise MessageError("function_call.name: missing or not a string")
+            arguments = scrub_surrogates(lenient_arguments(legacy.get("arguments")))
+            # Some exports repeat the first tool call as a legacy function_call: one call.
+            if not any(c.name == fname and c.arguments == arguments for c in calls):
+                calls.append(ToolCall(id=legacy_call_id(fname), name=fname,
+                                      arguments=arguments))
+        refusal = data.get("refusal")
+        if refusal is not None:
+            if not isinstance(refusal, str):
+                raise MessageError(f"refusal: expected a string, got {type(refusal).__name__}")
+            metadata[REFUSAL_KEY] = refusal
         content = data.get("content")
         if isinstance(content, list):
             content = [_parse_part(i, p) for i, p in enumerate(content)]
         return cls(
             role=role,
             content=content,
-            tool_calls=calls,
-            tool_call_id=data.get("tool_call_id"),
+            tool_calls=calls or None,
+            tool_call_id=tool_call_id,
             name=data.get("name"),
+            metadata=metadata,
         )
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI wire dict (``pinned`` and ``metadata`` are never sent)."""
-        out: dict[str, Any] = {"role": self.role}
+        """The OpenAI wire dict (``pinned`` and ``metadata`` are never sent, except what
+        :meth:`from_openai` recorded there from the wire: a ``developer`` role, a
+        ``refusal``)."""
+        role = self.metadata.get(OPENAI_ROLE_KEY) if self.role == "system" else None
+        out: dict[str, Any] = {"role": role if role == "developer" else self.role}
         if isinstance(self.content, list):
             out["content"] = [p.model_dump(exclude_none=True) for p in self.content]
         else:
@@ -357,6 +487,9 @@ class ChatMessage(BaseModel):
             out["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             out["name"] = self.name
+        refusal = self.metadata.get(REFUSAL_KEY)
+        if self.role == "assistant" and isinstance(refusal, str):
+            out["refusal"] = refusal
         return out
 
 
@@ -367,6 +500,8 @@ def _parse_part(index: int, part: object) -> TextPart | ImagePart:
         raise MessageError(f"content[{index}]: expected an object, got {type(part).__name__}")
     ptype = part.get("type")
     try:
+        if ptype == "refusal" and isinstance(part.get("refusal"), str):
+            return TextPart(text=part["refusal"])
         if ptype == "text":
             return TextPart.model_validate(part)
         if ptype == "image_url":
@@ -400,11 +535,176 @@ def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
 
 
 def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
-    """Parse a wire message list; errors name the index of the bad message."""
+    """Parse a wire message list; errors name the index of the bad message.
+
+    Legacy ``function_call`` ids are numbered by the index of their assistant message, and
+    each ``function`` result takes the id of the oldest unanswered call of its name, so
+    repeated calls of one function stay distinct (see the module doc).
+
+    Exports from servers that give tool calls no id (Ollama's chat format, older
+    llama.cpp builds) are paired by position, as those servers do: a call without an id
+    gets ``call_<message index>_<call index>``, and a ``tool`` message without a
+    ``tool_call_id`` answers the oldest such call of the assistant message before it.
+    """
     out = []
+    pending: dict[str, list[str]] = {}  # function name → legacy ids awaiting a result
+    unnamed: list[str] = []  # ids given to id-less calls, awaiting a result
     for i, item in enumerate(data):
+        if isinstance(item, Mapping):
+            item, unnamed = _positional_ids(item, i, unnamed)
         try:
-            out.append(ChatMessage.from_openai(item))
+            message = ChatMessage.from_openai(item)
         except MessageError as exc:
             raise MessageError(f"messages[{i}].{exc}") from None
+        if not isinstance(item, Mapping):  # pragma: no cover - from_openai refused it
+            continue
+        legacy = item.get("function_call")
+        if (isinstance(legacy, Mapping) and message.tool_calls
+                and message.tool_calls[-1].id == legacy_call_id(message.tool_calls[-1].name)):
+            call = message.tool_calls[-1]
+            numbered = call.model_copy(update={"id": legacy_call_id(call.name, i)})
+            pending.setdefault(call.name, []).append(numbered.id)
+            message = message.replace(tool_calls=[*message.tool_calls[:-1], numbered])
+        elif item.get("role") == "function" and not item.get("tool_call_id"):
+            waiting = pending.get(str(message.name))
+            if waiting:
+                message = message.replace(tool_call_id=waiting.pop(0))
+        out.append(message)
+    return out
+
+
+def _positional_ids(
+    item: Mapping[str, Any], index: int, unnamed: list[str]
+) -> tuple[Mapping[str, Any], list[str]]:
+    """``item`` with ids for id-less calls / results (see :func:`from_openai_messages`)."""
+    role = item.get("role")
+    calls = item.get("tool_calls")
+    if role == "assistant" and isinstance(calls, list) and calls:
+        fresh: list[str] = []
+        named = []
+        for j, call in enumerate(calls):
+            if isinstance(call, Mapping) and not call.get("id"):
+                call = {**call, "id": f"call_{index}_{j}"}
+                fresh.append(call["id"])
+            named.append(call)
+        return ({**item, "tool_calls": named} if fresh else item), fresh
+    if role == "tool" and not item.get("tool_call_id") and unnamed:
+        return {**item, "tool_call_id": unnamed[0]}, unnamed[1:]
+    if role == "tool":
+        return item, unnamed
+    return item, []
+
+
+INTERRUPTED_RESULT = "[no result: the tool call was interrupted before it returned]"
+"""Content of the tool result :func:`repair_tool_turns` adds for a call that has none."""
+REPAIRED_KEY = "repaired"
+"""Metadata key on a message :func:`repair_tool_turns` made (value: what it stands for)."""
+
+
+def tool_turn_problems(messages: Sequence[ChatMessage]) -> list[str]:
+    """What makes ``messages`` an invalid chat-completions request, one line per problem.
+
+    A request is valid when every ``tool`` message answers a call of the nearest
+    assistant message with ``tool_calls`` before it, with only other tool results in
+    between, and every such call is answered before the next non-tool message. A call
+    id an assistant message uses twice (some local servers number every call ``call_0``)
+    expects two results. An empty list means valid.
+    """
+    problems: list[str] = []
+    open_ids: list[str] = []  # unanswered call ids (a reused id once per call)
+    where = 0  # index of their assistant message
+
+    def close(at: int) -> None:
+        for call_id in open_ids:
+            problems.append(f"messages[{where}]: tool call {call_id!r} has no result "
+                            f"before messages[{at}]" if at < len(messages) else
+                            f"messages[{where}]: tool call {call_id!r} has no result")
+        open_ids.clear()
+
+    in_group = False
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            if in_group and m.tool_call_id in open_ids:
+                open_ids.remove(m.tool_call_id)
+            else:
+                problems.append(f"messages[{i}]: tool result {m.tool_call_id!r} answers no "
+                                f"call of the assistant message before it")
+            continue
+        close(i)
+        in_group = bool(m.role == "assistant" and m.tool_calls)
+        if in_group:
+            open_ids, where = [c.id for c in m.tool_calls or ()], i
+    close(len(messages))
+    return problems
+
+
+def tool_turns_valid(messages: Sequence[ChatMessage]) -> bool:
+    """Whether :func:`tool_turn_problems` is empty — the fast check (one tight pass)."""
+    open_ids: list[str] = []
+    for m in messages:
+        role = m.role
+        if role == "tool":
+            if m.tool_call_id not in open_ids:
+                return False
+            open_ids.remove(m.tool_call_id)
+            continue
+        if open_ids:
+            return False
+        if role == "assistant":
+            calls = m.tool_calls
+            if calls:
+                open_ids = [c.id for c in calls]
+    return not open_ids
+
+
+def repair_tool_turns(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` made a valid request (see :func:`tool_turn_problems`); a new list.
+
+    What real logs need, decided so that nothing the model could use is lost and
+    nothing invalid is sent:
+
+    * a tool result that arrives after a user or system message interjected while its
+      tool ran (its call is still unanswered, and no assistant message came between)
+      moves back to its group, before the interjection — the only reordering;
+    * a tool result that answers no call (an orphan: its call was lost, or it answers a
+      call already answered) is dropped, pinned or not — a provider rejects it and the
+      model could not tell what it answers;
+    * a call that never got a result (an interrupted run) gets a ``tool`` result
+      :data:`INTERRUPTED_RESULT`, so the call and the assistant's words stay visible.
+
+    Messages made or moved here are new objects only where something changed; a valid
+    list comes back as an equal copy (same message objects). Linear in ``len(messages)``.
+    """
+    msgs = list(messages)
+    if tool_turns_valid(msgs):
+        return msgs
+    out: list[ChatMessage] = []
+    group_end = -1  # index in `out` just past the current group's results
+    open_ids: list[str] = []  # unanswered call ids of the newest assistant tool call
+
+    def fill() -> None:
+        nonlocal group_end
+        for call_id in open_ids:
+            out.insert(group_end, ChatMessage.tool(
+                call_id, INTERRUPTED_RESULT, metadata={REPAIRED_KEY: "interrupted"}))
+            group_end += 1
+        open_ids.clear()
+
+    for m in msgs:
+        if m.role == "tool":
+            if m.tool_call_id in open_ids:
+                open_ids.remove(m.tool_call_id)
+                out.insert(group_end, m)
+                group_end += 1
+            continue  # an orphan: dropped
+        if m.role == "assistant" and m.tool_calls:
+            fill()
+            out.append(m)
+            group_end = len(out)
+            open_ids = [c.id for c in m.tool_calls]  # a reused id expects a result per call
+            continue
+        if m.role == "assistant":
+            fill()  # the model moved on: a result arriving later answers nothing
+        out.append(m)
+    fill()
     return out

@@ -20,6 +20,9 @@ Rules, in priority order (docs/DESIGN.md §3, layer 2):
 A pinned assistant or tool message may open the history: pinning is the caller's explicit
 choice and wins over rule 5.
 
+Input from a broken log (orphan tool results, calls without results) is repaired
+first: see :func:`smart_truncate`.
+
 Cost: one pass to split the list, one walk, one assembly — linear in the number of
 messages, with per-message estimates cached on the messages.
 """
@@ -31,7 +34,7 @@ from collections.abc import Sequence
 from ctxstack.compact.cut import cut_group
 from ctxstack.compact.groups import Layout, Unit, split_layout
 from ctxstack.errors import ConfigError
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
 MIN_CUT_TOKENS = 24
@@ -57,7 +60,12 @@ def smart_truncate(
     (the default heuristic's measured error) is kept free so the result fits by the
     model's own tokenizer too; an exact counter has no margin.
 
-    Returns a new list (the input is untouched); within budget it is a plain copy.
+    The input is first made a valid request (:func:`ctxstack.messages.repair_tool_turns`:
+    orphan tool results dropped, interrupted calls given a placeholder result), so what
+    comes back can be sent as it is even when the input came from a broken log.
+
+    Returns a new list (the input is untouched); a valid list within budget comes back
+    as a plain copy.
     If the system prompt and pinned messages alone exceed the budget they are still all
     returned — nothing else is — and the result is over budget: dropping them would be
     worse than overflowing, and the caller can detect it by estimating the result.
@@ -65,7 +73,7 @@ def smart_truncate(
     check_budget(max_tokens)
     counter = counter or DEFAULT_COUNTER
     limit = effective_budget(max_tokens, counter)
-    msgs = list(messages)
+    msgs = repair_tool_turns(messages)
     if counter.count_messages(msgs) <= limit:
         return msgs
     layout = split_layout(msgs, counter)

@@ -17,6 +17,9 @@ newest assistant tool call still awaits results, and the kept part always holds 
 current turn's user message (kept alone, as an anchor, when the turn is a long tool loop),
 so later assistant and tool messages never follow the summary directly.
 
+What :meth:`~SummaryMemory.get_messages` returns is always a valid request: messages
+added from a broken log are repaired (:func:`ctxstack.messages.repair_tool_turns`).
+
 Compaction runs inside ``add_message`` under an ``asyncio.Lock``, so concurrent adds are
 serialised and never lose or duplicate a message.
 """
@@ -33,7 +36,7 @@ from ctxstack.compact.summarize import build_summary_message, previous_text, run
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.prompts import check_hint
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
@@ -110,7 +113,7 @@ class SummaryMemory(BaseMemory):
 
     async def get_messages(self) -> list[ChatMessage]:
         async with self._lock:
-            out = list(self._messages)
+            out = repair_tool_turns(self._messages)
         if self.budget is not None:
             out = smart_truncate(out, self.budget, counter=self.counter)
         return out

@@ -8,6 +8,10 @@ The window is rounded so it is always something a model can read:
 * if the last N messages hold no user turn at all (one long tool loop), the user message
   that opened the loop is kept in front of the newest whole units that fit in N - 1.
 
+Messages added from a broken log (a tool result whose call is missing, a call that never
+got its result) are repaired before windowing (:func:`ctxstack.messages.repair_tool_turns`),
+so the window is always a valid request.
+
 System messages are all kept, in their original positions. ``pinned`` has no meaning
 here (it is a compaction concept): a window is purely positional.
 """
@@ -20,7 +24,7 @@ from collections.abc import Sequence
 from ctxstack.compact.groups import split_layout
 from ctxstack.errors import ConfigError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.tokens import DEFAULT_COUNTER
 
 _PRUNE_SLACK = 16
@@ -79,7 +83,7 @@ class WindowMemory(BaseMemory):
 
     async def get_messages(self) -> list[ChatMessage]:
         async with self._lock:
-            msgs = self._messages
+            msgs = repair_tool_turns(self._messages)
             keep = set(window_indices(msgs, self.max_messages))
             return [m for i, m in enumerate(msgs) if m.role == "system" or i in keep]
 

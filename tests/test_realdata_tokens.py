@@ -1,0 +1,68 @@
+"""The default token estimate on real-shape text, against o200k_base (exact).
+
+DESIGN §7: the default counter is within 10% (p95) of o200k_base on every kind of text,
+and "fits" means fits by the exact tokenizer too. Checked here per script on hand-written
+paragraphs (``tests/realdata.MULTILINGUAL``) and on a whole conversation truncated to a
+budget. Failures are the estimator's (``token_model.py``, not ours): marked xfail and
+reported with the figures.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxstack import ChatMessage, CompactUtils
+from ctxstack.tokens import TiktokenCounter
+from tests import realdata
+
+pytest.importorskip("tiktoken")
+O200K = TiktokenCounter("o200k_base")
+
+# o200k figures for the fixture paragraphs at the time of writing: ko 39 (estimate 79),
+# hi 31 (110), el 39 (31), ar 36 (29).
+ESTIMATOR_OFF = {
+    "ko": "Korean is overestimated ~2x (79 vs 39 o200k tokens)",
+    "hi": "Devanagari is overestimated ~3.5x (110 vs 31 o200k tokens)",
+    "el": "Greek is underestimated ~21% (31 vs 39 o200k tokens)",
+    "ar": "Arabic is underestimated ~19% (29 vs 36 o200k tokens)",
+}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=ESTIMATOR_OFF[k]))
+     if k in ESTIMATOR_OFF else k for k in ["zh", "ru", "ko", "hi", "el", "ar"]],
+)
+def test_estimate_is_within_ten_percent_of_o200k(key: str) -> None:
+    text = realdata.MULTILINGUAL[key]
+    exact = O200K.count_text(text)
+    assert abs(CompactUtils.estimate_tokens(text) - exact) <= 0.10 * exact
+
+
+GREEK = (
+    "Η συνάντηση μεταφέρθηκε την Πέμπτη στις 10:00. Παρακαλώ επιβεβαιώστε τη συμμετοχή "
+    "σας μέχρι την Τετάρτη. Ο προϋπολογισμός είναι 4.500 ευρώ.",
+    "Ευχαριστώ πολύ! Θα ενημερώσω την ομάδα και θα στείλω την ατζέντα αύριο το πρωί.",
+)
+RUSSIAN = (realdata.MULTILINGUAL["ru"], "Понял, увеличу лимит памяти до 16 ГБ и перезапущу.")
+
+
+def _dialogue(pair: tuple[str, str], n: int = 400) -> list[ChatMessage]:
+    out = [ChatMessage.system("You are a helpful assistant.")]
+    for i in range(n):
+        out.append(ChatMessage.user(f"{pair[0]} #{i}") if i % 2 == 0
+                   else ChatMessage.assistant(f"{pair[1]} #{i}"))
+    return out
+
+
+@pytest.mark.parametrize("budget", [2_000, 8_000])
+@pytest.mark.parametrize(
+    "pair",
+    [pytest.param(GREEK, id="greek", marks=pytest.mark.xfail(
+        strict=True, reason="smart_truncate of a Greek dialogue to 8,000 gives 8,261 o200k "
+        "tokens (2,000 → 2,021): the heuristic undercounts Greek by more than its 12% margin")),
+     pytest.param(RUSSIAN, id="russian")],
+)
+def test_truncated_dialogue_fits_by_o200k(pair: tuple[str, str], budget: int) -> None:
+    out = CompactUtils.smart_truncate(_dialogue(pair), budget)
+    assert O200K.count_messages(out) <= budget
