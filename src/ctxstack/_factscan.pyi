@@ -1,0 +1,18 @@
+"""Type stub of the optional C scanner (``_factscan.c``); see ctxstack.compact.facts."""
+
+from typing import Any
+
+GRAMMAR: tuple[str, str, str, tuple[str, ...], str, tuple[str, ...]]
+
+def scan(text: str, /) -> list[str]: ...
+def quotes(text: str, /) -> list[str]: ...
+def judged(
+    verdicts: dict[str, Any],
+    judge: Any,
+    candidate: type[tuple[str, str, int]],
+    prefixed: object,
+    limit: int,
+    text: str,
+    extra: list[str],
+    /,
+) -> tuple[list[Any], list[str], dict[str, None]]: ...
