@@ -34,6 +34,7 @@ FRAGMENTS = [
     '"', '"a b"', '"room with a view"', "「", "」", "“", "”", "{", "}", "[", "]", ";",
     "\n", "\t", "\x00", "\ud800", "\udfff", "中", "ü", "€", "\U0001f600", "https://x.io/a",
     "a@b.io", "/srv/in.csv", "report.csv", ".py", "1st", "and/or", "5 March 2024",
+    ".jpeg", ".jpg", ".xlsx", ".parquet", ".PY", ".c", ".cc+", "..", "x" * 130, "_", "a-b",
 ]
 any_char = st.one_of(
     st.characters(exclude_categories=()),  # any code point, surrogates included
@@ -66,10 +67,12 @@ def scanner() -> ModuleType:
 
 
 def same_everywhere(text: str) -> None:
-    """The scan, the quoted phrases and the candidates (both ``quotes`` settings) agree."""
+    """The scan, the quoted phrases, the file names and the candidates (both ``quotes``
+    settings) agree."""
     native = scanner()
     assert native.scan(text) == facts._SCAN.findall(text + facts._SENTINEL)[:-2]
     assert native.quotes(text) == facts._QUOTE.findall(text)
+    assert native.names(text) == facts._file_names(text)
     for quotes in (True, False):
         facts.clear_caches()
         fast = facts.extract_candidates(text, quotes=quotes)
@@ -87,7 +90,7 @@ def test_the_scanner_is_in_use_when_required() -> None:
     from ctxstack import _factscan
 
     assert facts._NATIVE is _factscan
-    assert (*_factscan.GRAMMAR[:5], frozenset(_factscan.GRAMMAR[5])) == facts._GRAMMAR
+    assert facts._load_native() is _factscan  # built for facts.py's grammar
 
 
 def test_a_scanner_built_for_another_grammar_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,6 +176,8 @@ def test_native_and_pure_agree_on_long_texts_scanned_without_the_gil() -> None:
     "x 5 kg-3", "5 kg", "1年2.3月4,5日x", '"a b"', '"a\nb c"', '"' + "x" * 79 + ' y"',
     '"' + "x" * 80 + ' y"', '"a ' + "y" * 80 + '"', '"a ' + "y" * 81 + '"', "a" * 300 + "1",
     "Jan. 5", "Jan.5", "Mayday 5", "5 Sept 2024", "5 Sept 20245", "12 May 2024",
+    "..py", "/a.py", "\\b.csv", "a/.py", "x" * 127 + ".json", "x" * 129 + ".json",
+    "a.py.txt", ".pyc .py", "v.ipynb_", "x.parquet", "ü.py", ".c.h",
 ])
 def test_native_and_pure_agree_on_edge_cases(text: str) -> None:
     same_everywhere(text)
@@ -185,6 +190,8 @@ def test_the_entry_points_reject_what_they_cannot_scan() -> None:
         native.scan(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         native.quotes(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        native.names(["a.py"])  # type: ignore[arg-type]
     args: list[Any] = [{}, facts._judge, facts.Candidate, facts._PREFIXED, 10, "a1", []]
     for position, wrong in [(0, []), (1, None), (2, str), (2, 3), (5, b"a1"), (6, ())]:
         bad = list(args)

@@ -133,6 +133,7 @@ for text in inputs:
     if native is not None:  # its entry points directly, and the pure path too
         assert native.scan(text) == facts._SCAN.findall(text + facts._SENTINEL)[:-2]
         assert native.quotes(text) == facts._QUOTE.findall(text)
+        assert native.names(text) == facts._file_names(text)
         facts._NATIVE = None
         facts.extract_candidates(text)
         facts._NATIVE = native

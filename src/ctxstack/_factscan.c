@@ -463,6 +463,46 @@ quote_at(const Text *t, Py_ssize_t i)
     return j + 1;
 }
 
+/* The first `c` (ASCII) at or after i in the text proper, else t->n. */
+static Py_ssize_t
+find_ascii(const Text *t, Py_ssize_t i, Py_UCS4 c)
+{
+    Py_ssize_t n = t->n;
+    if (i >= n)
+        return n;
+    switch (t->kind) {
+    case PyUnicode_1BYTE_KIND: {
+        const Py_UCS1 *d = t->data;
+        const void *hit = memchr(d + i, (int)c, (size_t)(n - i));
+        return hit ? (const Py_UCS1 *)hit - d : n;
+    }
+    case PyUnicode_2BYTE_KIND: {
+        const Py_UCS2 *d = t->data;
+        while (i < n && d[i] != c)
+            i++;
+        return i;
+    }
+    default: {
+        const Py_UCS4 *d = t->data;
+        while (i < n && d[i] != c)
+            i++;
+        return i;
+    }
+    }
+}
+
+/* Append text[begin:end] to the list `out`. */
+static int
+append_slice(PyObject *out, PyObject *text, Py_ssize_t begin, Py_ssize_t end)
+{
+    PyObject *slice = PyUnicode_Substring(text, begin, end);
+    if (!slice)
+        return -1;
+    int rc = PyList_Append(out, slice);
+    Py_DECREF(slice);
+    return rc;
+}
+
 static PyObject *
 quotes(PyObject *module, PyObject *text)
 {
@@ -475,26 +515,94 @@ quotes(PyObject *module, PyObject *text)
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    Py_ssize_t i = PyUnicode_FindChar(text, '"', 0, t.n, 1);
-    for (;;) {
-        if (i == -2) {
+    for (Py_ssize_t i = find_ascii(&t, 0, '"'); i < t.n;) {
+        Py_ssize_t end = quote_at(&t, i);
+        if (end >= 0 && append_slice(out, text, i, end) < 0) {
             Py_DECREF(out);
             return NULL;
         }
-        if (i < 0)
-            break;
-        Py_ssize_t end = quote_at(&t, i);
-        if (end >= 0) {
-            PyObject *phrase = PyUnicode_Substring(text, i, end);
-            if (!phrase || PyList_Append(out, phrase) < 0) {
-                Py_XDECREF(phrase);
+        i = find_ascii(&t, end >= 0 ? end : i + 1, '"');
+    }
+    return out;
+}
+
+/* The file extensions of _EXTENSION. */
+static const char *const EXTENSIONS[] = {
+    "py", "js", "ts", "tsx", "jsx", "json", "csv", "tsv", "txt", "md", "yaml", "yml", "toml",
+    "ini", "cfg", "conf", "pdf", "png", "jpg", "jpeg", "gif", "svg", "xls", "xlsx", "doc",
+    "docx", "ppt", "pptx", "htm", "html", "css", "sql", "log", "sh", "go", "rs", "java",
+    "kt", "rb", "php", "c", "cc", "cpp", "h", "hpp", "zip", "gz", "tar", "parquet", "ipynb",
+};
+#define N_EXTENSIONS (sizeof EXTENSIONS / sizeof EXTENSIONS[0])
+#define MAX_NAME 128
+
+static inline int
+is_word(Py_UCS4 c)
+{
+    return c < 128 && ((CLASS[c] & C_ALNUM) || c == '_');
+}
+
+static inline int
+is_name_char(Py_UCS4 c)
+{
+    return c < 128 && ((CLASS[c] & C_ALNUM) || c == '_' || c == '.' || c == '-');
+}
+
+/* _EXTENSION at the dot at i: the end of the extension, else -1. An extension is
+ * followed by no word character, so the word after the dot must be one exactly. */
+static Py_ssize_t
+extension_at(const Text *t, Py_ssize_t i)
+{
+    Py_ssize_t k = 0;
+    while (k < 8 && is_word(at(t, i + 1 + k)) && i + 1 + k < t->n)
+        k++;
+    if (k == 0 || k == 8)
+        return -1;
+    for (size_t e = 0; e < N_EXTENSIONS; e++) {
+        const char *x = EXTENSIONS[e];
+        if ((Py_ssize_t)strlen(x) != k)
+            continue;
+        Py_ssize_t j = 0;
+        while (j < k && at(t, i + 1 + j) == (unsigned char)x[j])
+            j++;
+        if (j == k)
+            return i + 1 + k;
+    }
+    return -1;
+}
+
+static PyObject *
+names(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "names() expects a str");
+        return NULL;
+    }
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = find_ascii(&t, 0, '.'); i < t.n;) {
+        Py_ssize_t end = extension_at(&t, i);
+        if (end < 0) {
+            i = find_ascii(&t, i + 1, '.');
+            continue;
+        }
+        /* The name read back from the dot over at most MAX_NAME name characters. */
+        Py_ssize_t floor = i > MAX_NAME ? i - MAX_NAME : 0, begin = i;
+        while (begin > floor && is_name_char(at(&t, begin - 1)))
+            begin--;
+        Py_UCS4 before = at(&t, begin - 1);
+        if (begin < i && !(begin > 0 && (before == '/' || before == '\\'))) {
+            while (at(&t, begin) == '.')
+                begin++; /* .lstrip(".") */
+            if (append_slice(out, text, begin, end) < 0) {
                 Py_DECREF(out);
                 return NULL;
             }
-            Py_DECREF(phrase);
         }
-        Py_ssize_t from = end >= 0 ? end : i + 1;
-        i = from < t.n ? PyUnicode_FindChar(text, '"', from, t.n, 1) : -1;
+        i = find_ascii(&t, end, '.');
     }
     return out;
 }
@@ -659,6 +767,10 @@ PyDoc_STRVAR(scan_doc,
 "scan(text, /)\n--\n\n"
 "The tokens of ``text``, in order: ``_SCAN.findall(text + \" #\")[:-2]`` of\n"
 "ctxstack.compact.facts.");
+PyDoc_STRVAR(names_doc,
+"names(text, /)\n--\n\n"
+"The ``name.ext`` file names of ``text``, in order: ``_file_names(text)`` of\n"
+"ctxstack.compact.facts.");
 PyDoc_STRVAR(quotes_doc,
 "quotes(text, /)\n--\n\n"
 "The quoted phrases of ``text``, in order: ``_QUOTE.findall(text)`` of\n"
@@ -667,6 +779,7 @@ PyDoc_STRVAR(quotes_doc,
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)scan, METH_O, scan_doc},
     {"quotes", (PyCFunction)quotes, METH_O, quotes_doc},
+    {"names", (PyCFunction)names, METH_O, names_doc},
     {"judged", (PyCFunction)(void (*)(void))judged, METH_FASTCALL, judged_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -686,13 +799,20 @@ ucs4_str(const char32_t *s)
 }
 
 /* GRAMMAR = (S characters, L characters, END characters, unit words, CJK suffixes,
- * month spellings): what facts.py checks against its own patterns. */
+ * month spellings, file extensions, MAX_NAME): what facts.py checks against its own. */
 static PyObject *
 grammar(void)
 {
     PyObject *units = PyTuple_New(N_UNITS), *months = PyTuple_New(N_MONTHS), *cjk = NULL;
-    if (!units || !months)
+    PyObject *extensions = PyTuple_New(N_EXTENSIONS);
+    if (!units || !months || !extensions)
         goto fail;
+    for (size_t e = 0; e < N_EXTENSIONS; e++) {
+        PyObject *word = PyUnicode_FromString(EXTENSIONS[e]);
+        if (!word)
+            goto fail;
+        PyTuple_SET_ITEM(extensions, e, word);
+    }
     for (size_t u = 0; u < N_UNITS; u++) {
         PyObject *word = ucs4_str(UNITS[u]);
         if (!word)
@@ -713,10 +833,10 @@ grammar(void)
         buffer[i] = (Py_UCS4)CJK_SUFFIX[i];
     if (!(cjk = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buffer, n < 64 ? n : 64)))
         goto fail;
-    PyObject *out = Py_BuildValue("(sssNNN)", S_CHARS, L_CHARS, END_CHARS, units, cjk,
-                                  months);
-    return out;
+    return Py_BuildValue("(sssNNNNn)", S_CHARS, L_CHARS, END_CHARS, units, cjk, months,
+                         extensions, (Py_ssize_t)MAX_NAME);
 fail:
+    Py_XDECREF(extensions);
     Py_XDECREF(units);
     Py_XDECREF(months);
     Py_XDECREF(cjk);

@@ -2,10 +2,11 @@
 
 from typing import Any
 
-GRAMMAR: tuple[str, str, str, tuple[str, ...], str, tuple[str, ...]]
+GRAMMAR: tuple[str, str, str, tuple[str, ...], str, tuple[str, ...], tuple[str, ...], int]
 
 def scan(text: str, /) -> list[str]: ...
 def quotes(text: str, /) -> list[str]: ...
+def names(text: str, /) -> list[str]: ...
 def judged(
     verdicts: dict[str, Any],
     judge: Any,

@@ -135,11 +135,13 @@ _QUOTE = re.compile(r'"[^"\n :,;{}\[\]][^"\n ]{0,79}+ [^"\n]{1,80}+"')
 _CJK_QUOTE = re.compile(r"[“「『][^\"“「『”」』\n]{2,160}+[”」』]")
 _CURRENCY = re.compile(r"[€£¥₹] ?\d[\d,]*+(?:\.\d+)?")
 # A file extension; the look-ahead rejects the dots of decimals and sentence ends at once.
-_EXTENSION = re.compile(
-    r"\.(?=[a-z])(?:py|js|ts|tsx|jsx|json|csv|tsv|txt|md|yaml|yml|toml|ini|cfg|conf|pdf|png"
-    r"|jpe?g|gif|svg|xlsx?|docx?|pptx?|html?|css|sql|log|sh|go|rs|java|kt|rb|php|c|cc|cpp|h"
-    r"|hpp|zip|gz|tar|parquet|ipynb)(?![A-Za-z0-9_])"
+_EXTENSIONS = (
+    "py", "js", "ts", "tsx", "jsx", "json", "csv", "tsv", "txt", "md", "yaml", "yml", "toml",
+    "ini", "cfg", "conf", "pdf", "png", "jpg", "jpeg", "gif", "svg", "xls", "xlsx", "doc",
+    "docx", "ppt", "pptx", "htm", "html", "css", "sql", "log", "sh", "go", "rs", "java",
+    "kt", "rb", "php", "c", "cc", "cpp", "h", "hpp", "zip", "gz", "tar", "parquet", "ipynb",
 )
+_EXTENSION = re.compile(r"\.(?=[a-z])(?:" + "|".join(_EXTENSIONS) + r")(?![A-Za-z0-9_])")
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 MAX_NAME = 128
 
@@ -359,13 +361,12 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     ``ctxstack._factscan`` when it is built (:data:`NATIVE_SCAN`), else in the
     pure-Python path: the same candidates in the same order either way.
     """
-    names = _file_names(text) if "." in text else []
     native = _NATIVE
     if native is None:
-        out = _token_candidates(text, names)
+        out = _token_candidates(text, _file_names(text) if "." in text else [])
         quoted = _QUOTE.findall
     else:
-        out = _native_token_candidates(native, text, names)
+        out = _native_token_candidates(native, text, native.names(text) if "." in text else [])
         quoted = native.quotes
     # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
     # they never collide with a token, only with their own repetitions.
@@ -383,7 +384,7 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
 # words, CJK suffixes and month spellings (an in-place build left over from an older
 # grammar is ignored, not trusted).
 _GRAMMAR: Final = (_S_CHARS, _L_CHARS, _T_END_CHARS, tuple(_UNIT_WORDS.split("|")),
-                   _CJK_SUFFIX, _MONTH_SPELLINGS)
+                   _CJK_SUFFIX, _MONTH_SPELLINGS, frozenset(_EXTENSIONS), MAX_NAME)
 
 
 def _load_native() -> ModuleType | None:
@@ -395,7 +396,8 @@ def _load_native() -> ModuleType | None:
     grammar = getattr(native, "GRAMMAR", None)
     if not isinstance(grammar, tuple) or len(grammar) != len(_GRAMMAR):
         return None
-    return native if (*grammar[:5], frozenset(grammar[5])) == _GRAMMAR else None
+    built = (*grammar[:5], frozenset(grammar[5]), frozenset(grammar[6]), grammar[7])
+    return native if built == _GRAMMAR else None
 
 
 _NATIVE: ModuleType | None = _load_native()
