@@ -52,7 +52,7 @@ static const char L_CHARS[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-";
 static const char END_CHARS[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_%+~0123456789/@\\$#";
-static unsigned char CLASS[128];
+static unsigned char CLASS[256]; /* 128-255: no class (the 1-byte loop reads it unchecked) */
 
 /* The unit words, in the pattern's order (the first that fits wins). */
 static const char32_t *const UNITS[] = {
@@ -70,6 +70,7 @@ static const char *const MONTHS[] = {
     "Nov", "November", "Dec", "December",
 };
 #define N_MONTHS (sizeof MONTHS / sizeof MONTHS[0])
+static Py_ssize_t MONTH_LEN[N_MONTHS];
 
 /* The text as the pattern sees it: text + " #" (the sentinel), NO_CHAR outside. */
 typedef struct {
@@ -209,7 +210,7 @@ after_month(const Text *t, Py_ssize_t i)
         return 0;
     int found = 0;
     for (size_t m = 0; m < N_MONTHS && !found; m++) {
-        Py_ssize_t len = (Py_ssize_t)strlen(MONTHS[m]);
+        Py_ssize_t len = MONTH_LEN[m];
         for (int dot = 0; dot < 2 && !found; dot++) {
             Py_ssize_t begin = i - 1 - dot - len, got;
             if (begin < 0 || (dot && at(t, i - 2) != '.'))
@@ -294,7 +295,7 @@ next_s(const Text *t, Py_ssize_t i)
     switch (t->kind) {
     case PyUnicode_1BYTE_KIND: {
         const Py_UCS1 *d = t->data;
-        while (i < n && !(d[i] < 128 && (CLASS[d[i]] & C_S)))
+        while (i < n && !(CLASS[d[i]] & C_S))
             i++;
         break;
     }
@@ -534,6 +535,7 @@ static const char *const EXTENSIONS[] = {
     "kt", "rb", "php", "c", "cc", "cpp", "h", "hpp", "zip", "gz", "tar", "parquet", "ipynb",
 };
 #define N_EXTENSIONS (sizeof EXTENSIONS / sizeof EXTENSIONS[0])
+static Py_ssize_t EXTENSION_LEN[N_EXTENSIONS];
 #define MAX_NAME 128
 
 static inline int
@@ -553,6 +555,9 @@ is_name_char(Py_UCS4 c)
 static Py_ssize_t
 extension_at(const Text *t, Py_ssize_t i)
 {
+    Py_UCS4 first = at(t, i + 1);
+    if (first < 'a' || first > 'z')
+        return -1; /* (?=[a-z]): the dot of a decimal or a sentence end */
     Py_ssize_t k = 0;
     while (k < 8 && is_word(at(t, i + 1 + k)) && i + 1 + k < t->n)
         k++;
@@ -560,7 +565,7 @@ extension_at(const Text *t, Py_ssize_t i)
         return -1;
     for (size_t e = 0; e < N_EXTENSIONS; e++) {
         const char *x = EXTENSIONS[e];
-        if ((Py_ssize_t)strlen(x) != k)
+        if (EXTENSION_LEN[e] != k)
             continue;
         Py_ssize_t j = 0;
         while (j < k && at(t, i + 1 + j) == (unsigned char)x[j])
@@ -627,11 +632,19 @@ shape_of(PyObject *token)
     PyObject *shape = PyUnicode_New(n, PyUnicode_MAX_CHAR_VALUE(token));
     if (!shape)
         return NULL;
-    int shape_kind = PyUnicode_KIND(shape);
-    void *out = PyUnicode_DATA(shape);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        PyUnicode_WRITE(shape_kind, out, i, (c >= '1' && c <= '9') ? '0' : c);
+    /* Same maximum character, so the same storage width as the token. */
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *in = data;
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(shape);
+        for (Py_ssize_t i = 0; i < n; i++)
+            out[i] = (in[i] >= '1' && in[i] <= '9') ? '0' : in[i];
+    } else {
+        int shape_kind = PyUnicode_KIND(shape);
+        void *out = PyUnicode_DATA(shape);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            PyUnicode_WRITE(shape_kind, out, i, (c >= '1' && c <= '9') ? '0' : c);
+        }
     }
     return shape;
 }
@@ -860,6 +873,10 @@ exec_module(PyObject *module)
     for (int c = 'A'; c <= 'Z'; c++)
         CLASS[c] |= C_ALNUM;
     CLASS['.'] |= C_LOWER_DOT;
+    for (size_t m = 0; m < N_MONTHS; m++)
+        MONTH_LEN[m] = (Py_ssize_t)strlen(MONTHS[m]);
+    for (size_t e = 0; e < N_EXTENSIONS; e++)
+        EXTENSION_LEN[e] = (Py_ssize_t)strlen(EXTENSIONS[e]);
     PyObject *g = grammar();
     if (!g || PyModule_AddObject(module, "GRAMMAR", g) < 0) {
         Py_XDECREF(g);
