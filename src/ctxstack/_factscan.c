@@ -21,11 +21,10 @@
  * own judge is called for a shape not cached yet) and, for each token judged a fact, the
  * Candidate tuple. Classification itself stays in Python: one place for the rules.
  *
- * Memory-safety check (not in CI): build with
- *   CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -O1" \
- *   LDFLAGS="-fsanitize=address,undefined" .venv/bin/python setup.py build_ext --inplace
- * and run tests/test_factscan.py with LD_PRELOAD="$(gcc -print-file-name=libasan.so)
- * $(gcc -print-file-name=libubsan.so)" ASAN_OPTIONS=detect_leaks=0 (see CHANGELOG).
+ * Memory-safety check (not in CI): build this file alone with
+ * -fsanitize=address,undefined -fno-sanitize-recover=all into a copy of src/, and run
+ * tests/test_factscan.py against it with libasan and libubsan preloaded; the CHANGELOG
+ * (issue 14, part 3) has the commands.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

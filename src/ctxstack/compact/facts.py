@@ -19,6 +19,13 @@ number, quoted constraint — or rejected (``1st``, ``and/or``, a lone digit). E
 here is linear, which a test checks on 100,000-character adversarial strings; throughput
 is in ``benchmarks/bench_recall.py``.
 
+**Two paths, one answer.** The optional C scanner ``ctxstack._factscan`` (built on
+install when a C compiler is present; :data:`NATIVE_SCAN`) finds the same tokens, quoted
+phrases and file names as these patterns — it follows the regex engine's order of
+attempts — and dedupes, shapes and looks up verdicts in the same pass, calling
+:func:`classify` (through the same cache) only for a new shape. Without it, the
+patterns run as described; tests hold both paths to identical candidates and ranking.
+
 **Which candidates win** (:func:`select_facts`). Each kind has a *distinctiveness* score
 (an order id or a URL outranks a bare ``17``); tokens whose *shape* (digits replaced by
 ``0``) recurs across many messages — ``word16``, ``word17``… from a loop, row numbers of a
