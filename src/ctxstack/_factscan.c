@@ -78,6 +78,22 @@ typedef struct {
     Py_ssize_t n;
 } Text;
 
+/* A str argument, in its canonical (ready) form; 0, or -1 with TypeError set. */
+static int
+check_str(PyObject *text, const char *who)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "%s() expects a str, not %.100s", who,
+                     Py_TYPE(text)->tp_name);
+        return -1;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0) /* only a legacy C-API str is not ready */
+        return -1;
+#endif
+    return 0;
+}
+
 static inline Py_UCS4
 at(const Text *t, Py_ssize_t i)
 {
@@ -420,10 +436,8 @@ static PyObject *
 scan(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "scan() expects a str");
+    if (check_str(text, "scan") < 0)
         return NULL;
-    }
     Spans sp = {NULL, 0, 0};
     if (text_spans(text, &sp) < 0) {
         free(sp.spans);
@@ -507,10 +521,8 @@ static PyObject *
 quotes(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "quotes() expects a str");
+    if (check_str(text, "quotes") < 0)
         return NULL;
-    }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     PyObject *out = PyList_New(0);
     if (!out)
@@ -579,10 +591,8 @@ static PyObject *
 names(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "names() expects a str");
+    if (check_str(text, "names") < 0)
         return NULL;
-    }
     Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
     PyObject *out = PyList_New(0);
     if (!out)
@@ -684,7 +694,7 @@ judged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyTypeObject *candidate = (PyTypeObject *)args[2];
     if (!PyDict_CheckExact(verdicts) || !PyCallable_Check(judge) || !PyType_Check(args[2]) ||
         !PyType_IsSubtype(candidate, &PyTuple_Type) || !PyUnicode_Check(text) ||
-        !PyList_Check(extra)) {
+        !PyList_Check(extra) || check_str(text, "judged") < 0) {
         PyErr_SetString(PyExc_TypeError,
                         "judged(dict, callable, tuple subclass, object, int, str, list)");
         return NULL;
@@ -709,7 +719,7 @@ judged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(extra); k++) {
         PyObject *token = PyList_GET_ITEM(extra, k);
-        if (!PyUnicode_Check(token)) {
+        if (!PyUnicode_Check(token) || check_str(token, "judged") < 0) {
             PyErr_SetString(PyExc_TypeError, "judged(): extra holds a non-str");
             goto done;
         }
