@@ -204,6 +204,22 @@ def test_the_entry_points_reject_what_they_cannot_scan() -> None:
         native.judged(*args[:6], ["x1", 5])
     with pytest.raises(OverflowError):
         native.judged(*args[:4], 2**70, "a1", [])
+    whole: list[Any] = [*args[:5], ("quote", 6), 'a1 "b c" x.py', True]
+    assert native.extract(*whole)[3] == [('"b c"', "quote", 6)]
+    with pytest.raises(TypeError, match="8 arguments"):
+        native.extract(*whole[:7])
+    for position, wrong in [(5, ["quote", 6]), (5, ("quote",)), (6, None), (0, [])]:
+        bad = list(whole)
+        bad[position] = wrong
+        with pytest.raises(TypeError):
+            native.extract(*bad)
+
+    class Undecided:
+        def __bool__(self) -> bool:
+            raise ValueError("neither")
+
+    with pytest.raises(ValueError, match="neither"):
+        native.extract(*whole[:7], Undecided())
 
 
 def test_a_failing_judge_or_a_malformed_verdict_is_an_error_not_a_wrong_answer() -> None:

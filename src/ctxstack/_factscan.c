@@ -785,6 +785,89 @@ done:
     return result;
 }
 
+/* Candidates (phrase, kind, score) of the distinct phrases in `found`, in order. */
+static PyObject *
+distinct_rows(PyObject *found, PyTypeObject *candidate, PyObject *verdict)
+{
+    PyObject *seen = PyDict_New(), *order = PyList_New(0), *rows = PyList_New(0);
+    if (!seen || !order || !rows)
+        goto fail;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(found); k++)
+        if (add_distinct(seen, order, PyList_GET_ITEM(found, k)) < 0)
+            goto fail;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(order); k++) {
+        PyObject *row = candidate->tp_alloc(candidate, 3);
+        if (!row)
+            goto fail;
+        PyTuple_SET_ITEM(row, 0, Py_NewRef(PyList_GET_ITEM(order, k)));
+        PyTuple_SET_ITEM(row, 1, Py_NewRef(PyTuple_GET_ITEM(verdict, 0)));
+        PyTuple_SET_ITEM(row, 2, Py_NewRef(PyTuple_GET_ITEM(verdict, 1)));
+        int rc = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (rc < 0)
+            goto fail;
+    }
+    Py_DECREF(seen);
+    Py_DECREF(order);
+    return rows;
+fail:
+    Py_XDECREF(seen);
+    Py_XDECREF(order);
+    Py_XDECREF(rows);
+    return NULL;
+}
+
+PyDoc_STRVAR(extract_doc,
+"extract(verdicts, judge, candidate, prefixed, limit, quote, text, quotes, /)\n"
+"--\n\n"
+"One call for a whole text: ``judged(verdicts, judge, candidate, prefixed, limit, text,\n"
+"names(text))`` (names only when the text holds a dot) and, when ``quotes`` is true and\n"
+"the text holds a quote mark, a ``candidate`` ``(phrase, *quote)`` per distinct quoted\n"
+"phrase. Returns ``(candidates, prefixed, seen, quoted)``.");
+
+static PyObject *
+extract(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "extract() takes exactly 8 arguments");
+        return NULL;
+    }
+    PyObject *quote = args[5], *text = args[6];
+    if (!PyTuple_CheckExact(quote) || PyTuple_GET_SIZE(quote) != 2 ||
+        check_str(text, "extract") < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "extract(): quote is a (kind, score) tuple");
+        return NULL;
+    }
+    int want_quotes = PyObject_IsTrue(args[7]);
+    if (want_quotes < 0)
+        return NULL;
+    Text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    PyObject *extra = find_ascii(&t, 0, '.') < t.n ? names(module, text) : PyList_New(0);
+    if (!extra)
+        return NULL;
+    PyObject *const judged_args[7] = {args[0], args[1], args[2], args[3], args[4], text, extra};
+    PyObject *tokens = judged(module, judged_args, 7), *quoted = NULL, *result = NULL;
+    Py_DECREF(extra);
+    if (!tokens)
+        return NULL;
+    if (want_quotes && find_ascii(&t, 0, '"') < t.n) {
+        PyObject *found = quotes(module, text);
+        if (found) {
+            quoted = distinct_rows(found, (PyTypeObject *)args[2], quote);
+            Py_DECREF(found);
+        }
+    } else {
+        quoted = PyList_New(0);
+    }
+    if (quoted)
+        result = PyTuple_Pack(4, PyTuple_GET_ITEM(tokens, 0), PyTuple_GET_ITEM(tokens, 1),
+                              PyTuple_GET_ITEM(tokens, 2), quoted);
+    Py_DECREF(tokens);
+    Py_XDECREF(quoted);
+    return result;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(text, /)\n--\n\n"
 "The tokens of ``text``, in order: ``_SCAN.findall(text + \" #\")[:-2]`` of\n"
@@ -803,6 +886,7 @@ static PyMethodDef methods[] = {
     {"quotes", (PyCFunction)quotes, METH_O, quotes_doc},
     {"names", (PyCFunction)names, METH_O, names_doc},
     {"judged", (PyCFunction)(void (*)(void))judged, METH_FASTCALL, judged_doc},
+    {"extract", (PyCFunction)(void (*)(void))extract, METH_FASTCALL, extract_doc},
     {NULL, NULL, 0, NULL},
 };
 

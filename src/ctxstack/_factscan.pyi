@@ -17,3 +17,14 @@ def judged(
     extra: list[str],
     /,
 ) -> tuple[list[Any], list[str], dict[str, None]]: ...
+def extract(
+    verdicts: dict[str, Any],
+    judge: Any,
+    candidate: type[tuple[str, str, int]],
+    prefixed: object,
+    limit: int,
+    quote: tuple[str, int],
+    text: str,
+    quotes: bool,
+    /,
+) -> tuple[list[Any], list[str], dict[str, None], list[Any]]: ...

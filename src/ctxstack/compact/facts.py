@@ -347,16 +347,20 @@ def _token_candidates(text: str, names: list[str]) -> list[Candidate]:
     return out
 
 
-def _native_token_candidates(native: ModuleType, text: str,
-                             names: list[str]) -> list[Candidate]:
-    """The same candidates from the C scanner: it scans, deduplicates, judges each shape
-    through the same cache (``_judge`` for a new one) and builds the candidates in one
-    pass; the prefix retry (rare) is the pure path's."""
+_QUOTE_VERDICT = ("quote", 6)
+
+
+def _native_candidates(native: ModuleType, text: str, quotes: bool) -> list[Candidate]:
+    """The same candidates from the C scanner, in one call: it scans tokens and file
+    names, deduplicates, judges each shape through the same cache (``_judge`` for a new
+    one), builds the candidates and the quoted phrases'; the prefix retry (rare) is the
+    pure path's."""
     out: list[Candidate]
-    out, prefixed, seen = native.judged(_VERDICTS, _judge, Candidate, _PREFIXED,
-                                        MAX_VERDICTS, text, names)
+    out, prefixed, seen, quoted = native.extract(_VERDICTS, _judge, Candidate, _PREFIXED,
+                                                 MAX_VERDICTS, _QUOTE_VERDICT, text, quotes)
     if prefixed:
         out += _retried(prefixed, seen)
+    out += quoted
     return out
 
 
@@ -368,17 +372,14 @@ def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     ``ctxstack._factscan`` when it is built (:data:`NATIVE_SCAN`), else in the
     pure-Python path: the same candidates in the same order either way.
     """
-    native = _NATIVE
-    if native is None:
-        out = _token_candidates(text, _file_names(text) if "." in text else [])
-        quoted = _QUOTE.findall
+    if _NATIVE is not None:
+        out = _native_candidates(_NATIVE, text, quotes)
     else:
-        out = _native_token_candidates(native, text, native.names(text) if "." in text else [])
-        quoted = native.quotes
-    # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
-    # they never collide with a token, only with their own repetitions.
-    if quotes and '"' in text:
-        out += _of_kind(quoted(text), ("quote", 6))
+        out = _token_candidates(text, _file_names(text) if "." in text else [])
+        # Quoted phrases and currency amounts hold characters no token does ('"', '€',
+        # '「'): they never collide with a token, only with their own repetitions.
+        if quotes and '"' in text:
+            out += _of_kind(_QUOTE.findall(text), _QUOTE_VERDICT)
     if not text.isascii():  # (a substring test is far cheaper than a scan)
         if "€" in text or "£" in text or "¥" in text or "₹" in text:
             out += _of_kind(_CURRENCY.findall(text), ("money", 8))
