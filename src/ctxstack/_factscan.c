@@ -20,6 +20,8 @@
  * digit shape of each (ASCII 1-9 -> 0), its verdict from facts.py's cache (facts.py's
  * own judge is called for a shape not cached yet) and, for each token judged a fact, the
  * Candidate tuple. Classification itself stays in Python: one place for the rules.
+ * ``extract`` is the one call facts.py makes per text: file names, ``judged``, and the
+ * candidates of the distinct quoted phrases.
  *
  * Memory-safety check (not in CI): build this file alone with
  * -fsanitize=address,undefined -fno-sanitize-recover=all into a copy of src/, and run
@@ -186,8 +188,9 @@ day_at(const Text *t, Py_ssize_t i)
     return year_at(t, pos) ? pos + 6 : pos;
 }
 
-/* A month spelling at i followed by `follow` (and a dot first when `dot` allows it):
- * the position after the spelling (and dot), else -1. */
+/* A month spelling at i followed by a space (or, when `allow_dot`, by ". "): the
+ * position after that space, else -1. At most one spelling can be followed by either,
+ * so the first that fits is the one the regex's backtracking would settle on. */
 static Py_ssize_t
 month_at(const Text *t, Py_ssize_t i, int allow_dot)
 {
