@@ -1,7 +1,10 @@
-"""The optional C accelerator of the token estimator (everything else is in pyproject.toml).
+"""The optional C accelerators (everything else is in pyproject.toml): the token
+estimator's (``ctxstack._speedups``) and the fact extractor's scan
+(``ctxstack._factscan``).
 
 ``optional=True``: without a C compiler the install still succeeds and
-``ctxstack.token_model`` uses its pure-Python path (same results, slower).
+``ctxstack.token_model`` / ``ctxstack.compact.facts`` use their pure-Python paths (same
+results, slower).
 
 setuptools' metadata scratch directory (``ctxstack.egg-info``) goes to ``build/``, not
 ``src/``: on the tests' and benchmarks' ``PYTHONPATH`` (``src``) a copy there would
@@ -16,6 +19,7 @@ Path("build").mkdir(exist_ok=True)
 setup(
     ext_modules=[
         Extension("ctxstack._speedups", ["src/ctxstack/_speedups.c"], optional=True),
+        Extension("ctxstack._factscan", ["src/ctxstack/_factscan.c"], optional=True),
     ],
     options={"egg_info": {"egg_base": "build"}},
 )

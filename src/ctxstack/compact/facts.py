@@ -19,6 +19,13 @@ number, quoted constraint — or rejected (``1st``, ``and/or``, a lone digit). E
 here is linear, which a test checks on 100,000-character adversarial strings; throughput
 is in ``benchmarks/bench_recall.py``.
 
+**Two paths, one answer.** The optional C scanner ``ctxstack._factscan`` (built on
+install when a C compiler is present; :data:`NATIVE_SCAN`) finds the same tokens, quoted
+phrases and file names as these patterns — it follows the regex engine's order of
+attempts — and dedupes, shapes and looks up verdicts in the same pass, calling
+:func:`classify` (through the same cache) only for a new shape. Without it, the
+patterns run as described; tests hold both paths to identical candidates and ranking.
+
 **Which candidates win** (:func:`select_facts`). Each kind has a *distinctiveness* score
 (an order id or a URL outranks a bare ``17``); tokens whose *shape* (digits replaced by
 ``0``) recurs across many messages — ``word16``, ``word17``… from a loop, row numbers of a
@@ -36,7 +43,9 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from importlib import import_module
+from types import ModuleType
+from typing import Any, Final
 
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import TokenCounter
@@ -74,6 +83,8 @@ _UNIT_WORDS = (
 # taken when one follows), so a match never has to restart: the scan is linear.
 _L_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-"
 _L_SET = frozenset(_L_CHARS)
+_S_CHARS = "0123456789/@\\$#"
+_T_END_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_%+~0123456789/@\\$#"
 _L = r"[A-Za-z_.:%+~,=?&\-]"
 _S = r"[0-9/@\\$#]"
 _T = r"[A-Za-z_.:%+~,=?&\-0-9/@\\$#]"
@@ -93,14 +104,17 @@ _DAY = r"[0-9]{1,2}(?:(?:st|nd|rd|th)" + _NOT_TOKEN_AHEAD + r")?(?:, [0-9]{4})?(
 _MONTH_FIRST = _MONTH + r"\.? " + _DAY
 
 
+# The spellings ``_MONTH`` accepts: "Mar", "March", "Sept"…
+_MONTH_SPELLINGS = frozenset(name[:n] for name in _MONTH_NAMES for n in (3, 4, len(name))
+                             if n == 3 or n == len(name) or name[:n] == "Sept")
+
+
 def _after_month() -> str:
     """A look-behind true where ``_MONTH_FIRST`` matches from the month name before: the
     spellings ``_MONTH`` accepts, with or without a dot, then a space, not preceded by an
     L character, grouped by width (a look-behind needs a fixed width)."""
-    spellings = {name[:n] for name in _MONTH_NAMES for n in (3, 4, len(name))
-                 if n == 3 or n == len(name) or name[:n] == "Sept"}
     by_width: dict[int, list[str]] = {}
-    for spelling in spellings:
+    for spelling in _MONTH_SPELLINGS:
         for dot in ("", "."):
             by_width.setdefault(len(spelling) + len(dot) + 1, []).append(
                 re.escape(spelling + dot + " "))
@@ -128,11 +142,13 @@ _QUOTE = re.compile(r'"[^"\n :,;{}\[\]][^"\n ]{0,79}+ [^"\n]{1,80}+"')
 _CJK_QUOTE = re.compile(r"[“「『][^\"“「『”」』\n]{2,160}+[”」』]")
 _CURRENCY = re.compile(r"[€£¥₹] ?\d[\d,]*+(?:\.\d+)?")
 # A file extension; the look-ahead rejects the dots of decimals and sentence ends at once.
-_EXTENSION = re.compile(
-    r"\.(?=[a-z])(?:py|js|ts|tsx|jsx|json|csv|tsv|txt|md|yaml|yml|toml|ini|cfg|conf|pdf|png"
-    r"|jpe?g|gif|svg|xlsx?|docx?|pptx?|html?|css|sql|log|sh|go|rs|java|kt|rb|php|c|cc|cpp|h"
-    r"|hpp|zip|gz|tar|parquet|ipynb)(?![A-Za-z0-9_])"
+_EXTENSIONS = (
+    "py", "js", "ts", "tsx", "jsx", "json", "csv", "tsv", "txt", "md", "yaml", "yml", "toml",
+    "ini", "cfg", "conf", "pdf", "png", "jpg", "jpeg", "gif", "svg", "xls", "xlsx", "doc",
+    "docx", "ppt", "pptx", "htm", "html", "css", "sql", "log", "sh", "go", "rs", "java",
+    "kt", "rb", "php", "c", "cc", "cpp", "h", "hpp", "zip", "gz", "tar", "parquet", "ipynb",
 )
+_EXTENSION = re.compile(r"\.(?=[a-z])(?:" + "|".join(_EXTENSIONS) + r")(?![A-Za-z0-9_])")
 _NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 MAX_NAME = 128
 
@@ -299,43 +315,103 @@ def _of_kind(found: list[str], verdict: tuple[str, int]) -> list[Candidate]:
     return list(map(Candidate, rows))
 
 
+def _candidates(tokens: list[str], verdicts: list[Any]) -> list[Candidate]:
+    """The candidates of the tokens whose verdict is a ``(kind, score)``, in order."""
+    facts = itertools.compress(tokens, verdicts)
+    return list(map(Candidate, map(operator.add, zip(facts), filter(None, verdicts))))
+
+
+def _retried(prefixed: Iterable[str], seen: Any) -> list[Candidate]:
+    """Candidates among rejected tokens with a letter prefix, retried without it (a
+    retried token already ``seen`` keeps its first place)."""
+    retry = [t for t in dict.fromkeys(_without_prefix(prefixed)) if t not in seen]
+    return _candidates(retry, _verdicts(_shapes(retry))) if retry else []
+
+
+def _token_candidates(text: str, names: list[str]) -> list[Candidate]:
+    """The pure-Python path: candidates of the scan's tokens, then of ``names``."""
+    found = _SCAN.findall(text + _SENTINEL)
+    del found[-2:]  # the sentinel token and the empty end match
+    found += names
+    if not found:
+        return []
+    tokens = list(dict.fromkeys(found))  # values recur (keys, repeated ids)
+    # No Python-level loop per token: shapes, verdicts and the candidate tuples are
+    # built by C calls over whole lists; only rejected tokens with a letter prefix are
+    # retried.
+    verdicts = _verdicts(_shapes(tokens))
+    out = _candidates(tokens, verdicts)
+    if _PREFIXED in verdicts:
+        prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
+        out += _retried(itertools.compress(tokens, prefixed), set(tokens))
+    return out
+
+
+_QUOTE_VERDICT = ("quote", 6)
+
+
+def _native_candidates(native: ModuleType, text: str, quotes: bool) -> list[Candidate]:
+    """The same candidates from the C scanner, in one call: it scans tokens and file
+    names, deduplicates, judges each shape through the same cache (``_judge`` for a new
+    one), builds the candidates and the quoted phrases'; the prefix retry (rare) is the
+    pure path's."""
+    out: list[Candidate]
+    out, prefixed, seen, quoted = native.extract(_VERDICTS, _judge, Candidate, _PREFIXED,
+                                                 MAX_VERDICTS, _QUOTE_VERDICT, text, quotes)
+    if prefixed:
+        out += _retried(prefixed, seen)
+    out += quoted
+    return out
+
+
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     """The distinct fact candidates in ``text``, roughly in order of appearance.
 
     ``quotes=False`` skips quoted phrases (JSON tool output is full of quoted strings
-    that are data, not constraints someone stated).
+    that are data, not constraints someone stated). Runs in the C scanner
+    ``ctxstack._factscan`` when it is built (:data:`NATIVE_SCAN`), else in the
+    pure-Python path: the same candidates in the same order either way.
     """
-    found = _SCAN.findall(text + _SENTINEL)
-    del found[-2:]  # the sentinel token and the empty end match
-    if "." in text:
-        found += _file_names(text)
-    out: list[Candidate] = []
-    if found:
-        tokens = list(dict.fromkeys(found))  # values recur (keys, repeated ids)
-        # No Python-level loop per token: shapes, verdicts and the candidate tuples are
-        # built by C calls over whole lists; only rejected tokens with a letter prefix
-        # are retried (a retried token already found keeps its first place).
-        verdicts = _verdicts(_shapes(tokens))
-        if _PREFIXED in verdicts:
-            prefixed = map(operator.is_, verdicts, itertools.repeat(_PREFIXED))
-            seen = set(tokens)
-            retry = [t for t in dict.fromkeys(_without_prefix(itertools.compress(tokens, prefixed)))
-                     if t not in seen]
-            if retry:
-                tokens += retry
-                verdicts += _verdicts(_shapes(retry))
-        facts = itertools.compress(tokens, verdicts)
-        out = list(map(Candidate, map(operator.add, zip(facts), filter(None, verdicts))))
-    # Quoted phrases and currency amounts hold characters no token does ('"', '€', '「'):
-    # they never collide with a token, only with their own repetitions.
-    if quotes and '"' in text:
-        out += _of_kind(_QUOTE.findall(text), ("quote", 6))
+    if _NATIVE is not None:
+        out = _native_candidates(_NATIVE, text, quotes)
+    else:
+        out = _token_candidates(text, _file_names(text) if "." in text else [])
+        # Quoted phrases and currency amounts hold characters no token does ('"', '€',
+        # '「'): they never collide with a token, only with their own repetitions.
+        if quotes and '"' in text:
+            out += _of_kind(_QUOTE.findall(text), _QUOTE_VERDICT)
     if not text.isascii():  # (a substring test is far cheaper than a scan)
         if "€" in text or "£" in text or "¥" in text or "₹" in text:
             out += _of_kind(_CURRENCY.findall(text), ("money", 8))
         if quotes and ("「" in text or "“" in text or "『" in text):
             out += _of_kind(_CJK_QUOTE.findall(text), ("quote", 6))
     return out
+
+
+# The grammar the C scanner must have been compiled with: its character sets, unit
+# words, CJK suffixes and month spellings (an in-place build left over from an older
+# grammar is ignored, not trusted).
+_GRAMMAR: Final = (_S_CHARS, _L_CHARS, _T_END_CHARS, tuple(_UNIT_WORDS.split("|")),
+                   _CJK_SUFFIX, _MONTH_SPELLINGS, frozenset(_EXTENSIONS), MAX_NAME)
+
+
+def _load_native() -> ModuleType | None:
+    """The C scanner, if it was built for this grammar."""
+    try:  # by name: a compiled module is no node of the import graph lint-imports checks
+        native = import_module("ctxstack._factscan")
+    except ImportError:
+        return None
+    grammar = getattr(native, "GRAMMAR", None)
+    if not isinstance(grammar, tuple) or len(grammar) != len(_GRAMMAR):
+        return None
+    built = (*grammar[:5], frozenset(grammar[5]), frozenset(grammar[6]), grammar[7])
+    return native if built == _GRAMMAR else None
+
+
+_NATIVE: ModuleType | None = _load_native()
+NATIVE_SCAN: Final = _NATIVE is not None
+"""Whether :func:`extract_candidates` runs in the C scanner ``ctxstack._factscan`` (built
+on install when a C compiler is present); else in the pure-Python path. Same results."""
 
 
 def extract_facts(text: str) -> list[str]:
