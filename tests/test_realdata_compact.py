@@ -24,6 +24,7 @@ from ctxstack import (
     ToolCall,
     WindowMemory,
 )
+from ctxstack.archive import ARCHIVE_REF_KEY
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import from_openai_messages, to_openai_messages, tool_turn_problems
 from ctxstack.tokens import TiktokenCounter
@@ -216,17 +217,12 @@ async def test_summary_memory_survives_a_failing_summariser(failure: object) -> 
     assert memory.last_reason
 
 
-@pytest.mark.xfail(strict=True, reason="ContextGuard returns a within-budget list as it is, "
-                   "so a broken log (orphan tool result, call without result) reaches the "
-                   "provider; guard.py is not ours to change — reported")
 async def test_guard_never_passes_an_invalid_request() -> None:
     given = from_openai_messages(realdata.broken_export())
     out = await ContextGuard().check_and_compact(given, 64_000)
     assert tool_turn_problems(out) == []
 
 
-@pytest.mark.xfail(strict=True, reason="llm_compact returns a within-budget list as it is "
-                   "(compaction.py), so a broken log stays an invalid request — reported")
 async def test_llm_compact_never_returns_an_invalid_request() -> None:
     given = from_openai_messages(realdata.broken_export())
     out = await CompactUtils.llm_compact(given, await _summariser(), 64_000)
@@ -248,9 +244,6 @@ async def test_guard_cuts_a_400k_character_shell_log_head_and_tail() -> None:
     assert "1 failed, 1841 passed" in cut.text  # the tail: the verdict survives
 
 
-@pytest.mark.xfail(strict=True, reason="stage 1 (cut oversized, guard.py/guard_rules.py) "
-                   "removes ~375k characters of a tool output without archiving the "
-                   "original, although an archive is configured: recall cannot get it back")
 async def test_guard_archives_what_the_oversize_cut_removes() -> None:
     log = realdata.shell_log(6000)
     given = [ChatMessage.system("s"), ChatMessage.user("run the tests"),
@@ -263,9 +256,38 @@ async def test_guard_archives_what_the_oversize_cut_removes() -> None:
     assert hits[0].message.text == log
 
 
-@pytest.mark.xfail(strict=True, reason="mask.py maps call ids globally (_calls_by_id): when "
-                   "every turn reuses 'call_0' (some local servers), each cleared output's "
-                   "placeholder names the NEWEST call, e.g. tool_9({\"step\":9}) for step 0")
+async def test_the_oversize_cut_archives_each_original_once_and_tags_the_copy() -> None:
+    log = realdata.shell_log(6000)
+    given = [ChatMessage.system("s"), ChatMessage.user("run the tests"),
+             ChatMessage.assistant(None, tool_calls=[ToolCall(id="a", name="bash")]),
+             ChatMessage.tool("a", log), ChatMessage.query("what failed?")]
+    archive = HistoryArchive()
+    guard = ContextGuard(archive=archive)
+    first = await guard.check_and_compact(given, 64_000)
+    again = await guard.check_and_compact(list(given), 64_000)  # the caller kept the original
+    assert len(archive) == 1
+    ref = first[3].metadata[ARCHIVE_REF_KEY]
+    assert again[3].metadata[ARCHIVE_REF_KEY] == ref
+    archived = await archive.get(ref)
+    assert archived is not None
+    assert archived.text == log
+    assert first[3].text == again[3].text
+    check_window(first, given, 64_000)
+
+
+async def test_guard_repairs_a_broken_log_only_where_it_is_broken() -> None:
+    good = [ChatMessage.system("s"), ChatMessage.user("go"),
+            ChatMessage.assistant(None, tool_calls=[ToolCall(id="a", name="ls")]),
+            ChatMessage.tool("a", "x.py")]
+    guard = ContextGuard()
+    assert (await guard.check_and_compact(good, 64_000)) is good
+    grown = [*good, ChatMessage.tool("zz", "orphan"), ChatMessage.query("and now?")]
+    out = await guard.check_and_compact(grown, 64_000)
+    assert [m.tool_call_id for m in out if m.role == "tool"] == ["a"]
+    assert all(a is b for a, b in zip(out[:4], good, strict=True))
+    assert tool_turn_problems(out) == []
+
+
 async def test_mask_placeholder_names_the_call_it_answers_when_ids_repeat_per_turn() -> None:
     given = [ChatMessage.system("s"), ChatMessage.user("investigate")]
     for i in range(10):

@@ -41,7 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from ctxstack.archive import Archive
+from ctxstack.archive import ARCHIVE_REF_KEY, Archive
 from ctxstack.budget import ModelBudget
 from ctxstack.compact import CompactUtils
 from ctxstack.compact.compaction import CompactionResult, resolve_options
@@ -56,7 +56,7 @@ from ctxstack.guard_events import (
     GuardTotals,
 )
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, repair_tool_turns, tool_turns_valid
 from ctxstack.prompts import Hint, check_hint
 from ctxstack.protocol import LLM
 from ctxstack.tokens import (
@@ -69,6 +69,10 @@ from ctxstack.tokens import (
 )
 
 log = logging.getLogger(__name__)
+
+_CUT_REFS_KEPT = 256
+"""Cut originals whose archive reference the guard remembers (a caller that keeps
+passing an original gets the same reference, and the original is archived once)."""
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
 """A compaction listener: a plain function or a coroutine function of the event."""
@@ -168,6 +172,8 @@ class ContextGuard:
         # was vetted against, and the memo of the last list counted.
         self._vetted: tuple[int, Sequence[ChatMessage]] = (max_message_chars, ())
         self._memo = MessageListMemo()
+        # Originals stage 1 cut and archived (by id, the original held) → their reference.
+        self._cut_refs: dict[int, tuple[ChatMessage, str]] = {}
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
@@ -215,8 +221,11 @@ class ContextGuard:
     ) -> list[ChatMessage]:
         """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
 
-        Within budget and with no oversized message, the very list passed in is returned
-        (a list copy if a non-list sequence was passed). The input is never mutated.
+        Within budget, with no oversized message and with valid tool turns, the very list
+        passed in is returned (a list copy if a non-list sequence was passed); a broken log
+        (an orphan tool result, a call with no result) comes back repaired by
+        :func:`ctxstack.messages.repair_tool_turns`, so what goes to the provider is always
+        a valid request. The input is never mutated.
 
         Raises:
             ConfigError: unknown ``hint`` or an invalid ``budget``.
@@ -239,7 +248,10 @@ class ContextGuard:
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
         self._checks += 1
-        current, cut, total = self._cut_and_count(messages)
+        current, cuts, total = self._cut_and_count(messages)
+        cut = len(cuts)
+        if cuts and self.archive is not None:
+            current = await self._archive_cuts(cuts, current)
         if total <= effective_budget(limit, self.counter):
             self._cuts += cut
             result = GuardCheck(current, None)
@@ -253,8 +265,8 @@ class ContextGuard:
     # ------------------------------------------------------------------ stages 1 and 2
     def _cut_and_count(
         self, messages: Sequence[ChatMessage]
-    ) -> tuple[list[ChatMessage], int, int]:
-        """Stage 1 and the estimate: ``(current, messages cut, total tokens)``.
+    ) -> tuple[list[ChatMessage], list[tuple[ChatMessage, ChatMessage]], int]:
+        """Stage 1 and the estimate: ``(current, (original, cut copy) pairs, total tokens)``.
 
         One identity pass against the last list vetted (kept as the memo's own snapshot
         when the memo counts for this counter, so the pass serves both): its shared prefix
@@ -266,21 +278,35 @@ class ContextGuard:
         as_list = messages if isinstance(messages, list) else list(messages)
         limit, last = self._vetted
         shared = common_prefix(last, as_list) if limit == self.max_message_chars else 0
+        cuts: list[tuple[ChatMessage, ChatMessage]] = []
         if shared == len(as_list):
-            current, cut = as_list, 0  # unchanged, or a prefix of the last list vetted
+            current = as_list  # unchanged, or a prefix of the last list vetted
         else:
-            current, cut = self._vet_from(as_list, shared)
+            current, cuts = self._vet_from(as_list, shared)
+        hint: int | None = shared
+        if shared < len(last) or shared < len(as_list):
+            # A valid request out, always: the last list vetted was valid, so a list that
+            # extends it is valid when its new messages are (no call is open at the end
+            # of a valid list); any other list is checked whole.
+            start = shared if shared == len(last) else 0
+            if not tool_turns_valid(current[start:] if start else current):
+                current = repair_tool_turns(current)
+                log.info("guard: repaired the tool turns of a %d-message list (orphan "
+                         "results dropped, unanswered calls marked interrupted)", len(as_list))
+                hint = shared if start else None
         counter, memo = self.counter, self._memo
         if memo_applies(counter):
-            total = memo.count(counter, current, shared if memo.last is last else None)
+            total = memo.count(counter, current, hint if memo.last is last else None)
             self._vetted = (self.max_message_chars, memo.last)
         else:
             total = counter.count_messages(current)
             if shared < len(as_list):
                 self._vetted = (self.max_message_chars, list(current))
-        return current, cut, total
+        return current, cuts, total
 
-    def _vet_from(self, as_list: list[ChatMessage], start: int) -> tuple[list[ChatMessage], int]:
+    def _vet_from(
+        self, as_list: list[ChatMessage], start: int
+    ) -> tuple[list[ChatMessage], list[tuple[ChatMessage, ChatMessage]]]:
         """Vet ``as_list[start:]``: cut what is oversized, mark each message vetted."""
         key = self._vetted_key
         first = len(as_list)
@@ -293,9 +319,9 @@ class ContextGuard:
         except (AttributeError, TypeError):
             first = start  # not a ChatMessage: reported with its index below
         if first == len(as_list):
-            return as_list, 0
+            return as_list, []
         out: list[ChatMessage] | None = None
-        cut = 0
+        cuts: list[tuple[ChatMessage, ChatMessage]] = []
         for i in range(first, len(as_list)):
             m = as_list[i]
             if not isinstance(m, ChatMessage):
@@ -314,12 +340,35 @@ class ContextGuard:
                 if out is None:
                     out = list(as_list)
                 out[i] = replacement
-                cut += 1
+                cuts.append((m, replacement))
                 m = replacement
             _cache(m)[key] = 1
         if out is None:
-            return as_list, 0
-        return out, cut
+            return as_list, []
+        return out, cuts
+
+    async def _archive_cuts(
+        self, cuts: list[tuple[ChatMessage, ChatMessage]], current: list[ChatMessage]
+    ) -> list[ChatMessage]:
+        """Archive the originals of the messages stage 1 cut (each once per archive), and
+        tag each cut copy with its archive reference, so what the cut removed stays
+        searchable (``recall``). Tagging changes metadata only: the count stands."""
+        assert self.archive is not None
+        known = self._cut_refs
+        fresh = [m for m, _ in cuts if id(m) not in known]
+        if fresh:
+            for original, ref in zip(fresh, await self.archive.add(fresh), strict=True):
+                known[id(original)] = (original, ref)  # the original held: its id stays its
+            while len(known) > _CUT_REFS_KEPT:
+                del known[next(iter(known))]
+        tags: dict[int, ChatMessage] = {}
+        for original, copy in cuts:
+            entry = known.get(id(original))
+            if entry is not None:
+                tagged = copy.replace(metadata={**copy.metadata, ARCHIVE_REF_KEY: entry[1]})
+                _cache(tagged)[self._vetted_key] = 1
+                tags[id(copy)] = tagged
+        return [tags.get(id(m), m) for m in current]
 
     # ------------------------------------------------------------------ stage 3
     async def _compact(

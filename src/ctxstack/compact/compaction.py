@@ -47,7 +47,7 @@ from ctxstack.compact.summarize import (
 )
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
 
@@ -320,7 +320,7 @@ async def compact_detailed(
     # Compare and size with the counter's margin applied; smart_truncate receives the
     # nominal budget and applies the same margin itself (never twice).
     max_tokens = effective_budget(nominal, counter)
-    msgs = list(messages)
+    msgs = repair_tool_turns(messages)  # a valid request out, even from a broken log
     before = (await asyncio.to_thread(counter.count_messages, msgs) if len(msgs) > 64
               else counter.count_messages(msgs))
     done = _Outcomes(msgs, before, counter, nominal)

@@ -52,8 +52,23 @@ class MaskPlan:
         return bool(self.indices)
 
 
-def _calls_by_id(messages: Sequence[ChatMessage]) -> dict[str, ToolCall]:
-    return {c.id: c for m in messages for c in m.tool_calls or ()}
+def _calls_answered(messages: Sequence[ChatMessage]) -> dict[int, ToolCall]:
+    """Index of each tool result → the call it answers: a call of the nearest assistant
+    message before it, matched by id in call order. Not a global id map: some servers
+    number every turn's calls from ``call_0``, so one id names many calls."""
+    answered: dict[int, ToolCall] = {}
+    pending: list[ToolCall] = []
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            call = next((c for c in pending if c.id == m.tool_call_id), None)
+            if call is not None:
+                pending.remove(call)
+                answered[i] = call
+        elif m.role == "assistant" and m.tool_calls:
+            pending = list(m.tool_calls)
+        else:
+            pending = []
+    return answered
 
 
 def placeholder_text(
@@ -112,7 +127,7 @@ def plan_mask(
     groups = _tool_groups(messages)
     keep = options.mask_keep_groups
     old = groups[: len(groups) - keep] if keep else groups
-    calls = _calls_by_id(messages)
+    calls = _calls_answered(messages)
     total = before
     chosen: list[int] = []
     for group in old:
@@ -123,7 +138,7 @@ def plan_mask(
             cost = counter.count_message(m)
             if cost < options.mask_min_tokens:
                 continue
-            text = placeholder_text(m, calls.get(m.tool_call_id or ""), _PENDING_REF * 4,
+            text = placeholder_text(m, calls.get(i), _PENDING_REF * 4,
                                     options.preview_chars)
             saved = cost - counter.count_message(m.replace(content=text))
             if saved <= 0:
@@ -142,11 +157,11 @@ def apply_mask(
     options: CompactionOptions,
 ) -> list[ChatMessage]:
     """A new list with the planned outputs replaced by placeholders naming ``refs``."""
-    calls = _calls_by_id(messages)
+    calls = _calls_answered(messages)
     out = list(messages)
     for i, ref in zip(plan.indices, refs, strict=True):
         m = messages[i]
-        text = placeholder_text(m, calls.get(m.tool_call_id or ""), ref, options.preview_chars)
+        text = placeholder_text(m, calls.get(i), ref, options.preview_chars)
         meta = {**m.metadata, MASKED_KEY: True}
         if ref:
             meta[ARCHIVE_REF_KEY] = ref
