@@ -19,6 +19,19 @@ every step is exact arithmetic or a unique least-squares solution.
 
     python -m benchmarks.fit_tokens            # print the fit-set errors
     python -m benchmarks.fit_tokens --write    # also rewrite the constants in token_model.py
+
+Per-script corrections (``ctxstack.token_model.SCRIPT_WEIGHTS``), fitted *after* the pair
+weights, which stay fixed (so English, code, JSON, Chinese and Japanese keep the pair
+model's behaviour): ``--scripts``. Data: the ``"fit"`` split of
+:func:`benchmarks.token_corpus.gather_scripts` (translations in other scripts) plus the
+pair fit's own texts (so that a stray accent in English prose or a Greek letter in code
+constrains the weights too). Method: ridge least squares (``SCRIPT_RIDGE``) of the
+relative residual (exact − pair estimate) / exact on :func:`ctxstack.token_model.
+script_features`, each language group and kind weighted equally; weights rounded to
+1/10,000 token.
+
+    python -m benchmarks.fit_tokens --scripts            # print fit-set errors per group
+    python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
 """
 
 from __future__ import annotations
@@ -31,9 +44,19 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.token_corpus import gather
+from benchmarks.token_corpus import gather, gather_scripts
 from benchmarks.vocab import ensure_offline
-from ctxstack.token_model import CLASSES, OFFSET, SCALE, Family, pair_codes, traditional_count
+from ctxstack.token_model import (
+    CLASSES,
+    OFFSET,
+    SCALE,
+    SCRIPT_FEATURES,
+    Family,
+    estimator,
+    pair_codes,
+    script_features,
+    traditional_count,
+)
 
 ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 SAMPLES_PER_KIND = 400
@@ -138,7 +161,70 @@ def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
     MODEL_FILE.write_text(source)
 
 
+SCRIPT_RIDGE = 1e-4
+SCRIPT_SAMPLES = 400
+
+
+def pair_only_estimate(text: str, family: Family) -> float:
+    """The pair model's estimate without the script correction (what the correction is
+    fitted on top of): the full estimate minus the correction currently in force, before
+    rounding — recomputed from the features so rounding does not leak in."""
+    from ctxstack.token_model import SCRIPT_WEIGHTS
+
+    raw = text.encode("utf-8", "surrogatepass")
+    current = float(np.dot(SCRIPT_WEIGHTS[family], script_features(raw)))
+    return estimator(family)(text) - current
+
+
+def fit_scripts(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual on the script features."""
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    x = np.array([script_features(t.encode("utf-8", "surrogatepass")) for _k, t in flat],
+                 float)
+    y = exact_counts([t for _k, t in flat], family)
+    base = np.array([pair_only_estimate(t, family) for _k, t in flat])
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    a = x * (w / y)[:, None]
+    b = (y - base) * w / y
+    n = len(SCRIPT_FEATURES)
+    coef, *_ = np.linalg.lstsq(np.vstack([a, np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
+                               np.concatenate([b, np.zeros(n)]), rcond=None)
+    return np.round(coef, 4)
+
+
+def write_scripts(params: dict[Family, np.ndarray]) -> None:
+    import textwrap
+
+    blocks = []
+    for fam, coef in params.items():
+        values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
+                               initial_indent=" " * 8, subsequent_indent=" " * 8)
+        blocks.append(f'    "{fam}": (\n{values},\n    ),')
+    source = MODEL_FILE.read_text()
+    source = re.sub(r"(SCRIPT_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
+                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    MODEL_FILE.write_text(source)
+
+
+def main_scripts(argv: Sequence[str]) -> int:
+    texts = {k: v for k, v in gather_scripts("fit", SCRIPT_SAMPLES).items() if v}
+    base, _missing = gather("fit", SCRIPT_SAMPLES)
+    texts.update({k: v for k, v in base.items() if v})
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params: dict[Family, np.ndarray] = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_scripts(texts, family)
+        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SCRIPT_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        write_scripts(params)
+        print(f"wrote {MODEL_FILE}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
+    if "--scripts" in argv:
+        return main_scripts(argv)
     texts, missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
     for kind, why in missing.items():

@@ -17,6 +17,18 @@ one for frequent traditional-Chinese characters (``o200k_base`` splits tradition
 more finely than simplified). The weights are fitted by ``benchmarks/fit_tokens.py`` on
 texts the accuracy benchmark never evaluates (see ``benchmarks/token_corpus.py``).
 
+Other scripts: the 16 classes put every two-byte character in one class and every
+three-byte one outside CJK in another, and the pair weights were fitted on English, code,
+JSON, Chinese and Japanese only — so Hindi or Thai were counted 2–3.5x too high and
+Greek or Hebrew 25–50% too low. Text with such characters gets a linear correction on top
+(:func:`script_correction`): per script group (by UTF-8 lead byte), a weight per
+character and per run of characters, plus per block where one lead byte covers scripts
+that tokenize differently (Indic scripts, Thai, Georgian…; capitals, German and Ukrainian
+letters). Fitted after the pair weights, which it leaves unchanged, on Debian's
+translations (``benchmarks/fit_tokens.py --scripts``). ASCII text never pays for it, and
+text without those lead bytes (most Chinese and Japanese) skips it after three ``in``
+tests on the class digits.
+
 Speed: no Python code visits a character. The UTF-8 bytes lose their continuation bytes
 (one byte per character) and are mapped to their class, written as one hex digit, by one
 ``bytes.translate``; ``binascii.unhexlify`` joins each two digits into one byte, so two
@@ -27,6 +39,11 @@ in C (its low half is 1 + the byte sum modulo 65521: nibble sums cannot wrap bel
 bytes, so a text of up to that many characters costs two calls and no chunk loop).
 Text with Han characters also pays one regular-expression scan over every 4th character
 of the span from its first to its last Han character.
+Text in other scripts pays :func:`script_features`: two ``translate`` calls, a ``count``
+per group present and, for Indic, Thai, Georgian, Cyrillic, Greek and Latin-1 letters,
+one interleaved block pass (two ``translate``, two strided slice copies, one
+``unhexlify``, single-byte counts) — Cyrillic or Hindi text costs about 2–4x what the
+pair pass alone did, still far from the exact tokenizers.
 (An earlier version marked 、。「」 apart from kana with a ``bytes.replace``; refitted
 without it, the Chinese and Japanese errors did not change, so the pass was dropped.)
 
@@ -35,8 +52,12 @@ The C accelerator: those passes cost ~4 ns per UTF-8 byte, 11–17× faster than
 is meant to keep (issue 13), and pure Python could not get closer without dropping
 features that make it accurate. So an optional C extension, ``ctxstack._speedups``
 (``_speedups.c``, plain CPython API), computes the same model in one pass over the str's
-code points; it is built on install when a C compiler is present. Both paths return the
-same integer for every text (tested over arbitrary Unicode and the benchmark corpus);
+code points — plus, when that pass saw a character of the classes that hold the script
+groups, a second pass for the per-script correction (ASCII and most CJK text never pay
+for it); it is built on install when a C compiler is present. Both paths add the
+correction as the same integer, in 1/:data:`SCRIPT_SCALE` tokens, to the pair units
+before the one division and rounding, so both return the same integer for every text
+(tested over arbitrary Unicode, the correction's scripts and the benchmark corpus);
 :data:`ACCELERATED` says which one is the default, ``estimator(family, accelerated=False)``
 runs the pure-Python path, which is also the fallback when the extension is not built.
 The fitted tables stay here and are handed to the C code; it holds only the model's fixed
@@ -46,11 +67,12 @@ shape, checked against this module's constants on import (a stale build is not u
 from __future__ import annotations
 
 import re
+from array import array
 from binascii import unhexlify as _unhex
 from collections.abc import Callable, Iterator
 from functools import partial
 from importlib import import_module
-from itertools import repeat
+from itertools import pairwise, repeat
 from operator import and_ as _and
 from types import ModuleType
 from typing import Final, Literal
@@ -256,6 +278,212 @@ PAIR_WEIGHTS: Final[dict[Family, tuple[tuple[int, ...], ...]]] = {
 TRADITIONAL_WEIGHT: Final[dict[Family, float]] = {"o200k": 1.0256, "cl100k": 2.0818}
 
 
+SCRIPT_GROUPS: Final[tuple[str, ...]] = (
+    "latin1", "latin_ext", "greek", "cyrillic", "hebrew", "arabic", "brahmic_thai", "e1", "hangul",
+    "four_byte",
+)
+"""Script groups of the per-script correction (:func:`script_correction`), by UTF-8 lead
+byte: Latin-1 letters and signs (C2–C3: French, German, Spanish, Portuguese…), the
+other accented Latin letters and combining marks (C4–CC: Polish, Czech, Turkish…), Greek
+(CD–CF), Cyrillic (D0–D4), Armenian and Hebrew (D5–D7), Arabic, Persian, Syriac, Thaana
+(D8–DF), Brahmic scripts and Thai/Lao/Tibetan (E0), U+1000–U+1FFF — Myanmar, Georgian,
+Ethiopic, Khmer, Vietnamese letters of Latin Extended Additional, Greek Extended (E1),
+Hangul syllables and other U+A000–U+DFFF (EA–ED), four-byte characters — emoji, rare
+ideographs (F0–F4)."""
+_GROUP_LEADS: Final = ((0xC2, 0xC3), (0xC4, 0xCC), (0xCD, 0xCF), (0xD0, 0xD4), (0xD5, 0xD7),
+                       (0xD8, 0xDF), (0xE0, 0xE0), (0xE1, 0xE1), (0xEA, 0xED), (0xF0, 0xF4))
+SUB_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("devanagari", 0xE0, (0xA4, 0xA5)),
+    ("bengali", 0xE0, (0xA6, 0xA7)),
+    ("gurmukhi", 0xE0, (0xA8, 0xA9)),
+    ("gujarati", 0xE0, (0xAA, 0xAB)),
+    ("oriya", 0xE0, (0xAC, 0xAD)),
+    ("tamil", 0xE0, (0xAE, 0xAF)),
+    ("telugu", 0xE0, (0xB0, 0xB1)),
+    ("kannada", 0xE0, (0xB2, 0xB3)),
+    ("malayalam", 0xE0, (0xB4, 0xB5)),
+    ("sinhala", 0xE0, (0xB6, 0xB7)),
+    ("thai_lao", 0xE0, (0xB8, 0xB9, 0xBA, 0xBB)),
+    ("myanmar", 0xE1, (0x80, 0x81)),
+    ("georgian", 0xE1, (0x82, 0x83)),
+    ("vietnamese", 0xE1, (0xBA, 0xBB)),
+)
+"""Blocks inside a three-byte group whose scripts tokenize differently enough to get a
+weight of their own: (name, lead byte, second bytes). Counted only when their group
+occurs (see :class:`_BlockPass`): at most 15 segments of second bytes fit its hex-digit
+pass; Khmer, Ethiopic and the rest of
+U+1000–U+1FFF share the ``e1`` group's weights, Lao and Thai one block (see
+:class:`_BlockPass`)."""
+TWO_BYTE_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("latin1_capital", 0xC3, tuple(range(0x80, 0x9F))),
+    ("german", 0xC3, (0x9F, 0xA4, 0xB6, 0xBC)),
+    ("greek_capital", 0xCE, tuple(range(0x86, 0xAC))),
+    ("cyrillic_capital", 0xD0, tuple(range(0x80, 0xB0))),
+    ("ukrainian", 0xD1, (0x94, 0x95, 0x96, 0x97)),  # є ѕ і ї
+    ("ukrainian_ghe", 0xD2, (0x90, 0x91)),
+)
+"""Letters of the two-byte alphabets counted again, the same way: capitals (À–Þ, Ά–Ϋ,
+Ѐ–Я) cost more than small letters in every vocabulary (fewer merges learnt), and text in
+capitals — headings, character-name tables — is where the plain group weights
+under-counted most (Cyrillic tables by up to 39%); ß ä ö ü and Ukrainian є і ї ґ mark
+languages whose words the vocabularies split more finely than French or Russian ones
+(German and Ukrainian were under-counted by 9% and 7% at the median where French and
+Russian were over-counted)."""
+SCRIPT_FEATURES: Final[tuple[str, ...]] = (
+    tuple(f"{g}_chars" for g in SCRIPT_GROUPS) + tuple(f"{g}_runs" for g in SCRIPT_GROUPS)
+    + tuple(f"{name}_chars" for name, _lead, _seconds in SUB_BLOCKS + TWO_BYTE_BLOCKS)
+)
+"""What :func:`script_features` counts, in order: characters per group, runs per group
+(maximal runs of the group's characters, ≈ words), characters per sub-block and per
+two-byte block."""
+_GROUP_CODES: Final = tuple(bytes([0x41 + i]) for i in range(len(SCRIPT_GROUPS)))
+_OTHER_CODE: Final = b"."
+
+
+def _group_tables() -> tuple[bytes, bytes]:
+    """(byte → its group's letter, or ``.``; the bytes that are no group's lead byte)."""
+    lead_code = bytearray(_OTHER_CODE * 256)
+    for i, (lo, hi) in enumerate(_GROUP_LEADS):
+        for b in range(lo, hi + 1):
+            lead_code[b] = _GROUP_CODES[i][0]
+    grouped = {b for lo, hi in _GROUP_LEADS for b in range(lo, hi + 1)}
+    not_lead = bytes(b for b in range(256) if b not in grouped)
+    return bytes(lead_code), not_lead
+
+
+_GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
+
+
+class _BlockPass:
+    """Counts characters per block of ``blocks`` — (name, lead byte, second bytes) — in C:
+    the lead-byte digits and the next bytes' segment digits are interleaved by two strided
+    slice assignments, ``unhexlify`` turns each (byte, next byte) into one byte, and each
+    block is a few ``count`` calls of single bytes (only of those present). Exact; at most
+    15 lead bytes and 15 segments of second bytes (one hex digit each; a segment is a
+    maximal range of second bytes that no block boundary cuts)."""
+
+    def __init__(self, blocks: tuple[tuple[str, int, tuple[int, ...]], ...]) -> None:
+        leads = tuple(dict.fromkeys(lead for _name, lead, _seconds in blocks))
+        cuts = sorted({b for _n, _l, seconds in blocks for s in seconds
+                       for b in (s, s + 1) if (b - 1 in seconds) != (b in seconds)})
+        if len(leads) > 15 or len(cuts) > 16:
+            raise ValueError("too many lead bytes or second-byte segments for one pass")
+        lead_digit = bytearray(b"0" * 256)
+        for i, lead in enumerate(leads):
+            lead_digit[lead] = b"0123456789abcdef"[i + 1]
+        segment_digit = bytearray(b"f" * 256)
+        for j, (lo, hi) in enumerate(pairwise(cuts)):
+            segment_digit[lo:hi] = b"0123456789abcdef"[j:j + 1] * (hi - lo)
+        self.lead_digit, self.segment_digit = bytes(lead_digit), bytes(segment_digit)
+        self.codes = tuple(
+            tuple(bytes([(leads.index(lead) + 1) << 4 | d])
+                  for d in sorted({int(chr(segment_digit[b]), 16) for b in seconds}))
+            for _name, lead, seconds in blocks)
+        self.groups = frozenset(i for i, (lo, hi) in enumerate(_GROUP_LEADS)
+                                if any(lo <= lead <= hi for lead in leads))
+
+    def count(self, raw: bytes, out: list[int], start: int) -> None:
+        """Characters per block into ``out[start:]``."""
+        n = len(raw)
+        digits = bytearray(2 * n)
+        digits[0::2] = raw.translate(self.lead_digit)
+        digits[1::2] = raw[1:].translate(self.segment_digit) + b"f"
+        pairs = _unhex(digits)
+        for k, codes in enumerate(self.codes):
+            out[start + k] = sum(pairs.count(code) for code in codes if code in pairs)
+
+
+_SUB_PASS: Final = _BlockPass(SUB_BLOCKS)
+_TWO_BYTE_PASS: Final = _BlockPass(TWO_BYTE_BLOCKS)
+
+
+def script_features(raw: bytes) -> list[int]:
+    """The counts of :data:`SCRIPT_FEATURES` in ``raw`` (UTF-8 bytes, as
+    ``str.encode("utf-8", "surrogatepass")`` gives them): all zero for ASCII text.
+
+    C-speed passes only: one ``bytes.translate`` keeps the lead bytes of the groups (as a
+    letter per group) and drops every other byte; only when some remain, a second one maps
+    every character to its group letter or ``.`` (continuation bytes dropped), where a run
+    starts wherever a group letter follows a ``.`` (a run adjoining another group's run
+    is not counted again: rare, e.g. a combining accent after a Greek letter). Bytes that
+    are not valid UTF-8 are classified by their value like the pair model's classes.
+    """
+    groups = len(SCRIPT_GROUPS)
+    out = [0] * len(SCRIPT_FEATURES)
+    leads = raw.translate(_GROUP_CODE, _NOT_GROUP_LEAD)
+    if not leads:
+        return out
+    chars = _OTHER_CODE + raw.translate(_GROUP_CODE, _CONTINUATION)
+    present = set()
+    for i, code in enumerate(_GROUP_CODES):
+        if code in leads:  # memchr: absent groups cost next to nothing
+            out[i] = leads.count(code)
+            out[groups + i] = chars.count(_OTHER_CODE + code)
+            present.add(i)
+    if not _SUB_PASS.groups.isdisjoint(present):
+        _SUB_PASS.count(raw, out, 2 * groups)
+    if not _TWO_BYTE_PASS.groups.isdisjoint(present):
+        _TWO_BYTE_PASS.count(raw, out, 2 * groups + len(SUB_BLOCKS))
+    return out
+
+
+def script_units(raw: bytes, family: Family) -> int:
+    """:func:`script_correction` in integer units of 1/:data:`SCRIPT_SCALE` token, what
+    the estimators add: Σ :data:`SCRIPT_WEIGHTS` (rounded to that unit) × the counts of
+    :func:`script_features`; 0 for text with none of the groups (checked first)."""
+    if not raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
+        return 0
+    return sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw), strict=True)
+               if c)
+
+
+def script_correction(raw: bytes, family: Family) -> float:
+    """Tokens to add to the pair model's estimate of the text whose UTF-8 bytes are
+    ``raw`` (negative for scripts it over-counts): Σ :data:`SCRIPT_WEIGHTS` × the counts
+    of :func:`script_features`, each weight rounded to 1/:data:`SCRIPT_SCALE` token
+    (:func:`script_units` / ``SCRIPT_SCALE``). Pure; 0.0 for ASCII and for text with
+    none of the groups (Chinese, Japanese, symbols), whose behaviour stays the pair
+    model's alone.
+
+    Why: the pair model sees every three-byte character outside CJK as one class and
+    every two-byte character as another, and was fitted on English, code, JSON, Chinese
+    and Japanese only, so Devanagari or Thai (≈ 0.3–0.4 o200k tokens per character) were
+    counted like rare symbols (≈ 1.4), and Greek or Hebrew like accented Latin. A weight
+    per character and per run (≈ word) of each group, fitted after the pair weights on
+    translated text (``benchmarks/fit_tokens.py --scripts``), corrects both directions.
+    """
+    return script_units(raw, family) / SCRIPT_SCALE
+
+
+# Fitted by `python -m benchmarks.fit_tokens --scripts --write` on the FIT split of
+# benchmarks/token_corpus.gather_scripts (Debian's gettext catalogs and localised manual
+# pages, messages and pages whose hash is even) plus the pair weights' own fit texts, with
+# PAIR_WEIGHTS fixed. Order: SCRIPT_FEATURES.
+SCRIPT_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
+    "o200k": (
+        -0.1117, 0.3265, 0.2515, -0.0018, -0.1277, 0.1467, -0.9987, -0.9699,
+        -1.4375, -0.0089, -0.2809, 0.9854, -0.8443, -0.0322, 1.263, -0.2529,
+        -0.5057, -0.3918, 1.3795, -0.0085, -0.1509, -0.1338, 0.1314, -0.0914, 0.0,
+        -0.1889, -0.0666, -0.1329, -0.1781, -0.0, -0.1876, -0.0536, -0.2389,
+        -0.9345, 2.1174, 1.962, 0.629, 0.5209, 1.276, 0.0013,
+    ),
+    "cl100k": (
+        0.2649, 0.7334, 0.5397, -0.073, 0.5175, 0.236, 0.2247, 0.3765, -0.733,
+        -0.0006, 0.2191, 1.3415, -0.3191, 0.0137, 0.526, 0.2821, 0.0578, 0.1501,
+        1.2029, -0.0003, -0.4467, -0.2303, 0.3404, 0.3483, -0.0, -0.102, 0.3803,
+        0.3805, 0.1931, 0.0, -0.6389, 0.3151, 0.3186, -1.8365, 1.7874, 2.9106,
+        0.9345, 0.5802, 2.4537, -0.0011,
+    ),
+}
+SCRIPT_SCALE: Final = 4096
+"""The correction is summed in integers of 1/SCRIPT_SCALE token (each weight rounded to
+that unit, ≤ 0.00013 token per counted character): a float sum would depend on the order
+of its terms, and the pure-Python path and the C accelerator must add exactly the same
+amount before rounding. A multiple of :data:`SCALE`, so pair units convert exactly."""
+_SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
+    f: tuple(round(w * SCRIPT_SCALE) for w in SCRIPT_WEIGHTS[f]) for f in FAMILIES}
+
+
 def _weight_tables(family: Family) -> tuple[bytes, bytes]:
     """Pair byte (this class << 4 | next class) → its weight + OFFSET, split in two
     tables: the high nibble and the low nibble (see :func:`estimate`)."""
@@ -278,8 +506,33 @@ def _bmp_bitmap(chars: str) -> bytes:
 _TRADITIONAL_BITMAP: Final = _bmp_bitmap(_TRADITIONAL_CHARS)
 
 
+# The classes that hold the script groups' lead bytes: text with none of them (ASCII, most
+# CJK) skips the correction on both paths.
+_SCRIPT_CLASSES: Final = tuple(sorted({_CLASS[b] for lo, hi in _GROUP_LEADS
+                                       for b in range(lo, hi + 1)}))
+_NO_SCRIPT: Final = 255
+"""In the accelerator's script tables: no group / no block."""
+
+
+def _script_tables() -> tuple[bytes, bytes]:
+    """For the C accelerator: UTF-8 lead byte → its group (0–9, else ``_NO_SCRIPT``), and
+    (lead byte << 6 | second byte & 63) → the sub-block or two-byte block (0–19, numbered
+    as in :data:`SCRIPT_FEATURES`), else ``_NO_SCRIPT``."""
+    groups = bytearray([_NO_SCRIPT] * 256)
+    for g, (lo, hi) in enumerate(_GROUP_LEADS):
+        groups[lo:hi + 1] = bytes([g]) * (hi - lo + 1)
+    blocks = bytearray([_NO_SCRIPT] * (256 * 64))
+    for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + TWO_BYTE_BLOCKS):
+        for second in seconds:
+            blocks[lead << 6 | second & 63] = k
+    return bytes(groups), bytes(blocks)
+
+
+_SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE = _script_tables()
 _LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
-                  DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"))
+                  DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"),
+                  SCRIPT_SCALE, len(SCRIPT_GROUPS), len(SUB_BLOCKS + TWO_BYTE_BLOCKS),
+                  _SCRIPT_CLASSES)
 """The model's fixed shape, as the C accelerator states the one it was compiled for."""
 
 
@@ -323,20 +576,30 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
                         for code in range(256))
         estimate_in_c: Callable[[str], int] = partial(
             _SPEEDUPS.estimate, _CLASS, weights, _TRADITIONAL_BITMAP,
-            TRADITIONAL_WEIGHT[family])
+            TRADITIONAL_WEIGHT[family], _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE,
+            array("i", _SCRIPT_UNITS[family]).tobytes())
         return estimate_in_c
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
+    script, ratio = partial(script_units, family=family), SCRIPT_SCALE // SCALE
+    two_byte, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
+                                   for c in _SCRIPT_CLASSES)
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
 
     def count(text: str) -> int:
         if not text:
             return 0
         if text.isascii():
-            hexes, han = text.encode("ascii").translate(hex_class), False
+            hexes, han, correction = text.encode("ascii").translate(hex_class), False, 0
         else:
-            hexes, han = _hex_classes(text)
+            raw = text.encode("utf-8", "surrogatepass")
+            hexes = raw.translate(hex_class, _CONTINUATION)
+            han = _HAN_HEX in hexes
+            # the script groups' lead bytes all fall in the two-byte, other-three-byte and
+            # four-byte classes: text with none of those (most CJK) skips the correction
+            correction = script(raw) if (
+                two_byte in hexes or other3 in hexes or four_byte in hexes) else 0
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
@@ -348,7 +611,9 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
         else:
             units = 16 * _chunked_sum(pairs.translate(high)) \
                 + _chunked_sum(pairs.translate(low)) - OFFSET * n
-        tokens = units / SCALE
+        # the correction joins the pair units as one exact integer, divided once (the
+        # accelerator does the same division)
+        tokens = (units * ratio + correction) / SCRIPT_SCALE if correction else units / SCALE
         if han:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
