@@ -32,6 +32,19 @@ script_features`, each language group and kind weighted equally; weights rounded
 
     python -m benchmarks.fit_tokens --scripts            # print fit-set errors per group
     python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
+
+Symbol blocks (``SYMBOL_WEIGHTS``: arrows and technical signs, box drawing, shapes,
+dingbats, Braille, emoji, other four-byte characters), fitted last with the pair and
+script weights fixed: ``--symbols``. Data: the ``"fit"`` split of
+:mod:`benchmarks.symbol_corpus` (synthetic layouts of each block's even code points among
+fit-split English words). Method as for the scripts (relative residual, each block weighted
+equally, ``SCRIPT_RIDGE``), then each block's per-character weight is raised until at most
+``SYMBOL_UNDER`` of its fit texts are under-counted by more than ``SYMBOL_UNDER_BY``: these
+characters cost 1–4 tokens each, a text made of them is counted far off when it is
+under-counted at all, and an under-count is what makes a budget overflow.
+
+    python -m benchmarks.fit_tokens --symbols            # print fit-set errors per block
+    python -m benchmarks.fit_tokens --symbols --write    # rewrite SYMBOL_WEIGHTS
 """
 
 from __future__ import annotations
@@ -55,6 +68,7 @@ from ctxstack.token_model import (
     estimator,
     pair_codes,
     script_features,
+    symbol_features,
     traditional_count,
 )
 
@@ -222,9 +236,74 @@ def main_scripts(argv: Sequence[str]) -> int:
     return 0
 
 
+SYMBOL_SAMPLES = 150
+SYMBOL_UNDER = 0.05
+SYMBOL_UNDER_BY = 0.05
+
+
+def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual on the symbol features, then each
+    block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
+    that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
+    from ctxstack.token_model import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_BLOCKS
+
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
+    x = np.array([symbol_features(r) for r in raws], float)
+    y = exact_counts([t for _k, t in flat], family)
+    current = x @ (np.array(_SYMBOL_UNITS[family], float) / SCRIPT_SCALE)
+    base = np.array([estimator(family)(t) for _k, t in flat]) - current
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    n = x.shape[1]
+    coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
+                               np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
+    names = [name for name, _r in SYMBOL_BLOCKS]
+    for b, name in enumerate(names):
+        rows = np.array([k == name for k, _t in flat])
+        while rows.any():
+            err = (base[rows] + x[rows] @ coef - y[rows]) / y[rows]
+            if np.mean(err < -SYMBOL_UNDER_BY) <= SYMBOL_UNDER:
+                break
+            coef[b] += 1 / 64
+    return np.round(coef, 4)
+
+
+def write_symbols(params: dict[Family, np.ndarray]) -> None:
+    import textwrap
+
+    blocks = []
+    for fam, coef in params.items():
+        values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
+                               initial_indent=" " * 8, subsequent_indent=" " * 8)
+        blocks.append(f'    "{fam}": (\n{values},\n    ),')
+    source = MODEL_FILE.read_text()
+    source = re.sub(r"(SYMBOL_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
+                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    MODEL_FILE.write_text(source)
+
+
+def main_symbols(argv: Sequence[str]) -> int:
+    from benchmarks.symbol_corpus import symbol_texts
+    from ctxstack.token_model import SYMBOL_FEATURES
+
+    texts = {k: v for k, v in symbol_texts("fit", SYMBOL_SAMPLES).items() if v}
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params: dict[Family, np.ndarray] = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_symbols(texts, family)
+        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SYMBOL_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        write_symbols(params)
+        print(f"wrote {MODEL_FILE}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
     if "--scripts" in argv:
         return main_scripts(argv)
+    if "--symbols" in argv:
+        return main_symbols(argv)
     texts, missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
     for kind, why in missing.items():

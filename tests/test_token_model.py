@@ -31,6 +31,8 @@ from ctxstack.token_model import (
     SCRIPT_SCALE,
     SCRIPT_WEIGHTS,
     SUB_BLOCKS,
+    SYMBOL_BLOCKS,
+    SYMBOL_WEIGHTS,
     TRADITIONAL_WEIGHT,
     TWO_BYTE_BLOCKS,
     Family,
@@ -120,6 +122,8 @@ def reference_estimate(text: str, family: Family) -> int:
     # one division (as both estimator paths do, so that they agree to the last bit)
     script = sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         SCRIPT_WEIGHTS[family], reference_script_features(text), strict=True))
+    script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
+        SYMBOL_WEIGHTS[family], reference_symbol_features(text), strict=True))
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     return max(int(tokens + 0.5), lower_bound(len(text)))
@@ -144,12 +148,31 @@ def reference_script_features(text: str) -> list[int]:
     return out
 
 
+def reference_symbol_features(text: str) -> list[int]:
+    """ctxstack.token_model.symbol_features, one character at a time in Python."""
+    blocks = len(SYMBOL_BLOCKS)
+    out = [0] * (3 * blocks)
+    previous: tuple[int | None, str] = (None, "")
+    for ch in text:
+        raw = ch.encode("utf-8", "surrogatepass")
+        block = next((k for k, (_name, ranges) in enumerate(SYMBOL_BLOCKS)
+                      for lead, lo, hi in ranges
+                      if len(raw) > 2 and raw[0] == lead and lo <= raw[1] <= hi), None)
+        if block is not None:
+            out[block] += 1
+            out[blocks + block] += previous[0] != block
+            out[2 * blocks + block] += previous[1] == ch
+        previous = (block, ch)
+    return out
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
     # lengths around the nibble-sum chunk (4,368 pairs), odd and even, every class
     piece = ('def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
              "Привет МИР, ΕΛΛΆΔΑ Ελληνικά, ÀÉÎÕÜ ßäöü łąka Їжак ґава, עברית, العربية,"
-             " हिन्दी, தமிழ், 한국어, Tiếng Việt, ქართული\n")
+             " हिन्दी, தமிழ், 한국어, Tiếng Việt, ქართული\n"
+             "⠋⠙⠹ Loading ████░░ 50% ┌──┬──┐ ✓ → ≤ 👨\u200d👩\u200d👧 👍🏽 𠀀𝐀\n")
     for n in (1, 2, 3, 255, 256, 257, 4367, 4368, 4369, 4370, 9000, 20001):
         text = (piece * (n // len(piece) + 1))[:n]
         assert estimate(text, family) == reference_estimate(text, family), n

@@ -108,6 +108,11 @@ SCRIPT_SPECIAL = (
     "\u1000မြန်ქართულიሀ\u1780ខ្មែរTiếngViệt\u1fff\ua000한국어\ud7ff\ud800\udbff\udc00\udfff\ue000"
     "👨\u200d👩\u200d👧👍🏽🇫🇷1\ufe0f\u20e3❤\ufe0f\U00010000\U0001f9d1\U0010ffff"
 )
+# The symbol blocks' characters as used: spinners, bars, rules and tables (repeats), arrows
+# and checks inline, and each block's first and last character.
+SYMBOL_SPECIAL = ("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏⠀⣿█░▒▓▁▂▃─━═│┌┐└┘├┤┬┴┼╔╗■□●◐◓◑◒✓✔✗★→←⇒≤≥∞"
+                  "\u2100\u24ff\u2500\u257f\u2580\u25ff\u2600\u27ff\u2800\u28ff\u2900\u2bff"
+                  "\u2c00\u2000\u20ff\U0001f000\U0001ffff\U0001f600\U00010000\U0002a6d6")
 SCRIPT_BLOCK_CHARS = "".join(block_chars(lead, seconds)
                              for _name, lead, seconds in SUB_BLOCKS + TWO_BYTE_BLOCKS)
 any_char = st.one_of(
@@ -119,6 +124,9 @@ any_char = st.one_of(
     st.characters(min_codepoint=0x80, max_codepoint=0x7FF),  # every two-byte character
     st.characters(min_codepoint=0x800, max_codepoint=0x1FFF),  # Indic, Thai, E1
     st.characters(min_codepoint=0xA000, max_codepoint=0xDFFF),  # Hangul, surrogates
+    st.characters(min_codepoint=0x2000, max_codepoint=0x2FFF),  # the symbol blocks
+    st.characters(min_codepoint=0x1F000, max_codepoint=0x1FFFF),  # emoji
+    st.sampled_from(SYMBOL_SPECIAL),
 )
 runs = st.lists(st.tuples(any_char, st.integers(min_value=1, max_value=3000)), max_size=6)
 
@@ -132,7 +140,8 @@ def test_same_results_on_arbitrary_unicode(text: str) -> None:
 
 @needs_speedups
 @settings(max_examples=300, deadline=None)
-@given(words=st.lists(st.text(alphabet=st.sampled_from(SCRIPT_SPECIAL + SCRIPT_BLOCK_CHARS),
+@given(words=st.lists(st.text(alphabet=st.sampled_from(SCRIPT_SPECIAL + SCRIPT_BLOCK_CHARS
+                                                      + SYMBOL_SPECIAL),
                               min_size=1, max_size=12), max_size=40),
        gaps=st.lists(st.sampled_from([" ", "", "\n", ", ", "\x00", "x", "—", "日"]),
                      min_size=1, max_size=4))
@@ -157,6 +166,8 @@ def test_same_results_on_long_runs(pieces: list[tuple[str, int]], tail: str) -> 
     "é", "ÿ" * 9000, "привет", "МИР", "नमस्ते", "ไทย", "한국어", "\ud800\udfff",
     "👨\u200d👩\u200d👧", "👍🏽 🇫🇷", "x\x00ü\x00", "ß" * 5000 + "日本" + "Ж" * 4400,
     "Tiếng Việt", "ქართული ენა", "\U0010ffff\U00010000",
+    "⠋⠙⠹⠸" * 50, "─" * 5000, "█" * 10 + "░" * 10, "┌──┐\n│ab│\n└──┘", "✓ → ★",
+    "😀" * 3 + "\u200d" + "🔥", "⠋ x ⠋⠋", "𠀀𠀀𝐀",
 ])
 def test_same_results_on_edge_cases(text: str) -> None:
     both(text)

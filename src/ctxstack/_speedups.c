@@ -19,7 +19,12 @@
  *               per character, script_weights[SCRIPT_GROUPS + g] per run (a group
  *               character after one of no group, or first), and script_weights[2 *
  *               SCRIPT_GROUPS + b] per character of block b = blocks[lead << 6 | second
- *               UTF-8 byte & 63] (< SCRIPT_BLOCKS);
+ *               UTF-8 byte & 63] (< SCRIPT_BLOCKS); a b from SCRIPT_BLOCKS on is symbol
+ *               block y = b - SCRIPT_BLOCKS (whatever the group): script_weights[2 *
+ *               SCRIPT_GROUPS + SCRIPT_BLOCKS + y] per character and that +
+ *               SYMBOL_BLOCKS per run (a character of y after one not of y, or first),
+ *               that + 2 * SYMBOL_BLOCKS per repeat (a character of y equal to the one
+ *               before it);
  *   tokens    = units / SCALE, or (units * (SCRIPT_SCALE / SCALE) + script) / SCRIPT_SCALE
  *               when script != 0 (one exact integer, one division: Python's int / int),
  *               plus, if the text has a Han character, traditional_weight *
@@ -44,12 +49,16 @@
 #define SCRIPT_SCALE 4096
 #define SCRIPT_GROUPS 10
 #define SCRIPT_BLOCKS 20
-#define SCRIPT_WEIGHTS (2 * SCRIPT_GROUPS + SCRIPT_BLOCKS)
-/* The classes that hold the groups' lead bytes (two-byte, other three-byte, four-byte). */
+#define SYMBOL_BLOCKS 7
+#define SCRIPT_WEIGHTS (2 * SCRIPT_GROUPS + SCRIPT_BLOCKS + 3 * SYMBOL_BLOCKS)
+/* The classes that hold the groups' and symbol blocks' lead bytes (two-byte, symbol,
+ * other three-byte, four-byte). */
 #define SCRIPT_CLASS_A 9
-#define SCRIPT_CLASS_B 14
-#define SCRIPT_CLASS_C 15
-#define SCRIPT_CLASS_MASK (1u << SCRIPT_CLASS_A | 1u << SCRIPT_CLASS_B | 1u << SCRIPT_CLASS_C)
+#define SCRIPT_CLASS_B 10
+#define SCRIPT_CLASS_C 14
+#define SCRIPT_CLASS_D 15
+#define SCRIPT_CLASS_MASK (1u << SCRIPT_CLASS_A | 1u << SCRIPT_CLASS_B \
+                           | 1u << SCRIPT_CLASS_C | 1u << SCRIPT_CLASS_D)
 /* Texts this long are counted with the GIL released (the str is immutable and the
  * caller's references keep it and the tables alive). */
 #define NOGIL_CHARS (1 << 20)
@@ -122,31 +131,48 @@ sum_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *classes,
 /* The per-script correction's pass (see the top comment), one loop per storage width. The
  * second UTF-8 byte's low six bits: cp's bits 0-5 (two-byte), 6-11 (three-byte), 12-17
  * (four-byte). */
+#define NO_BLOCK 255u
+#define SYMBOL_WEIGHTS (2 * SCRIPT_GROUPS + SCRIPT_BLOCKS)  /* where they start */
 #define SCRIPT_PASS(TYPE)                                                       \
     do {                                                                        \
         const TYPE *s = (const TYPE *)data;                                     \
         int in_run = 0;                                                         \
+        unsigned int prev_block = NO_BLOCK;                                     \
+        Py_UCS4 prev_cp = 0;                                                    \
         for (Py_ssize_t i = 0; i < n; i++) {                                    \
             Py_UCS4 cp = s[i];                                                  \
             unsigned int lead, group, second, block;                            \
             if (cp < 0x80) {                                                    \
                 in_run = 0;                                                     \
+                prev_block = NO_BLOCK;                                          \
+                prev_cp = cp;                                                   \
                 continue;                                                       \
             }                                                                   \
             lead = lead_byte(cp);                                               \
-            group = groups[lead];                                               \
-            if (group >= SCRIPT_GROUPS) {                                       \
-                in_run = 0;                                                     \
-                continue;                                                       \
-            }                                                                   \
-            units += script_weights[group];                                     \
-            if (!in_run)                                                        \
-                units += script_weights[SCRIPT_GROUPS + group];                 \
-            in_run = 1;                                                         \
             second = (cp < 0x800 ? cp : cp < 0x10000 ? cp >> 6 : cp >> 12) & 63;  \
             block = blocks[lead << 6 | second];                                 \
-            if (block < SCRIPT_BLOCKS)                                          \
-                units += script_weights[2 * SCRIPT_GROUPS + block];             \
+            group = groups[lead];                                               \
+            if (group < SCRIPT_GROUPS) {                                        \
+                units += script_weights[group];                                 \
+                if (!in_run)                                                    \
+                    units += script_weights[SCRIPT_GROUPS + group];             \
+                in_run = 1;                                                     \
+                if (block < SCRIPT_BLOCKS)                                      \
+                    units += script_weights[2 * SCRIPT_GROUPS + block];         \
+            }                                                                   \
+            else                                                                \
+                in_run = 0;                                                     \
+            if (block >= SCRIPT_BLOCKS && block < SCRIPT_BLOCKS + SYMBOL_BLOCKS) {  \
+                units += script_weights[SYMBOL_WEIGHTS + block - SCRIPT_BLOCKS];  \
+                if (block != prev_block)                                        \
+                    units += script_weights[SYMBOL_WEIGHTS + SYMBOL_BLOCKS      \
+                                            + block - SCRIPT_BLOCKS];           \
+                else if (cp == prev_cp)                                         \
+                    units += script_weights[SYMBOL_WEIGHTS + 2 * SYMBOL_BLOCKS  \
+                                            + block - SCRIPT_BLOCKS];           \
+            }                                                                   \
+            prev_block = block;                                                 \
+            prev_cp = cp;                                                       \
         }                                                                       \
     } while (0)
 
@@ -199,9 +225,11 @@ PyDoc_STRVAR(estimate_doc,
 "class); traditional: 8192 bytes, a bitmap of the BMP code points of the traditional\n"
 "feature; traditional_weight: its weight (float); groups: 256 bytes, the script group\n"
 "of each lead byte (>= SCRIPT_GROUPS: none); blocks: 16384 bytes, the block of each\n"
-"(lead byte << 6 | second byte & 63) (>= SCRIPT_BLOCKS: none); script_weights: the\n"
-"correction's weights in 1/SCRIPT_SCALE tokens, native C ints (array('i')): per group\n"
-"character, per group run, per block character. Text last, for functools.partial.");
+"(lead byte << 6 | second byte & 63) (< SCRIPT_BLOCKS: a script block, then\n"
+"SYMBOL_BLOCKS symbol blocks, else none); script_weights: the correction's weights in\n"
+"1/SCRIPT_SCALE tokens, native C ints (array('i')): per group character, per group\n"
+"run, per block character, per symbol block character, run and repeat. Text last,\n"
+"for functools.partial.");
 
 static PyObject *
 estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -287,10 +315,11 @@ static PyMethodDef methods[] = {
 static int
 exec_module(PyObject *module)
 {
-    PyObject *layout = Py_BuildValue("(iiiiiiiiii(iii))", SCALE, OFFSET, STRIDE,
+    PyObject *layout = Py_BuildValue("(iiiiiiiiiii(iiii))", SCALE, OFFSET, STRIDE,
                                      CHARS_PER_TOKEN, DIGITS_PER_TOKEN, DIGIT_CLASS,
                                      HAN_CLASS, SCRIPT_SCALE, SCRIPT_GROUPS, SCRIPT_BLOCKS,
-                                     SCRIPT_CLASS_A, SCRIPT_CLASS_B, SCRIPT_CLASS_C);
+                                     SYMBOL_BLOCKS, SCRIPT_CLASS_A, SCRIPT_CLASS_B,
+                                     SCRIPT_CLASS_C, SCRIPT_CLASS_D);
     if (layout == NULL)
         return -1;
     if (PyModule_AddObject(module, "LAYOUT", layout) < 0) {
@@ -311,7 +340,8 @@ static struct PyModuleDef module_def = {
     .m_doc = "One-pass C version of ctxstack.token_model's estimate (optional; same "
              "results as the pure-Python path).\n\nLAYOUT: (SCALE, OFFSET, STRIDE, "
              "CHARS_PER_TOKEN, DIGITS_PER_TOKEN, DIGIT_CLASS, HAN_CLASS, SCRIPT_SCALE, "
-             "SCRIPT_GROUPS, SCRIPT_BLOCKS, (SCRIPT_CLASS_A, _B, _C)), the fixed shape of "
+             "SCRIPT_GROUPS, SCRIPT_BLOCKS, SYMBOL_BLOCKS, (SCRIPT_CLASS_A, _B, _C, _D)), the "
+             "fixed shape of "
              "the model this was compiled for.",
     .m_size = 0,
     .m_methods = methods,

@@ -427,14 +427,89 @@ def script_features(raw: bytes) -> list[int]:
     return out
 
 
+SYMBOL_BLOCKS: Final[tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]] = (
+    ("technical", ((0xE2, 0x84, 0x93),)),
+    ("box_drawing", ((0xE2, 0x94, 0x95),)),
+    ("shapes", ((0xE2, 0x96, 0x97),)),
+    ("dingbats", ((0xE2, 0x98, 0x9F), (0xE2, 0xA4, 0xAF))),
+    ("braille", ((0xE2, 0xA0, 0xA3),)),
+    ("emoji", ((0xF0, 0x9F, 0x9F),)),
+    ("astral", ((0xF0, 0x90, 0x9E), (0xF0, 0xA0, 0xBF), (0xF1, 0x80, 0xBF), (0xF2, 0x80, 0xBF),
+                (0xF3, 0x80, 0xBF), (0xF4, 0x80, 0xBF))),
+)
+"""Symbol blocks the pair model under-counts, as (name, (lead byte, first, last second
+byte) ranges): letterlike, arrows, mathematical and technical signs, enclosed
+alphanumerics (U+2100–U+24FF); box drawing (U+2500–U+257F); block elements and
+geometric shapes (U+2580–U+25FF); miscellaneous symbols, dingbats, other arrows and
+mathematical symbols (U+2600–U+27FF, U+2900–U+2BFF); Braille (U+2800–U+28FF); emoji and
+other pictographs (U+1F000–U+1FFFF); every other four-byte character (historic scripts,
+CJK extensions B–G, private use). The pair model gives a run of symbols ~0.2 token a
+character (its fit texts' symbols were mostly dashes and box-drawing rules, which merge),
+where most of these cost 1.5–3 (a Braille spinner frame is three byte tokens in both
+vocabularies): a spinner or a progress bar was under-counted 3–10x. General punctuation
+(— “ ” … •), currency and the CJK-adjacent blocks stay the pair model's alone."""
+SYMBOL_FEATURES: Final[tuple[str, ...]] = (
+    tuple(f"{name}_chars" for name, _ranges in SYMBOL_BLOCKS)
+    + tuple(f"{name}_runs" for name, _ranges in SYMBOL_BLOCKS)
+    + tuple(f"{name}_repeats" for name, _ranges in SYMBOL_BLOCKS))
+"""What :func:`symbol_features` counts: characters per symbol block, runs (maximal
+sequences of one block's characters) per block, and repeats per block (characters equal
+to the one before them: a rule ``────`` or a bar ``████`` merges into long tokens where
+distinct symbols do not)."""
+
+
+def _symbol_patterns() -> tuple[re.Pattern[bytes],
+                               tuple[tuple[re.Pattern[bytes], re.Pattern[bytes], int], ...]]:
+    def alternatives(ranges: tuple[tuple[int, int, int], ...]) -> bytes:
+        return b"|".join(
+            re.escape(bytes([lead])) + b"[" + re.escape(bytes([lo])) + b"-"
+            + re.escape(bytes([hi])) + b"]" + b"[\x80-\xbf]" * (2 if lead >= 0xF0 else 1)
+            for lead, lo, hi in ranges)
+    every = tuple(r for _name, ranges in SYMBOL_BLOCKS for r in ranges)
+    runs = tuple((re.compile(b"(?:" + alternatives(ranges) + b")+"),
+                  re.compile(b"(" + alternatives(ranges) + b")(?=\\1)"),
+                  4 if ranges[0][0] >= 0xF0 else 3)
+                 for _name, ranges in SYMBOL_BLOCKS)
+    return re.compile(alternatives(every)), runs
+
+
+_SYMBOL_ANY, _SYMBOL_RUNS = _symbol_patterns()
+
+
+def symbol_features(raw: bytes) -> list[int]:
+    """The counts of :data:`SYMBOL_FEATURES` in ``raw`` (UTF-8 bytes): one regular
+    expression search for any symbol block's character (most text has none and stops
+    there), then per block one scan for its runs (a run's characters: its length / the
+    block's UTF-8 width) and, when some run is longer than one character, one for its
+    repeats."""
+    blocks = len(SYMBOL_BLOCKS)
+    out = [0] * (3 * blocks)
+    if _SYMBOL_ANY.search(raw) is None:
+        return out
+    for k, (pattern, repeat_pattern, width) in enumerate(_SYMBOL_RUNS):
+        runs = pattern.findall(raw)
+        if runs:
+            out[k] = chars = sum(map(len, runs)) // width
+            out[blocks + k] = len(runs)
+            if chars > len(runs):
+                out[2 * blocks + k] = len(repeat_pattern.findall(raw))
+    return out
+
+
 def script_units(raw: bytes, family: Family) -> int:
     """:func:`script_correction` in integer units of 1/:data:`SCRIPT_SCALE` token, what
     the estimators add: Σ :data:`SCRIPT_WEIGHTS` (rounded to that unit) × the counts of
-    :func:`script_features`; 0 for text with none of the groups (checked first)."""
-    if not raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
-        return 0
-    return sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw), strict=True)
-               if c)
+    :func:`script_features`, plus Σ :data:`SYMBOL_WEIGHTS` × those of
+    :func:`symbol_features`; 0 for text with none of the groups and none of the symbol
+    blocks (both checked first)."""
+    units = 0
+    if raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
+        units = sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw),
+                                          strict=True) if c)
+    if _SYMBOL_ANY.search(raw) is not None:
+        units += sum(w * c for w, c in zip(_SYMBOL_UNITS[family], symbol_features(raw),
+                                           strict=True) if c)
+    return units
 
 
 def script_correction(raw: bytes, family: Family) -> float:
@@ -483,6 +558,24 @@ amount before rounding. A multiple of :data:`SCALE`, so pair units convert exact
 _SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
     f: tuple(round(w * SCRIPT_SCALE) for w in SCRIPT_WEIGHTS[f]) for f in FAMILIES}
 
+# Fitted by `python -m benchmarks.fit_tokens --symbols --write` (see there: synthetic
+# texts of each block's even code points in contexts of the pair fit's English prose),
+# with PAIR_WEIGHTS and SCRIPT_WEIGHTS fixed. Order: SYMBOL_FEATURES.
+SYMBOL_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
+    "o200k": (
+        2.071, 1.7102, 1.6801, 2.5012, 2.7037, 1.2393, 2.6037, -0.7069, -0.7697,
+        -0.7995, -0.8011, -0.8554, 0.0672, 0.5117, 0.0032, 0.052, -0.0033, -0.0244,
+        0.0479, 0.0664, -0.0138,
+    ),
+    "cl100k": (
+        2.5091, 1.6877, 1.7429, 2.5025, 2.6951, 1.563, 2.457, -0.9148, -0.8484,
+        -0.925, -0.8736, -0.9059, -0.3016, 0.2276, 0.029, 0.0505, 0.0628, -0.0088,
+        0.0521, -0.1692, 0.0077,
+    ),
+}
+_SYMBOL_UNITS: Final[dict[Family, tuple[int, ...]]] = {
+    f: tuple(round(w * SCRIPT_SCALE) for w in SYMBOL_WEIGHTS[f]) for f in FAMILIES}
+
 
 def _weight_tables(family: Family) -> tuple[bytes, bytes]:
     """Pair byte (this class << 4 | next class) → its weight + OFFSET, split in two
@@ -508,8 +601,9 @@ _TRADITIONAL_BITMAP: Final = _bmp_bitmap(_TRADITIONAL_CHARS)
 
 # The classes that hold the script groups' lead bytes: text with none of them (ASCII, most
 # CJK) skips the correction on both paths.
-_SCRIPT_CLASSES: Final = tuple(sorted({_CLASS[b] for lo, hi in _GROUP_LEADS
-                                       for b in range(lo, hi + 1)}))
+_SCRIPT_CLASSES: Final = tuple(sorted(
+    {_CLASS[b] for lo, hi in _GROUP_LEADS for b in range(lo, hi + 1)}
+    | {_CLASS[lead] for _name, ranges in SYMBOL_BLOCKS for lead, _lo, _hi in ranges}))
 _NO_SCRIPT: Final = 255
 """In the accelerator's script tables: no group / no block."""
 
@@ -517,7 +611,8 @@ _NO_SCRIPT: Final = 255
 def _script_tables() -> tuple[bytes, bytes]:
     """For the C accelerator: UTF-8 lead byte → its group (0–9, else ``_NO_SCRIPT``), and
     (lead byte << 6 | second byte & 63) → the sub-block or two-byte block (0–19, numbered
-    as in :data:`SCRIPT_FEATURES`), else ``_NO_SCRIPT``."""
+    as in :data:`SCRIPT_FEATURES`) or the symbol block (20 + its index in
+    :data:`SYMBOL_BLOCKS`), else ``_NO_SCRIPT``."""
     groups = bytearray([_NO_SCRIPT] * 256)
     for g, (lo, hi) in enumerate(_GROUP_LEADS):
         groups[lo:hi + 1] = bytes([g]) * (hi - lo + 1)
@@ -525,6 +620,11 @@ def _script_tables() -> tuple[bytes, bytes]:
     for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + TWO_BYTE_BLOCKS):
         for second in seconds:
             blocks[lead << 6 | second & 63] = k
+    first = len(SUB_BLOCKS + TWO_BYTE_BLOCKS)
+    for k, (_name, ranges) in enumerate(SYMBOL_BLOCKS):
+        for lead, lo, hi in ranges:
+            for second in range(lo, hi + 1):
+                blocks[lead << 6 | second & 63] = first + k
     return bytes(groups), bytes(blocks)
 
 
@@ -532,7 +632,7 @@ _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE = _script_tables()
 _LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
                   DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"),
                   SCRIPT_SCALE, len(SCRIPT_GROUPS), len(SUB_BLOCKS + TWO_BYTE_BLOCKS),
-                  _SCRIPT_CLASSES)
+                  len(SYMBOL_BLOCKS), _SCRIPT_CLASSES)
 """The model's fixed shape, as the C accelerator states the one it was compiled for."""
 
 
@@ -577,14 +677,14 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
         estimate_in_c: Callable[[str], int] = partial(
             _SPEEDUPS.estimate, _CLASS, weights, _TRADITIONAL_BITMAP,
             TRADITIONAL_WEIGHT[family], _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE,
-            array("i", _SCRIPT_UNITS[family]).tobytes())
+            array("i", _SCRIPT_UNITS[family] + _SYMBOL_UNITS[family]).tobytes())
         return estimate_in_c
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
     script, ratio = partial(script_units, family=family), SCRIPT_SCALE // SCALE
-    two_byte, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
-                                   for c in _SCRIPT_CLASSES)
+    two_byte, symbol, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
+                                           for c in _SCRIPT_CLASSES)
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
 
     def count(text: str) -> int:
@@ -596,10 +696,11 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
             raw = text.encode("utf-8", "surrogatepass")
             hexes = raw.translate(hex_class, _CONTINUATION)
             han = _HAN_HEX in hexes
-            # the script groups' lead bytes all fall in the two-byte, other-three-byte and
-            # four-byte classes: text with none of those (most CJK) skips the correction
-            correction = script(raw) if (
-                two_byte in hexes or other3 in hexes or four_byte in hexes) else 0
+            # the script groups' and symbol blocks' lead bytes all fall in the two-byte,
+            # symbol, other-three-byte and four-byte classes: text with none of those
+            # (most CJK) skips the correction
+            correction = script(raw) if (two_byte in hexes or symbol in hexes
+                                         or other3 in hexes or four_byte in hexes) else 0
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
