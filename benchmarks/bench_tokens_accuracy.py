@@ -20,7 +20,11 @@ catalogs and localised manual pages — of Latin-script European languages, Viet
 Cyrillic, Greek, Korean, Arabic/Persian, Hebrew, Indic, Thai, Georgian/Khmer/Myanmar), the
 same p95 and median figures, reported with their sample counts and no target of their own
 (the issue's targets are stated for the kinds above), and a second fits-by-exact-count run
-whose conversations' chat turns are those texts.
+whose conversations' chat turns are those texts. **Symbol blocks** (Braille, shapes,
+dingbats, box drawing, arrows and technical signs, emoji, other four-byte characters; see
+:mod:`benchmarks.symbol_corpus`, synthetic by design): per block, the worst under-count,
+whose target is the default margin (a text of them alone then still fits its budget by
+the exact count), and the median.
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache
@@ -59,11 +63,13 @@ from dataclasses import dataclass, field
 
 from benchmarks.calibration_traffic import TRAFFIC_KINDS, TrafficErrors, replay
 from benchmarks.common import BenchRow, no_gc, print_table
+from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.token_corpus import KIND_LABELS, KINDS, SCRIPT_GROUPS, gather, gather_scripts
 from benchmarks.vocab import ENCODINGS, ensure_offline
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.token_model import ACCELERATED, estimator
+from ctxstack.token_model import ACCELERATED, SYMBOL_NAMES, estimator
 from ctxstack.tokens import (
+    HEURISTIC_MARGIN,
     SEED_HEURISTIC,
     HeuristicCounter,
     TokenCounter,
@@ -171,6 +177,9 @@ class AccuracyResult:
     scripts_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     scripts_missing: list[str] = field(default_factory=list)
     """Language groups with no text installed (not measured)."""
+    symbols: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    """(exact encoding, symbol block) → the heuristic's errors on the held-out synthetic
+    texts of :mod:`benchmarks.symbol_corpus`."""
     conversation_calibration: dict[str, tuple[ErrorStats, ErrorStats]] = field(
         default_factory=dict)
     """Exact encoding → (calibrated, uncalibrated) errors of whole-conversation totals."""
@@ -251,6 +260,14 @@ def measure(quick: bool) -> AccuracyResult:
                                                          exact.count_text))
             res.scripts_seed[(enc, group)] = stats(rel_errors(
                 texts, SEED_HEURISTIC.count_text, exact.count_text))
+    symbol_pools = symbol_texts("eval", 12 if samples_per_kind(quick) < 80 else
+                                60 if quick else 200)
+    for enc, exact in res.available.items():
+        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
+        for block, texts in symbol_pools.items():
+            if texts:
+                res.symbols[(enc, block)] = stats(rel_errors(texts, ours.count_text,
+                                                             exact.count_text))
     if HEADLINE_ENCODING in res.available:
         res.fits = fits_by_exact_count(corpus, res.available[HEADLINE_ENCODING],
                                        conversations_count(quick))
@@ -423,6 +440,17 @@ def run(quick: bool) -> list[BenchRow]:
             value=h.median_signed, unit="%", baseline=base.median_signed,
             target="– (reported)", met=None,
         ))
+    for (enc, block), h in res.symbols.items():
+        margin = 100 * HEURISTIC_MARGIN[FAMILY_OF[enc]]  # type: ignore[index]
+        rows.append(BenchRow(
+            name=f"worst under-count vs {enc}, symbol block {block} ({h.samples} texts)",
+            value=h.worst_under, unit="%", target=f"≤ {margin:.0f}% (the budget margin)",
+            met=h.worst_under <= margin,
+        ))
+        rows.append(BenchRow(
+            name=f"median error vs {enc}, symbol block {block} ({h.samples} texts)",
+            value=h.median_signed, unit="%", target="– (reported)", met=None,
+        ))
     for kind, (fast, pure, exact) in res.throughput.items():
         rows.append(BenchRow(
             name=f"estimator speed vs tiktoken (cold), {kind} (default: {DEFAULT_PATH})",
@@ -518,12 +546,17 @@ def _table(title: str, data: dict[tuple[str, str], ErrorStats], enc: str) -> str
     return "\n".join(lines)
 
 
-def _scripts_table(title: str, data: dict[tuple[str, str], ErrorStats], enc: str) -> str:
-    lines = [f"**{title}** ({enc}; other scripts, reported — no target of their own)", "",
-             "| language group | samples | median error | median abs error | p95 abs error "
+def _scripts_table(title: str, data: dict[tuple[str, str], ErrorStats], enc: str,
+                   groups: Sequence[str] = tuple(SCRIPT_GROUPS)) -> str:
+    what = ("symbol blocks, held-out synthetic texts of benchmarks/symbol_corpus.py; worst "
+            "under-estimate within the budget margin" if groups is SYMBOL_NAMES else
+            "other scripts, reported — no target of their own")
+    head = "symbol block" if groups is SYMBOL_NAMES else "language group"
+    lines = [f"**{title}** ({enc}; {what})", "",
+             f"| {head} | samples | median error | median abs error | p95 abs error "
              "| under-estimated | worst under-estimate |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for group in SCRIPT_GROUPS:
+    for group in groups:
         s = data.get((enc, group))
         if s is None:
             continue
@@ -584,6 +617,9 @@ def report_markdown(quick: bool) -> str:
                                         res.scripts, enc))
             parts.append(_scripts_table("baseline: the seed's formula", res.scripts_seed,
                                         enc))
+        if any(k[0] == enc for k in res.symbols):
+            parts.append(_scripts_table(f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
+                                        res.symbols, enc, SYMBOL_NAMES))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "

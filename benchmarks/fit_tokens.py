@@ -38,7 +38,9 @@ dingbats, Braille, emoji, other four-byte characters), fitted last with the pair
 script weights fixed: ``--symbols``. Data: the ``"fit"`` split of
 :mod:`benchmarks.symbol_corpus` (synthetic layouts of each block's even code points among
 fit-split English words). Method as for the scripts (relative residual, each block weighted
-equally, ``SCRIPT_RIDGE``), then each block's per-character weight is raised until at most
+equally, ``SCRIPT_RIDGE``; a repeat weight that comes out negative is dropped and the rest
+refitted: only a few repeated symbols merge — ``─`` does, ``●`` does not — and a negative
+weight would under-count the others), then each block's per-character weight is raised until at most
 ``SYMBOL_UNDER`` of its fit texts are under-counted by more than ``SYMBOL_UNDER_BY``: these
 characters cost 1–4 tokens each, a text made of them is counted far off when it is
 under-counted at all, and an under-count is what makes a budget overflow.
@@ -245,7 +247,7 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     """Ridge least squares of the relative residual on the symbol features, then each
     block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
     that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
-    from ctxstack.token_model import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_BLOCKS
+    from ctxstack.token_model import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
 
     flat = [(k, t) for k, items in texts.items() for t in items]
     raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
@@ -255,9 +257,18 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     base = np.array([estimator(family)(t) for _k, t in flat]) - current
     w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
     n = x.shape[1]
-    coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
-                               np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
-    names = [name for name, _r in SYMBOL_BLOCKS]
+    keep = np.ones(n, bool)
+    while True:  # a negative repeat weight is dropped: most repeated symbols do not merge
+        cols = x[:, keep]
+        coef = np.zeros(n)
+        coef[keep], *_ = np.linalg.lstsq(
+            np.vstack([cols * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(keep.sum())]),
+            np.concatenate([(y - base) * w / y, np.zeros(keep.sum())]), rcond=None)
+        negative = [i for i in range(2 * n // 3, n) if keep[i] and coef[i] < 0]
+        if not negative:
+            break
+        keep[negative] = False
+    names = list(SYMBOL_NAMES)
     for b, name in enumerate(names):
         rows = np.array([k == name for k, _t in flat])
         while rows.any():
@@ -268,7 +279,40 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     return np.round(coef, 4)
 
 
-def write_symbols(params: dict[Family, np.ndarray]) -> None:
+def frequent_symbols() -> str:
+    """The symbol blocks' characters that are one ``o200k_base`` token each, in code point
+    order (``FREQUENT_SYMBOLS``)."""
+    import tiktoken
+
+    from benchmarks.symbol_corpus import block_chars
+    from ctxstack.token_model import SYMBOL_BLOCKS
+
+    ensure_offline(ENCODING_OF["o200k"])
+    enc = tiktoken.get_encoding(ENCODING_OF["o200k"])
+    return "".join(sorted({ch for name, _r in SYMBOL_BLOCKS for split in ("fit", "eval")
+                           for ch in block_chars(name, split, frequent=True)
+                           if len(enc.encode(ch)) == 1}))
+
+
+def python_literal(chars: str, width: int = 84) -> str:
+    """``chars`` as a parenthesised string literal of lines of at most ``width``
+    characters; a character that NFC normalisation would change (U+2126 OHM SIGN) is
+    written as an escape, so no editor can silently turn it into another."""
+    import unicodedata
+
+    pieces = [f"\\u{ord(c):04x}" if unicodedata.normalize("NFC", c) != c else c
+              for c in chars]
+    lines, line = [], ""
+    for piece in pieces:
+        if len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    lines.append(line)
+    return "(\n" + "".join(f'    "{x}"\n' for x in lines) + ")"
+
+
+def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
     import textwrap
 
     blocks = []
@@ -279,13 +323,22 @@ def write_symbols(params: dict[Family, np.ndarray]) -> None:
     source = MODEL_FILE.read_text()
     source = re.sub(r"(SYMBOL_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
                     lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    source = re.sub(r"(FREQUENT_SYMBOLS: Final = )\(\n.*?\n\)",
+                    lambda m: m.group(1) + python_literal(frequent), source, flags=re.S)
     MODEL_FILE.write_text(source)
 
 
 def main_symbols(argv: Sequence[str]) -> int:
     from benchmarks.symbol_corpus import symbol_texts
-    from ctxstack.token_model import SYMBOL_FEATURES
+    from ctxstack.token_model import FREQUENT_SYMBOLS, SYMBOL_FEATURES, SYMBOL_WEIGHTS
 
+    frequent = frequent_symbols()
+    if frequent != FREQUENT_SYMBOLS:
+        print(f"FREQUENT_SYMBOLS changes ({len(FREQUENT_SYMBOLS)} -> {len(frequent)} "
+              "characters): write it (--write), then fit again")
+        if "--write" in argv:
+            write_symbols({f: np.array(SYMBOL_WEIGHTS[f]) for f in ENCODING_OF}, frequent)
+        return 1
     texts = {k: v for k, v in symbol_texts("fit", SYMBOL_SAMPLES).items() if v}
     print("fit samples:", {k: len(v) for k, v in texts.items()})
     params: dict[Family, np.ndarray] = {}
@@ -294,7 +347,7 @@ def main_symbols(argv: Sequence[str]) -> int:
         print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SYMBOL_FEATURES, coef,
                                                                   strict=True)))
     if "--write" in argv:
-        write_symbols(params)
+        write_symbols(params, frequent)
         print(f"wrote {MODEL_FILE}")
     return 0
 

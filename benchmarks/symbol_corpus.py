@@ -29,7 +29,7 @@ from functools import cache
 from typing import Literal
 
 from benchmarks.token_corpus import gather
-from ctxstack.token_model import SYMBOL_BLOCKS
+from ctxstack.token_model import FREQUENT_SYMBOLS, SYMBOL_BLOCKS, SYMBOL_NAMES
 
 Split = Literal["fit", "eval"]
 LAYOUTS = ("spinner", "bar", "runs", "inline", "table")
@@ -54,17 +54,22 @@ def _code_points(ranges: tuple[tuple[int, int, int], ...]) -> list[int]:
 
 
 @cache
-def block_chars(name: str, split: Split) -> tuple[str, ...]:
+def block_chars(name: str, split: Split, frequent: bool = False) -> tuple[str, ...]:
     """The assigned, printable characters of symbol block ``name`` in ``split`` (even
-    code points for ``"fit"``, odd for ``"eval"``)."""
-    ranges = dict(SYMBOL_BLOCKS)[name]
+    code points for ``"fit"``, odd for ``"eval"``), without ``FREQUENT_SYMBOLS`` unless
+    ``frequent``; ``"frequent"``: those of ``FREQUENT_SYMBOLS`` in the split."""
     parity = 0 if split == "fit" else 1
+    if name == "frequent":
+        return tuple(c for c in FREQUENT_SYMBOLS if ord(c) % 2 == parity)
+    ranges = dict(SYMBOL_BLOCKS)[name]
     chars = []
     for cp in _code_points(ranges):
         if cp % 2 != parity or cp > 0x10FFFF:
             continue
         ch = chr(cp)
         if unicodedata.category(ch) in ("Cn", "Co", "Cs", "Cc", "Cf", "Zs", "Mn", "Me"):
+            continue
+        if ch in FREQUENT_SYMBOLS and not frequent:
             continue
         chars.append(ch)
     return tuple(chars)
@@ -122,8 +127,9 @@ def symbol_texts(split: Split, per_block: int) -> dict[str, list[str]]:
     rng = random.Random(_SEEDS[split])
     words = _words(split)
     out: dict[str, list[str]] = {}
-    for name, _ranges in SYMBOL_BLOCKS:
+    for name in SYMBOL_NAMES:
         chars = block_chars(name, split)
-        out[name] = [_layout(LAYOUTS[i % len(LAYOUTS)], chars, words, name == "emoji", rng)
+        out[name] = [_layout(LAYOUTS[i % len(LAYOUTS)], chars, words,
+                             name in ("emoji", "frequent"), rng)
                      for i in range(per_block)] if chars else []
     return out

@@ -24,6 +24,7 @@ from ctxstack.model_counters import (
 from ctxstack.token_model import (
     _CLASS,
     FAMILIES,
+    FREQUENT_SYMBOLS,
     PAIR_WEIGHTS,
     SCALE,
     SCRIPT_FEATURES,
@@ -32,6 +33,7 @@ from ctxstack.token_model import (
     SCRIPT_WEIGHTS,
     SUB_BLOCKS,
     SYMBOL_BLOCKS,
+    SYMBOL_NAMES,
     SYMBOL_WEIGHTS,
     TRADITIONAL_WEIGHT,
     TWO_BYTE_BLOCKS,
@@ -150,7 +152,7 @@ def reference_script_features(text: str) -> list[int]:
 
 def reference_symbol_features(text: str) -> list[int]:
     """ctxstack.token_model.symbol_features, one character at a time in Python."""
-    blocks = len(SYMBOL_BLOCKS)
+    blocks = len(SYMBOL_NAMES)
     out = [0] * (3 * blocks)
     previous: tuple[int | None, str] = (None, "")
     for ch in text:
@@ -158,9 +160,11 @@ def reference_symbol_features(text: str) -> list[int]:
         block = next((k for k, (_name, ranges) in enumerate(SYMBOL_BLOCKS)
                       for lead, lo, hi in ranges
                       if len(raw) > 2 and raw[0] == lead and lo <= raw[1] <= hi), None)
+        if block is not None and ch in FREQUENT_SYMBOLS:
+            block = SYMBOL_NAMES.index("frequent")
         if block is not None:
             out[block] += 1
-            out[blocks + block] += previous[0] != block
+            out[blocks + block] += previous[0] is None
             out[2 * blocks + block] += previous[1] == ch
         previous = (block, ch)
     return out

@@ -200,11 +200,11 @@ def test_the_accelerator_rejects_what_is_not_a_text_or_its_tables() -> None:
     with pytest.raises(TypeError, match="expected str"):
         count(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="classes"):
-        _speedups.estimate(b"short", b"", b"", 1.0, b"", b"", b"", "text")
-    with pytest.raises(TypeError, match="8 arguments"):
+        _speedups.estimate(b"short", b"", b"", 1.0, b"", b"", b"", b"", "text")
+    with pytest.raises(TypeError, match="9 arguments"):
         _speedups.estimate("text")  # type: ignore[call-arg]
     args = count.args  # type: ignore[attr-defined]
-    for i, name in ((4, "groups"), (5, "blocks"), (6, "script_weights")):
+    for i, name in ((4, "groups"), (5, "blocks"), (6, "script_weights"), (7, "frequent")):
         bad = list(args)
         bad[i] = b"short"
         with pytest.raises(TypeError, match=name):

@@ -22,9 +22,11 @@
  *               UTF-8 byte & 63] (< SCRIPT_BLOCKS); a b from SCRIPT_BLOCKS on is symbol
  *               block y = b - SCRIPT_BLOCKS (whatever the group): script_weights[2 *
  *               SCRIPT_GROUPS + SCRIPT_BLOCKS + y] per character and that +
- *               SYMBOL_BLOCKS per run (a character of y after one not of y, or first),
+ *               SYMBOL_BLOCKS per run (a character of y after one of no symbol block,
+ *               or first),
  *               that + 2 * SYMBOL_BLOCKS per repeat (a character of y equal to the one
- *               before it);
+ *               before it); a symbol block character set in the frequent bitmap is of
+ *               the last symbol block instead;
  *   tokens    = units / SCALE, or (units * (SCRIPT_SCALE / SCALE) + script) / SCRIPT_SCALE
  *               when script != 0 (one exact integer, one division: Python's int / int),
  *               plus, if the text has a Han character, traditional_weight *
@@ -49,7 +51,9 @@
 #define SCRIPT_SCALE 4096
 #define SCRIPT_GROUPS 10
 #define SCRIPT_BLOCKS 20
-#define SYMBOL_BLOCKS 7
+#define SYMBOL_BLOCKS 8  /* the last one, "frequent", is given by a bitmap, not by blocks */
+#define FREQUENT_BLOCK (SCRIPT_BLOCKS + SYMBOL_BLOCKS - 1)
+#define FREQUENT_BITS 0x11000  /* U+2000-U+2FFF, then U+1F000-U+1FFFF */
 #define SCRIPT_WEIGHTS (2 * SCRIPT_GROUPS + SCRIPT_BLOCKS + 3 * SYMBOL_BLOCKS)
 /* The classes that hold the groups' and symbol blocks' lead bytes (two-byte, symbol,
  * other three-byte, four-byte). */
@@ -151,6 +155,9 @@ sum_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *classes,
             lead = lead_byte(cp);                                               \
             second = (cp < 0x800 ? cp : cp < 0x10000 ? cp >> 6 : cp >> 12) & 63;  \
             block = blocks[lead << 6 | second];                                 \
+            if (block >= SCRIPT_BLOCKS && block < FREQUENT_BLOCK                \
+                    && is_frequent(frequent, cp))                               \
+                block = FREQUENT_BLOCK;                                         \
             group = groups[lead];                                               \
             if (group < SCRIPT_GROUPS) {                                        \
                 units += script_weights[group];                                 \
@@ -164,7 +171,8 @@ sum_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *classes,
                 in_run = 0;                                                     \
             if (block >= SCRIPT_BLOCKS && block < SCRIPT_BLOCKS + SYMBOL_BLOCKS) {  \
                 units += script_weights[SYMBOL_WEIGHTS + block - SCRIPT_BLOCKS];  \
-                if (block != prev_block)                                        \
+                if (prev_block < SCRIPT_BLOCKS                                  \
+                        || prev_block >= SCRIPT_BLOCKS + SYMBOL_BLOCKS)         \
                     units += script_weights[SYMBOL_WEIGHTS + SYMBOL_BLOCKS      \
                                             + block - SCRIPT_BLOCKS];           \
                 else if (cp == prev_cp)                                         \
@@ -176,9 +184,24 @@ sum_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *classes,
         }                                                                       \
     } while (0)
 
+/* Whether code point cp is set in the frequent symbols' bitmap. */
+static inline int
+is_frequent(const unsigned char *frequent, Py_UCS4 cp)
+{
+    Py_UCS4 i;
+    if (cp >= 0x2000 && cp < 0x3000)
+        i = cp - 0x2000;
+    else if (cp >= 0x1F000 && cp < 0x20000)
+        i = cp - 0x1F000 + 0x1000;
+    else
+        return 0;
+    return (frequent[i >> 3] >> (i & 7)) & 1;
+}
+
 static int64_t
 script_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *groups,
-            const unsigned char *blocks, const unsigned char *weight_bytes)
+            const unsigned char *blocks, const unsigned char *weight_bytes,
+            const unsigned char *frequent)
 {
     int script_weights[SCRIPT_WEIGHTS];  /* a copy: bytes data need not be int-aligned */
     memcpy(script_weights, weight_bytes, sizeof script_weights);
@@ -219,7 +242,7 @@ table_arg(PyObject *arg, Py_ssize_t size, const char *name)
 
 PyDoc_STRVAR(estimate_doc,
 "estimate(classes, weights, traditional, traditional_weight, groups, blocks,\n"
-"         script_weights, text, /) -> int\n\n"
+"         script_weights, frequent, text, /) -> int\n\n"
 "The token estimate of ctxstack.token_model for text. classes: 256 bytes, the class of\n"
 "each UTF-8 lead byte; weights: 256 bytes, pair weight + OFFSET by (class << 4 | next\n"
 "class); traditional: 8192 bytes, a bitmap of the BMP code points of the traditional\n"
@@ -228,14 +251,15 @@ PyDoc_STRVAR(estimate_doc,
 "(lead byte << 6 | second byte & 63) (< SCRIPT_BLOCKS: a script block, then\n"
 "SYMBOL_BLOCKS symbol blocks, else none); script_weights: the correction's weights in\n"
 "1/SCRIPT_SCALE tokens, native C ints (array('i')): per group character, per group\n"
-"run, per block character, per symbol block character, run and repeat. Text last,\n"
-"for functools.partial.");
+"run, per block character, per symbol block character, run and repeat; frequent:\n"
+"8704 bytes, the bitmap of the frequent symbols (U+2000-U+2FFF, then U+1F000-U+1FFFF).\n"
+"Text last, for functools.partial.");
 
 static PyObject *
 estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "estimate() takes 8 arguments (%zd given)", nargs);
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "estimate() takes 9 arguments (%zd given)", nargs);
         return NULL;
     }
     const unsigned char *classes = table_arg(args[0], 256, "classes");
@@ -250,9 +274,11 @@ estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *blocks = groups ? table_arg(args[5], 256 * 64, "blocks") : NULL;
     const unsigned char *script_weights = blocks ? table_arg(
         args[6], SCRIPT_WEIGHTS * (Py_ssize_t)sizeof(int), "script_weights") : NULL;
-    if (script_weights == NULL)
+    const unsigned char *frequent = script_weights ? table_arg(
+        args[7], FREQUENT_BITS / 8, "frequent") : NULL;
+    if (frequent == NULL)
         return NULL;
-    PyObject *text = args[7];
+    PyObject *text = args[8];
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "text: expected str, got %.100s",
                      Py_TYPE(text)->tp_name);
@@ -279,7 +305,8 @@ estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         if (sums.first_han >= 0)
             hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
         if (may_have_script && (sums.seen & SCRIPT_CLASS_MASK))
-            script = script_pass(kind, data, n, groups, blocks, script_weights);
+            script = script_pass(kind, data, n, groups, blocks, script_weights,
+                                 frequent);
         Py_END_ALLOW_THREADS
     }
     else {
@@ -287,7 +314,8 @@ estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         if (sums.first_han >= 0)
             hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
         if (may_have_script && (sums.seen & SCRIPT_CLASS_MASK))
-            script = script_pass(kind, data, n, groups, blocks, script_weights);
+            script = script_pass(kind, data, n, groups, blocks, script_weights,
+                                 frequent);
     }
 
     /* Python's float steps, one rounding each: units / SCALE is exact (|units| < 2^53),

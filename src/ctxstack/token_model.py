@@ -448,51 +448,89 @@ character (its fit texts' symbols were mostly dashes and box-drawing rules, whic
 where most of these cost 1.5–3 (a Braille spinner frame is three byte tokens in both
 vocabularies): a spinner or a progress bar was under-counted 3–10x. General punctuation
 (— “ ” … •), currency and the CJK-adjacent blocks stay the pair model's alone."""
+FREQUENT_SYMBOLS: Final = (
+    "℃№™\u2126ⅠⅡⅤⅴⅼ←↑→↓⇒∀∆−∙√∞∨≈≤≥≫①②③④⑤─━│┃├┣═║╗╝▀▄█▋░▒▓■□▪▫▬▲△▶▷►▼▽◆◇○◎●★☆☎☴☺♀♂♡♥♦♪♫✅✓✔"
+    "✨❤➡⠀⭐⭕🏻🏼👇👉👌👍👏💕🔥😀😁😂😉😊😍😘😭🙂🙏🤣"
+)
+"""The symbol blocks' characters that are one ``o200k_base`` token each (listed by
+``benchmarks/fit_tokens.py --symbols``): the box-drawing rules, bars, arrows, checks and
+emoji that real text uses, which cost a third of what the rest of their blocks do. They
+form a block of their own (``frequent``) whatever block they are in."""
+SYMBOL_NAMES: Final[tuple[str, ...]] = (*(name for name, _ranges in SYMBOL_BLOCKS), "frequent")
 SYMBOL_FEATURES: Final[tuple[str, ...]] = (
-    tuple(f"{name}_chars" for name, _ranges in SYMBOL_BLOCKS)
-    + tuple(f"{name}_runs" for name, _ranges in SYMBOL_BLOCKS)
-    + tuple(f"{name}_repeats" for name, _ranges in SYMBOL_BLOCKS))
-"""What :func:`symbol_features` counts: characters per symbol block, runs (maximal
-sequences of one block's characters) per block, and repeats per block (characters equal
+    tuple(f"{name}_chars" for name in SYMBOL_NAMES)
+    + tuple(f"{name}_runs" for name in SYMBOL_NAMES)
+    + tuple(f"{name}_repeats" for name in SYMBOL_NAMES))
+"""What :func:`symbol_features` counts: characters per symbol block (the frequent ones
+apart, :data:`FREQUENT_SYMBOLS`), runs per block (maximal sequences of symbol blocks'
+characters, by the block of their first one), and repeats per block (characters equal
 to the one before them: a rule ``────`` or a bar ``████`` merges into long tokens where
 distinct symbols do not)."""
 
 
-def _symbol_patterns() -> tuple[re.Pattern[bytes],
-                               tuple[tuple[re.Pattern[bytes], re.Pattern[bytes], int], ...]]:
-    def alternatives(ranges: tuple[tuple[int, int, int], ...]) -> bytes:
-        return b"|".join(
-            re.escape(bytes([lead])) + b"[" + re.escape(bytes([lo])) + b"-"
-            + re.escape(bytes([hi])) + b"]" + b"[\x80-\xbf]" * (2 if lead >= 0xF0 else 1)
-            for lead, lo, hi in ranges)
-    every = tuple(r for _name, ranges in SYMBOL_BLOCKS for r in ranges)
-    runs = tuple((re.compile(b"(?:" + alternatives(ranges) + b")+"),
-                  re.compile(b"(" + alternatives(ranges) + b")(?=\\1)"),
-                  4 if ranges[0][0] >= 0xF0 else 3)
-                 for _name, ranges in SYMBOL_BLOCKS)
-    return re.compile(alternatives(every)), runs
+def _code_point_ranges(ranges: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int]]:
+    """(first, last) code points of the UTF-8 (lead byte, first, last second byte) ranges."""
+    out = []
+    for lead, lo, hi in ranges:
+        if lead < 0xF0:  # 1110xxxx 10yyyyyy 10zzzzzz
+            base, shift, span = (lead & 0x0F) << 12, 6, 0x3F
+        else:  # 11110www 10xxxxxx 10yyyyyy 10zzzzzz
+            base, shift, span = (lead & 0x07) << 18, 12, 0xFFF
+        out.append((base | (lo & 0x3F) << shift, min(base | (hi & 0x3F) << shift | span,
+                                                     0x10FFFF)))
+    return out
 
 
-_SYMBOL_ANY, _SYMBOL_RUNS = _symbol_patterns()
+def _symbol_patterns() -> tuple[re.Pattern[bytes], re.Pattern[str], tuple[tuple[
+        re.Pattern[str], re.Pattern[str], re.Pattern[str]], ...]]:
+    frequent = set(map(ord, FREQUENT_SYMBOLS))
+    classes = []
+    for _name, ranges in SYMBOL_BLOCKS:
+        parts = []
+        for first, last in _code_point_ranges(ranges):
+            start = first
+            for cp in [*sorted(c for c in frequent if first <= c <= last), last + 1]:
+                if start < cp:
+                    parts.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+                start = cp + 1
+        classes.append("[" + "".join(parts) + "]")
+    classes.append("[" + "".join(map(re.escape, FREQUENT_SYMBOLS)) + "]")
+    leads = b"|".join(
+        re.escape(bytes([lead])) + b"[" + re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi]))
+        + b"]" for _name, ranges in SYMBOL_BLOCKS for lead, lo, hi in ranges)
+    every = "(?:" + "|".join(classes) + ")+"
+    return re.compile(leads), re.compile(every), tuple(
+        (re.compile(f"{c}+"), re.compile(c), re.compile(f"({c})(?=\\1)")) for c in classes)
+
+
+_SYMBOL_ANY, _SYMBOL_SPANS, _SYMBOL_RUNS = _symbol_patterns()
 
 
 def symbol_features(raw: bytes) -> list[int]:
     """The counts of :data:`SYMBOL_FEATURES` in ``raw`` (UTF-8 bytes): one regular
-    expression search for any symbol block's character (most text has none and stops
-    there), then per block one scan for its runs (a run's characters: its length / the
-    block's UTF-8 width) and, when some run is longer than one character, one for its
-    repeats."""
-    blocks = len(SYMBOL_BLOCKS)
+    expression search of the bytes for any symbol block's lead and second byte (most text
+    has none and stops there), then, on the decoded text, per block one scan for its
+    characters and, when some are adjacent, one for its repeats; and one scan for the runs
+    of symbols of any block, each counted as a run of its first character's block (the
+    run weight stands for how a run joins the text around it: ``▁▂▃▄`` is one run, not
+    four)."""
+    blocks = len(SYMBOL_NAMES)
     out = [0] * (3 * blocks)
     if _SYMBOL_ANY.search(raw) is None:
         return out
-    for k, (pattern, repeat_pattern, width) in enumerate(_SYMBOL_RUNS):
-        runs = pattern.findall(raw)
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # not from a str: bytes that are no character count as none
+        text = raw.decode("utf-8", "replace")
+    spans = _SYMBOL_SPANS.findall(text)
+    firsts = "".join(span[0] for span in spans)
+    for k, (pattern, char_pattern, repeat_pattern) in enumerate(_SYMBOL_RUNS):
+        runs = pattern.findall(text)
         if runs:
-            out[k] = chars = sum(map(len, runs)) // width
-            out[blocks + k] = len(runs)
+            out[k] = chars = sum(map(len, runs))
+            out[blocks + k] = len(char_pattern.findall(firsts))
             if chars > len(runs):
-                out[2 * blocks + k] = len(repeat_pattern.findall(raw))
+                out[2 * blocks + k] = len(repeat_pattern.findall(text))
     return out
 
 
@@ -563,14 +601,14 @@ _SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
 # with PAIR_WEIGHTS and SCRIPT_WEIGHTS fixed. Order: SYMBOL_FEATURES.
 SYMBOL_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
     "o200k": (
-        2.071, 1.7102, 1.6801, 2.5012, 2.7037, 1.2393, 2.6037, -0.7069, -0.7697,
-        -0.7995, -0.8011, -0.8554, 0.0672, 0.5117, 0.0032, 0.052, -0.0033, -0.0244,
-        0.0479, 0.0664, -0.0138,
+        2.0884, 1.8639, 1.7485, 2.5146, 2.7246, 1.3066, 2.5629, 0.6883, -0.6688,
+        -0.8326, -0.8091, -0.8769, -0.8563, 0.0143, 0.4694, -0.3411, 0.0, 0.0504,
+        0.0572, 0.0099, 0.0625, 0.0454, 0.0045, 0.0,
     ),
     "cl100k": (
-        2.5091, 1.6877, 1.7429, 2.5025, 2.6951, 1.563, 2.457, -0.9148, -0.8484,
-        -0.925, -0.8736, -0.9059, -0.3016, 0.2276, 0.029, 0.0505, 0.0628, -0.0088,
-        0.0521, -0.1692, 0.0077,
+        2.5235, 1.8393, 1.7741, 2.5984, 2.7142, 1.4665, 2.4278, 1.5894, -0.964,
+        -0.8779, -0.8758, -0.9147, -0.9121, -0.1846, 0.2194, -0.5806, 0.0293,
+        0.0458, 0.0494, 0.0288, 0.0491, 0.0, 0.0059, 0.0,
     ),
 }
 _SYMBOL_UNITS: Final[dict[Family, tuple[int, ...]]] = {
@@ -629,10 +667,26 @@ def _script_tables() -> tuple[bytes, bytes]:
 
 
 _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE = _script_tables()
+
+
+def _frequent_bitmap() -> bytes:
+    """For the C accelerator: bit i of byte i >> 3 set for each of :data:`FREQUENT_SYMBOLS`,
+    where i = cp − 0x2000 for U+2000–U+2FFF and cp − 0x1F000 + 0x1000 for U+1F000–U+1FFFF
+    (the only ranges they are in)."""
+    bitmap = bytearray(0x11000 // 8)
+    for cp in map(ord, FREQUENT_SYMBOLS):
+        i = cp - 0x2000 if 0x2000 <= cp < 0x3000 else cp - 0x1F000 + 0x1000
+        if not (0 <= i < 0x11000):
+            raise ValueError(f"U+{cp:04X} is outside the frequent symbols' bitmap")
+        bitmap[i >> 3] |= 1 << (i & 7)
+    return bytes(bitmap)
+
+
+_FREQUENT_BITMAP: Final = _frequent_bitmap()
 _LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
                   DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"),
                   SCRIPT_SCALE, len(SCRIPT_GROUPS), len(SUB_BLOCKS + TWO_BYTE_BLOCKS),
-                  len(SYMBOL_BLOCKS), _SCRIPT_CLASSES)
+                  len(SYMBOL_NAMES), _SCRIPT_CLASSES)
 """The model's fixed shape, as the C accelerator states the one it was compiled for."""
 
 
@@ -677,7 +731,8 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
         estimate_in_c: Callable[[str], int] = partial(
             _SPEEDUPS.estimate, _CLASS, weights, _TRADITIONAL_BITMAP,
             TRADITIONAL_WEIGHT[family], _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE,
-            array("i", _SCRIPT_UNITS[family] + _SYMBOL_UNITS[family]).tobytes())
+            array("i", _SCRIPT_UNITS[family] + _SYMBOL_UNITS[family]).tobytes(),
+            _FREQUENT_BITMAP)
         return estimate_in_c
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
