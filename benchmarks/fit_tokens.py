@@ -239,8 +239,8 @@ def main_scripts(argv: Sequence[str]) -> int:
 
 
 SYMBOL_SAMPLES = 150
-SYMBOL_UNDER = 0.05
-SYMBOL_UNDER_BY = 0.05
+SYMBOL_UNDER = 0.01
+SYMBOL_UNDER_BY = 0.06
 
 
 def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:

@@ -11,12 +11,14 @@ from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.vocab import ensure_offline
 from ctxstack.token_model import (
     FREQUENT_SYMBOLS,
+    SYMBOL_BLOCKS,
     SYMBOL_FEATURES,
     SYMBOL_NAMES,
     SYMBOL_WEIGHTS,
     Family,
     estimate,
     estimator,
+    has_symbol,
     script_units,
     symbol_features,
 )
@@ -62,6 +64,16 @@ def test_general_punctuation_cjk_and_ascii_have_no_symbol_feature() -> None:
     for text in ("— “quoted” … • ‰ €", "日本語、中文。"):  # nor any script group: no correction
         assert script_units(text.encode(), "o200k") == 0
     assert symbol_features(b"\xe2\xa0") == [0] * len(SYMBOL_FEATURES)  # a cut character
+
+
+def test_the_symbol_check_finds_exactly_the_blocks_lead_and_second_bytes() -> None:
+    in_blocks = {(lead, second) for _name, ranges in SYMBOL_BLOCKS
+                 for lead, lo, hi in ranges for second in range(lo, hi + 1)}
+    for lead in range(0xC0, 0x100):
+        for second in range(0x80, 0xC0):
+            raw = b"x " + bytes([lead, second]) + b"\x80\x80 y"
+            assert has_symbol(raw) == ((lead, second) in in_blocks), (hex(lead), hex(second))
+    assert not has_symbol("plain — “text” 日本語 привет".encode())
 
 
 def test_frequent_symbols_are_distinct_and_in_the_blocks() -> None:

@@ -26,8 +26,19 @@ character and per run of characters, plus per block where one lead byte covers s
 that tokenize differently (Indic scripts, Thai, Georgian…; capitals, German and Ukrainian
 letters). Fitted after the pair weights, which it leaves unchanged, on Debian's
 translations (``benchmarks/fit_tokens.py --scripts``). ASCII text never pays for it, and
-text without those lead bytes (most Chinese and Japanese) skips it after three ``in``
+text without those lead bytes (most Chinese and Japanese) skips it after four ``in``
 tests on the class digits.
+
+Symbols: the pair model gave a run of symbols ~0.2 token a character, where a Braille
+spinner frame costs three byte tokens in both vocabularies and most arrows, shapes,
+dingbats, rare emoji and CJK extension B characters 1.5–4: spinner output was counted
+10–15x low and could overflow a budget that the estimate said it fitted. The same
+correction has a weight per character, per run and per repeat of each symbol block
+(:data:`SYMBOL_BLOCKS`; the characters that are one ``o200k_base`` token each,
+:data:`FREQUENT_SYMBOLS`, form a block of their own), fitted on synthetic layouts of the
+blocks' characters (``benchmarks/fit_tokens.py --symbols``) and biased upward: an
+under-count is what makes a budget overflow. Rules of merging characters (``────``) and
+common emoji remain over-counted (safe, not exact).
 
 Speed: no Python code visits a character. The UTF-8 bytes lose their continuation bytes
 (one byte per character) and are mapped to their class, written as one hex digit, by one
@@ -43,7 +54,9 @@ Text in other scripts pays :func:`script_features`: two ``translate`` calls, a `
 per group present and, for Indic, Thai, Georgian, Cyrillic, Greek and Latin-1 letters,
 one interleaved block pass (two ``translate``, two strided slice copies, one
 ``unhexlify``, single-byte counts) — Cyrillic or Hindi text costs about 2–4x what the
-pair pass alone did, still far from the exact tokenizers.
+pair pass alone did, still far from the exact tokenizers. Text with a symbol-class or
+four-byte character also pays one regular-expression search for the symbol blocks and,
+only if one is there, :func:`symbol_features` (a few scans of the decoded text).
 (An earlier version marked 、。「」 apart from kana with a ``bytes.replace``; refitted
 without it, the Chinese and Japanese errors did not change, so the pass was dropped.)
 
@@ -481,7 +494,7 @@ def _code_point_ranges(ranges: tuple[tuple[int, int, int], ...]) -> list[tuple[i
     return out
 
 
-def _symbol_patterns() -> tuple[re.Pattern[bytes], re.Pattern[str], tuple[tuple[
+def _symbol_patterns() -> tuple[re.Pattern[str], tuple[tuple[
         re.Pattern[str], re.Pattern[str], re.Pattern[str]], ...]]:
     frequent = set(map(ord, FREQUENT_SYMBOLS))
     classes = []
@@ -495,28 +508,56 @@ def _symbol_patterns() -> tuple[re.Pattern[bytes], re.Pattern[str], tuple[tuple[
                 start = cp + 1
         classes.append("[" + "".join(parts) + "]")
     classes.append("[" + "".join(map(re.escape, FREQUENT_SYMBOLS)) + "]")
-    leads = b"|".join(
-        re.escape(bytes([lead])) + b"[" + re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi]))
-        + b"]" for _name, ranges in SYMBOL_BLOCKS for lead, lo, hi in ranges)
     every = "(?:" + "|".join(classes) + ")+"
-    return re.compile(leads), re.compile(every), tuple(
+    return re.compile(every), tuple(
         (re.compile(f"{c}+"), re.compile(c), re.compile(f"({c})(?=\\1)")) for c in classes)
 
 
-_SYMBOL_ANY, _SYMBOL_SPANS, _SYMBOL_RUNS = _symbol_patterns()
+_SYMBOL_SPANS, _SYMBOL_RUNS = _symbol_patterns()
+
+
+def _symbol_marks() -> tuple[bytes, bytes]:
+    """(byte → a mark, the bytes to drop): the symbol blocks' lead bytes (E2 → ``E``, F0 →
+    ``F``, F1–F4 → ``G``) and the continuation bytes by range (80–83 → ``a``, 84–8F →
+    ``b``, 90–AF → ``c``, B0–BF → ``d``) are kept, every other byte dropped; a text has a
+    symbol block character iff its marks contain ``G``, ``Eb``, ``Ec``, ``Fc`` or ``Fd``
+    (E2 84–AF, F0 90–BF, F1–F4: :data:`SYMBOL_BLOCKS`, checked by the tests). Exact for
+    valid UTF-8: the byte after a lead byte is a continuation byte, never dropped."""
+    marks = bytearray(b"." * 256)
+    marks[0x80:0x84] = b"a" * 4
+    marks[0x84:0x90] = b"b" * 12
+    marks[0x90:0xB0] = b"c" * 32
+    marks[0xB0:0xC0] = b"d" * 16
+    marks[0xE2], marks[0xF0] = ord("E"), ord("F")
+    marks[0xF1:0xF5] = b"G" * 4
+    return bytes(marks), bytes(b for b in range(256) if marks[b] == ord("."))
+
+
+_SYMBOL_MARKS, _NOT_SYMBOL_MARKED = _symbol_marks()
+
+
+def has_symbol(raw: bytes) -> bool:
+    """Whether ``raw`` (UTF-8) has a character of a symbol block: one ``translate`` that
+    keeps only the marked bytes (a few per symbol or punctuation character in most text),
+    then substring tests of that (a regular expression search cost ~100x more)."""
+    marks = raw.translate(_SYMBOL_MARKS, _NOT_SYMBOL_MARKED)
+    if b"G" in marks:
+        return True
+    if b"E" in marks and (b"Ec" in marks or b"Eb" in marks):
+        return True
+    return b"F" in marks and (b"Fc" in marks or b"Fd" in marks)
 
 
 def symbol_features(raw: bytes) -> list[int]:
-    """The counts of :data:`SYMBOL_FEATURES` in ``raw`` (UTF-8 bytes): one regular
-    expression search of the bytes for any symbol block's lead and second byte (most text
-    has none and stops there), then, on the decoded text, per block one scan for its
-    characters and, when some are adjacent, one for its repeats; and one scan for the runs
-    of symbols of any block, each counted as a run of its first character's block (the
-    run weight stands for how a run joins the text around it: ``▁▂▃▄`` is one run, not
-    four)."""
+    """The counts of :data:`SYMBOL_FEATURES` in ``raw`` (UTF-8 bytes): :func:`has_symbol`
+    first (most text has none and stops there), then, on the decoded text, per block one
+    scan for its characters and, when some are adjacent, one for its repeats; and one
+    scan for the runs of symbols of any block, each counted as a run of its first
+    character's block (the run weight stands for how a run joins the text around it:
+    ``▁▂▃▄`` is one run, not four)."""
     blocks = len(SYMBOL_NAMES)
     out = [0] * (3 * blocks)
-    if _SYMBOL_ANY.search(raw) is None:
+    if not has_symbol(raw):
         return out
     try:
         text = raw.decode("utf-8", "surrogatepass")
@@ -540,14 +581,21 @@ def script_units(raw: bytes, family: Family) -> int:
     :func:`script_features`, plus Σ :data:`SYMBOL_WEIGHTS` × those of
     :func:`symbol_features`; 0 for text with none of the groups and none of the symbol
     blocks (both checked first)."""
-    units = 0
-    if raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
-        units = sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw),
-                                          strict=True) if c)
-    if _SYMBOL_ANY.search(raw) is not None:
-        units += sum(w * c for w, c in zip(_SYMBOL_UNITS[family], symbol_features(raw),
-                                           strict=True) if c)
-    return units
+    return _group_units(raw, family) + _symbol_units(raw, family)
+
+
+def _group_units(raw: bytes, family: Family) -> int:
+    if not raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
+        return 0
+    return sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw), strict=True)
+               if c)
+
+
+def _symbol_units(raw: bytes, family: Family) -> int:
+    if not has_symbol(raw):
+        return 0
+    return sum(w * c for w, c in zip(_SYMBOL_UNITS[family], symbol_features(raw), strict=True)
+               if c)
 
 
 def script_correction(raw: bytes, family: Family) -> float:
@@ -601,14 +649,14 @@ _SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
 # with PAIR_WEIGHTS and SCRIPT_WEIGHTS fixed. Order: SYMBOL_FEATURES.
 SYMBOL_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
     "o200k": (
-        2.0884, 1.8639, 1.7485, 2.5146, 2.7246, 1.3066, 2.5629, 0.6883, -0.6688,
-        -0.8326, -0.8091, -0.8769, -0.8563, 0.0143, 0.4694, -0.3411, 0.0, 0.0504,
-        0.0572, 0.0099, 0.0625, 0.0454, 0.0045, 0.0,
+        2.2292, 1.9886, 1.9839, 2.5784, 2.7258, 1.3835, 2.9225, 0.7208, -0.6717,
+        -0.83, -0.8098, -0.8834, -0.8586, 0.02, 0.4701, -0.3462, 0.0, 0.0505,
+        0.0561, 0.0089, 0.0619, 0.0459, 0.0038, 0.0,
     ),
     "cl100k": (
-        2.5235, 1.8393, 1.7741, 2.5984, 2.7142, 1.4665, 2.4278, 1.5894, -0.964,
-        -0.8779, -0.8758, -0.9147, -0.9121, -0.1846, 0.2194, -0.5806, 0.0293,
-        0.0458, 0.0494, 0.0288, 0.0491, 0.0, 0.0059, 0.0,
+        2.5559, 2.1045, 2.1802, 2.7232, 2.7771, 1.4816, 2.6142, 1.7459, -0.9614,
+        -0.8723, -0.8706, -0.9141, -0.9117, -0.1805, 0.2203, -0.5804, 0.0278,
+        0.0457, 0.0484, 0.0293, 0.0484, 0.0, 0.0071, 0.0,
     ),
 }
 _SYMBOL_UNITS: Final[dict[Family, tuple[int, ...]]] = {
@@ -737,7 +785,9 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
-    script, ratio = partial(script_units, family=family), SCRIPT_SCALE // SCALE
+    groups, symbols = partial(_group_units, family=family), partial(_symbol_units,
+                                                                    family=family)
+    ratio = SCRIPT_SCALE // SCALE
     two_byte, symbol, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
                                            for c in _SCRIPT_CLASSES)
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
@@ -751,11 +801,14 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
             raw = text.encode("utf-8", "surrogatepass")
             hexes = raw.translate(hex_class, _CONTINUATION)
             han = _HAN_HEX in hexes
-            # the script groups' and symbol blocks' lead bytes all fall in the two-byte,
-            # symbol, other-three-byte and four-byte classes: text with none of those
-            # (most CJK) skips the correction
-            correction = script(raw) if (two_byte in hexes or symbol in hexes
-                                         or other3 in hexes or four_byte in hexes) else 0
+            # the script groups' lead bytes all fall in the two-byte, other-three-byte and
+            # four-byte classes, the symbol blocks' in the symbol and four-byte ones: text
+            # with none of those (most CJK) skips the correction, text whose only
+            # non-ASCII characters are punctuation (— “ ”) its group part
+            four = four_byte in hexes
+            correction = groups(raw) if (two_byte in hexes or other3 in hexes or four) else 0
+            if four or symbol in hexes:
+                correction += symbols(raw)
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
