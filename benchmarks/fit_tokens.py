@@ -83,6 +83,7 @@ PRIOR = {"two_byte": 0.6, "symbol": 1.0, "kana": 0.7, "han": 0.9, "cjk_punct": 1
 """Tokens per character a class is pulled towards when the fit data has (almost) none of
 it (emoji, Thai…): the same ridge penalty applies, so classes with data ignore it."""
 MODEL_FILE = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "token_model.py"
+SCRIPTS_FILE = MODEL_FILE.with_name("token_scripts.py")  # SCRIPT_ and SYMBOL_WEIGHTS
 
 
 def feature_rows(texts: Sequence[str]) -> np.ndarray:
@@ -216,10 +217,10 @@ def write_scripts(params: dict[Family, np.ndarray]) -> None:
         values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
                                initial_indent=" " * 8, subsequent_indent=" " * 8)
         blocks.append(f'    "{fam}": (\n{values},\n    ),')
-    source = MODEL_FILE.read_text()
+    source = SCRIPTS_FILE.read_text()
     source = re.sub(r"(SCRIPT_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
                     lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
-    MODEL_FILE.write_text(source)
+    SCRIPTS_FILE.write_text(source)
 
 
 def main_scripts(argv: Sequence[str]) -> int:
@@ -234,7 +235,7 @@ def main_scripts(argv: Sequence[str]) -> int:
                                                                   strict=True)))
     if "--write" in argv:
         write_scripts(params)
-        print(f"wrote {MODEL_FILE}")
+        print(f"wrote {SCRIPTS_FILE}")
     return 0
 
 
@@ -247,7 +248,7 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     """Ridge least squares of the relative residual on the symbol features, then each
     block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
     that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
-    from ctxstack.token_model import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
+    from ctxstack.token_scripts import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
 
     flat = [(k, t) for k, items in texts.items() for t in items]
     raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
@@ -320,12 +321,12 @@ def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
         values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
                                initial_indent=" " * 8, subsequent_indent=" " * 8)
         blocks.append(f'    "{fam}": (\n{values},\n    ),')
-    source = MODEL_FILE.read_text()
+    source = SCRIPTS_FILE.read_text()
     source = re.sub(r"(SYMBOL_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
                     lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
     source = re.sub(r"(FREQUENT_SYMBOLS: Final = )\(\n.*?\n\)",
                     lambda m: m.group(1) + python_literal(frequent), source, flags=re.S)
-    MODEL_FILE.write_text(source)
+    SCRIPTS_FILE.write_text(source)
 
 
 def main_symbols(argv: Sequence[str]) -> int:
@@ -348,7 +349,7 @@ def main_symbols(argv: Sequence[str]) -> int:
                                                                   strict=True)))
     if "--write" in argv:
         write_symbols(params, frequent)
-        print(f"wrote {MODEL_FILE}")
+        print(f"wrote {SCRIPTS_FILE}")
     return 0
 
 

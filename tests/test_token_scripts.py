@@ -27,7 +27,7 @@ def features(text: str) -> dict[str, int]:
 
 
 def test_feature_names_and_weights_line_up() -> None:
-    from ctxstack.token_model import _BlockPass
+    from ctxstack.token_scripts import _BlockPass
 
     assert len(set(SCRIPT_FEATURES)) == len(SCRIPT_FEATURES)
     # a block pass writes a lead and a second-byte segment as one hex digit each
