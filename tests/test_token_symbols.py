@@ -76,6 +76,16 @@ def test_the_symbol_check_finds_exactly_the_blocks_lead_and_second_bytes() -> No
     assert not has_symbol("plain — “text” 日本語 привет".encode())
 
 
+def test_the_symbol_blocks_are_exactly_the_two_ranges_scanned_first() -> None:
+    from ctxstack.token_scripts import _code_point_ranges
+
+    covered: set[int] = set()
+    for _name, ranges in SYMBOL_BLOCKS:
+        for first, last in _code_point_ranges(ranges):
+            covered.update(range(first, last + 1))
+    assert covered == set(range(0x2100, 0x2C00)) | set(range(0x10000, 0x110000))
+
+
 def test_frequent_symbols_are_distinct_and_in_the_blocks() -> None:
     assert len(set(FREQUENT_SYMBOLS)) == len(FREQUENT_SYMBOLS)
     for ch in FREQUENT_SYMBOLS:

@@ -239,7 +239,10 @@ def _symbol_patterns() -> tuple[re.Pattern[str], tuple[tuple[
                 start = cp + 1
         classes.append("[" + "".join(parts) + "]")
     classes.append("[" + "".join(map(re.escape, FREQUENT_SYMBOLS)) + "]")
-    every = "(?:" + "|".join(classes) + ")+"
+    # every symbol block together is exactly U+2100–U+2BFF and U+10000–U+10FFFF: a class
+    # of two ranges, which the regular expression engine tests at once (the blocks'
+    # classes, with holes for the frequent characters, are range lists it walks)
+    every = "[\u2100-\u2bff\U00010000-\U0010ffff]+"
     return re.compile(every), tuple(
         (re.compile(f"{c}+"), re.compile(c), re.compile(f"({c})(?=\\1)")) for c in classes)
 
@@ -296,6 +299,7 @@ def symbol_features(raw: bytes) -> list[int]:
         text = raw.decode("utf-8", "replace")
     spans = _SYMBOL_SPANS.findall(text)
     firsts = "".join(span[0] for span in spans)
+    text = "\n".join(spans)  # the blocks' scans then read the symbols only
     for k, (pattern, char_pattern, repeat_pattern) in enumerate(_SYMBOL_RUNS):
         runs = pattern.findall(text)
         if runs:
