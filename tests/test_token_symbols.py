@@ -35,9 +35,10 @@ def test_feature_names_and_weights_line_up() -> None:
     for family in ("o200k", "cl100k"):
         assert len(SYMBOL_WEIGHTS[family]) == len(SYMBOL_FEATURES)  # type: ignore[index]
     # a repeat never lowers a count: most repeated symbols do not merge
-    repeats = [w for name, w in zip(SYMBOL_FEATURES, SYMBOL_WEIGHTS["o200k"], strict=True)
-               if name.endswith("_repeats")]
-    assert min(repeats) >= 0
+    for weights in SYMBOL_WEIGHTS.values():
+        repeats = [w for name, w in zip(SYMBOL_FEATURES, weights, strict=True)
+                   if name.endswith("_repeats")]
+        assert min(repeats) >= 0
 
 
 def test_blocks_count_characters_runs_and_repeats() -> None:
