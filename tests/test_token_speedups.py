@@ -168,6 +168,10 @@ def test_same_results_on_long_runs(pieces: list[tuple[str, int]], tail: str) -> 
     "Tiếng Việt", "ქართული ენა", "\U0010ffff\U00010000",
     "⠋⠙⠹⠸" * 50, "─" * 5000, "█" * 10 + "░" * 10, "┌──┐\n│ab│\n└──┘", "✓ → ★",
     "😀" * 3 + "\u200d" + "🔥", "⠋ x ⠋⠋", "𠀀𠀀𝐀",
+    # symbol-class punctuation only (the accelerator skips its correction pass), then with
+    # one symbol block character at either end
+    "他说：“中文”——好。" * 50, "“quoted” — text…", "⠋他说：“中文”", "他说：“中文”✓", "\u2100", "\u2bff",
+    "\u20ff\u2c00",
 ])
 def test_same_results_on_edge_cases(text: str) -> None:
     both(text)

@@ -63,6 +63,9 @@
 #define SCRIPT_CLASS_D 15
 #define SCRIPT_CLASS_MASK (1u << SCRIPT_CLASS_A | 1u << SCRIPT_CLASS_B \
                            | 1u << SCRIPT_CLASS_C | 1u << SCRIPT_CLASS_D)
+/* The classes of the groups' lead bytes: with none of them seen, only a symbol block
+ * character (U+2100-U+2BFF here) can make the correction non-zero. */
+#define GROUP_CLASS_MASK (1u << SCRIPT_CLASS_A | 1u << SCRIPT_CLASS_C | 1u << SCRIPT_CLASS_D)
 /* Texts this long are counted with the GIL released (the str is immutable and the
  * caller's references keep it and the tables alive). */
 #define NOGIL_CHARS (1 << 20)
@@ -198,6 +201,43 @@ is_frequent(const unsigned char *frequent, Py_UCS4 cp)
     return (frequent[i >> 3] >> (i & 7)) & 1;
 }
 
+/* Whether some code point is in a symbol block: U+2100-U+2BFF or U+10000 and above (all
+ * of SYMBOL_BLOCKS, as token_scripts' tests check). A tight loop, much cheaper than the
+ * script pass: text whose only non-ASCII characters are punctuation (Chinese with its
+ * quotation marks, English with dashes) skips the pass. */
+#define HAS_SYMBOL_BLOCK(TYPE)                                                  \
+    do {                                                                        \
+        const TYPE *s = (const TYPE *)data;                                     \
+        unsigned int found = 0;                                                 \
+        for (Py_ssize_t i = 0; i < n; i++) {                                    \
+            Py_UCS4 cp = s[i];                                                  \
+            found |= (cp - 0x2100u < 0xB00u) | (cp >= 0x10000u);                \
+        }                                                                       \
+        return (int)found;                                                      \
+    } while (0)
+
+static int
+has_symbol_block(int kind, const void *data, Py_ssize_t n)
+{
+    if (kind == PyUnicode_2BYTE_KIND)
+        HAS_SYMBOL_BLOCK(Py_UCS2);
+    else if (kind == PyUnicode_4BYTE_KIND)
+        HAS_SYMBOL_BLOCK(Py_UCS4);
+    return 0;  /* a 1-byte str has no symbol (and never gets here: Latin-1 is a group) */
+}
+
+/* Whether the script pass can add anything: a group's class was seen, or a symbol block
+ * character is there. */
+static int
+needs_script_pass(int kind, const void *data, Py_ssize_t n, unsigned int seen)
+{
+    if (!(seen & SCRIPT_CLASS_MASK))
+        return 0;
+    if (seen & GROUP_CLASS_MASK)
+        return 1;
+    return has_symbol_block(kind, data, n);
+}
+
 static int64_t
 script_pass(int kind, const void *data, Py_ssize_t n, const unsigned char *groups,
             const unsigned char *blocks, const unsigned char *weight_bytes,
@@ -304,7 +344,7 @@ estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         sum_pass(kind, data, n, classes, weights, &sums);
         if (sums.first_han >= 0)
             hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
-        if (may_have_script && (sums.seen & SCRIPT_CLASS_MASK))
+        if (may_have_script && needs_script_pass(kind, data, n, sums.seen))
             script = script_pass(kind, data, n, groups, blocks, script_weights,
                                  frequent);
         Py_END_ALLOW_THREADS
@@ -313,7 +353,7 @@ estimate(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         sum_pass(kind, data, n, classes, weights, &sums);
         if (sums.first_han >= 0)
             hits = traditional_hits(kind, data, sums.first_han, sums.last_han, bitmap);
-        if (may_have_script && (sums.seen & SCRIPT_CLASS_MASK))
+        if (may_have_script && needs_script_pass(kind, data, n, sums.seen))
             script = script_pass(kind, data, n, groups, blocks, script_weights,
                                  frequent);
     }
