@@ -66,8 +66,10 @@ is meant to keep (issue 13), and pure Python could not get closer without droppi
 features that make it accurate. So an optional C extension, ``ctxstack._speedups``
 (``_speedups.c``, plain CPython API), computes the same model in one pass over the str's
 code points — plus, when that pass saw a character of the classes that hold the script
-groups, a second pass for the per-script correction (ASCII and most CJK text never pay
-for it); it is built on install when a C compiler is present. Both paths add the
+groups or the symbol blocks, a second pass for the correction (ASCII and most CJK text
+never pay for it; text whose only such characters are punctuation — Chinese quotation
+marks, English dashes — pays one branch-free scan for a symbol block character instead);
+it is built on install when a C compiler is present. Both paths add the
 correction as the same integer, in 1/:data:`SCRIPT_SCALE` tokens, to the pair units
 before the one division and rounding, so both return the same integer for every text
 (tested over arbitrary Unicode, the correction's scripts and the benchmark corpus);
