@@ -19,6 +19,34 @@ every step is exact arithmetic or a unique least-squares solution.
 
     python -m benchmarks.fit_tokens            # print the fit-set errors
     python -m benchmarks.fit_tokens --write    # also rewrite the constants in token_model.py
+
+Per-script corrections (``ctxstack.token_model.SCRIPT_WEIGHTS``), fitted *after* the pair
+weights, which stay fixed (so English, code, JSON, Chinese and Japanese keep the pair
+model's behaviour): ``--scripts``. Data: the ``"fit"`` split of
+:func:`benchmarks.token_corpus.gather_scripts` (translations in other scripts) plus the
+pair fit's own texts (so that a stray accent in English prose or a Greek letter in code
+constrains the weights too). Method: ridge least squares (``SCRIPT_RIDGE``) of the
+relative residual (exact − pair estimate) / exact on :func:`ctxstack.token_model.
+script_features`, each language group and kind weighted equally; weights rounded to
+1/10,000 token.
+
+    python -m benchmarks.fit_tokens --scripts            # print fit-set errors per group
+    python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
+
+Symbol blocks (``SYMBOL_WEIGHTS``: arrows and technical signs, box drawing, shapes,
+dingbats, Braille, emoji, other four-byte characters), fitted last with the pair and
+script weights fixed: ``--symbols``. Data: the ``"fit"`` split of
+:mod:`benchmarks.symbol_corpus` (synthetic layouts of each block's even code points among
+fit-split English words). Method as for the scripts (relative residual, each block weighted
+equally, ``SCRIPT_RIDGE``; a repeat weight that comes out negative is dropped and the rest
+refitted: only a few repeated symbols merge — ``─`` does, ``●`` does not — and a negative
+weight would under-count the others), then each block's per-character weight is raised until at most
+``SYMBOL_UNDER`` of its fit texts are under-counted by more than ``SYMBOL_UNDER_BY``: these
+characters cost 1–4 tokens each, a text made of them is counted far off when it is
+under-counted at all, and an under-count is what makes a budget overflow.
+
+    python -m benchmarks.fit_tokens --symbols            # print fit-set errors per block
+    python -m benchmarks.fit_tokens --symbols --write    # rewrite SYMBOL_WEIGHTS
 """
 
 from __future__ import annotations
@@ -31,9 +59,20 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.token_corpus import gather
+from benchmarks.token_corpus import gather, gather_scripts
 from benchmarks.vocab import ensure_offline
-from ctxstack.token_model import CLASSES, OFFSET, SCALE, Family, pair_codes, traditional_count
+from ctxstack.token_model import (
+    CLASSES,
+    OFFSET,
+    SCALE,
+    SCRIPT_FEATURES,
+    Family,
+    estimator,
+    pair_codes,
+    script_features,
+    symbol_features,
+    traditional_count,
+)
 
 ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 SAMPLES_PER_KIND = 400
@@ -44,6 +83,7 @@ PRIOR = {"two_byte": 0.6, "symbol": 1.0, "kana": 0.7, "han": 0.9, "cjk_punct": 1
 """Tokens per character a class is pulled towards when the fit data has (almost) none of
 it (emoji, Thai…): the same ridge penalty applies, so classes with data ignore it."""
 MODEL_FILE = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "token_model.py"
+SCRIPTS_FILE = MODEL_FILE.with_name("token_scripts.py")  # SCRIPT_ and SYMBOL_WEIGHTS
 
 
 def feature_rows(texts: Sequence[str]) -> np.ndarray:
@@ -138,7 +178,186 @@ def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
     MODEL_FILE.write_text(source)
 
 
+SCRIPT_RIDGE = 1e-4
+SCRIPT_SAMPLES = 400
+
+
+def pair_only_estimate(text: str, family: Family) -> float:
+    """The pair model's estimate without the script correction (what the correction is
+    fitted on top of): the full estimate minus the correction currently in force, before
+    rounding — recomputed from the features so rounding does not leak in."""
+    from ctxstack.token_model import SCRIPT_WEIGHTS
+
+    raw = text.encode("utf-8", "surrogatepass")
+    current = float(np.dot(SCRIPT_WEIGHTS[family], script_features(raw)))
+    return estimator(family)(text) - current
+
+
+def fit_scripts(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual on the script features."""
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    x = np.array([script_features(t.encode("utf-8", "surrogatepass")) for _k, t in flat],
+                 float)
+    y = exact_counts([t for _k, t in flat], family)
+    base = np.array([pair_only_estimate(t, family) for _k, t in flat])
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    a = x * (w / y)[:, None]
+    b = (y - base) * w / y
+    n = len(SCRIPT_FEATURES)
+    coef, *_ = np.linalg.lstsq(np.vstack([a, np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
+                               np.concatenate([b, np.zeros(n)]), rcond=None)
+    return np.round(coef, 4)
+
+
+def write_scripts(params: dict[Family, np.ndarray]) -> None:
+    import textwrap
+
+    blocks = []
+    for fam, coef in params.items():
+        values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
+                               initial_indent=" " * 8, subsequent_indent=" " * 8)
+        blocks.append(f'    "{fam}": (\n{values},\n    ),')
+    source = SCRIPTS_FILE.read_text()
+    source = re.sub(r"(SCRIPT_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
+                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    SCRIPTS_FILE.write_text(source)
+
+
+def main_scripts(argv: Sequence[str]) -> int:
+    texts = {k: v for k, v in gather_scripts("fit", SCRIPT_SAMPLES).items() if v}
+    base, _missing = gather("fit", SCRIPT_SAMPLES)
+    texts.update({k: v for k, v in base.items() if v})
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params: dict[Family, np.ndarray] = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_scripts(texts, family)
+        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SCRIPT_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        write_scripts(params)
+        print(f"wrote {SCRIPTS_FILE}")
+    return 0
+
+
+SYMBOL_SAMPLES = 150
+SYMBOL_UNDER = 0.01
+SYMBOL_UNDER_BY = 0.06
+
+
+def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual on the symbol features, then each
+    block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
+    that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
+    from ctxstack.token_scripts import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
+
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
+    x = np.array([symbol_features(r) for r in raws], float)
+    y = exact_counts([t for _k, t in flat], family)
+    current = x @ (np.array(_SYMBOL_UNITS[family], float) / SCRIPT_SCALE)
+    base = np.array([estimator(family)(t) for _k, t in flat]) - current
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    n = x.shape[1]
+    keep = np.ones(n, bool)
+    while True:  # a negative repeat weight is dropped: most repeated symbols do not merge
+        cols = x[:, keep]
+        coef = np.zeros(n)
+        coef[keep], *_ = np.linalg.lstsq(
+            np.vstack([cols * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(keep.sum())]),
+            np.concatenate([(y - base) * w / y, np.zeros(keep.sum())]), rcond=None)
+        negative = [i for i in range(2 * n // 3, n) if keep[i] and coef[i] < 0]
+        if not negative:
+            break
+        keep[negative] = False
+    names = list(SYMBOL_NAMES)
+    for b, name in enumerate(names):
+        rows = np.array([k == name for k, _t in flat])
+        while rows.any():
+            err = (base[rows] + x[rows] @ coef - y[rows]) / y[rows]
+            if np.mean(err < -SYMBOL_UNDER_BY) <= SYMBOL_UNDER:
+                break
+            coef[b] += 1 / 64
+    return np.round(coef, 4)
+
+
+def frequent_symbols() -> str:
+    """The symbol blocks' characters that are one ``o200k_base`` token each, in code point
+    order (``FREQUENT_SYMBOLS``)."""
+    import tiktoken
+
+    from benchmarks.symbol_corpus import block_chars
+    from ctxstack.token_model import SYMBOL_BLOCKS
+
+    ensure_offline(ENCODING_OF["o200k"])
+    enc = tiktoken.get_encoding(ENCODING_OF["o200k"])
+    return "".join(sorted({ch for name, _r in SYMBOL_BLOCKS for split in ("fit", "eval")
+                           for ch in block_chars(name, split, frequent=True)
+                           if len(enc.encode(ch)) == 1}))
+
+
+def python_literal(chars: str, width: int = 84) -> str:
+    """``chars`` as a parenthesised string literal of lines of at most ``width``
+    characters; a character that NFC normalisation would change (U+2126 OHM SIGN) is
+    written as an escape, so no editor can silently turn it into another."""
+    import unicodedata
+
+    pieces = [f"\\u{ord(c):04x}" if unicodedata.normalize("NFC", c) != c else c
+              for c in chars]
+    lines, line = [], ""
+    for piece in pieces:
+        if len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    lines.append(line)
+    return "(\n" + "".join(f'    "{x}"\n' for x in lines) + ")"
+
+
+def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
+    import textwrap
+
+    blocks = []
+    for fam, coef in params.items():
+        values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
+                               initial_indent=" " * 8, subsequent_indent=" " * 8)
+        blocks.append(f'    "{fam}": (\n{values},\n    ),')
+    source = SCRIPTS_FILE.read_text()
+    source = re.sub(r"(SYMBOL_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
+                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    source = re.sub(r"(FREQUENT_SYMBOLS: Final = )\(\n.*?\n\)",
+                    lambda m: m.group(1) + python_literal(frequent), source, flags=re.S)
+    SCRIPTS_FILE.write_text(source)
+
+
+def main_symbols(argv: Sequence[str]) -> int:
+    from benchmarks.symbol_corpus import symbol_texts
+    from ctxstack.token_model import FREQUENT_SYMBOLS, SYMBOL_FEATURES, SYMBOL_WEIGHTS
+
+    frequent = frequent_symbols()
+    if frequent != FREQUENT_SYMBOLS:
+        print(f"FREQUENT_SYMBOLS changes ({len(FREQUENT_SYMBOLS)} -> {len(frequent)} "
+              "characters): write it (--write), then fit again")
+        if "--write" in argv:
+            write_symbols({f: np.array(SYMBOL_WEIGHTS[f]) for f in ENCODING_OF}, frequent)
+        return 1
+    texts = {k: v for k, v in symbol_texts("fit", SYMBOL_SAMPLES).items() if v}
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params: dict[Family, np.ndarray] = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_symbols(texts, family)
+        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SYMBOL_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        write_symbols(params, frequent)
+        print(f"wrote {SCRIPTS_FILE}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
+    if "--scripts" in argv:
+        return main_scripts(argv)
+    if "--symbols" in argv:
+        return main_symbols(argv)
     texts, missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
     for kind, why in missing.items():

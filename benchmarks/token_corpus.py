@@ -31,6 +31,23 @@ Two **disjoint** splits:
 * mixed chat: role-prefixed turns stitched from the other eval texts (English, Chinese,
   Japanese, code, JSON), as a conversation mixing them would read.
 
+**Other scripts** (:func:`gather_scripts`, per language group of :data:`SCRIPT_GROUPS`; what
+``benchmarks/fit_tokens.py --scripts`` fits the per-script corrections of
+:mod:`ctxstack.token_model` on, and what the accuracy benchmark's per-language rows
+evaluate): human translations shipped by Debian packages, read where they are installed —
+
+* gettext catalogs (``/usr/share/locale/<lang>/LC_MESSAGES/<domain>.mo``, read with
+  :mod:`gettext`) of the domains in :data:`CATALOG_DOMAINS` (GTK, GLib, GSettings schemas,
+  dpkg, APT, coreutils: ``scripts/install-corpus-deps`` installs their packages): every
+  translated message whose English ``msgid`` differs from its translation. A message is in
+  the ``"fit"`` or the ``"eval"`` split by a stable hash of its **English msgid**, so a
+  sentence the fit saw in one language is never evaluated in any language; each catalog's
+  messages of a split are joined by newlines (in catalog order) and cut into chunks;
+* manual pages of Debian's ``manpages-l10n`` (``manpages-de``, ``-fr``, ``-es``,
+  ``-pt-br``, ``-pl``, ``-ru``, ``-uk``, ``-el``, ``-vi``) and the Korean pages that
+  ``man-db``, ``login``, ``passwd``, ``psmisc`` and ``xz-utils`` ship, split by a hash of
+  the page's file name like the Chinese and Japanese ones.
+
 A split is chosen by a stable hash (``zlib.crc32``) of the file path or distribution
 name, so it is the same on every run and machine. Texts are cut into chunks of
 ``MIN_CHARS``–``MAX_CHARS`` characters at line boundaries with a seeded RNG.
@@ -61,6 +78,27 @@ MAX_CHARS = 4000
 MAN_DIRS = {"zh": ("/usr/share/man/zh_CN", "/usr/share/man/zh_TW"),
             "ja": ("/usr/share/man/ja",)}
 MAN_PACKAGES = {"zh": "manpages-zh", "ja": "manpages-ja"}
+LOCALE_ROOT = Path("/usr/share/locale")
+MAN_ROOT = Path("/usr/share/man")
+CATALOG_DOMAINS = ("gtk20", "gtk20-properties", "glib20", "gsettings-desktop-schemas", "dpkg",
+                   "apt", "libapt-pkg6.0", "coreutils", "gdk-pixbuf", "Linux-PAM", "grep", "sed", "shadow")
+"""gettext domains read for other scripts (packages: libgtk2.0-common, libglib2.0-data,
+gsettings-desktop-schemas, dpkg, apt, coreutils)."""
+SCRIPT_GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # group label: (catalog languages, manual-page languages)
+    "Latin script (de/fr/es/pt-BR/pl)": ((), ("de", "fr", "es", "pt_BR", "pl")),
+    "Vietnamese": (("vi",), ("vi",)),
+    "Cyrillic (ru/uk)": (("ru", "uk"), ("ru", "uk")),
+    "Greek": (("el",), ("el",)),
+    "Korean": (("ko",), ("ko",)),
+    "Arabic/Persian": (("ar", "fa"), ()),
+    "Hebrew": (("he",), ()),
+    "Devanagari (hi/mr/ne)": (("hi", "mr", "ne"), ()),
+    "other Indic (bn/pa/gu/ta/te/kn/ml)": (("bn", "pa", "gu", "ta", "te", "kn", "ml"), ()),
+    "Thai": (("th",), ()),
+    "Georgian/Khmer/Myanmar": (("ka", "km", "my"), ()),
+}
+"""Language groups of other scripts, as reported by the accuracy benchmark."""
 
 
 def _half(key: str) -> Split:
@@ -262,6 +300,65 @@ def man_texts(lang: Literal["zh", "ja"], split: Split) -> list[str]:
     return out
 
 
+def catalog_texts(lang: str, split: Split) -> list[str]:
+    """Per gettext catalog of ``lang`` (see :data:`CATALOG_DOMAINS`): its translated
+    messages whose English msgid hashes into ``split``, joined by newlines ([] when none is
+    installed). Plural forms count as messages of their msgid."""
+    import gettext
+
+    out = []
+    for domain in CATALOG_DOMAINS:
+        path = LOCALE_ROOT / lang / "LC_MESSAGES" / f"{domain}.mo"
+        try:
+            with path.open("rb") as fh:
+                catalog = gettext.GNUTranslations(fh)._catalog  # type: ignore[attr-defined]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError):
+            continue
+        lines = []
+        for key, value in catalog.items():
+            msgid = key[0] if isinstance(key, tuple) else key
+            if not msgid or not value or value == msgid or _half("msg:" + msgid) != split:
+                continue
+            lines.append(value.strip())
+        if lines:
+            out.append("\n".join(lines))
+    return out
+
+
+def localized_man_texts(lang: str, split: Split) -> list[str]:
+    """Stripped ``manpages-l10n`` pages of ``lang`` whose file name hashes into ``split``."""
+    out = []
+    for path in sorted((MAN_ROOT / lang).glob("man*/*.gz")):
+        if _half(path.name) != split:
+            continue
+        try:
+            out.append(strip_roff(gzip.decompress(path.read_bytes()).decode("utf-8")))
+        except (OSError, UnicodeDecodeError, EOFError):
+            continue
+    return out
+
+
+def gather_scripts(split: Split, n: int, seed: int = 17) -> dict[str, list[str]]:
+    """Up to ``n`` texts of 500–4,000 characters per language group of
+    :data:`SCRIPT_GROUPS` for ``split`` ([] for a group whose sources are not installed).
+    Each language of a group contributes about equally."""
+    out: dict[str, list[str]] = {}
+    for group, (catalog_langs, man_langs) in SCRIPT_GROUPS.items():
+        rng = random.Random(f"{seed}:{group}")  # per group: one group's sources never
+        # shift another's chunks
+        per_lang: list[list[str]] = []
+        for lang in dict.fromkeys(catalog_langs + man_langs):
+            sources = (catalog_texts(lang, split) if lang in catalog_langs else []) + \
+                (localized_man_texts(lang, split) if lang in man_langs else [])
+            pieces = list(consecutive_chunks(sources, rng))
+            if pieces:
+                per_lang.append(_sample(pieces, rng, n))
+        share = (n + len(per_lang) - 1) // max(1, len(per_lang))
+        picked = [t for texts in per_lang for t in texts[:share]]
+        out[group] = _sample(picked, rng, n)
+    return out
+
+
 def cjkencodings(lang: Literal["zh", "ja"]) -> list[str]:
     """CPython's CJK codec test texts (UTF-8 versions), eval split only."""
     names = {"zh": ("gb2312", "gbk", "gb18030", "big5", "big5hkscs", "hz"),
@@ -295,6 +392,22 @@ def chunks(texts: Iterable[str], rng: random.Random, per_text: int = 3) -> Itera
             piece = text[start:start + size].strip()
             if len(piece) >= MIN_CHARS:
                 yield piece
+
+
+def consecutive_chunks(texts: Iterable[str], rng: random.Random) -> Iterator[str]:
+    """Each text cut into consecutive, non-overlapping line-aligned pieces of
+    MIN_CHARS–MAX_CHARS characters (a catalog is one long text: random windows would
+    repeat it)."""
+    for text in texts:
+        start = 0
+        while len(text) - start >= MIN_CHARS:
+            end = start + rng.randint(MIN_CHARS, MAX_CHARS)
+            cut = text.rfind("\n", start + MIN_CHARS, end) if end < len(text) else len(text)
+            end = cut if cut > 0 else min(end, len(text))
+            piece = text[start:end].strip()
+            if len(piece) >= MIN_CHARS:
+                yield piece
+            start = end + 1
 
 
 def _sample(pool: list[str], rng: random.Random, n: int) -> list[str]:

@@ -24,9 +24,19 @@ from ctxstack.model_counters import (
 from ctxstack.token_model import (
     _CLASS,
     FAMILIES,
+    FREQUENT_SYMBOLS,
     PAIR_WEIGHTS,
     SCALE,
+    SCRIPT_FEATURES,
+    SCRIPT_GROUPS,
+    SCRIPT_SCALE,
+    SCRIPT_WEIGHTS,
+    SUB_BLOCKS,
+    SYMBOL_BLOCKS,
+    SYMBOL_NAMES,
+    SYMBOL_WEIGHTS,
     TRADITIONAL_WEIGHT,
+    TWO_BYTE_BLOCKS,
     Family,
     estimate,
     lower_bound,
@@ -110,14 +120,63 @@ def reference_estimate(text: str, family: Family) -> int:
     classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
     units = sum(PAIR_WEIGHTS[family][a][b]
                 for a, b in zip(classes, [*classes[1:], 0], strict=True))
-    tokens = units / SCALE + TRADITIONAL_WEIGHT[family] * traditional_count(text)
+    # the correction in whole 1/SCRIPT_SCALE units, added to the pair units before the
+    # one division (as both estimator paths do, so that they agree to the last bit)
+    script = sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
+        SCRIPT_WEIGHTS[family], reference_script_features(text), strict=True))
+    script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
+        SYMBOL_WEIGHTS[family], reference_symbol_features(text), strict=True))
+    tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
+    tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     return max(int(tokens + 0.5), lower_bound(len(text)))
+
+
+def reference_script_features(text: str) -> list[int]:
+    """ctxstack.token_model.script_features, one character at a time in Python."""
+    leads = ((0xC2, 0xC3), (0xC4, 0xCC), (0xCD, 0xCF), (0xD0, 0xD4), (0xD5, 0xD7), (0xD8, 0xDF),
+             (0xE0, 0xE0), (0xE1, 0xE1), (0xEA, 0xED), (0xF0, 0xF4))
+    groups = len(SCRIPT_GROUPS)
+    out = [0] * len(SCRIPT_FEATURES)
+    previous = None
+    for ch in text:
+        raw = ch.encode("utf-8", "surrogatepass")
+        group = next((i for i, (lo, hi) in enumerate(leads) if lo <= raw[0] <= hi), None)
+        if group is not None:
+            out[group] += 1
+            out[groups + group] += previous is None
+            for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + TWO_BYTE_BLOCKS):
+                out[2 * groups + k] += raw[0] == lead and raw[1] in seconds
+        previous = group
+    return out
+
+
+def reference_symbol_features(text: str) -> list[int]:
+    """ctxstack.token_model.symbol_features, one character at a time in Python."""
+    blocks = len(SYMBOL_NAMES)
+    out = [0] * (3 * blocks)
+    previous: tuple[int | None, str] = (None, "")
+    for ch in text:
+        raw = ch.encode("utf-8", "surrogatepass")
+        block = next((k for k, (_name, ranges) in enumerate(SYMBOL_BLOCKS)
+                      for lead, lo, hi in ranges
+                      if len(raw) > 2 and raw[0] == lead and lo <= raw[1] <= hi), None)
+        if block is not None and ch in FREQUENT_SYMBOLS:
+            block = SYMBOL_NAMES.index("frequent")
+        if block is not None:
+            out[block] += 1
+            out[blocks + block] += previous[0] is None
+            out[2 * blocks + block] += previous[1] == ch
+        previous = (block, ch)
+    return out
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
     # lengths around the nibble-sum chunk (4,368 pairs), odd and even, every class
-    piece = 'def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
+    piece = ('def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
+             "Привет МИР, ΕΛΛΆΔΑ Ελληνικά, ÀÉÎÕÜ ßäöü łąka Їжак ґава, עברית, العربية,"
+             " हिन्दी, தமிழ், 한국어, Tiếng Việt, ქართული\n"
+             "⠋⠙⠹ Loading ████░░ 50% ┌──┬──┐ ✓ → ≤ 👨\u200d👩\u200d👧 👍🏽 𠀀𝐀\n")
     for n in (1, 2, 3, 255, 256, 257, 4367, 4368, 4369, 4370, 9000, 20001):
         text = (piece * (n // len(piece) + 1))[:n]
         assert estimate(text, family) == reference_estimate(text, family), n

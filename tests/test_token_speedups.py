@@ -22,6 +22,8 @@ from ctxstack.token_model import (
     _TRADITIONAL_CHARS,
     ACCELERATED,
     FAMILIES,
+    SUB_BLOCKS,
+    TWO_BYTE_BLOCKS,
     Family,
     estimate,
     estimator,
@@ -78,10 +80,53 @@ def test_asking_for_a_missing_accelerator_is_a_config_error(
 SPECIAL = ("aZ09 \t\n\r_\"'`()[]{}<>.,;:!?\x00\x7f\xa0éÿĀߟࠀ\u2014→"
            "、。「」ひらがなカタカナ中文字日本語" + _TRADITIONAL_CHARS +
            "，！？\uffff\ufeffไทย한국\U0001f600\U00010000\U0010ffff\ud800\udfff\udbff")
+
+
+def block_chars(lead: int, seconds: tuple[int, ...]) -> str:
+    """Every character whose UTF-8 encoding starts with lead byte ``lead`` followed by one
+    of ``seconds`` (a sub-block or two-byte block of the script correction)."""
+    width = 2 if lead < 0xE0 else 3
+    out = []
+    for second in seconds:
+        for rest in (range(0x80, 0xC0) if width == 3 else (None,)):
+            raw = bytes([lead, second] if rest is None else [lead, second, rest])
+            try:
+                out.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                continue  # e.g. E0 80 xx, an overlong form
+    return "".join(out)
+
+
+# Characters the per-script correction counts: one per group (by UTF-8 lead byte: Latin-1,
+# other accented Latin and combining marks, Greek, Cyrillic, Armenian and Hebrew, Arabic,
+# Indic and Thai, U+1000-U+1FFF, Hangul and other U+A000-U+DFFF, four-byte), every
+# character of every block it weighs apart, and the boundaries between groups and
+# blocks; emoji sequences (ZWJ, skin tones, flags, keycaps, variation selectors).
+SCRIPT_SPECIAL = (
+    "\xc0\xdeßäöüÀÉÎÕÜłąĳſ\u0300\u036f\u0370ΑΩάωϿЀЯабя\u04ffԀ\u0530Աשאעברית\u05ff"
+    "\u0600سلامدنیا\u07ffݐ\u0800ࣿऀहिन्दीবাংলাਗੁਰગુજଓଡ଼ிதமிழ்తెలుగుಕನ್ನಡമലയാളംසිංහලไทยລາວ\u0fff"
+    "\u1000မြန်ქართულიሀ\u1780ខ្មែរTiếngViệt\u1fff\ua000한국어\ud7ff\ud800\udbff\udc00\udfff\ue000"
+    "👨\u200d👩\u200d👧👍🏽🇫🇷1\ufe0f\u20e3❤\ufe0f\U00010000\U0001f9d1\U0010ffff"
+)
+# The symbol blocks' characters as used: spinners, bars, rules and tables (repeats), arrows
+# and checks inline, and each block's first and last character.
+SYMBOL_SPECIAL = ("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏⠀⣿█░▒▓▁▂▃─━═│┌┐└┘├┤┬┴┼╔╗■□●◐◓◑◒✓✔✗★→←⇒≤≥∞"
+                  "\u2100\u24ff\u2500\u257f\u2580\u25ff\u2600\u27ff\u2800\u28ff\u2900\u2bff"
+                  "\u2c00\u2000\u20ff\U0001f000\U0001ffff\U0001f600\U00010000\U0002a6d6")
+SCRIPT_BLOCK_CHARS = "".join(block_chars(lead, seconds)
+                             for _name, lead, seconds in SUB_BLOCKS + TWO_BYTE_BLOCKS)
 any_char = st.one_of(
     st.characters(exclude_categories=()),  # any code point
     st.characters(categories=["Cs"]),  # lone surrogates (rare among all code points)
     st.sampled_from(SPECIAL),
+    st.sampled_from(SCRIPT_SPECIAL),
+    st.sampled_from(SCRIPT_BLOCK_CHARS),
+    st.characters(min_codepoint=0x80, max_codepoint=0x7FF),  # every two-byte character
+    st.characters(min_codepoint=0x800, max_codepoint=0x1FFF),  # Indic, Thai, E1
+    st.characters(min_codepoint=0xA000, max_codepoint=0xDFFF),  # Hangul, surrogates
+    st.characters(min_codepoint=0x2000, max_codepoint=0x2FFF),  # the symbol blocks
+    st.characters(min_codepoint=0x1F000, max_codepoint=0x1FFFF),  # emoji
+    st.sampled_from(SYMBOL_SPECIAL),
 )
 runs = st.lists(st.tuples(any_char, st.integers(min_value=1, max_value=3000)), max_size=6)
 
@@ -91,6 +136,18 @@ runs = st.lists(st.tuples(any_char, st.integers(min_value=1, max_value=3000)), m
 @given(text=st.text(alphabet=any_char, max_size=300))
 def test_same_results_on_arbitrary_unicode(text: str) -> None:
     both(text)
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.text(alphabet=st.sampled_from(SCRIPT_SPECIAL + SCRIPT_BLOCK_CHARS
+                                                      + SYMBOL_SPECIAL),
+                              min_size=1, max_size=12), max_size=40),
+       gaps=st.lists(st.sampled_from([" ", "", "\n", ", ", "\x00", "x", "—", "日"]),
+                     min_size=1, max_size=4))
+def test_same_results_on_text_in_other_scripts(words: list[str], gaps: list[str]) -> None:
+    # words of the correction's scripts: runs, run boundaries between groups, blocks
+    both("".join(w + gaps[i % len(gaps)] for i, w in enumerate(words)))
 
 
 @needs_speedups
@@ -106,6 +163,15 @@ def test_same_results_on_long_runs(pieces: list[tuple[str, int]], tail: str) -> 
 @pytest.mark.parametrize("text", [
     "", "a", " ", "\x00", "\ud800", "\U0001f600", "這", "這個們", "0" * 800, "\n" * 9000,
     "x" * 2000, "這" * 4369, "日本語" * 5000 + "這個" + "x" * 3,
+    "é", "ÿ" * 9000, "привет", "МИР", "नमस्ते", "ไทย", "한국어", "\ud800\udfff",
+    "👨\u200d👩\u200d👧", "👍🏽 🇫🇷", "x\x00ü\x00", "ß" * 5000 + "日本" + "Ж" * 4400,
+    "Tiếng Việt", "ქართული ენა", "\U0010ffff\U00010000",
+    "⠋⠙⠹⠸" * 50, "─" * 5000, "█" * 10 + "░" * 10, "┌──┐\n│ab│\n└──┘", "✓ → ★",
+    "😀" * 3 + "\u200d" + "🔥", "⠋ x ⠋⠋", "𠀀𠀀𝐀",
+    # symbol-class punctuation only (the accelerator skips its correction pass), then with
+    # one symbol block character at either end
+    "他说：“中文”——好。" * 50, "“quoted” — text…", "⠋他说：“中文”", "他说：“中文”✓", "\u2100", "\u2bff",
+    "\u20ff\u2c00",
 ])
 def test_same_results_on_edge_cases(text: str) -> None:
     both(text)
@@ -114,7 +180,8 @@ def test_same_results_on_edge_cases(text: str) -> None:
 @needs_speedups
 def test_same_results_on_a_text_counted_without_the_gil() -> None:
     # ≥ 2^20 characters: the accelerator releases the GIL for the pass
-    text = ("The 2024 report: 這個們 說明、ひらがな。 {\"k\": [1, 2]} 😀\n" * 30_000)
+    text = ("The 2024 report: 這個們 說明、ひらがな。 {\"k\": [1, 2]} 😀 привет नमस्ते\n"
+            * 25_000)
     assert len(text) >= 1 << 20
     both(text)
 
@@ -137,9 +204,15 @@ def test_the_accelerator_rejects_what_is_not_a_text_or_its_tables() -> None:
     with pytest.raises(TypeError, match="expected str"):
         count(b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="classes"):
-        _speedups.estimate(b"short", b"", b"", 1.0, "text")
-    with pytest.raises(TypeError, match="5 arguments"):
+        _speedups.estimate(b"short", b"", b"", 1.0, b"", b"", b"", b"", "text")
+    with pytest.raises(TypeError, match="9 arguments"):
         _speedups.estimate("text")  # type: ignore[call-arg]
+    args = count.args  # type: ignore[attr-defined]
+    for i, name in ((4, "groups"), (5, "blocks"), (6, "script_weights"), (7, "frequent")):
+        bad = list(args)
+        bad[i] = b"short"
+        with pytest.raises(TypeError, match=name):
+            _speedups.estimate(*bad, "text")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -17,6 +17,29 @@ one for frequent traditional-Chinese characters (``o200k_base`` splits tradition
 more finely than simplified). The weights are fitted by ``benchmarks/fit_tokens.py`` on
 texts the accuracy benchmark never evaluates (see ``benchmarks/token_corpus.py``).
 
+Other scripts: the 16 classes put every two-byte character in one class and every
+three-byte one outside CJK in another, and the pair weights were fitted on English, code,
+JSON, Chinese and Japanese only — so Hindi or Thai were counted 2–3.5x too high and
+Greek or Hebrew 25–50% too low. Text with such characters gets a linear correction on top
+(:func:`script_correction`): per script group (by UTF-8 lead byte), a weight per
+character and per run of characters, plus per block where one lead byte covers scripts
+that tokenize differently (Indic scripts, Thai, Georgian…; capitals, German and Ukrainian
+letters). Fitted after the pair weights, which it leaves unchanged, on Debian's
+translations (``benchmarks/fit_tokens.py --scripts``). ASCII text never pays for it, and
+text without those lead bytes (most Chinese and Japanese) skips it after four ``in``
+tests on the class digits.
+
+Symbols: the pair model gave a run of symbols ~0.2 token a character, where a Braille
+spinner frame costs three byte tokens in both vocabularies and most arrows, shapes,
+dingbats, rare emoji and CJK extension B characters 1.5–4: spinner output was counted
+10–15x low and could overflow a budget that the estimate said it fitted. The same
+correction has a weight per character, per run and per repeat of each symbol block
+(:data:`SYMBOL_BLOCKS`; the characters that are one ``o200k_base`` token each,
+:data:`FREQUENT_SYMBOLS`, form a block of their own), fitted on synthetic layouts of the
+blocks' characters (``benchmarks/fit_tokens.py --symbols``) and biased upward: an
+under-count is what makes a budget overflow. Rules of merging characters (``────``) and
+common emoji remain over-counted (safe, not exact).
+
 Speed: no Python code visits a character. The UTF-8 bytes lose their continuation bytes
 (one byte per character) and are mapped to their class, written as one hex digit, by one
 ``bytes.translate``; ``binascii.unhexlify`` joins each two digits into one byte, so two
@@ -27,6 +50,13 @@ in C (its low half is 1 + the byte sum modulo 65521: nibble sums cannot wrap bel
 bytes, so a text of up to that many characters costs two calls and no chunk loop).
 Text with Han characters also pays one regular-expression scan over every 4th character
 of the span from its first to its last Han character.
+Text in other scripts pays :func:`script_features`: two ``translate`` calls, a ``count``
+per group present and, for Indic, Thai, Georgian, Cyrillic, Greek and Latin-1 letters,
+one interleaved block pass (two ``translate``, two strided slice copies, one
+``unhexlify``, single-byte counts) — Cyrillic or Hindi text costs about 2–4x what the
+pair pass alone did, still far from the exact tokenizers. Text with a symbol-class or
+four-byte character also pays one regular-expression search for the symbol blocks and,
+only if one is there, :func:`symbol_features` (a few scans of the decoded text).
 (An earlier version marked 、。「」 apart from kana with a ``bytes.replace``; refitted
 without it, the Chinese and Japanese errors did not change, so the pass was dropped.)
 
@@ -35,8 +65,14 @@ The C accelerator: those passes cost ~4 ns per UTF-8 byte, 11–17× faster than
 is meant to keep (issue 13), and pure Python could not get closer without dropping
 features that make it accurate. So an optional C extension, ``ctxstack._speedups``
 (``_speedups.c``, plain CPython API), computes the same model in one pass over the str's
-code points; it is built on install when a C compiler is present. Both paths return the
-same integer for every text (tested over arbitrary Unicode and the benchmark corpus);
+code points — plus, when that pass saw a character of the classes that hold the script
+groups or the symbol blocks, a second pass for the correction (ASCII and most CJK text
+never pay for it; text whose only such characters are punctuation — Chinese quotation
+marks, English dashes — pays one branch-free scan for a symbol block character instead);
+it is built on install when a C compiler is present. Both paths add the
+correction as the same integer, in 1/:data:`SCRIPT_SCALE` tokens, to the pair units
+before the one division and rounding, so both return the same integer for every text
+(tested over arbitrary Unicode, the correction's scripts and the benchmark corpus);
 :data:`ACCELERATED` says which one is the default, ``estimator(family, accelerated=False)``
 runs the pure-Python path, which is also the fallback when the extension is not built.
 The fitted tables stay here and are handed to the C code; it holds only the model's fixed
@@ -46,6 +82,7 @@ shape, checked against this module's constants on import (a stale build is not u
 from __future__ import annotations
 
 import re
+from array import array
 from binascii import unhexlify as _unhex
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -57,9 +94,63 @@ from typing import Final, Literal
 from zlib import adler32 as _adler32
 
 from ctxstack.errors import ConfigError
-
-Family = Literal["o200k", "cl100k"]
-FAMILIES: Final[tuple[Family, ...]] = ("o200k", "cl100k")
+from ctxstack.token_scripts import (
+    _GROUP_LEADS,
+    _SCRIPT_UNITS,
+    _SYMBOL_UNITS,
+    _group_units,
+    _symbol_units,
+)
+from ctxstack.token_scripts import FAMILIES as FAMILIES
+from ctxstack.token_scripts import (  # re-exported: the estimator's public names
+    FREQUENT_SYMBOLS as FREQUENT_SYMBOLS,
+)
+from ctxstack.token_scripts import (
+    SCRIPT_FEATURES as SCRIPT_FEATURES,
+)
+from ctxstack.token_scripts import (
+    SCRIPT_GROUPS as SCRIPT_GROUPS,
+)
+from ctxstack.token_scripts import (
+    SCRIPT_SCALE as SCRIPT_SCALE,
+)
+from ctxstack.token_scripts import (
+    SCRIPT_WEIGHTS as SCRIPT_WEIGHTS,
+)
+from ctxstack.token_scripts import (
+    SUB_BLOCKS as SUB_BLOCKS,
+)
+from ctxstack.token_scripts import (
+    SYMBOL_BLOCKS as SYMBOL_BLOCKS,
+)
+from ctxstack.token_scripts import (
+    SYMBOL_FEATURES as SYMBOL_FEATURES,
+)
+from ctxstack.token_scripts import (
+    SYMBOL_NAMES as SYMBOL_NAMES,
+)
+from ctxstack.token_scripts import (
+    SYMBOL_WEIGHTS as SYMBOL_WEIGHTS,
+)
+from ctxstack.token_scripts import (
+    TWO_BYTE_BLOCKS as TWO_BYTE_BLOCKS,
+)
+from ctxstack.token_scripts import Family as Family
+from ctxstack.token_scripts import (
+    has_symbol as has_symbol,
+)
+from ctxstack.token_scripts import (
+    script_correction as script_correction,
+)
+from ctxstack.token_scripts import (
+    script_features as script_features,
+)
+from ctxstack.token_scripts import (
+    script_units as script_units,
+)
+from ctxstack.token_scripts import (
+    symbol_features as symbol_features,
+)
 
 CLASSES: Final[tuple[str, ...]] = (
     "lower", "upper", "digit", "space", "newline", "underscore", "quote", "bracket",
@@ -278,8 +369,56 @@ def _bmp_bitmap(chars: str) -> bytes:
 _TRADITIONAL_BITMAP: Final = _bmp_bitmap(_TRADITIONAL_CHARS)
 
 
+# The classes that hold the script groups' lead bytes: text with none of them (ASCII, most
+# CJK) skips the correction on both paths.
+_SCRIPT_CLASSES: Final = tuple(sorted(
+    {_CLASS[b] for lo, hi in _GROUP_LEADS for b in range(lo, hi + 1)}
+    | {_CLASS[lead] for _name, ranges in SYMBOL_BLOCKS for lead, _lo, _hi in ranges}))
+_NO_SCRIPT: Final = 255
+"""In the accelerator's script tables: no group / no block."""
+
+
+def _script_tables() -> tuple[bytes, bytes]:
+    """For the C accelerator: UTF-8 lead byte → its group (0–9, else ``_NO_SCRIPT``), and
+    (lead byte << 6 | second byte & 63) → the sub-block or two-byte block (0–19, numbered
+    as in :data:`SCRIPT_FEATURES`) or the symbol block (20 + its index in
+    :data:`SYMBOL_BLOCKS`), else ``_NO_SCRIPT``."""
+    groups = bytearray([_NO_SCRIPT] * 256)
+    for g, (lo, hi) in enumerate(_GROUP_LEADS):
+        groups[lo:hi + 1] = bytes([g]) * (hi - lo + 1)
+    blocks = bytearray([_NO_SCRIPT] * (256 * 64))
+    for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + TWO_BYTE_BLOCKS):
+        for second in seconds:
+            blocks[lead << 6 | second & 63] = k
+    first = len(SUB_BLOCKS + TWO_BYTE_BLOCKS)
+    for k, (_name, ranges) in enumerate(SYMBOL_BLOCKS):
+        for lead, lo, hi in ranges:
+            for second in range(lo, hi + 1):
+                blocks[lead << 6 | second & 63] = first + k
+    return bytes(groups), bytes(blocks)
+
+
+_SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE = _script_tables()
+
+
+def _frequent_bitmap() -> bytes:
+    """For the C accelerator: bit i of byte i >> 3 set for each of :data:`FREQUENT_SYMBOLS`,
+    where i = cp − 0x2000 for U+2000–U+2FFF and cp − 0x1F000 + 0x1000 for U+1F000–U+1FFFF
+    (the only ranges they are in)."""
+    bitmap = bytearray(0x11000 // 8)
+    for cp in map(ord, FREQUENT_SYMBOLS):
+        i = cp - 0x2000 if 0x2000 <= cp < 0x3000 else cp - 0x1F000 + 0x1000
+        if not (0 <= i < 0x11000):
+            raise ValueError(f"U+{cp:04X} is outside the frequent symbols' bitmap")
+        bitmap[i >> 3] |= 1 << (i & 7)
+    return bytes(bitmap)
+
+
+_FREQUENT_BITMAP: Final = _frequent_bitmap()
 _LAYOUT: Final = (SCALE, OFFSET, TRADITIONAL_STRIDE, CHARS_PER_TOKEN_CEILING,
-                  DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"))
+                  DIGITS_PER_TOKEN_CEILING, CLASSES.index("digit"), CLASSES.index("han"),
+                  SCRIPT_SCALE, len(SCRIPT_GROUPS), len(SUB_BLOCKS + TWO_BYTE_BLOCKS),
+                  len(SYMBOL_NAMES), _SCRIPT_CLASSES)
 """The model's fixed shape, as the C accelerator states the one it was compiled for."""
 
 
@@ -323,20 +462,37 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
                         for code in range(256))
         estimate_in_c: Callable[[str], int] = partial(
             _SPEEDUPS.estimate, _CLASS, weights, _TRADITIONAL_BITMAP,
-            TRADITIONAL_WEIGHT[family])
+            TRADITIONAL_WEIGHT[family], _SCRIPT_GROUP_TABLE, _SCRIPT_BLOCK_TABLE,
+            array("i", _SCRIPT_UNITS[family] + _SYMBOL_UNITS[family]).tobytes(),
+            _FREQUENT_BITMAP)
         return estimate_in_c
     high, low = _TABLES[family]
     traditional = TRADITIONAL_WEIGHT[family]
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
+    groups, symbols = partial(_group_units, family=family), partial(_symbol_units,
+                                                                    family=family)
+    ratio = SCRIPT_SCALE // SCALE
+    two_byte, symbol, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
+                                           for c in _SCRIPT_CLASSES)
     bias = 17 + OFFSET  # adler32's two initial 1s (the high one counts 16 times) + offset
 
     def count(text: str) -> int:
         if not text:
             return 0
         if text.isascii():
-            hexes, han = text.encode("ascii").translate(hex_class), False
+            hexes, han, correction = text.encode("ascii").translate(hex_class), False, 0
         else:
-            hexes, han = _hex_classes(text)
+            raw = text.encode("utf-8", "surrogatepass")
+            hexes = raw.translate(hex_class, _CONTINUATION)
+            han = _HAN_HEX in hexes
+            # the script groups' lead bytes all fall in the two-byte, other-three-byte and
+            # four-byte classes, the symbol blocks' in the symbol and four-byte ones: text
+            # with none of those (most CJK) skips the correction, text whose only
+            # non-ASCII characters are punctuation (— “ ”) its group part
+            four = four_byte in hexes
+            correction = groups(raw) if (two_byte in hexes or other3 in hexes or four) else 0
+            if four or symbol in hexes:
+                correction += symbols(raw)
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
@@ -348,7 +504,9 @@ def estimator(family: Family, accelerated: bool | None = None) -> Callable[[str]
         else:
             units = 16 * _chunked_sum(pairs.translate(high)) \
                 + _chunked_sum(pairs.translate(low)) - OFFSET * n
-        tokens = units / SCALE
+        # the correction joins the pair units as one exact integer, divided once (the
+        # accelerator does the same division)
+        tokens = (units * ratio + correction) / SCRIPT_SCALE if correction else units / SCALE
         if han:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
