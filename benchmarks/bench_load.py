@@ -21,7 +21,8 @@ does. Per configuration, three phases on one server:
    over the turns): the cost that does not depend on how busy the machine is.
 3. **Offered load** (2 workers only, where the target is set): the same streams, each
    waiting a think time between turns (a person reads the answer and types the next
-   question; exponential, mean ``Z``, seeded, first start staggered). The rule for ``Z``,
+   question; exponential, mean ``Z``, seeded; the first start exponential too, so the
+   arrivals are stationary from the start). The rule for ``Z``,
    fixed before measuring and the same for every configuration: the offered rate is
    ``OFFERED_FRACTION`` (one half) of the saturation throughput this server just
    measured in phase 2, i.e. ``Z = streams / (fraction × saturated rate) - model time per
@@ -237,11 +238,14 @@ class _Streamed:
 async def _stream(talk: Callable[[int], Awaitable[float | TurnTiming]], turns: int,
                   think: float, rng: random.Random) -> _Streamed:
     """``turns`` turns, each after an exponential think time of mean ``think`` (none when
-    0; the first start is staggered uniformly over one mean so the streams do not march
-    in step)."""
+    0). The first start is exponential too: with the memoryless think time, that makes
+    the streams' arrivals a stationary process from the first second. (It was uniform
+    over one mean, which front-loads the start: every first turn fell in the first mean,
+    plus the second turns of the early starters — ~1.4× the offered rate for a think
+    mean, a burst that queued the writes and made most of the phase's p99, issue 15.)"""
     out: list[float | TurnTiming] = []
     if think:
-        await asyncio.sleep(rng.uniform(0, think))
+        await asyncio.sleep(rng.expovariate(1 / think))
     first = time.perf_counter()
     for t in range(turns):
         if think and t:

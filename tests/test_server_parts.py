@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -19,8 +20,10 @@ from ctxstack.server.sse import (
     CompactData,
     CompactEvent,
     NoteStep,
+    SSEEvent,
     StepEvent,
     encode,
+    frames,
     parse_stored,
     stored_form,
 )
@@ -77,6 +80,22 @@ def test_sse_frames_are_one_line_of_json() -> None:
     assert frame.count("\n") == 3  # event line, data line, blank line
     payload = json.loads(frame.split("data: ", 1)[1])
     assert payload == {"delta": "line one\nline two \u2028 <b>"}
+
+
+async def test_sse_events_queued_together_go_out_in_one_chunk() -> None:
+    queue: asyncio.Queue[SSEEvent | None] = asyncio.Queue()
+    events = [AnswerEvent(data=AnswerData(delta=f"part {i}")) for i in range(3)]
+    for event in events:
+        queue.put_nowait(event)
+    queue.put_nowait(None)
+    chunks = [chunk async for chunk in frames(queue, keepalive_seconds=60)]
+    assert chunks == [b"".join(encode(e) for e in events)]  # one write, then the end
+    later: asyncio.Queue[SSEEvent | None] = asyncio.Queue()
+    later.put_nowait(events[0])
+    stream = frames(later, keepalive_seconds=60)
+    assert await anext(stream) == encode(events[0])  # nothing else waited: sent alone
+    later.put_nowait(None)
+    assert [chunk async for chunk in stream] == []
 
 
 def test_stored_events_round_trip_and_junk_is_ignored() -> None:

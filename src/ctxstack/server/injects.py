@@ -46,10 +46,17 @@ from ctxstack.server.failures import DependencyError
 from ctxstack.server.lifecycle import (
     DEFAULT_LEASE_SECONDS,
     LeaseLostError,
+    RetryPolicy,
     holder_id,
     holder_is_dead,
 )
-from ctxstack.store.db import SessionFactory, reading, retry_transaction, transaction
+from ctxstack.store.db import (
+    SessionFactory,
+    is_transient_error,
+    reading,
+    retry_transaction,
+    transaction,
+)
 from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
 
 log = logging.getLogger(__name__)
@@ -102,50 +109,80 @@ class DbInjectQueue:
         return row.heartbeat_at >= self._stale_before() and not holder_is_dead(row.holder)
 
     async def begin(self, conversation_id: str, turn_id: str) -> None:
+        await self.begin_with(conversation_id, turn_id, _nothing)
+
+    async def begin_with(
+        self, conversation_id: str, turn_id: str, write: Callable[[AsyncSession], Awaitable[T]],
+        *, retry: RetryPolicy | None = None,
+    ) -> T:
+        """:meth:`begin` and ``write(session)`` in one transaction: the claim and the rows
+        ``write`` adds (the turn's question) are committed together or not at all — one
+        write transaction instead of two (SQLite has one writer, and under load the turns
+        queue for it). ``retry``: ``(retryable, before_retry)`` for the transaction (see
+        :func:`~ctxstack.store.db.retry_transaction`; default: transient lock errors).
+
+        Raises:
+            TurnBusyError: another turn holds a live claim (nothing was written).
+        """
+        retryable, before_retry = retry or (is_transient_error, None)
         now = utcnow()
-        try:
-            async with transaction(self._factory, "claiming the conversation for a turn") as s:
-                s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
-                                 started_at=now, heartbeat_at=now, state="running",
-                                 holder=self.holder))
+
+        async def claim(s: AsyncSession) -> T:
+            s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
+                             started_at=now, heartbeat_at=now, state="running",
+                             holder=self.holder))
+            try:
                 await s.flush()
-            return
-        except Exception as exc:  # IntegrityError arrives wrapped in StorageError
-            if not _is_integrity(exc):
-                raise
+            except IntegrityError:  # held (or was): see whether it can be taken over
+                raise _Held() from None
+            return await write(s)
+
+        async def take_over(s: AsyncSession) -> T:
+            await self._take_over(s, conversation_id, turn_id, now)
+            return await write(s)
+
+        action = "claiming the conversation for a turn"
         try:
-            await self._take_over(conversation_id, turn_id, now)
-        except Exception as exc:  # another claimant won the race for a freed claim
-            if not _is_integrity(exc):
-                raise
+            return await retry_transaction(self._factory, action, claim, retryable=retryable,
+                                           before_retry=before_retry)
+        except _Held:
+            pass
+        try:
+            return await retry_transaction(self._factory, "taking over a stale turn",
+                                           take_over, retryable=retryable,
+                                           before_retry=before_retry)
+        except _Held:  # another claimant won the race for a freed claim
             raise TurnBusyError(BUSY_MESSAGE) from None
 
-    async def _take_over(self, conversation_id: str, turn_id: str, now: datetime) -> None:
+    async def _take_over(self, s: AsyncSession, conversation_id: str, turn_id: str,
+                         now: datetime) -> None:
         """Someone holds the claim: take it over only if its lease expired or its holder
         process is gone; the injects queued for it go to this turn (never dropped)."""
-        async with transaction(self._factory, "taking over a stale turn") as s:
-            row = await s.scalar(select(ActiveTurn).where(
-                ActiveTurn.conversation_id == conversation_id))
-            if row is not None and self._live(row):
-                raise TurnBusyError(BUSY_MESSAGE)
-            if row is None:  # released meanwhile
-                s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
-                                 started_at=now, heartbeat_at=now, state="running",
-                                 holder=self.holder))
+        row = await s.scalar(select(ActiveTurn).where(
+            ActiveTurn.conversation_id == conversation_id))
+        if row is not None and self._live(row):
+            raise TurnBusyError(BUSY_MESSAGE)
+        if row is None:  # released meanwhile
+            s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
+                             started_at=now, heartbeat_at=now, state="running",
+                             holder=self.holder))
+            try:
                 await s.flush()
-                return
-            old_turn = row.turn_id
-            taken = await s.execute(
-                update(ActiveTurn)
-                .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.turn_id == old_turn)
-                .values(turn_id=turn_id, started_at=now, heartbeat_at=now, state="running",
-                        holder=self.holder)
-            )
-            if taken.rowcount != 1:  # type: ignore[attr-defined]
-                raise TurnBusyError(BUSY_MESSAGE)
-            await s.execute(update(PendingInject).where(
-                PendingInject.conversation_id == conversation_id).values(turn_id=turn_id))
+            except IntegrityError:
+                raise _Held() from None
+            return
+        old_turn = row.turn_id
+        taken = await s.execute(
+            update(ActiveTurn)
+            .where(ActiveTurn.conversation_id == conversation_id,
+                   ActiveTurn.turn_id == old_turn)
+            .values(turn_id=turn_id, started_at=now, heartbeat_at=now, state="running",
+                    holder=self.holder)
+        )
+        if taken.rowcount != 1:  # type: ignore[attr-defined]
+            raise TurnBusyError(BUSY_MESSAGE)
+        await s.execute(update(PendingInject).where(
+            PendingInject.conversation_id == conversation_id).values(turn_id=turn_id))
 
     async def heartbeat(self, conversation_id: str, turn_id: str) -> bool:
         async with transaction(self._factory, "refreshing a turn's heartbeat") as s:
@@ -209,11 +246,14 @@ class DbInjectQueue:
             LeaseLostError: the claim is no longer this turn's (nothing is written).
         """
         async def work(s: AsyncSession) -> T:
-            await _to_saving(s, conversation_id, turn_id)
-            result = await save(s, await self._drain(s, conversation_id, turn_id))
-            await s.execute(delete(ActiveTurn).where(
+            # Deleting the claim first is the lease check (and takes the row lock a
+            # concurrent push waits on); inside this one transaction "saving" would never
+            # be visible to anyone, so the claim goes straight from running to released.
+            gone = await s.execute(delete(ActiveTurn).where(
                 ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
-            return result
+            if gone.rowcount != 1:  # type: ignore[attr-defined]
+                raise LeaseLostError("the turn lost its claim on the conversation")
+            return await save(s, await self._drain(s, conversation_id, turn_id))
 
         return await retry_transaction(self._factory, "saving and releasing a turn", work)
 
@@ -243,13 +283,13 @@ class DbInjectQueue:
         return None
 
 
-def _is_integrity(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, IntegrityError):
-            return True
-        seen = seen.__cause__
-    return False
+class _Held(Exception):
+    """Inside :meth:`DbInjectQueue.begin_with`: the claim row exists (the transaction is
+    rolled back and the take-over is tried)."""
+
+
+async def _nothing(_: AsyncSession) -> None:
+    return None
 
 
 class RedisInjectQueue:

@@ -55,12 +55,17 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, cast
 
 from ctxstack.errors import CtxstackError
+from ctxstack.store.db import SessionFactory, is_transient_error, retry_transaction
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+RetryPolicy = tuple[Callable[[BaseException], bool],
+                    Callable[[BaseException], Awaitable[None]] | None]
+"""``(retryable, before_retry)`` of a retried transaction (see
+:func:`~ctxstack.store.db.retry_transaction`)."""
 
 DEFAULT_LEASE_SECONDS = 5.0
 LeaseState = Literal["claimed", "running", "saving", "released", "lost"]
@@ -136,14 +141,36 @@ class TurnLease:
 
     @classmethod
     async def claim(cls, queue: ClaimStore, conversation_id: str, turn_id: str, *,
-                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> TurnLease:
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+                    write: Callable[[AsyncSession], Awaitable[object]] | None = None,
+                    factory: SessionFactory | None = None,
+                    retry: RetryPolicy | None = None) -> TurnLease:
         """Claim the conversation and start the heartbeat.
+
+        ``write(session)``: rows to store with the claim (the turn's question). With the
+        database queue they are committed in the claim's own transaction; otherwise in a
+        transaction of ``factory`` right after the claim, which is released again if that
+        fails. ``retry``: the ``(retryable, before_retry)`` pair for that transaction.
 
         Raises:
             TurnBusyError: another turn holds a live claim (the API answers 409).
         """
         lease = cls(queue, conversation_id, turn_id, lease_seconds=lease_seconds)
-        await queue.begin(conversation_id, turn_id)
+        begin_with = getattr(queue, "begin_with", None)
+        if write is not None and callable(begin_with):
+            await begin_with(conversation_id, turn_id, write, retry=retry)
+        else:
+            await queue.begin(conversation_id, turn_id)
+            if write is not None:
+                if factory is None:
+                    raise TypeError("TurnLease.claim: write needs a factory with this queue")
+                retryable, before_retry = retry or (is_transient_error, None)
+                try:
+                    await retry_transaction(factory, "storing the turn's question", write,
+                                            retryable=retryable, before_retry=before_retry)
+                except BaseException:
+                    await lease.release()
+                    raise
         lease.state = "running"
         lease._beat = asyncio.create_task(lease._heartbeat(),
                                           name=f"ctxstack-lease-{turn_id}")

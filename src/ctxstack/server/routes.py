@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, HTTPException, Query, Request, UploadFile
 from fastapi.responses import Response
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack import __version__
 from ctxstack.budget import ModelBudget
@@ -52,7 +53,13 @@ from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.turn import Turn, TurnSpec
 from ctxstack.store import conversations as conv_store
 from ctxstack.store import model_configs as config_store
-from ctxstack.store.messages import MessageRecord, NewMessage, append_message, list_messages
+from ctxstack.store.messages import (
+    MessageRecord,
+    NewMessage,
+    append_messages_in,
+    append_retry_policy,
+    list_messages,
+)
 
 router = APIRouter(prefix="/api")
 
@@ -215,21 +222,22 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
             raise NotFoundError(f"file {missing[0]!r} not found")
         images = [found[f] for f in dict.fromkeys(body.file_ids)]
     turn_id = secrets.token_hex(16)
-    lease = await TurnLease.claim(state.injects, conversation.id, turn_id,
-                                  lease_seconds=state.settings.turn_lease)
-    try:
-        meta = kind_metadata("query", mode=body.mode)
-        if images:
-            meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
-        await append_message(state.factory, conversation.id,
-                             NewMessage(role="user", content=body.query, metadata=meta),
-                             owner_id=user.id)
+    meta = kind_metadata("query", mode=body.mode)
+    if images:
+        meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
+    question = NewMessage(role="user", content=body.query, metadata=meta)
+
+    async def store_question(session: AsyncSession) -> None:
+        await append_messages_in(session, conversation.id, [question], owner_id=user.id)
         if conversation.title == conv_store.DEFAULT_TITLE:
-            await conv_store.rename_conversation(state.factory, user.id, conversation.id,
-                                                 _title_from(body.query))
-    except BaseException:
-        await lease.release()
-        raise
+            await conv_store.rename_conversation_in(session, user.id, conversation.id,
+                                                    _title_from(body.query))
+
+    # The claim and the stored question are one transaction (with the database queue).
+    lease = await TurnLease.claim(
+        state.injects, conversation.id, turn_id, lease_seconds=state.settings.turn_lease,
+        write=store_question, factory=state.factory,
+        retry=append_retry_policy(state.factory, conversation.id, "storing a question"))
     turn = Turn(state, TurnSpec(turn_id=turn_id, user_id=user.id,
                                 conversation_id=conversation.id, query=body.query,
                                 mode=body.mode, images=images), lease, started=started)

@@ -258,6 +258,7 @@ class Turn:
             budget=budget,
             compact_llm=fast_llm,
             user_id=self.spec.user_id,
+            owner_verified=True,  # the route checked it, and the claim keeps it so
             file_store=self.state.files,
             counter=self.state.llms.counter("main"),
             # what the ReAct call adds to the history: the load leaves room for it, so a

@@ -134,6 +134,14 @@ async def rename_conversation(
         InputError: the title is empty or too long.
         NotFoundError: not this owner's conversation.
     """
+    async with transaction(factory, f"renaming conversation {conversation_id!r}") as session:
+        return await rename_conversation_in(session, owner_id, conversation_id, title)
+
+
+async def rename_conversation_in(
+    session: AsyncSession, owner_id: int, conversation_id: str, title: str
+) -> ConversationRecord:
+    """:func:`rename_conversation` inside the caller's open transaction."""
     clean = check_title(title)
     if not valid_public_id(conversation_id):
         raise _not_found(conversation_id)
@@ -143,11 +151,10 @@ async def rename_conversation(
         .values(title=clean, updated_at=utcnow())
         .returning(Conversation)
     )
-    async with transaction(factory, f"renaming conversation {conversation_id!r}") as session:
-        row = await session.scalar(stmt)
-        if row is None:
-            raise _not_found(conversation_id)
-        return ConversationRecord.model_validate(row)
+    row = await session.scalar(stmt)
+    if row is None:
+        raise _not_found(conversation_id)
+    return ConversationRecord.model_validate(row)
 
 
 async def delete_conversation(factory: SessionFactory, owner_id: int, conversation_id: str) -> None:

@@ -103,6 +103,9 @@ enough (~10 ms) not to stall other streams."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
 _PLACEHOLDER = "ctxstack-file:"
+INLINE_COUNT_ROWS = 64
+"""A page of at most this many rows is counted on the event loop (a few hundred
+microseconds), a longer one in a worker thread."""
 
 
 class DbMemory(BaseMemory):
@@ -116,6 +119,9 @@ class DbMemory(BaseMemory):
         user_id: when given, the conversation must be this user's (else
             :class:`~ctxstack.errors.NotFoundError`); images are always read as the
             conversation owner's files.
+        owner_verified: ``user_id`` is known to own the conversation (the caller checked
+            it, as the chat service does before claiming a turn): the load skips that
+            lookup. Requires ``user_id``.
         file_store: where images live (default: a :class:`FileStore` on the same
             database and the default directory).
         counter: token counter (default: the heuristic).
@@ -158,6 +164,7 @@ class DbMemory(BaseMemory):
         budget: ModelBudget | int,
         compact_llm: LLM | None = None,
         user_id: int | None = None,
+        owner_verified: bool = False,
         file_store: FileStore | None = None,
         counter: TokenCounter | None = None,
         keep_recent: int | None = None,
@@ -179,7 +186,10 @@ class DbMemory(BaseMemory):
         self.session_factory = session_factory
         self.max_tokens = tokens
         self.compact_llm = compact_llm
+        if owner_verified and user_id is None:
+            raise ConfigError("owner_verified: needs the owner's user_id")
         self.user_id = user_id
+        self.owner_verified = owner_verified
         self.file_store = file_store or FileStore(session_factory)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
         if isinstance(max_fold_chunks, bool) or not isinstance(max_fold_chunks, int) or (
@@ -279,8 +289,11 @@ class DbMemory(BaseMemory):
         action = f"loading the history of conversation {self.conversation_id!r}"
         window = None if self.load_window is None else int(self.max_tokens * self.load_window)
         async with reading(self.session_factory, action) as session:
-            conversation = await fetch_conversation(session, self.conversation_id,
-                                                    self.user_id)
+            if self.owner_verified and self.user_id is not None:
+                owner_id = self.user_id
+            else:
+                owner_id = (await fetch_conversation(session, self.conversation_id,
+                                                     self.user_id)).owner_id
             if self.use_checkpoints:
                 self.checkpoint = await read_latest_checkpoint(session, self.conversation_id)
             after = self.checkpoint.last_seq if self.checkpoint else 0
@@ -295,8 +308,10 @@ class DbMemory(BaseMemory):
                                        before_seq=before, limit=limit, newest_first=True)
                 self.rows_read += len(page)
                 rows.extend(page)
-                # Counting is CPU work: a page of up to 2,000 rows is counted off the loop.
-                tokens += await asyncio.to_thread(self._page_tokens, page)
+                # Counting is CPU work: a long page is counted off the loop; a short one
+                # costs less than the hop to a thread and back (issue 15).
+                tokens += (await asyncio.to_thread(self._page_tokens, page)
+                           if len(page) > INLINE_COUNT_ROWS else self._page_tokens(page))
                 if limit is None or len(page) < limit:
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
@@ -309,7 +324,7 @@ class DbMemory(BaseMemory):
                 per_row = max(1, tokens // len(rows))
                 limit = _clamp(int((window - tokens) / per_row * 1.2) + 8)
         rows.reverse()
-        return conversation.owner_id, rows
+        return owner_id, rows
 
     async def _owner_files(
         self, owner_id: int, records: Sequence[MessageRecord]

@@ -29,7 +29,7 @@ service saves a turn's messages with its compaction checkpoint) calls
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -195,7 +195,22 @@ async def append_messages(
     if not items:
         return []
     action = f"appending {len(items)} message(s) to conversation {conversation_id!r}"
+    retryable, before_retry = append_retry_policy(factory, conversation_id, action)
 
+    async def work(session: AsyncSession) -> list[MessageRecord]:
+        return await append_messages_in(session, conversation_id, items, owner_id=owner_id)
+
+    return await retry_transaction(factory, action, work, retryable=retryable,
+                                   before_retry=before_retry)
+
+
+def append_retry_policy(
+    factory: SessionFactory, conversation_id: str, action: str
+) -> tuple[Callable[[BaseException], bool], Callable[[BaseException], Awaitable[None]]]:
+    """``(retryable, before_retry)`` for :func:`~ctxstack.store.db.retry_transaction` around
+    a transaction that calls :func:`append_messages_in`: transient lock errors are retried,
+    and so is a sequence-number collision (a counter behind its messages), after
+    re-synchronising the counter."""
     def retryable(exc: BaseException) -> bool:
         if isinstance(exc, IntegrityError):
             return _is_seq_collision(exc)
@@ -207,11 +222,7 @@ async def append_messages(
                         "re-synchronising and retrying", conversation_id)
             await _resync_counter(factory, conversation_id, action)
 
-    async def work(session: AsyncSession) -> list[MessageRecord]:
-        return await append_messages_in(session, conversation_id, items, owner_id=owner_id)
-
-    return await retry_transaction(factory, action, work, retryable=retryable,
-                                   before_retry=before_retry)
+    return retryable, before_retry
 
 
 async def append_message(

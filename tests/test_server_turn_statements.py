@@ -1,0 +1,93 @@
+"""What one chat turn asks of the database (issue 15): the statements and the write
+transactions of a steady-state turn.
+
+Under load every statement is CPU in the worker (and, on SQLite, a hop to the driver's
+thread and back), and every write transaction queues for SQLite's one writer. A turn
+claims the conversation and stores its question in one transaction, reads its budgets
+and history, and stores its answer and releases the claim in a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from pathlib import Path
+
+import httpx
+from sqlalchemy import event
+
+from ctxstack.server.app import create_app
+from ctxstack.server.settings import Settings
+from ctxstack.store.db import engine_of
+from ctxstack.store.migrate import upgrade
+
+# Timing-dependent statements left out of the count: the inject poller looks every
+# 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
+_TIMED = (re.compile(r"^SELECT pending_injects\.id FROM pending_injects"),
+          re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"))
+
+
+def _kind(sql: str) -> str:
+    """``"INSERT active_turns"``, ``"SELECT messages"``, … for one statement."""
+    words = sql.split()
+    verb = words[0].upper()
+    if verb == "SELECT":
+        table = words[words.index("FROM") + 1]
+    elif verb in ("INSERT", "DELETE"):
+        table = words[2]
+    else:  # UPDATE
+        table = words[1]
+    return f"{verb} {table}"
+
+
+async def _turn(client: httpx.AsyncClient, conversation: str, query: str) -> str:
+    last = ""
+    async with client.stream("POST", "/api/chat", json={
+            "conversation_id": conversation, "query": query}) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                last = line[6:].strip()
+    return last
+
+
+async def test_a_turn_is_eleven_statements_in_two_write_transactions(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'turns.db'}"
+    await upgrade(url)
+    app = create_app(Settings(database_url=url, files_dir=tmp_path / "files", auth="none",
+                              demo_delay=0, demo_chunk_delay=0, calibrate=False))
+    async with app.router.lifespan_context(app):
+        state = app.state.ctxstack
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            conversation = (await client.post("/api/conversations", json={})).json()["id"]
+            assert await _turn(client, conversation, "What is 6*7?") == "done"
+            for _ in range(500):  # the first turn's task ends right after its last event
+                if not state.turns:
+                    break
+                await asyncio.sleep(0.01)
+            statements: list[str] = []
+            commits: list[int] = []
+            engine = engine_of(state.factory).sync_engine
+            event.listen(engine, "before_cursor_execute",
+                         lambda *args: statements.append(" ".join(args[2].split())))
+            event.listen(engine, "commit", lambda *args: commits.append(1))
+            assert await _turn(client, conversation, "And 6*8?") == "done"
+            for _ in range(500):
+                if not state.turns:
+                    break
+                await asyncio.sleep(0.01)
+    counted = Counter(_kind(s) for s in statements
+                      if not any(p.match(s) for p in _TIMED))
+    assert counted == Counter({
+        # the route: the conversation (owner check, title)
+        "SELECT conversations": 1,
+        # claim + question, one transaction
+        "INSERT active_turns": 1, "UPDATE conversations": 2, "INSERT messages": 2,
+        # budgets (admin model configs), the history after the latest checkpoint
+        "SELECT model_configs": 1, "SELECT compaction_checkpoints": 1, "SELECT messages": 1,
+        # answer + release, one transaction (plus the UPDATE/INSERT counted above)
+        "DELETE active_turns": 1, "DELETE pending_injects": 1,
+    })
+    assert len(commits) == 2
