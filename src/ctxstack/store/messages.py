@@ -33,13 +33,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
-from ctxstack.messages import ChatMessage, Role
+from ctxstack.messages import ChatMessage, Role, scrub_surrogates
 from ctxstack.protocol import Usage
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import (
@@ -58,6 +58,16 @@ log = logging.getLogger(__name__)
 HISTORY_ROLES: tuple[Role, ...] = ("user", "assistant")
 
 
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
 class NewMessage(BaseModel):
     """A message to store. Images are referenced, not embedded: upload them to the
     :class:`~ctxstack.store.files.FileStore` and list them in ``metadata["images"]`` as
@@ -70,6 +80,17 @@ class NewMessage(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     usage: Usage | None = None
     created_at: datetime | None = None
+
+    @field_validator("content", "metadata", mode="after")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        """Text every backend stores alike: a NUL character (PostgreSQL's text and jsonb
+        refuse it, SQLite keeps it) and a lone surrogate (not encodable as UTF-8) each
+        become U+FFFD, in the content and in metadata strings. The service refuses NUL
+        at its edge (422) before it gets here; the library's own callers — an imported
+        export, a tool that printed binary junk — get their history stored, not an
+        error halfway through a batch."""
+        return scrub_surrogates(_without_nul(value))
 
     @classmethod
     def from_chat(cls, message: ChatMessage, *, usage: Usage | None = None) -> NewMessage:
