@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 from ctxstack.proxy.errors import (
     ProxyError,
     error_body,
+    upstream_bad_answer,
     upstream_failed,
     upstream_timeout,
     upstream_unreachable,
@@ -208,6 +209,39 @@ async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
         return raw, None
 
 
+async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                       ) -> Response:
+    """Relay a successful chat-completions answer, refusing one that is not an answer.
+
+    An event stream is relayed as it arrives (:func:`stream_response`). Any other body is
+    read whole (a chat completion is one JSON object) and must be JSON: an HTML error page
+    from a gateway, or an answer cut off mid-body, would otherwise reach the client as a
+    200 its SDK fails to parse (or, for a stream request, as an empty stream) — it becomes
+    a 502 in OpenAI's error shape instead.
+
+    Raises:
+        ProxyError: the body could not be read (502/504) or is not JSON (502).
+    """
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        return stream_response(upstream, extra)
+    try:
+        raw = await upstream.aread()
+    except httpx.TimeoutException:
+        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
+    except httpx.HTTPError:
+        raise upstream_failed() from None
+    finally:
+        await upstream.aclose()
+    try:
+        json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        log.warning("proxy: upstream answered %d with a body that is not JSON (%d bytes)",
+                    upstream.status_code, len(raw))
+        raise upstream_bad_answer() from None
+    return Response(raw, status_code=upstream.status_code,
+                    headers=response_headers(upstream, extra, keep_length=False))
+
+
 def error_passthrough(upstream: httpx.Response, raw: bytes,
                       extra: Mapping[str, str] | None = None) -> Response:
     """The upstream's error answered as is: same status, same body, its headers."""
@@ -216,4 +250,4 @@ def error_passthrough(upstream: httpx.Response, raw: bytes,
 
 
 __all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
-           "relay", "response_headers", "stream_response"]
+           "relay", "relay_answer", "response_headers", "stream_response"]

@@ -25,7 +25,8 @@ from ctxstack import ChatMessage, TokenCounter
 from ctxstack.errors import MessageError
 from ctxstack.proxy.errors import bad_request
 
-WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+"""Roles OpenAI accepts (``function``: the legacy answer to an assistant ``function_call``)."""
 _KNOWN_PARTS = frozenset({"text", "image_url"})
 WIRE_KEY = "wire"
 
@@ -51,7 +52,12 @@ class CompletionRequest:
         """The body with ``messages`` replaced (every other field, and its order, kept)."""
         body = dict(self.body)
         body["messages"] = messages
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate the client sent escaped ("\\ud800") is valid JSON but has
+            # no UTF-8 form: escape everything, as the client did, rather than fail.
+            return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
     def tools_tokens(self, counter: TokenCounter) -> int:
         """What the tool definitions cost in the prompt (they share the input budget)."""
@@ -73,6 +79,11 @@ def parse_request(raw: bytes) -> CompletionRequest:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:
+        # A body nested thousands of levels deep: no chat request looks like that, and the
+        # decoder's stack overflow must not surface as a 500.
+        raise bad_request("the request body is nested too deeply to be a chat request"
+                          ) from None
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     model = body.get("model")
@@ -205,6 +216,9 @@ class WireConversation:
         out = dict(original)
         fresh = message.to_openai()
         out["content"] = fresh.get("content")
+        if _has_unmodelled_parts(original.get("content")) and out["content"] != original.get(
+                "content"):
+            out["content"] = _cut_unmodelled(original["content"], message)
         if "tool_calls" in fresh:
             out["tool_calls"] = fresh["tool_calls"]
         return out
@@ -238,6 +252,33 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
         data["tool_calls"] = [_safe_call(c) for c in calls]
     message = ChatMessage.from_openai(data)
     return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
+
+
+def _has_unmodelled_parts(content: object) -> bool:
+    return isinstance(content, list) and any(
+        not (isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS) for p in content)
+
+
+def _cut_unmodelled(original: list[Any], cut: ChatMessage) -> list[Any]:
+    """The wire content of a cut message whose original carried audio, file or other parts.
+
+    The guard counted each such part as its JSON text and cut that text with the rest; a
+    head and tail of base64 data forwarded as a text part would be noise to the model and
+    no longer the file. So the parts go whole, replaced by a note naming them, and the
+    text kept is the original text parts cut to no more characters than the guard kept
+    (note included), images as the guard left them.
+    """
+    dropped = [p.get("type") if isinstance(p, Mapping) else type(p).__name__
+               for p in original
+               if not (isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS)]
+    note = f"[{len(dropped)} {'/'.join(sorted({str(t) for t in dropped}))} part(s) omitted]"
+    text = "\n".join(p["text"] for p in original if isinstance(p, Mapping)
+                     and p.get("type") == "text" and isinstance(p.get("text"), str))
+    room = max(0, len(cut.text) - len(note) - 1)
+    kept = text if len(text) <= room else text[:room // 2] + text[len(text) - room // 2:]
+    parts: list[Any] = [{"type": "text", "text": f"{note}\n{kept}" if kept else note}]
+    parts.extend(p.model_dump(exclude_none=True) for p in cut.images)
+    return parts
 
 
 def _safe_call(call: object) -> object:
