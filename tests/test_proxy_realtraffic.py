@@ -271,6 +271,39 @@ def test_upstream_rate_limit_keeps_retry_after_for_the_sdk(proxy: ProxyProcess,
     assert caught.value.code == "rate_limit_exceeded"
 
 
+@pytest.mark.parametrize(("status", "kind"), [(502, "upstream_error"), (503, "upstream_error"),
+                                             (429, "invalid_request_error")])
+def test_upstream_error_page_that_is_not_json_is_wrapped_in_openai_shape(
+        proxy: ProxyProcess, upstream: StubServer, status: int, kind: str) -> None:
+    """A gateway's HTML error page keeps its status and Retry-After, and the SDK gets a
+    readable message instead of markup."""
+    upstream.rule = lambda r: StubReply.raw(
+        "<html><body><h1>Bad Gateway</h1><p>nginx upstream down</p></body></html>",
+        status=status, content_type="text/html", headers={"retry-after": "3"})
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model=MODEL,
+                                       messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == status
+    assert caught.value.response.headers["retry-after"] == "3"
+    assert caught.value.response.headers["content-type"] == "application/json"
+    body = caught.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == kind
+    assert "Bad Gateway nginx upstream down" in body["message"]
+    assert "<" not in body["message"]
+
+
+def test_upstream_json_error_body_goes_through_byte_for_byte(
+        proxy: ProxyProcess, upstream: StubServer) -> None:
+    """vLLM-style error JSON (not OpenAI's shape) is the upstream's to word: unchanged."""
+    raw = '{"object": "error", "message": "model not loaded", "code": 40401}'
+    upstream.rule = lambda r: StubReply.raw(raw, status=404)
+    response = post(proxy, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 404
+    assert response.text == raw
+
+
 # --------------------------------------------------------------------------- legacy roles
 @pytest.mark.xfail(strict=True, reason=(
     "ctxstack.messages has no legacy 'function' role: the guard's view of a "

@@ -217,7 +217,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)
-            return error_passthrough(upstream, raw, extra)
+            return error_passthrough(upstream, raw, extra, data)
         retried = True
         state.stats.bump("overflow_retries")
         target = int(min(budget, fit.tokens) * state.settings.overflow_retry_fill)

@@ -68,6 +68,15 @@ def upstream_bad_answer() -> ProxyError:
                       type="upstream_error", code="upstream_bad_response")
 
 
+def upstream_error_status(status: int, text: str) -> ProxyError:
+    """The upstream's own error status whose body was not JSON, in OpenAI's shape."""
+    kind: ErrorType = ("upstream_error" if status >= 500 else
+                       "authentication_error" if status == 401 else "invalid_request_error")
+    detail = f": {text}" if text else ""
+    return ProxyError(status, f"the upstream model server answered HTTP {status}{detail}",
+                      type=kind, code="upstream_error")
+
+
 def error_body(message: str, *, type: ErrorType = "invalid_request_error",
                code: str | None = None, param: str | None = None) -> dict[str, object]:
     """OpenAI's error object."""

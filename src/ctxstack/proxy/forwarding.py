@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
 
@@ -31,6 +32,7 @@ from ctxstack.proxy.errors import (
     ProxyError,
     error_body,
     upstream_bad_answer,
+    upstream_error_status,
     upstream_failed,
     upstream_timeout,
     upstream_unreachable,
@@ -243,10 +245,31 @@ async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None
 
 
 def error_passthrough(upstream: httpx.Response, raw: bytes,
-                      extra: Mapping[str, str] | None = None) -> Response:
-    """The upstream's error answered as is: same status, same body, its headers."""
-    return Response(raw, status_code=upstream.status_code,
-                    headers=response_headers(upstream, extra, keep_length=False))
+                      extra: Mapping[str, str] | None = None,
+                      data: object = None) -> Response:
+    """The upstream's error answered with its status and headers (``Retry-After`` and
+    rate-limit headers included). A JSON body goes as is; a body that is not JSON (a
+    gateway's HTML page, plain text) is wrapped in OpenAI's error shape, its text as the
+    message, so the client's SDK reads a message and not markup.
+    """
+    headers = response_headers(upstream, extra, keep_length=False)
+    if data is None and not _is_json(raw):
+        text = " ".join(_TAGS.sub(" ", raw.decode("utf-8", "replace")).split())[:300]
+        err = upstream_error_status(upstream.status_code, text)
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        return err.response(headers)
+    return Response(raw, status_code=upstream.status_code, headers=headers)
+
+
+_TAGS = re.compile(r"<[^>]*>")
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+    return True
 
 
 __all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
