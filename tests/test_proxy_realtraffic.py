@@ -228,6 +228,82 @@ def test_audio_and_file_parts_are_never_forwarded_as_cut_text(
     assert body["messages"][-1] == messages[-1]
 
 
+@pytest.mark.parametrize("part", [
+    {"type": "text", "text": "Cached context.", "cache_control": {"type": "ephemeral"}},
+    {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "auto",
+                                        "uuid": "img-1"}},
+    {"type": "image_url", "image_url": {"url": "https://example.com/a.png",
+                                        "detail": "original"}},
+])
+def test_parts_with_provider_fields_are_forwarded_not_refused(
+        proxy: ProxyProcess, upstream: StubServer, part: dict[str, Any]) -> None:
+    """Prompt-caching ``cache_control`` (LiteLLM, OpenRouter), extra image fields and a
+    newer ``detail`` are the upstream's business: within budget the bytes go as sent.
+    (Whether the upstream takes them is its own answer: the stub is strict about parts.)"""
+    raw = json.dumps({"model": MODEL, "messages": [
+        {"role": "user", "content": [part, {"type": "text", "text": "What is it?"}]}]}).encode()
+    post(proxy, raw)
+    records = httpx.get(f"{upstream.url}/_stub/requests").json()["requests"]
+    assert [r["body"] for r in records] == [raw.decode()]
+
+
+def test_provider_fields_on_parts_survive_compaction(proxy: ProxyProcess,
+                                                     upstream: StubServer) -> None:
+    history = agent_history(30)
+    cached = {"type": "text", "text": "Cached context.", "cache_control": {"type": "ephemeral"}}
+    history[-1] = {"role": "user", "content": [cached, {"type": "text", "text": "And?"}]}
+    response = post(proxy, {"model": MODEL, "messages": history})
+    assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] != "none"
+    (body,) = forwarded(upstream)
+    assert len(body["messages"]) < len(history)
+    assert body["messages"][-1] == history[-1]
+
+
+def test_custom_tool_calls_are_accepted_and_forwarded_as_sent(
+        proxy: ProxyProcess, upstream: StubServer) -> None:
+    """GPT-5 custom tools: ``{"type": "custom", "custom": {"name", "input"}}`` calls."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
+    for i in range(40):
+        messages += [
+            {"role": "user", "content": f"Q{i}: {FILL * 3}"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"ct{i}", "type": "custom",
+                 "custom": {"name": "run_sql", "input": f"SELECT * FROM t{i} WHERE x > 3"}}]},
+            {"role": "tool", "tool_call_id": f"ct{i}", "content": FILL * 4},
+        ]
+    messages.append({"role": "user", "content": "Which table grew?"})
+    response = post(proxy, {"model": MODEL, "messages": messages})
+    assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] != "none"
+    (body,) = forwarded(upstream)
+    sent = body["messages"]
+    assert len(sent) < len(messages)
+    assert tool_sequence_problems(sent) == []
+    calls = [m for m in sent if m.get("tool_calls")]
+    assert calls
+    for m in calls:
+        assert m in messages  # the client's own custom call, not a function-call view
+
+
+def test_cut_assistant_keeps_its_raw_tool_arguments(proxy: ProxyProcess,
+                                                    upstream: StubServer) -> None:
+    """Arguments that are not a JSON object are counted as ``{"_raw": ...}``; when the
+    guard cuts that assistant's long text, the call still goes out as the client wrote it."""
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "shell", "arguments": "ls -la /tmp"}}
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "list it"},
+        {"role": "assistant", "content": "Thinking aloud. " * 6_000, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a b c"},
+        {"role": "user", "content": "and now?"},
+    ]
+    post(proxy, {"model": MODEL, "messages": messages})
+    (body,) = forwarded(upstream)
+    (assistant,) = [m for m in body["messages"] if m.get("tool_calls")]
+    assert len(assistant["content"]) < len(messages[2]["content"])
+    assert assistant["tool_calls"] == [call]
+
+
 # --------------------------------------------------------------------------- broken answers
 @pytest.mark.parametrize("stream", [False, True])
 def test_upstream_200_that_is_not_json_becomes_an_openai_shaped_502(

@@ -219,7 +219,10 @@ class WireConversation:
         if _has_unmodelled_parts(original.get("content")) and out["content"] != original.get(
                 "content"):
             out["content"] = _cut_unmodelled(original["content"], message)
-        if "tool_calls" in fresh:
+        # Tool calls are never cut (a shortened argument would be another call): the
+        # client's own calls go, not their view (which may hold {"_raw": ...} arguments
+        # or a custom call seen as a function).
+        if "tool_calls" in fresh and not original.get("tool_calls"):
             out["tool_calls"] = fresh["tool_calls"]
         return out
 
@@ -242,16 +245,38 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
         data["role"] = "system"
     content = data.get("content")
     if isinstance(content, list):
-        data["content"] = [
-            p if isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS
-            else {"type": "text", "text": json.dumps(p, ensure_ascii=False)}
-            for p in content
-        ]
+        data["content"] = [_view_part(p) for p in content]
     calls = data.get("tool_calls")
     if isinstance(calls, list):
         data["tool_calls"] = [_safe_call(c) for c in calls]
     message = ChatMessage.from_openai(data)
     return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
+
+
+_DETAILS = frozenset({"auto", "low", "high"})
+
+
+def _view_part(part: object) -> object:
+    """One content part as the guard models it: text and images reduced to what is
+    counted, so fields a provider adds (``cache_control``, an image ``uuid``, a newer
+    ``detail``) are forwarded untouched instead of refused; other parts as their JSON
+    text. A text or image part that is malformed stays as sent, for a clear 400."""
+    if not isinstance(part, Mapping):
+        return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        return {"type": "text", "text": text} if isinstance(text, str) else part
+    if kind == "image_url":
+        image = part.get("image_url")
+        if isinstance(image, str):
+            return {"type": "image_url", "image_url": {"url": image}}
+        if isinstance(image, Mapping) and isinstance(image.get("url"), str):
+            detail = image.get("detail")
+            return {"type": "image_url", "image_url": {
+                "url": image["url"], **({"detail": detail} if detail in _DETAILS else {})}}
+        return part
+    return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
 
 
 def _has_unmodelled_parts(content: object) -> bool:
@@ -282,9 +307,21 @@ def _cut_unmodelled(original: list[Any], cut: ChatMessage) -> list[Any]:
 
 
 def _safe_call(call: object) -> object:
-    """A tool call whose arguments are not a JSON object keeps them as ``{"_raw": text}``."""
+    """A tool call whose arguments are not a JSON object keeps them as ``{"_raw": text}``;
+    a call of another type (``custom`` tools' free-form ``input``) is counted as a
+    function call of that name with its input raw. Only the guard's view: what is
+    forwarded is always the client's own call."""
     if not isinstance(call, Mapping):
         return call
+    kind = call.get("type", "function")
+    if kind != "function" and isinstance(kind, str):
+        inner = call.get(kind)
+        inner = inner if isinstance(inner, Mapping) else {}
+        name = inner.get("name") if isinstance(inner.get("name"), str) else kind
+        raw = inner.get("input")
+        text = raw if isinstance(raw, str) else json.dumps(inner, ensure_ascii=False)
+        return {"id": call.get("id"), "type": "function",
+                "function": {"name": name or kind, "arguments": json.dumps({"_raw": text})}}
     fn = call.get("function")
     if not isinstance(fn, Mapping):
         return call
