@@ -143,6 +143,29 @@ def test_developer_prompt_stays_first_and_unchanged_when_compacted(
     assert tool_sequence_problems(body["messages"]) == []
 
 
+def test_response_format_schema_counts_against_the_budget(proxy: ProxyProcess,
+                                                          upstream: StubServer) -> None:
+    """A json_schema response format is rendered into the prompt like tool definitions:
+    a request whose messages alone fit but whose schema pushes it over is compacted."""
+    history = agent_history(2)
+    schema = {"type": "object", "additionalProperties": False,
+              "required": [f"field_{i}" for i in range(90)],
+              "properties": {f"field_{i}": {"type": "string", "description": FILL[:60]}
+                             for i in range(90)}}
+    body = {"model": MODEL, "messages": history, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "report", "strict": True,
+                                               "schema": schema}}}
+    alone = post(proxy, {"model": MODEL, "messages": history})
+    assert parse_compaction_header(alone.headers["x-ctxstack-compaction"])["method"] == "none"
+    response = post(proxy, body)
+    header = parse_compaction_header(response.headers["x-ctxstack-compaction"])
+    assert header["method"] != "none"
+    assert int(response.headers["x-ctxstack-input-tokens-estimated"]) <= 5_000
+    sent = forwarded(upstream)[-1]
+    assert sent["response_format"] == body["response_format"]
+    assert tool_sequence_problems(sent["messages"]) == []
+
+
 # --------------------------------------------------------------------------- broken bodies
 def test_deeply_nested_body_is_a_400_not_a_500(proxy: ProxyProcess,
                                                upstream: StubServer) -> None:
