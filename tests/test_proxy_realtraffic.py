@@ -404,13 +404,10 @@ def test_upstream_json_error_body_goes_through_byte_for_byte(
 
 
 # --------------------------------------------------------------------------- legacy roles
-@pytest.mark.xfail(strict=True, reason=(
-    "ctxstack.messages has no legacy 'function' role: the guard's view of a "
-    "role='function' message fails (MessageError), so a compacted request carrying one is "
-    "refused 400 although OpenAI accepts it; needs ChatMessage.from_openai to accept "
-    "role 'function' (being added in messages.py)"))
 def test_legacy_function_role_history_is_compacted_not_refused(
         proxy: ProxyProcess, upstream: StubServer) -> None:
+    """``function_call`` + ``role: "function"`` (OpenAI's pre-tools format, still
+    accepted): compacted with each result kept or dropped with its call."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}]
     for i in range(40):
         messages.append({"role": "user", "content": f"Q{i}: {FILL * 3}"})
@@ -419,10 +416,14 @@ def test_legacy_function_role_history_is_compacted_not_refused(
         messages.append({"role": "function", "name": "lookup", "content": FILL * 3})
     messages.append({"role": "user", "content": "And now?"})
     response = post(proxy, {"model": MODEL, "messages": messages})
-    assert response.status_code != 400 or "role" not in response.text, response.text
+    assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] != "none"
     (body,) = forwarded(upstream)
-    assert len(body["messages"]) < len(messages)
     kept = body["messages"]
+    assert len(kept) < len(messages)
+    assert kept[-1] == messages[-1]
+    assert any(m["role"] == "function" for m in kept)
     for i, m in enumerate(kept):
+        assert "tool_calls" not in m  # the view's ids never leave the proxy
         if m["role"] == "function":
             assert kept[i - 1].get("function_call"), "a function result lost its call"
+            assert m["name"] == "lookup"  # masked or not, still the function's answer

@@ -162,12 +162,31 @@ class WireConversation:
         """
         found = self._views[i]
         if found is None:
+            wire = self.messages[i]
+            if wire.get("role") == "function":
+                wire = self._function_result(i)
             try:
-                found = guard_view(self.messages[i], i, pinned=i == self.last_user)
+                found = guard_view(wire, i, pinned=i == self.last_user)
             except MessageError as exc:
                 raise bad_request(f"messages[{i}].{exc}", param=f"messages[{i}]") from None
             self._views[i] = found
         return found
+
+    def _function_result(self, i: int) -> dict[str, Any]:
+        """A legacy ``function`` message as the tool result of the ``function_call`` of the
+        assistant message before it, so the guard keeps or drops the two together."""
+        wire = self.messages[i]
+        call_id = f"legacy-function-{i}"
+        for j in range(i - 1, -1, -1):
+            role = self.messages[j].get("role")
+            if role == "assistant":
+                if isinstance(self.messages[j].get("function_call"), Mapping):
+                    call_id = legacy_call_id(j)
+                break
+            if role != "function":
+                break
+        return {"role": "tool", "tool_call_id": call_id, "content": wire.get("content"),
+                "name": wire.get("name")}
 
     def views(self, start: int = 0, stop: int | None = None) -> list[ChatMessage]:
         """Views of ``messages[start:stop]``."""
@@ -224,10 +243,9 @@ class WireConversation:
                 "content"):
             out["content"] = _cut_unmodelled(original["content"], message)
         # Tool calls are never cut (a shortened argument would be another call): the
-        # client's own calls go, not their view (which may hold {"_raw": ...} arguments
-        # or a custom call seen as a function).
-        if "tool_calls" in fresh and not original.get("tool_calls"):
-            out["tool_calls"] = fresh["tool_calls"]
+        # client's own calls go (in ``out`` already), not their view, which may hold
+        # {"_raw": ...} arguments, a custom call seen as a function, or a legacy
+        # function_call seen as a tool call.
         return out
 
     def longest_text(self, start: int = 0) -> int:
@@ -242,6 +260,12 @@ class WireConversation:
         return best
 
 
+def legacy_call_id(index: int) -> str:
+    """The tool-call id the guard's view gives the legacy ``function_call`` of message
+    ``index`` (its ``function`` answer gets it as ``tool_call_id``); never forwarded."""
+    return f"legacy-function-call-{index}"
+
+
 def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> ChatMessage:
     """The :class:`ChatMessage` the guard works on for one wire message."""
     data: dict[str, Any] = dict(wire)
@@ -250,6 +274,10 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
     content = data.get("content")
     if isinstance(content, list):
         data["content"] = [_view_part(p) for p in content]
+    legacy = data.pop("function_call", None)
+    if isinstance(legacy, Mapping) and not data.get("tool_calls"):
+        data["tool_calls"] = [{"id": legacy_call_id(index), "type": "function",
+                               "function": legacy}]
     calls = data.get("tool_calls")
     if isinstance(calls, list):
         data["tool_calls"] = [_safe_call(c) for c in calls]
