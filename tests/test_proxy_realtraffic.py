@@ -166,6 +166,50 @@ def test_response_format_schema_counts_against_the_budget(proxy: ProxyProcess,
     assert tool_sequence_problems(sent["messages"]) == []
 
 
+def summary_calls(stub: StubServer) -> int:
+    records = httpx.get(f"{stub.url}/_stub/requests").json()["requests"]
+    return sum(1 for r in records if r["path"].endswith("chat/completions")
+               and _is_summary_call(json.loads(r["body"])))
+
+
+def test_agent_tool_loop_under_one_user_turn_is_summarised_once(
+        proxy: ProxyProcess, upstream: StubServer) -> None:
+    """An agent's loop resends [system, task, call, result, call, result, …] with the task
+    as the only user message. The first overflow is summarised and checkpointed; the
+    next iterations reuse it, the task always forwarded verbatim."""
+    task = {"role": "user", "content": "Audit every order and report the totals."}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an auditor."},
+                                      task]
+
+    def step(i: int) -> list[dict[str, Any]]:
+        return [{"role": "assistant", "content": f"step {i}", "tool_calls": [
+                    {"id": f"c{i}a", "type": "function",
+                     "function": {"name": "orders", "arguments": json.dumps({"page": i})}},
+                    {"id": f"c{i}b", "type": "function",
+                     "function": {"name": "totals", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": f"c{i}a", "content": FILL * 4},
+                {"role": "tool", "tool_call_id": f"c{i}b", "content": FILL * 4}]
+
+    for i in range(50):
+        messages += step(i)
+    methods = []
+    for i in range(50, 54):
+        messages += step(i)
+        response = post(proxy, {"model": MODEL, "messages": messages})
+        assert response.status_code == 200, response.text
+        methods.append(parse_compaction_header(
+            response.headers["x-ctxstack-compaction"])["method"])
+        sent = forwarded(upstream)[-1]["messages"]
+        assert sent[0] == messages[0]
+        assert task in sent
+        assert sent[-3:] == messages[-3:]
+        assert tool_sequence_problems(sent) == []
+        assert int(response.headers["x-ctxstack-input-tokens-estimated"]) <= 5_000
+    assert methods[0] == "llm"
+    assert methods[1:] == ["checkpoint"] * 3
+    assert summary_calls(upstream) == 1
+
+
 # --------------------------------------------------------------------------- broken bodies
 def test_deeply_nested_body_is_a_400_not_a_500(proxy: ProxyProcess,
                                                upstream: StubServer) -> None:
