@@ -45,10 +45,21 @@ def test_valid_wire_shapes_the_guard_does_not_model_are_accepted() -> None:
     assert conv.tokens(DEFAULT_COUNTER) == DEFAULT_COUNTER.count_messages(conv.views())
 
 
+def test_legacy_function_role_is_accepted_and_forwarded_as_sent() -> None:
+    """OpenAI still accepts ``role: "function"`` answering a ``function_call``: the proxy
+    does not refuse what the upstream would take."""
+    messages = [{"role": "user", "content": "x"},
+                {"role": "assistant", "content": None,
+                 "function_call": {"name": "f", "arguments": "{}"}},
+                {"role": "function", "name": "f", "content": "y"}]
+    request = parse_request(_request(messages))
+    assert request.conversation.messages == messages
+
+
 @pytest.mark.parametrize(("messages", "fragment"), [
     ([{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}], "tool_call_id"),
     ([{"role": "tool", "tool_call_id": "c", "content": "y"}], "no preceding"),
-    ([{"role": "function", "name": "f", "content": "y"}], "unknown role"),
+    ([{"role": "wizard", "content": "y"}], "unknown role"),
     (["just a string"], "expected an object"),
     ([{"role": "assistant", "tool_calls": "nope"}], "tool_calls: expected a list"),
 ])

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from ctxstack import LLM
@@ -28,13 +29,14 @@ from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
-from ctxstack.proxy.errors import ProxyError
+from ctxstack.proxy.errors import ProxyError, error_response
 from ctxstack.proxy.fitting import Fit, Fitter
 from ctxstack.proxy.forwarding import (
     Upstream,
     error_passthrough,
     read_error,
     relay,
+    relay_answer,
 )
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
@@ -146,6 +148,18 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
                       error=exc.code or exc.type)
             return exc.response()
 
+    async def not_routed(_: Request, exc: Exception) -> Response:
+        # The proxy's own 404 / 405 (a path outside /v1/, GET on chat completions) in the
+        # error shape every OpenAI SDK reads, not Starlette's {"detail": ...}.
+        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
+        message = {404: "no such route on this proxy (it serves /v1/…, /ctxstack/health "
+                        "and /ctxstack/stats)",
+                   405: "method not allowed on this route"
+                   }.get(status, str(detail))
+        return error_response(status, message, code="not_found" if status == 404 else None)
+
+    app.add_exception_handler(StarletteHTTPException, not_routed)
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
@@ -196,13 +210,14 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         extra = fit_headers(fit)
         _log_fit(fit, log, added_ms, retried)
         if upstream.status_code < 400:
+            answer = await relay_answer(upstream, extra)
             log_event("chat_completion", status=upstream.status_code, **log)
-            return await relay(upstream, extra)
+            return answer
         raw, data = await read_error(upstream)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)
-            return error_passthrough(upstream, raw, extra)
+            return error_passthrough(upstream, raw, extra, data)
         retried = True
         state.stats.bump("overflow_retries")
         target = int(min(budget, fit.tokens) * state.settings.overflow_retry_fill)

@@ -61,6 +61,22 @@ def upstream_failed() -> ProxyError:
                       type="upstream_error", code="upstream_error")
 
 
+def upstream_bad_answer() -> ProxyError:
+    """502: the upstream answered with a success status but a body that is not JSON."""
+    return ProxyError(502, "the upstream model server sent an answer that is not valid JSON "
+                      "(cut off, or not an OpenAI-compatible server)",
+                      type="upstream_error", code="upstream_bad_response")
+
+
+def upstream_error_status(status: int, text: str) -> ProxyError:
+    """The upstream's own error status whose body was not JSON, in OpenAI's shape."""
+    kind: ErrorType = ("upstream_error" if status >= 500 else
+                       "authentication_error" if status == 401 else "invalid_request_error")
+    detail = f": {text}" if text else ""
+    return ProxyError(status, f"the upstream model server answered HTTP {status}{detail}",
+                      type=kind, code="upstream_error")
+
+
 def error_body(message: str, *, type: ErrorType = "invalid_request_error",
                code: str | None = None, param: str | None = None) -> dict[str, object]:
     """OpenAI's error object."""

@@ -127,20 +127,20 @@ class Fitter:
         wire = [conv.wire_form(m) for m in result]
         if event is None or unchanged:
             assert record is not None
-            return Fit(wire, "checkpoint", n, len(result), record.covered - conv.prompt_end,
+            return Fit(wire, "checkpoint", n, len(result), _summarized(conv, record.covered),
                        tokens, total + tools, counter=key)
         summarized = 0
         saved = False
-        covered = _covered(result, conv.prompt_end, n)
+        covered = _covered(conv, result)
         summary = next((m for m in result if m.kind == "summary"), None)
         if event.method == "llm" and summary is not None:
-            summarized = covered - conv.prompt_end
+            summarized = _summarized(conv, covered)
             if self.store is not None:
                 saved = await self.store.save(
                     conv.messages, conv.prompt_end, salt, covered=covered, summary=summary.text,
                     token_count=counter.count_message(summary), model=request.model)
         elif summary is not None and record is not None:
-            summarized = record.covered - conv.prompt_end
+            summarized = _summarized(conv, record.covered)
         return Fit(wire, event.method, n, len(result), summarized, tokens, total + tools,
                    summarizer_usage=event.usage, checkpoint_saved=saved, reason=event.reason,
                    counter=key)
@@ -156,13 +156,16 @@ def _reuse(conv: WireConversation, record: ProxyCheckpointRecord, summary_tokens
     if len(conv.counts) != len(conv) or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS:
         return None
     counts = conv.counts
-    tokens = sum(counts[:conv.prompt_end]) + summary_tokens + sum(counts[record.covered:])
+    anchor = _anchor(conv, record.covered)
+    tokens = (sum(counts[:conv.prompt_end]) + summary_tokens + sum(counts[record.covered:])
+              + (counts[anchor] if anchor is not None else 0))
     if tokens > fits:
         return None
     summary = {"role": "system", "content": record.summary}
-    wire = [*conv.messages[:conv.prompt_end], summary, *conv.messages[record.covered:]]
+    kept = [conv.messages[anchor]] if anchor is not None else []
+    wire = [*conv.messages[:conv.prompt_end], summary, *kept, *conv.messages[record.covered:]]
     return Fit(wire, "checkpoint", len(conv), len(wire),
-               record.covered - conv.prompt_end, tokens + tools, total + tools)
+               _summarized(conv, record.covered), tokens + tools, total + tools)
 
 
 def _working(conv: WireConversation, record: ProxyCheckpointRecord | None) -> list[ChatMessage]:
@@ -170,20 +173,49 @@ def _working(conv: WireConversation, record: ProxyCheckpointRecord | None) -> li
     if record is None:
         return conv.views()
     summary = ChatMessage(role="system", content=record.summary, metadata={"kind": "summary"})
-    return [*conv.views(0, conv.prompt_end), summary, *conv.views(record.covered)]
+    anchor = _anchor(conv, record.covered)
+    kept = [conv.view(anchor)] if anchor is not None else []
+    return [*conv.views(0, conv.prompt_end), summary, *kept, *conv.views(record.covered)]
 
 
 def _same(a: Sequence[ChatMessage], b: Sequence[ChatMessage]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
-def _covered(result: Sequence[ChatMessage], prompt_end: int, n: int) -> int:
+def _covered(conv: WireConversation, result: Sequence[ChatMessage]) -> int:
     """Wire messages before the first one kept after the summary: what the summary covers.
 
-    When compaction kept an early anchor (a user turn of a long tool loop) the summary
-    covers messages after it too; counting from the anchor only repeats a little context
-    on reuse, never loses any.
+    One exception: the user turn of a long tool loop (the last user message, pinned) is
+    kept right after the summary while the calls and results after it were summarised.
+    The summary then covers up to the first kept message after that anchor, and every
+    reuse puts the anchor back (:func:`_anchor`) — otherwise no checkpoint could be saved
+    and each iteration of an agent's tool loop would be summarised afresh.
     """
     kept = [m.metadata.get(WIRE_KEY) for m in result]
-    after = [i for i in kept if isinstance(i, int) and i >= prompt_end]
-    return min(after) if after else n
+    after = sorted(i for i in kept if isinstance(i, int) and i >= conv.prompt_end)
+    if not after:
+        return len(conv)
+    if (len(after) > 1 and after[0] == conv.last_user
+            and conv.messages[after[1]].get("role") != "user"):
+        return after[1]
+    return after[0]
+
+
+def _anchor(conv: WireConversation, covered: int) -> int | None:
+    """The user message a checkpoint covering ``covered`` messages keeps verbatim, if any.
+
+    After a summary the kept history starts with a user turn; a checkpoint whose first
+    message after the summary is not one was cut inside a tool loop, whose user message
+    (the last one before ``covered``) was pinned, never summarised.
+    """
+    if covered >= len(conv) or conv.messages[covered].get("role") in ("user", None):
+        return None
+    for i in range(covered - 1, conv.prompt_end - 1, -1):
+        if conv.messages[i].get("role") == "user":
+            return i
+    return None
+
+
+def _summarized(conv: WireConversation, covered: int) -> int:
+    """Messages a checkpoint covering ``covered`` stands for (its anchor not counted)."""
+    return covered - conv.prompt_end - (0 if _anchor(conv, covered) is None else 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
 
@@ -30,6 +31,8 @@ from starlette.responses import Response, StreamingResponse
 from ctxstack.proxy.errors import (
     ProxyError,
     error_body,
+    upstream_bad_answer,
+    upstream_error_status,
     upstream_failed,
     upstream_timeout,
     upstream_unreachable,
@@ -208,12 +211,66 @@ async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
         return raw, None
 
 
-def error_passthrough(upstream: httpx.Response, raw: bytes,
-                      extra: Mapping[str, str] | None = None) -> Response:
-    """The upstream's error answered as is: same status, same body, its headers."""
+async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
+                       ) -> Response:
+    """Relay a successful chat-completions answer, refusing one that is not an answer.
+
+    An event stream is relayed as it arrives (:func:`stream_response`). Any other body is
+    read whole (a chat completion is one JSON object) and must be JSON: an HTML error page
+    from a gateway, or an answer cut off mid-body, would otherwise reach the client as a
+    200 its SDK fails to parse (or, for a stream request, as an empty stream) — it becomes
+    a 502 in OpenAI's error shape instead.
+
+    Raises:
+        ProxyError: the body could not be read (502/504) or is not JSON (502).
+    """
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        return stream_response(upstream, extra)
+    try:
+        raw = await upstream.aread()
+    except httpx.TimeoutException:
+        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
+    except httpx.HTTPError:
+        raise upstream_failed() from None
+    finally:
+        await upstream.aclose()
+    try:
+        json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        log.warning("proxy: upstream answered %d with a body that is not JSON (%d bytes)",
+                    upstream.status_code, len(raw))
+        raise upstream_bad_answer() from None
     return Response(raw, status_code=upstream.status_code,
                     headers=response_headers(upstream, extra, keep_length=False))
 
 
+def error_passthrough(upstream: httpx.Response, raw: bytes,
+                      extra: Mapping[str, str] | None = None,
+                      data: object = None) -> Response:
+    """The upstream's error answered with its status and headers (``Retry-After`` and
+    rate-limit headers included). A JSON body goes as is; a body that is not JSON (a
+    gateway's HTML page, plain text) is wrapped in OpenAI's error shape, its text as the
+    message, so the client's SDK reads a message and not markup.
+    """
+    headers = response_headers(upstream, extra, keep_length=False)
+    if data is None and not _is_json(raw):
+        text = " ".join(_TAGS.sub(" ", raw.decode("utf-8", "replace")).split())[:300]
+        err = upstream_error_status(upstream.status_code, text)
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        return err.response(headers)
+    return Response(raw, status_code=upstream.status_code, headers=headers)
+
+
+_TAGS = re.compile(r"<[^>]*>")
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return False
+    return True
+
+
 __all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
-           "relay", "response_headers", "stream_response"]
+           "relay", "relay_answer", "response_headers", "stream_response"]

@@ -25,7 +25,8 @@ from ctxstack import ChatMessage, TokenCounter
 from ctxstack.errors import MessageError
 from ctxstack.proxy.errors import bad_request
 
-WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+"""Roles OpenAI accepts (``function``: the legacy answer to an assistant ``function_call``)."""
 _KNOWN_PARTS = frozenset({"text", "image_url"})
 WIRE_KEY = "wire"
 
@@ -51,14 +52,23 @@ class CompletionRequest:
         """The body with ``messages`` replaced (every other field, and its order, kept)."""
         body = dict(self.body)
         body["messages"] = messages
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate the client sent escaped ("\\ud800") is valid JSON but has
+            # no UTF-8 form: escape everything, as the client did, rather than fail.
+            return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
     def tools_tokens(self, counter: TokenCounter) -> int:
-        """What the tool definitions cost in the prompt (they share the input budget)."""
-        tools = self.body.get("tools")
-        if not tools:
-            return 0
-        return counter.count_text(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
+        """What the request's schemas cost in the prompt (they share the input budget):
+        ``tools``, the legacy ``functions``, and a ``response_format`` JSON schema, which
+        providers also render into the prompt."""
+        schemas = [self.body.get(key) for key in ("tools", "functions")]
+        response_format = self.body.get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+            schemas.append(response_format.get("json_schema"))
+        return sum(counter.count_text(json.dumps(s, ensure_ascii=False, separators=(",", ":")))
+                   for s in schemas if s)
 
 
 def parse_request(raw: bytes) -> CompletionRequest:
@@ -73,6 +83,11 @@ def parse_request(raw: bytes) -> CompletionRequest:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:
+        # A body nested thousands of levels deep: no chat request looks like that, and the
+        # decoder's stack overflow must not surface as a 500.
+        raise bad_request("the request body is nested too deeply to be a chat request"
+                          ) from None
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object")
     model = body.get("model")
@@ -147,12 +162,31 @@ class WireConversation:
         """
         found = self._views[i]
         if found is None:
+            wire = self.messages[i]
+            if wire.get("role") == "function":
+                wire = self._function_result(i)
             try:
-                found = guard_view(self.messages[i], i, pinned=i == self.last_user)
+                found = guard_view(wire, i, pinned=i == self.last_user)
             except MessageError as exc:
                 raise bad_request(f"messages[{i}].{exc}", param=f"messages[{i}]") from None
             self._views[i] = found
         return found
+
+    def _function_result(self, i: int) -> dict[str, Any]:
+        """A legacy ``function`` message as the tool result of the ``function_call`` of the
+        assistant message before it, so the guard keeps or drops the two together."""
+        wire = self.messages[i]
+        call_id = f"legacy-function-{i}"
+        for j in range(i - 1, -1, -1):
+            role = self.messages[j].get("role")
+            if role == "assistant":
+                if isinstance(self.messages[j].get("function_call"), Mapping):
+                    call_id = legacy_call_id(j)
+                break
+            if role != "function":
+                break
+        return {"role": "tool", "tool_call_id": call_id, "content": wire.get("content"),
+                "name": wire.get("name")}
 
     def views(self, start: int = 0, stop: int | None = None) -> list[ChatMessage]:
         """Views of ``messages[start:stop]``."""
@@ -205,8 +239,13 @@ class WireConversation:
         out = dict(original)
         fresh = message.to_openai()
         out["content"] = fresh.get("content")
-        if "tool_calls" in fresh:
-            out["tool_calls"] = fresh["tool_calls"]
+        if _has_unmodelled_parts(original.get("content")) and out["content"] != original.get(
+                "content"):
+            out["content"] = _cut_unmodelled(original["content"], message)
+        # Tool calls are never cut (a shortened argument would be another call): the
+        # client's own calls go (in ``out`` already), not their view, which may hold
+        # {"_raw": ...} arguments, a custom call seen as a function, or a legacy
+        # function_call seen as a tool call.
         return out
 
     def longest_text(self, start: int = 0) -> int:
@@ -221,6 +260,12 @@ class WireConversation:
         return best
 
 
+def legacy_call_id(index: int) -> str:
+    """The tool-call id the guard's view gives the legacy ``function_call`` of message
+    ``index`` (its ``function`` answer gets it as ``tool_call_id``); never forwarded."""
+    return f"legacy-function-call-{index}"
+
+
 def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> ChatMessage:
     """The :class:`ChatMessage` the guard works on for one wire message."""
     data: dict[str, Any] = dict(wire)
@@ -228,11 +273,11 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
         data["role"] = "system"
     content = data.get("content")
     if isinstance(content, list):
-        data["content"] = [
-            p if isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS
-            else {"type": "text", "text": json.dumps(p, ensure_ascii=False)}
-            for p in content
-        ]
+        data["content"] = [_view_part(p) for p in content]
+    legacy = data.pop("function_call", None)
+    if isinstance(legacy, Mapping) and not data.get("tool_calls"):
+        data["tool_calls"] = [{"id": legacy_call_id(index), "type": "function",
+                               "function": legacy}]
     calls = data.get("tool_calls")
     if isinstance(calls, list):
         data["tool_calls"] = [_safe_call(c) for c in calls]
@@ -240,10 +285,75 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
     return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
 
 
+_DETAILS = frozenset({"auto", "low", "high"})
+
+
+def _view_part(part: object) -> object:
+    """One content part as the guard models it: text and images reduced to what is
+    counted, so fields a provider adds (``cache_control``, an image ``uuid``, a newer
+    ``detail``) are forwarded untouched instead of refused; other parts as their JSON
+    text. A text or image part that is malformed stays as sent, for a clear 400."""
+    if not isinstance(part, Mapping):
+        return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        return {"type": "text", "text": text} if isinstance(text, str) else part
+    if kind == "image_url":
+        image = part.get("image_url")
+        if isinstance(image, str):
+            return {"type": "image_url", "image_url": {"url": image}}
+        if isinstance(image, Mapping) and isinstance(image.get("url"), str):
+            detail = image.get("detail")
+            return {"type": "image_url", "image_url": {
+                "url": image["url"], **({"detail": detail} if detail in _DETAILS else {})}}
+        return part
+    return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
+
+
+def _has_unmodelled_parts(content: object) -> bool:
+    return isinstance(content, list) and any(
+        not (isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS) for p in content)
+
+
+def _cut_unmodelled(original: list[Any], cut: ChatMessage) -> list[Any]:
+    """The wire content of a cut message whose original carried audio, file or other parts.
+
+    The guard counted each such part as its JSON text and cut that text with the rest; a
+    head and tail of base64 data forwarded as a text part would be noise to the model and
+    no longer the file. So the parts go whole, replaced by a note naming them, and the
+    text kept is the original text parts cut to no more characters than the guard kept
+    (note included), images as the guard left them.
+    """
+    dropped = [p.get("type") if isinstance(p, Mapping) else type(p).__name__
+               for p in original
+               if not (isinstance(p, Mapping) and p.get("type") in _KNOWN_PARTS)]
+    note = f"[{len(dropped)} {'/'.join(sorted({str(t) for t in dropped}))} part(s) omitted]"
+    text = "\n".join(p["text"] for p in original if isinstance(p, Mapping)
+                     and p.get("type") == "text" and isinstance(p.get("text"), str))
+    room = max(0, len(cut.text) - len(note) - 1)
+    kept = text if len(text) <= room else text[:room // 2] + text[len(text) - room // 2:]
+    parts: list[Any] = [{"type": "text", "text": f"{note}\n{kept}" if kept else note}]
+    parts.extend(p.model_dump(exclude_none=True) for p in cut.images)
+    return parts
+
+
 def _safe_call(call: object) -> object:
-    """A tool call whose arguments are not a JSON object keeps them as ``{"_raw": text}``."""
+    """A tool call whose arguments are not a JSON object keeps them as ``{"_raw": text}``;
+    a call of another type (``custom`` tools' free-form ``input``) is counted as a
+    function call of that name with its input raw. Only the guard's view: what is
+    forwarded is always the client's own call."""
     if not isinstance(call, Mapping):
         return call
+    kind = call.get("type", "function")
+    if kind != "function" and isinstance(kind, str):
+        inner = call.get(kind)
+        inner = inner if isinstance(inner, Mapping) else {}
+        name = inner.get("name") if isinstance(inner.get("name"), str) else kind
+        raw = inner.get("input")
+        text = raw if isinstance(raw, str) else json.dumps(inner, ensure_ascii=False)
+        return {"id": call.get("id"), "type": "function",
+                "function": {"name": name or kind, "arguments": json.dumps({"_raw": text})}}
     fn = call.get("function")
     if not isinstance(fn, Mapping):
         return call
