@@ -51,6 +51,7 @@ from ctxstack.integrations._responses import (
 from ctxstack.integrations._session_store import ItemStore
 from ctxstack.prompts import check_hint
 from ctxstack.protocol import FunctionSpec, ToolSpec
+from ctxstack.tokens import effective_budget
 
 try:
     from agents import Agent, ModelResponse, RunContextWrapper, RunHooks
@@ -140,6 +141,12 @@ class CtxstackSession:
         if checkpoint is not None:
             messages.insert(0, ChatMessage.system(checkpoint.summary,
                                                   metadata={"kind": "summary"}))
+        elif limit is not None and self.guard.counter.count_messages(messages) <= \
+                effective_budget(self.budget, self.guard.counter):
+            # A tail read (the SDK compares it item for item with what it wrote): verbatim
+            # when it fits, even if it starts with outputs whose calls are older — the
+            # guard would drop those as orphans of a request, and this is no request.
+            return [s.item for s in stored]  # type: ignore[misc]
         outcome = await guarded(self.guard, messages, self.budget, self.hint)
         if outcome.events:
             self.events.extend(outcome.events)
