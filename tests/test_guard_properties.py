@@ -18,9 +18,10 @@ from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_rules import cut_message
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, TextPart, ToolCall, repair_tool_turns
+from ctxstack.messages import ChatMessage, TextPart, ToolCall
 from ctxstack.protocol import ToolSpec
 from ctxstack.tokens import HEURISTIC, HeuristicCounter, effective_budget
+from ctxstack.tool_turns import repair_tool_turns
 
 SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")
 

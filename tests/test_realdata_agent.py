@@ -17,8 +17,9 @@ import pytest
 from ctxstack import ChatMessage, ContextGuard, HistoryArchive, ToolCall, WindowMemory
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import from_openai_messages, tool_turn_problems
+from ctxstack.messages import from_openai_messages
 from ctxstack.tokens import TiktokenCounter
+from ctxstack.tool_turns import tool_turn_problems
 from tests import realdata
 
 pytest.importorskip("tiktoken")

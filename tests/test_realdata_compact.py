@@ -26,8 +26,9 @@ from ctxstack import (
 )
 from ctxstack.archive import ARCHIVE_REF_KEY
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import from_openai_messages, to_openai_messages, tool_turn_problems
+from ctxstack.messages import from_openai_messages, to_openai_messages
 from ctxstack.tokens import TiktokenCounter
+from ctxstack.tool_turns import tool_turn_problems
 from tests import realdata
 
 pytest.importorskip("tiktoken")

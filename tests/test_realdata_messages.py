@@ -13,12 +13,11 @@ import pytest
 
 from ctxstack import ChatMessage, ToolCall
 from ctxstack.errors import MessageError
-from ctxstack.messages import (
+from ctxstack.messages import from_openai_messages, to_openai_messages
+from ctxstack.tool_turns import (
     INTERRUPTED_RESULT,
     REPAIRED_KEY,
-    from_openai_messages,
     repair_tool_turns,
-    to_openai_messages,
     tool_turn_problems,
 )
 from tests import realdata

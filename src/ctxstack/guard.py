@@ -56,7 +56,7 @@ from ctxstack.guard_events import (
     GuardTotals,
 )
 from ctxstack.guard_rules import apply_pinned_cap, cut_message, is_oversized
-from ctxstack.messages import ChatMessage, repair_tool_turns, tool_turns_valid
+from ctxstack.messages import ChatMessage
 from ctxstack.prompts import Hint, check_hint
 from ctxstack.protocol import LLM
 from ctxstack.tokens import (
@@ -67,6 +67,7 @@ from ctxstack.tokens import (
     effective_budget,
     memo_applies,
 )
+from ctxstack.tool_turns import repair_tool_turns, tool_turns_valid
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ class ContextGuard:
         Within budget, with no oversized message and with valid tool turns, the very list
         passed in is returned (a list copy if a non-list sequence was passed); a broken log
         (an orphan tool result, a call with no result) comes back repaired by
-        :func:`ctxstack.messages.repair_tool_turns`, so what goes to the provider is always
+        :func:`ctxstack.tool_turns.repair_tool_turns`, so what goes to the provider is always
         a valid request. The input is never mutated.
 
         Raises:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ctxstack.memory import DbMemory
-from ctxstack.messages import scrub_surrogates, tool_turn_problems
+from ctxstack.messages import scrub_surrogates
 from ctxstack.store import (
     NewMessage,
     SessionFactory,
@@ -20,6 +20,7 @@ from ctxstack.store import (
     create_conversation,
 )
 from ctxstack.tokens import TiktokenCounter
+from ctxstack.tool_turns import tool_turn_problems
 from tests import realdata
 
 pytest.importorskip("tiktoken")

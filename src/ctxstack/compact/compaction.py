@@ -47,9 +47,10 @@ from ctxstack.compact.summarize import (
 )
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
-from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
+from ctxstack.tool_turns import repair_tool_turns
 
 logger = logging.getLogger("ctxstack.compact")
 

@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from ctxstack.compact.cut import cut_group
 from ctxstack.compact.groups import Layout, Unit, split_layout
 from ctxstack.errors import ConfigError
-from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages import ChatMessage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
+from ctxstack.tool_turns import repair_tool_turns
 
 MIN_CUT_TOKENS = 24
 """Below this much room a cut message would be little more than its marker: drop instead."""
@@ -60,7 +61,7 @@ def smart_truncate(
     (the default heuristic's measured error) is kept free so the result fits by the
     model's own tokenizer too; an exact counter has no margin.
 
-    The input is first made a valid request (:func:`ctxstack.messages.repair_tool_turns`:
+    The input is first made a valid request (:func:`ctxstack.tool_turns.repair_tool_turns`:
     orphan tool results dropped, interrupted calls given a placeholder result), so what
     comes back can be sent as it is even when the input came from a broken log.
 

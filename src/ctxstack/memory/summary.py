@@ -18,7 +18,7 @@ current turn's user message (kept alone, as an anchor, when the turn is a long t
 so later assistant and tool messages never follow the summary directly.
 
 What :meth:`~SummaryMemory.get_messages` returns is always a valid request: messages
-added from a broken log are repaired (:func:`ctxstack.messages.repair_tool_turns`).
+added from a broken log are repaired (:func:`ctxstack.tool_turns.repair_tool_turns`).
 
 Compaction runs inside ``add_message`` under an ``asyncio.Lock``, so concurrent adds are
 serialised and never lose or duplicate a message.
@@ -36,10 +36,11 @@ from ctxstack.compact.summarize import build_summary_message, previous_text, run
 from ctxstack.compact.truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages import ChatMessage
 from ctxstack.prompts import check_hint
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, effective_budget
+from ctxstack.tool_turns import repair_tool_turns
 
 logger = logging.getLogger("ctxstack.memory")
 

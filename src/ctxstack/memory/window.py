@@ -9,7 +9,7 @@ The window is rounded so it is always something a model can read:
   that opened the loop is kept in front of the newest whole units that fit in N - 1.
 
 Messages added from a broken log (a tool result whose call is missing, a call that never
-got its result) are repaired before windowing (:func:`ctxstack.messages.repair_tool_turns`),
+got its result) are repaired before windowing (:func:`ctxstack.tool_turns.repair_tool_turns`),
 so the window is always a valid request.
 
 System messages are all kept, in their original positions. ``pinned`` has no meaning
@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from ctxstack.compact.groups import split_layout
 from ctxstack.errors import ConfigError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages import ChatMessage
 from ctxstack.tokens import DEFAULT_COUNTER
+from ctxstack.tool_turns import repair_tool_turns
 
 _PRUNE_SLACK = 16
 

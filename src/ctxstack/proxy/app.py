@@ -148,23 +148,24 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
                       error=exc.code or exc.type)
             return exc.response()
 
-    async def not_routed(_: Request, exc: Exception) -> Response:
-        # The proxy's own 404 / 405 (a path outside /v1/, GET on chat completions) in the
-        # error shape every OpenAI SDK reads, not Starlette's {"detail": ...}.
-        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
-        detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
-        message = {404: "no such route on this proxy (it serves /v1/…, /ctxstack/health "
-                        "and /ctxstack/stats)",
-                   405: "method not allowed on this route"
-                   }.get(status, str(detail))
-        return error_response(status, message, code="not_found" if status == 404 else None)
-
-    app.add_exception_handler(StarletteHTTPException, not_routed)
+    app.add_exception_handler(StarletteHTTPException, _not_routed)
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
+
+
+async def _not_routed(_: Request, exc: Exception) -> Response:
+    # The proxy's own 404 / 405 (a path outside /v1/, GET on chat completions) in the
+    # error shape every OpenAI SDK reads, not Starlette's {"detail": ...}.
+    status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+    detail = exc.detail if isinstance(exc, StarletteHTTPException) else "internal error"
+    message = {404: "no such route on this proxy (it serves /v1/…, /ctxstack/health "
+                    "and /ctxstack/stats)",
+               405: "method not allowed on this route"
+               }.get(status, str(detail))
+    return error_response(status, message, code="not_found" if status == 404 else None)
 
 
 async def _chat(state: ProxyState, request: Request) -> Response:
