@@ -286,10 +286,12 @@ class ContextGuard:
             current, cuts = self._vet_from(as_list, shared)
         hint: int | None = shared
         if shared < len(last) or shared < len(as_list):
-            # A valid request out, always: the last list vetted was valid, so a list that
-            # extends it is valid when its new messages are (no call is open at the end
-            # of a valid list); any other list is checked whole.
-            start = shared if shared == len(last) else 0
+            # A valid request out, always. The last list vetted was valid, so its first
+            # `shared` messages are too unless they end inside a tool group (the next one
+            # is a tool result); from such a boundary no call is open, and the list is
+            # valid when its new messages are. Any other list is checked whole.
+            boundary = shared == len(last) or last[shared].role != "tool"
+            start = shared if boundary else 0
             if not tool_turns_valid(current[start:] if start else current):
                 current = repair_tool_turns(current)
                 log.info("guard: repaired the tool turns of a %d-message list (orphan "
