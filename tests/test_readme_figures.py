@@ -206,7 +206,7 @@ def _token_errors(report: dict[str, Section], g: tuple[str, ...]
 
 
 def _fits(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
-    row = report["tokens_accuracy"].figure("smart_truncate results over budget by o200k count")
+    row = report["tokens_accuracy"].figure("smart_truncate results over budget by o200k count (500")
     convs = re.search(r"\((\d+) conversations", row["figure"])
     if convs is None:
         raise LookupError("the fits row no longer states its conversations")
