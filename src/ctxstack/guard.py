@@ -286,17 +286,19 @@ class ContextGuard:
             current, cuts = self._vet_from(as_list, shared)
         hint: int | None = shared
         if shared < len(last) or shared < len(as_list):
-            # A valid request out, always. The last list vetted was valid, so its first
-            # `shared` messages are too unless they end inside a tool group (the next one
-            # is a tool result); from such a boundary no call is open, and the list is
-            # valid when its new messages are. Any other list is checked whole.
-            boundary = shared == len(last) or last[shared].role != "tool"
-            start = shared if boundary else 0
+            # A valid request out, always. The last list vetted was valid, so any prefix
+            # of it that ends outside a tool group (the next message is no tool result)
+            # is valid with no call open, and the list is valid when what follows that
+            # prefix is: back up from `shared` to the start of its tool group and check
+            # from there — the new messages and at most one group, not the whole list.
+            start = shared
+            while 0 < start < len(last) and last[start].role == "tool":
+                start -= 1
             if not tool_turns_valid(current[start:] if start else current):
                 current = repair_tool_turns(current)
                 log.info("guard: repaired the tool turns of a %d-message list (orphan "
                          "results dropped, unanswered calls marked interrupted)", len(as_list))
-                hint = shared if start else None
+                hint = start
         counter, memo = self.counter, self._memo
         if memo_applies(counter):
             total = memo.count(counter, current, hint if memo.last is last else None)
