@@ -192,7 +192,7 @@ def upstream_timeout_seconds(upstream: httpx.Response) -> float:
 
 
 async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
-    """Read an error response whole: its (decoded) bytes and its JSON (None if not JSON).
+    """Read a response whole: its (decoded) bytes and its JSON (None if not JSON).
 
     Raises:
         ProxyError: the body could not be read (502/504).
@@ -207,7 +207,7 @@ async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
         await upstream.aclose()
     try:
         return raw, json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return raw, None
 
 
@@ -226,17 +226,8 @@ async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None
     """
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):
         return stream_response(upstream, extra)
-    try:
-        raw = await upstream.aread()
-    except httpx.TimeoutException:
-        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
-    except httpx.HTTPError:
-        raise upstream_failed() from None
-    finally:
-        await upstream.aclose()
-    try:
-        json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    raw, data = await read_error(upstream)
+    if data is None and not _is_json(raw):
         log.warning("proxy: upstream answered %d with a body that is not JSON (%d bytes)",
                     upstream.status_code, len(raw))
         raise upstream_bad_answer() from None
