@@ -188,6 +188,34 @@ async def test_async_context_manager_and_fast_stop_with_pending_delay() -> None:
             await client.get(f"{url}/models")
 
 
+async def test_connections_accepted_on_the_listening_socket_have_nagle_off() -> None:
+    """uvicorn serves the stub on ``listening_socket``; asyncio disables Nagle only on
+    sockets whose proto is TCP. With Nagle on, every answer's body waited ~40 ms for the
+    client's delayed ACK (all model calls in tests and benchmarks ran 40 ms slow)."""
+    import asyncio
+
+    from ctxstack.llm.stub.server import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    seen: list[int] = []
+
+    def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted = writer.get_extra_info("socket")
+        seen.append(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(connected, sock=sock)
+    async with server:
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+    assert seen
+    assert seen[0] != 0
+
+
 def test_two_servers_get_distinct_free_ports() -> None:
     with StubServer(["a"]) as a, StubServer(["b"]) as b:
         assert a.port != b.port
