@@ -15,8 +15,7 @@ does. Per configuration, three phases on one server:
    inside the server) and the turn's time over the model's own time (``elapsed`` minus
    the stub's latency × the calls counted at the stub) — **no target here**: in a
    saturated closed loop every request queues behind the others, so any server's
-   overhead is ``streams / throughput - service time`` by construction (Little's law); the
-   clients straight against the stub already show p99 ≈ 290 ms in that form. Also the
+   overhead is ``streams / throughput - service time`` by construction (Little's law). Also the
    workers' CPU milliseconds per turn (their ``cpu_seconds`` from ``/api/health``, summed,
    over the turns): the cost that does not depend on how busy the machine is.
 3. **Offered load** (2 workers only, where the target is set): the same streams, each
@@ -33,6 +32,11 @@ does. Per configuration, three phases on one server:
    the stub at the same offered load (their wall time over the stub's latency). The
    achieved rate is counted in steady state: per stream, ``turns - 1`` whole think + turn
    cycles over the span from its first turn's start to its last turn's end, summed.
+
+The apparatus must not be what is measured: the stub answers within a few ms of its
+scripted latency (its socket had Nagle's algorithm on, which added ~40 ms to every model
+call, service and baseline alike, until issue 15's last round), and it records no request
+(a record of every history grew its heap until its GC pauses made the p99 of both).
 
 Event-loop lag (``GET /api/health?window=``: a probe task per worker sleeps 50 ms and
 records how late it wakes; the worst worker, over each phase only), p99 and max: reported
@@ -91,13 +95,15 @@ from benchmarks.common import BenchRow, print_table
 TITLE = "chat service under load (ctxstack serve --workers N)"
 ROOT = Path(__file__).resolve().parent.parent
 # The stub model in its own process: prints its URL, then the number of model calls it
-# answered so far for every line read from stdin.
+# answered so far for every line read from stdin. It records no request: a record of every
+# request's history grew its heap, and its garbage-collection pauses became the tail of
+# both the service's and the baseline's turn times.
 _STUB = ("import sys\nfrom benchmarks.bench_service import _rule\n"
          "from ctxstack.llm.stub import StubServer\n"
-         "with StubServer(rule=_rule) as stub:\n"
+         "with StubServer(rule=_rule, max_recorded=0) as stub:\n"
          "    print(stub.base_url, flush=True)\n"
          "    for _ in sys.stdin:\n"
-         "        print(len(stub.state.requests), flush=True)\n")
+         "        print(stub.state.calls, flush=True)\n")
 P99_TARGET_MS = 250.0
 LAG_TARGET_MS = 20.0
 RSS_TARGET_MB = 20.0

@@ -216,6 +216,31 @@ async def test_connections_accepted_on_the_listening_socket_have_nagle_off() -> 
     assert seen[0] != 0
 
 
+def test_a_bounded_record_keeps_the_newest_requests_and_counts_them_all() -> None:
+    with StubServer(rule=lambda r: r.messages[-1].text, max_recorded=2) as stub:
+        for word in ("one", "two", "three"):
+            post(stub, {"model": "m", "messages": [{"role": "user", "content": word}]})
+        assert [r.messages[-1].text for r in stub.requests] == ["two", "three"]
+        assert stub.state.calls == 3
+        logged = httpx.get(f"{stub.url}/_stub/requests").json()["requests"]
+        assert [item["json"]["messages"][0]["content"] for item in logged] == ["two", "three"]
+        stub.reset()
+        assert stub.state.calls == 0
+
+
+def test_recording_nothing_still_counts_and_answers() -> None:
+    with StubServer(rule=lambda r: "ok", max_recorded=0) as stub:
+        assert post(stub).json()["choices"][0]["message"]["content"] == "ok"
+        assert stub.requests == []
+        assert stub.state.calls == 1
+        assert httpx.get(f"{stub.url}/_stub/requests").status_code == 404
+
+
+def test_a_negative_record_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_recorded"):
+        StubServer(max_recorded=-1)
+
+
 def test_two_servers_get_distinct_free_ports() -> None:
     with StubServer(["a"]) as a, StubServer(["b"]) as b:
         assert a.port != b.port

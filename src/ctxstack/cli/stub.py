@@ -59,6 +59,7 @@ def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str,
         import uvicorn
 
         from ctxstack.llm.stub.app import StubState, create_app
+        from ctxstack.llm.stub.recording import DEFAULT_LIMIT
     rule: Rule = (lambda _request: reply) if reply is not None else echo_rule
     plan = fault_plan(fail_status, retry_after, hang=hang, garbage=garbage,
                       drop_stream=drop_stream, overflow=overflow, fail_times=fail_times)
@@ -67,7 +68,8 @@ def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str,
         click.echo(f"fault: {plan.kind}" + (f" {plan.status}" if plan.kind == "status" else "")
                    + (f" for the first {plan.times} requests" if plan.times is not None
                       else " on every request"))
-    state = StubState(model=model, delay=delay, rule=rule)
+    # Bounded: a long-running stub must not keep every request's history in memory.
+    state = StubState(model=model, delay=delay, rule=rule, max_recorded=DEFAULT_LIMIT)
     click.echo(f"stub LLM listening on http://{host}:{port}/v1 (model {model!r}); Ctrl-C stops")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
 

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ctxstack.errors import MessageError
-from ctxstack.llm.stub.recording import install_recording
+from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
     ReplyLike,
@@ -30,18 +30,31 @@ from ctxstack.messages import from_openai_messages
 
 
 class StubState:
-    """The script and the record of requests, shared by the server thread and the test."""
+    """The script and the record of requests, shared by the server thread and the test.
+
+    ``max_recorded`` bounds the record (the newest that many requests are kept, in
+    :attr:`requests` and at ``GET /_stub/requests``); ``None`` keeps every request, as a
+    test that inspects them wants. A long-running stub (the CLI, a benchmark's model)
+    must bound it: each request holds its whole parsed history, and an ever-growing heap
+    made the stub's own garbage-collection pauses the tail of every measurement behind
+    it. ``0`` records nothing (and does not serve ``/_stub/requests``). :attr:`calls`
+    counts every chat request received either way.
+    """
 
     def __init__(self, *, model: str = DEFAULT_MODEL, api_key: str | None = None,
                  replies: Iterable[ReplyLike] = (), rule: Rule | None = None,
-                 delay: float = 0.0) -> None:
+                 delay: float = 0.0, max_recorded: int | None = None) -> None:
+        if max_recorded is not None and max_recorded < 0:
+            raise ValueError(f"max_recorded must be >= 0 or None, got {max_recorded}")
         self.model = model
         self.api_key = api_key
         self.rule = rule
         self.delay = delay
+        self.max_recorded = max_recorded
         self.fault: StubReply | None = None
         self._queue: deque[ReplyLike] = deque(replies)
-        self._requests: list[StubRequest] = []
+        self._requests: deque[StubRequest] = deque(maxlen=max_recorded)
+        self._calls = 0
         self._lock = threading.Lock()
         self.stopping: asyncio.Event | None = None
 
@@ -59,14 +72,22 @@ class StubState:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def calls(self) -> int:
+        """Chat requests received so far (recorded or not; :meth:`reset` zeroes it)."""
+        with self._lock:
+            return self._calls
+
     def record(self, request: StubRequest) -> None:
         with self._lock:
+            self._calls += 1
             self._requests.append(request)
 
     def reset(self) -> None:
         with self._lock:
             self._queue.clear()
             self._requests.clear()
+            self._calls = 0
         self.rule = None
         self.fault = None
         self.delay = 0.0
@@ -80,7 +101,7 @@ class StubState:
             item = self.rule(request)
         if item is None:
             return StubReply.failure(400, "stub: no scripted reply queued and no rule set "
-                                     f"(request #{len(self.requests)})", code="stub_empty")
+                                     f"(request #{self.calls})", code="stub_empty")
         return StubReply.text(item) if isinstance(item, str) else item
 
     async def sleep(self, seconds: float) -> None:
@@ -233,7 +254,9 @@ def create_app(state: StubState) -> FastAPI:
         return _SSEResponse(_paced(state, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
 
-    app.state.request_log = install_recording(app)  # GET /_stub/requests
+    if state.max_recorded != 0:  # GET /_stub/requests
+        app.state.request_log = install_recording(
+            app, DEFAULT_LIMIT if state.max_recorded is None else state.max_recorded)
     return app
 
 

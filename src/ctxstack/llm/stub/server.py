@@ -46,13 +46,16 @@ class StubServer:
         model: the model name ``/v1/models`` lists.
         api_key: when set, requests must send ``Authorization: Bearer <api_key>``
             (else 401); when ``None`` any key is accepted.
+        max_recorded: keep only the newest this many requests (see :class:`StubState`);
+            ``None``, the default, keeps all of them.
     """
 
     def __init__(self, replies: Iterable[ReplyLike] = (), *, rule: Rule | None = None,
                  delay: float = 0.0, model: str = DEFAULT_MODEL, api_key: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0,
+                 max_recorded: int | None = None) -> None:
         self.state = StubState(model=model, api_key=api_key, replies=replies, rule=rule,
-                               delay=delay)
+                               delay=delay, max_recorded=max_recorded)
         self.host = host
         self._port = port
         self._server: uvicorn.Server | None = None
