@@ -238,7 +238,7 @@ def run(quick: bool) -> list[BenchRow]:
 
     conversations, turns = (8, 3) if quick else (50, 10)
     long_count, history_turns = (400, 4) if quick else (2000, 10)
-    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=_rule) as stub, \
+    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=_rule, max_recorded=0) as stub, \
             _database(Path(tmp)) as (db_env, db_name):
         env = {**db_env, "LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "bench",
                "LLM_MODEL": "stub-model", "CTXSTACK_FILES_DIR": str(Path(tmp) / "files")}
