@@ -236,6 +236,16 @@ def test_recording_nothing_still_counts_and_answers() -> None:
         assert httpx.get(f"{stub.url}/_stub/requests").status_code == 404
 
 
+def test_the_request_record_survives_an_escaped_lone_surrogate(stub: StubServer) -> None:
+    stub.push("ok")
+    body = '{"model": "m", "messages": [{"role": "user", "content": "lone \\ud800 half"}]}'
+    assert httpx.post(f"{stub.base_url}/chat/completions", content=body,
+                      headers={"content-type": "application/json"}).status_code == 200
+    logged = httpx.get(f"{stub.url}/_stub/requests")
+    assert logged.status_code == 200
+    assert logged.json()["requests"][-1]["json"]["messages"][0]["content"] == "lone \ufffd half"
+
+
 def test_a_negative_record_bound_is_refused() -> None:
     with pytest.raises(ValueError, match="max_recorded"):
         StubServer(max_recorded=-1)

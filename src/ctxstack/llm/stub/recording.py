@@ -23,6 +23,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ctxstack.messages import scrub_surrogates
+
 DEFAULT_LIMIT = 1000
 PREFIX = "/_stub/"
 
@@ -69,8 +71,10 @@ class _Recorder:
                 break
         raw = b"".join(chunks)
         try:
-            parsed = json.loads(raw) if raw else None
-        except ValueError:
+            # JSON may escape a lone surrogate (``"\ud800"``), which no JSON answer can
+            # carry: recorded as U+FFFD, so reading the record never fails.
+            parsed = scrub_surrogates(json.loads(raw)) if raw else None
+        except (ValueError, RecursionError):
             parsed = None
         self.log.add({
             "method": scope["method"], "path": scope["path"],
