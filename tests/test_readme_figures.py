@@ -80,6 +80,16 @@ class Section:
             raise LookupError(f"{len(found)} rows start with {prefix!r}; rows: {names}")
         return dict(zip(main.header, found[0], strict=False))
 
+    def figures(self, prefix: str, *parts: str) -> list[dict[str, str]]:
+        """Every main-table row whose name starts with ``prefix`` and contains each of
+        ``parts`` (at least one, else LookupError)."""
+        main = next((t for t in self.tables if t.header[:1] == ["figure"]), None)
+        found = [dict(zip(main.header, r, strict=False)) for r in (main.rows if main else [])
+                 if r[0].startswith(prefix) and all(p in r[0] for p in parts)]
+        if not found:
+            raise LookupError(f"no row starts with {prefix!r} and contains {parts}")
+        return found
+
     def table(self, title_part: str) -> Table:
         found = [t for t in self.tables if title_part in t.title]
         if len(found) != 1:
@@ -231,6 +241,25 @@ def _dag(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str,
              number(row["ctxstack"]) / number(row["baseline"]), "max")]
 
 
+def _load(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
+    streams, workers, latency, sqlite, postgres, target, lag, rss, per = g
+    load = report["load"]
+    where = (f"{streams} streams", f"{workers} workers")
+    p99 = "turn time over the model's own time p99 (offered"
+    out = [(f"{p99} {db}", quoted,
+            number(load.figures(p99, *where, db)[0]["ctxstack"]), "round")
+           for db, quoted in (("SQLite", sqlite), ("PostgreSQL", postgres))]
+    out += [(f"target of {row['figure']}", target,
+             number(row["target"].split("ms", 1)[0]), "eq") for row in load.figures(p99, *where)]
+    out.append(("model latency per call", latency, number(
+        load.figures("turns/s (saturated", *where)[0]["figure"].split("; ")[1]), "eq"))
+    out += [(row["figure"], lag, number(row["ctxstack"]), "max")
+            for row in load.figures("event-loop lag p99 (offered load", *where)]
+    out += [(row["figure"], rss, number(row["ctxstack"]), "max")
+            for row in load.figures(f"RSS growth per {per} turns")]
+    return out
+
+
 CHECKS = [
     Check("run and machine", r"full run, (\d+) cores, CPython (\d+\.\d+)", _preamble),
     Check("fidelity set-up",
@@ -257,6 +286,12 @@ CHECKS = [
           _dbmemory),
     Check("DAG", r"a (\d+)-step plan runs within (\d+\.\d+)× of its critical-path bound",
           _dag),
+    Check("service under load",
+          r"\(`bench_load`, (\d+) streams, (\d+) workers, offered half of the measured "
+          r"saturation, a stub model answering each call after (\d+) ms\): p99 of the turn "
+          r"time over the model's own time (\d+) ms on SQLite and (\d+) ms on PostgreSQL "
+          r"\(target (\d+) ms\), the event loop never late by more than (\d+) ms at p99, "
+          r"RSS growth ≤ (\d+) MB per ([\d,]+) turns", _load),
 ]
 
 
