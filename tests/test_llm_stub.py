@@ -14,6 +14,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from ctxstack.errors import ConfigError
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer, stub_usage
 from ctxstack.messages import ChatMessage
 
@@ -247,7 +248,7 @@ def test_the_request_record_survives_an_escaped_lone_surrogate(stub: StubServer)
 
 
 def test_a_negative_record_bound_is_refused() -> None:
-    with pytest.raises(ValueError, match="max_recorded"):
+    with pytest.raises(ConfigError, match="max_recorded"):
         StubServer(max_recorded=-1)
 
 

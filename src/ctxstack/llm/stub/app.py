@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from ctxstack.errors import MessageError
+from ctxstack.errors import ConfigError, MessageError
 from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
@@ -45,7 +45,7 @@ class StubState:
                  replies: Iterable[ReplyLike] = (), rule: Rule | None = None,
                  delay: float = 0.0, max_recorded: int | None = None) -> None:
         if max_recorded is not None and max_recorded < 0:
-            raise ValueError(f"max_recorded must be >= 0 or None, got {max_recorded}")
+            raise ConfigError(f"max_recorded: must be >= 0 or None, got {max_recorded}")
         self.model = model
         self.api_key = api_key
         self.rule = rule

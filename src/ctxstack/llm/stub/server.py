@@ -17,6 +17,7 @@ from ctxstack.llm.stub.replies import DEFAULT_MODEL, ReplyLike, Rule, StubReply,
 if TYPE_CHECKING:
     from ctxstack.llm.openai import OpenAICompatibleLLM
 
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound TCP socket for uvicorn to serve on.
 
