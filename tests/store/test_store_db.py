@@ -29,6 +29,7 @@ from ctxstack.store import (
 from ctxstack.store.archive import is_search_object
 from ctxstack.store.db import (
     ENV_DATABASE_URL,
+    ENV_SQLITE_SYNCHRONOUS,
     SessionFactory,
     create_engine_from_url,
     database_url,
@@ -284,3 +285,32 @@ async def test_sqlite_writers_of_one_process_take_turns(tmp_path: Path) -> None:
             assert await session.scalar(text("select n from counter")) == 25
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize(("setting", "expected"), [(None, 1), ("full", 2), (" NORMAL ", 1)])
+async def test_sqlite_commits_are_synchronous_normal_unless_full_is_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None, expected: int
+) -> None:
+    """WAL + synchronous=NORMAL by default (FULL made every writer wait for every other
+    commit's log sync: issue 15's SQLite tail); CTXSTACK_SQLITE_SYNCHRONOUS=FULL keeps the
+    last commits through a power loss. PRAGMA synchronous answers 1 (NORMAL) or 2 (FULL)."""
+    if setting is None:
+        monkeypatch.delenv(ENV_SQLITE_SYNCHRONOUS, raising=False)
+    else:
+        monkeypatch.setenv(ENV_SQLITE_SYNCHRONOUS, setting)
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'sync.db'}")
+    try:
+        async with engine.connect() as connection:
+            assert (await connection.execute(text("PRAGMA synchronous"))).scalar() == expected
+            mode = (await connection.execute(text("PRAGMA journal_mode"))).scalar()
+            assert mode == "wal"
+    finally:
+        await engine.dispose()
+
+
+def test_an_unknown_sqlite_synchronous_level_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_SQLITE_SYNCHRONOUS, "OFF")
+    with pytest.raises(StorageError, match="CTXSTACK_SQLITE_SYNCHRONOUS must be NORMAL or FULL"):
+        create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
