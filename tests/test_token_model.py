@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.vocab import ensure_offline
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.compact import CompactUtils
 from ctxstack.errors import TokenizerUnavailableError
@@ -52,14 +51,7 @@ from ctxstack.tokens import (
     effective_budget,
     tool_specs_tokens,
 )
-
-
-def exact(encoding: str) -> TiktokenCounter:
-    pytest.importorskip("tiktoken")
-    reason = ensure_offline(encoding)
-    if reason is not None:
-        pytest.skip(reason)
-    return TiktokenCounter(encoding)
+from tests.exact_tokens import exact
 
 
 def real_texts() -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.vocab import ensure_offline
 from ctxstack.token_model import (
     FAMILIES,
     SCRIPT_FEATURES,
@@ -18,7 +17,7 @@ from ctxstack.token_model import (
     script_features,
     script_units,
 )
-from ctxstack.tokens import TiktokenCounter
+from tests.exact_tokens import exact
 
 
 def features(text: str) -> dict[str, int]:
@@ -164,14 +163,6 @@ uncorrected model got wrong — 2–5x over for Indic, Thai, Georgian, Korean at
 30–50% under for Greek, Hebrew, Arabic at cl100k."""
 TOTAL_TOLERANCE = 0.12
 """All fifteen sentences together (measured: o200k +9.6%, cl100k +0.1%)."""
-
-
-def exact(encoding: str) -> TiktokenCounter:
-    pytest.importorskip("tiktoken")
-    reason = ensure_offline(encoding)
-    if reason is not None:
-        pytest.skip(reason)
-    return TiktokenCounter(encoding)
 
 
 @pytest.mark.parametrize(("family", "encoding"), [("o200k", "o200k_base"),

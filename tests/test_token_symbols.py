@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.symbol_corpus import symbol_texts
-from benchmarks.vocab import ensure_offline
 from ctxstack.token_model import (
     FREQUENT_SYMBOLS,
     SYMBOL_BLOCKS,
@@ -22,7 +21,8 @@ from ctxstack.token_model import (
     script_units,
     symbol_features,
 )
-from ctxstack.tokens import HEURISTIC_MARGIN, TiktokenCounter
+from ctxstack.tokens import HEURISTIC_MARGIN
+from tests.exact_tokens import exact
 
 
 def features(text: str) -> dict[str, int]:
@@ -91,14 +91,6 @@ def test_frequent_symbols_are_distinct_and_in_the_blocks() -> None:
     assert len(set(FREQUENT_SYMBOLS)) == len(FREQUENT_SYMBOLS)
     for ch in FREQUENT_SYMBOLS:
         assert features(ch).get("frequent_chars") == 1, ch
-
-
-def exact(encoding: str) -> TiktokenCounter:
-    pytest.importorskip("tiktoken")
-    reason = ensure_offline(encoding)
-    if reason is not None:
-        pytest.skip(reason)
-    return TiktokenCounter(encoding)
 
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
