@@ -209,7 +209,8 @@ def fit_scripts(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     return np.round(coef, 4)
 
 
-def write_scripts(params: dict[Family, np.ndarray]) -> None:
+def _with_weights(source: str, table: str, params: dict[Family, np.ndarray]) -> str:
+    """``source`` with the per-family weight table ``table`` replaced by ``params``."""
     import textwrap
 
     blocks = []
@@ -217,10 +218,12 @@ def write_scripts(params: dict[Family, np.ndarray]) -> None:
         values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
                                initial_indent=" " * 8, subsequent_indent=" " * 8)
         blocks.append(f'    "{fam}": (\n{values},\n    ),')
-    source = SCRIPTS_FILE.read_text()
-    source = re.sub(r"(SCRIPT_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
-                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
-    SCRIPTS_FILE.write_text(source)
+    return re.sub(rf"({table}: Final\[.*?\] = \{{\n).*?(\n\}})",
+                  lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+
+
+def write_scripts(params: dict[Family, np.ndarray]) -> None:
+    SCRIPTS_FILE.write_text(_with_weights(SCRIPTS_FILE.read_text(), "SCRIPT_WEIGHTS", params))
 
 
 def main_scripts(argv: Sequence[str]) -> int:
@@ -314,16 +317,7 @@ def python_literal(chars: str, width: int = 84) -> str:
 
 
 def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
-    import textwrap
-
-    blocks = []
-    for fam, coef in params.items():
-        values = textwrap.fill(", ".join(repr(float(c)) for c in coef), 84,
-                               initial_indent=" " * 8, subsequent_indent=" " * 8)
-        blocks.append(f'    "{fam}": (\n{values},\n    ),')
-    source = SCRIPTS_FILE.read_text()
-    source = re.sub(r"(SYMBOL_WEIGHTS: Final\[.*?\] = \{\n).*?(\n\})",
-                    lambda m: m.group(1) + "\n".join(blocks) + m.group(2), source, flags=re.S)
+    source = _with_weights(SCRIPTS_FILE.read_text(), "SYMBOL_WEIGHTS", params)
     source = re.sub(r"(FREQUENT_SYMBOLS: Final = )\(\n.*?\n\)",
                     lambda m: m.group(1) + python_literal(frequent), source, flags=re.S)
     SCRIPTS_FILE.write_text(source)
