@@ -69,11 +69,15 @@ class Section:
     text: str
     tables: list[Table] = field(default_factory=list)
 
-    def figure(self, prefix: str) -> dict[str, str]:
-        """The main table's row whose figure name starts with ``prefix``, by column."""
+    def _main(self) -> Table:
         main = next((t for t in self.tables if t.header[:1] == ["figure"]), None)
         if main is None:
             raise LookupError("no figures table")
+        return main
+
+    def figure(self, prefix: str) -> dict[str, str]:
+        """The main table's row whose figure name starts with ``prefix``, by column."""
+        main = self._main()
         found = [r for r in main.rows if r[0].startswith(prefix)]
         if len(found) != 1:
             names = [r[0] for r in main.rows]
@@ -83,8 +87,8 @@ class Section:
     def figures(self, prefix: str, *parts: str) -> list[dict[str, str]]:
         """Every main-table row whose name starts with ``prefix`` and contains each of
         ``parts`` (at least one, else LookupError)."""
-        main = next((t for t in self.tables if t.header[:1] == ["figure"]), None)
-        found = [dict(zip(main.header, r, strict=False)) for r in (main.rows if main else [])
+        main = self._main()
+        found = [dict(zip(main.header, r, strict=False)) for r in main.rows
                  if r[0].startswith(prefix) and all(p in r[0] for p in parts)]
         if not found:
             raise LookupError(f"no row starts with {prefix!r} and contains {parts}")
