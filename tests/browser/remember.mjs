@@ -100,14 +100,27 @@ try {
   page.on("pageerror", (err) => consoleErrors.push(String(err)));
 
   // ---- a first run states the demo model's 8K window
+  // /api/info and /api/me are held back a second on this first load, as on a busy
+  // machine: the checks below must wait for the page, not race it.
+  const slow = async (route) => { await new Promise((r) => setTimeout(r, 1000)); await route.continue(); };
+  await page.route("**/api/info", slow);
+  await page.route("**/api/me", slow);
   await page.goto(baseUrl, { waitUntil: "domcontentloaded" });
-  const banner = await page.locator("#demo-banner").innerText({ timeout: 10000 });
+  // The banner is filled (and unhidden) once /api/info answers: wait for that, not for
+  // the element, or a slow first answer reads the empty, hidden box.
+  const bannerBox = page.locator("#demo-banner");
+  await bannerBox.waitFor({ state: "visible", timeout: 10000 });
+  const banner = await bannerBox.innerText();
   expect(banner.includes("8K context window"), `banner: ${banner}`);
   const model = await page.locator("#sidebar-model").innerText();
   expect(model.includes("8K window") && model.includes("4.0k for context"), `sidebar: ${model}`);
-  expect((await page.locator("#sidebar-user").innerText()).includes("Local user"), "no user in the sidebar");
+  const user = page.locator("#sidebar-user");  // filled after /api/me, later still
+  await user.waitFor({ state: "visible", timeout: 10000 });
+  expect((await user.innerText()).includes("Local user"), "no user in the sidebar");
   checks.banner = banner;
   checks.sidebar_model = model;
+  await page.unroute("**/api/info", slow);
+  await page.unroute("**/api/me", slow);
 
   // ---- talk until the divider appears (at most 6 turns with no variables)
   let divider = null;
