@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from ctxstack.store.db import (
     database_url,
     default_database_url,
     parse_url,
+    reading,
+    transaction,
 )
 from ctxstack.store.models import Base
 from tests.store.dbkit import PG_URL, Backend, postgres_backend
@@ -314,3 +317,45 @@ def test_an_unknown_sqlite_synchronous_level_is_refused_by_name(
     monkeypatch.setenv(ENV_SQLITE_SYNCHRONOUS, "OFF")
     with pytest.raises(StorageError, match="CTXSTACK_SQLITE_SYNCHRONOUS must be NORMAL or FULL"):
         create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+
+
+async def test_reads_are_per_statement_on_both_backends_and_writes_still_roll_back(
+    backend: Backend,
+) -> None:
+    """``reading`` runs PostgreSQL reads in autocommit (two round trips fewer per read):
+    two statements of one read see two transaction start times, and — as on SQLite, whose
+    driver begins transactions only for writes — a commit made elsewhere between them.
+    One pooled connection serves it all, so the transaction that follows on that very
+    connection must be a real one again: its failed write is rolled back."""
+    engine = create_engine_from_url(backend.url, schema=backend.schema,
+                                    pool_size=1, max_overflow=0)
+    elsewhere = create_engine_from_url(backend.url, schema=backend.schema)
+    factory = session_factory(engine)
+    try:
+        await upgrade(engine)
+        async with transaction(factory, "setup") as session:
+            await session.execute(text("create table probe (n integer)"))
+            await session.execute(text("insert into probe values (1)"))
+        async with reading(factory, "probing") as session:
+            count = await session.scalar(text("select count(*) from probe"))
+            async with elsewhere.begin() as other:
+                await other.execute(text("insert into probe values (2)"))
+            assert await session.scalar(text("select count(*) from probe")) == count + 1
+            if backend.name == "postgres":
+                first = await session.scalar(text("select now()"))
+                await asyncio.sleep(0.01)
+                second = await session.scalar(text("select now()"))
+                assert first != second, "the reads ran inside one transaction block"
+
+        async def failing_write() -> None:
+            async with transaction(factory, "failing") as session:
+                await session.execute(text("update probe set n = 99"))
+                raise RuntimeError("abort")
+
+        with pytest.raises(RuntimeError):
+            await failing_write()
+        async with reading(factory, "checking") as session:
+            assert 99 not in set(await session.scalars(text("select n from probe")))
+    finally:
+        await engine.dispose()
+        await elsewhere.dispose()
