@@ -56,10 +56,10 @@ turns (``--quick``) it is allocator noise and reported, not judged.
 Full run: 50 streams, 10 warm-up + 10 saturated turns each (+ ``OFFERED_TURNS`` = 16
 offered turns with 2 workers), on SQLite and PostgreSQL (when reachable), 1 and 2 workers.
 Why 16 offered turns (8 until issue 15's last round): a p99 of 400 turns is their 4th
-worst, which one burst of the seeded arrivals decides (the same code measured 211–417 ms
-on PostgreSQL from run to run, the worst turns all within the same quarter second); and
-as streams finish their last turns the offered rate tails off, so the shorter the phase,
-the larger the share of its turns measured below the offered rate. 800 turns halve both. ``--quick`` (what
+worst, which one burst of the seeded arrivals decides (in the runs looked at, the worst
+turns all started within the same quarter second); and as streams finish their last
+turns the offered rate tails off, so the shorter the phase, the larger the share of its
+turns measured below the offered rate. 800 turns halve both. ``--quick`` (what
 ``benchmarks/run --quick`` runs in CI): SQLite only, 4 streams (1 warm-up, 2 saturated,
 2 offered turns each), 1 and 2 workers, under a minute. Timings depend on what else the
 machine runs (2 cores shared by the load generator, the stub, the workers and
