@@ -59,7 +59,8 @@ Why 16 offered turns (8 until issue 15's last round): a p99 of 400 turns is thei
 worst, which one burst of the seeded arrivals decides (in the runs looked at, the worst
 turns all started within the same quarter second); and as streams finish their last
 turns the offered rate tails off, so the shorter the phase, the larger the share of its
-turns measured below the offered rate. 800 turns halve both. ``--quick`` (what
+turns measured below the offered rate. With 800 turns the p99 is the 8th worst, and the
+tail-off is half the share. ``--quick`` (what
 ``benchmarks/run --quick`` runs in CI): SQLite only, 4 streams (1 warm-up, 2 saturated,
 2 offered turns each), 1 and 2 workers, under a minute. Timings depend on what else the
 machine runs (2 cores shared by the load generator, the stub, the workers and

@@ -77,12 +77,11 @@ class Section:
 
     def figure(self, prefix: str) -> dict[str, str]:
         """The main table's row whose figure name starts with ``prefix``, by column."""
-        main = self._main()
-        found = [r for r in main.rows if r[0].startswith(prefix)]
+        found = self.figures(prefix)
         if len(found) != 1:
-            names = [r[0] for r in main.rows]
-            raise LookupError(f"{len(found)} rows start with {prefix!r}; rows: {names}")
-        return dict(zip(main.header, found[0], strict=False))
+            names = [r["figure"] for r in found]
+            raise LookupError(f"{len(found)} rows start with {prefix!r}: {names}")
+        return found[0]
 
     def figures(self, prefix: str, *parts: str) -> list[dict[str, str]]:
         """Every main-table row whose name starts with ``prefix`` and contains each of
