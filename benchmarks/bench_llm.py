@@ -12,6 +12,13 @@ by call so drift affects both alike:
 Target: ctxstack's time at most 1.5x the bare client's (it adds the SDK, typed errors,
 retries, usage and message validation on top of the same HTTP exchange).
 
+And the client's CPU per non-streaming call with each HTTP transport (``transport=``
+"aiohttp", the chat service's, against the SDK's default httpx2 as the baseline), with 1
+and with 25 idle connections in the pool (httpx2 probes the socket of every idle
+connection on each request; a service's pool holds as many as its calls overlapped).
+CPU time of this process only (the stub runs in its own), transports alternated over
+rounds, the median kept. No target: it is what the service's turns spend per model call.
+
 Run: ``python -m benchmarks.bench_llm`` (``--quick`` for a short run).
 """
 
@@ -31,7 +38,7 @@ import httpx
 
 from benchmarks.common import BenchRow, print_table
 from ctxstack.budget import ModelBudget
-from ctxstack.llm.openai import OpenAICompatibleLLM
+from ctxstack.llm.openai import OpenAICompatibleLLM, Transport
 from ctxstack.llm.retry import RetryPolicy
 from ctxstack.messages import ChatMessage
 
@@ -39,6 +46,8 @@ TARGET_RATIO = 1.5
 REPLY = "The answer is forty-two. " * 16  # 400 characters, ~100 deltas of 4 characters
 MESSAGES = [ChatMessage.system("You are terse."), ChatMessage.user("What is six times seven?")]
 SRC = Path(__file__).resolve().parents[1] / "src"
+POOLS = (1, 25)
+TRANSPORTS: tuple[Transport, ...] = ("httpx", "aiohttp")
 
 
 def _free_port() -> int:
@@ -125,11 +134,37 @@ async def _measure(base: str, calls: int) -> dict[str, tuple[float, float]]:
             for name, (a, b) in samples.items()}
 
 
+async def _cpu_per_call(base: str, transport: Transport, pool: int, calls: int) -> float:
+    """CPU seconds of this process per ``chat()``, with ``pool`` connections opened first."""
+    llm = OpenAICompatibleLLM(base, "bench", "stub-model", budget=ModelBudget(),
+                              retry_policy=RetryPolicy.none(), transport=transport)
+    try:
+        for _ in range(2):  # open `pool` connections (and warm up)
+            await asyncio.gather(*(llm.chat(MESSAGES) for _ in range(pool)))
+        start = time.process_time()
+        for _ in range(calls):
+            await llm.chat(MESSAGES)
+        return (time.process_time() - start) / calls
+    finally:
+        await llm.aclose()
+
+
+async def _transport_cpu(base: str, calls: int) -> dict[tuple[Transport, int], float]:
+    samples: dict[tuple[Transport, int], list[float]] = {}
+    for _ in range(3):
+        for pool in POOLS:
+            for transport in TRANSPORTS:
+                samples.setdefault((transport, pool), []).append(
+                    await _cpu_per_call(base, transport, pool, calls))
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
 def run(quick: bool) -> list[BenchRow]:
     """Measure and return the rows (``quick``: fewer calls, same shape)."""
     proc, base = _start_stub()
     try:
         medians = asyncio.run(_measure(base, 40 if quick else 300))
+        cpu = asyncio.run(_transport_cpu(base, 30 if quick else 200))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -144,6 +179,12 @@ def run(quick: bool) -> list[BenchRow]:
                              baseline=bare * scale, ratio=ratio,
                              target=f"<= {TARGET_RATIO:g}x bare httpx",
                              met=ratio <= TARGET_RATIO))
+    for pool in POOLS:
+        aio, httpx2_cpu = cpu[("aiohttp", pool)], cpu[("httpx", pool)]
+        rows.append(BenchRow(
+            name=f"llm client CPU per call, {pool} pooled connection{'s' if pool > 1 else ''} "
+                 "(aiohttp transport; baseline: httpx2; ratio: x less)",
+            value=aio * 1e3, unit="ms", baseline=httpx2_cpu * 1e3, ratio=httpx2_cpu / aio))
     return rows
 
 

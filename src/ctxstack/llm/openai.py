@@ -37,6 +37,7 @@ chunk, which on a fast local server cost more than the HTTP exchange itself (see
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -70,6 +71,7 @@ from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
 ResponseFormatSupport = Literal["json_schema", "json_object", "none"]
+Transport = Literal["httpx", "aiohttp"]
 
 CALL_OPTIONS = frozenset({
     "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed",
@@ -81,7 +83,8 @@ CALL_OPTIONS = frozenset({
 
 _PATH = "/chat/completions"
 
-__all__ = ["CALL_OPTIONS", "RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "ResponseFormatSupport"]
+__all__ = ["CALL_OPTIONS", "RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "ResponseFormatSupport",
+           "Transport"]
 
 
 class OpenAICompatibleLLM:
@@ -106,12 +109,20 @@ class OpenAICompatibleLLM:
         max_tokens_param: the wire name a per-call ``max_tokens`` is sent under
             (OpenAI's reasoning models want ``max_completion_tokens``).
         default_options: per-call options applied to every call (``{"temperature": 0}``).
+        transport: the HTTP transport of the client built here: "httpx" (the SDK's
+            default, httpx2) or "aiohttp" (``pip install 'openai[aiohttp]'``; the chat
+            service's choice). Same requests, errors and timeouts; aiohttp's parser and
+            connection pool are in C, and httpx2's pool probes the socket of every idle
+            connection on each request, so a call cost 1.2–2.2 ms less client CPU against
+            a local server, the more the larger the pool (``benchmarks/bench_llm.py``).
+            Ignored when ``client`` is given.
         client: an ``openai.AsyncOpenAI`` to use instead of building one (its own retries
             should be disabled).
 
     Raises:
         ConfigError: an empty or non-http(s) ``base_url``, empty ``api_key`` / ``model``,
-            a non-positive ``timeout``.
+            a non-positive ``timeout``, an unknown ``transport`` or "aiohttp" without the
+            aiohttp package.
         TypeError: an unknown key in ``default_options``.
     """
 
@@ -132,6 +143,7 @@ class OpenAICompatibleLLM:
         response_format_support: ResponseFormatSupport = "json_schema",
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         default_options: Mapping[str, Any] | None = None,
+        transport: Transport = "httpx",
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -150,6 +162,7 @@ class OpenAICompatibleLLM:
         self.timeout = float(timeout)
         self.response_format_support: ResponseFormatSupport = response_format_support
         self.max_tokens_param = max_tokens_param
+        self.transport: Transport | None = None if client is not None else transport
         self.default_options = dict(default_options or {})
         _check_options(self.default_options, ConfigError)
         self.retry_policy = retry_policy or RetryPolicy(
@@ -161,7 +174,8 @@ class OpenAICompatibleLLM:
         self._context_size = context_size or budget.context_size
         self._max_output_tokens = max_output_tokens or budget.max_output_tokens
         self._client = client or openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key, timeout=self.timeout, max_retries=0
+            base_url=self.base_url, api_key=api_key, timeout=self.timeout, max_retries=0,
+            http_client=_http_client(transport, self.timeout),
         )
 
     @classmethod
@@ -351,6 +365,10 @@ class OpenAICompatibleLLM:
         where = self._where
         cut = "" if during_stream is None else \
             f" after {during_stream} characters of the answer had streamed"
+        dropped = _connection_dropped(exc)
+        if dropped is not None:
+            return LLMConnectionError(f"{where}: connection failed{cut} "
+                                      f"({type(dropped).__name__}: {dropped})")
         if isinstance(exc, openai.APITimeoutError | TimeoutError | httpx2.TimeoutException):
             return LLMTimeoutError(f"{where}: no answer within {timeout:g}s{cut}")
         if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
@@ -363,6 +381,36 @@ class OpenAICompatibleLLM:
         if isinstance(exc, openai.OpenAIError):
             return LLMError(f"{where}: {type(exc).__name__}: {exc}")
         raise exc
+
+
+def _http_client(transport: str, timeout: float) -> httpx2.AsyncClient | None:
+    """The SDK's HTTP client for ``transport`` (``None``: the SDK builds its default)."""
+    if transport == "httpx":
+        return None
+    if transport != "aiohttp":
+        raise ConfigError(f"transport: expected 'httpx' or 'aiohttp', got {transport!r}")
+    if importlib.util.find_spec("aiohttp") is None:
+        raise ConfigError("transport='aiohttp' needs the aiohttp package: "
+                          "pip install 'openai[aiohttp]' (or use transport='httpx')")
+    client: httpx2.AsyncClient = openai.DefaultAioHttpClient(timeout=timeout)
+    return client
+
+
+def _connection_dropped(exc: BaseException) -> BaseException | None:
+    """The aiohttp connection error (not a timeout) at the root of ``exc``'s causes.
+
+    The SDK's aiohttp transport maps every ``aiohttp.ClientConnectionError`` — a server
+    that closed the connection included — to ``httpx2.ConnectTimeout``, which would read
+    as "no answer within N s"; the root cause says what really happened.
+    """
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if type(cause).__module__.startswith("aiohttp") and not isinstance(cause, TimeoutError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 @dataclass

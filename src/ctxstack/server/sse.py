@@ -282,7 +282,10 @@ async def frames(
     """
     while True:
         try:
-            item = await asyncio.wait_for(queue.get(), timeout=keepalive_seconds)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps every get in a
+            # new task, one per event of every turn.
+            async with asyncio.timeout(keepalive_seconds):
+                item = await queue.get()
         except TimeoutError:
             yield KEEPALIVE
             continue

@@ -254,7 +254,10 @@ class DbMemory(BaseMemory):
         self._history_tokens = self._history_budget()
         await self._fold()
         refs = await self._owner_files(owner_id, records)
-        history = await asyncio.to_thread(self._history, records, refs)  # CPU: off the loop
+        # CPU work: a long history is rebuilt off the loop, a short one inline (the hop to
+        # a thread and back costs more than rebuilding a few dozen messages).
+        history = (await asyncio.to_thread(self._history, records, refs)
+                   if len(records) > INLINE_COUNT_ROWS else self._history(records, refs))
         self.original_count = stored_after + (self.checkpoint is not None)
         compacted = await self._compact(history)
         if self.folded_count and self.method in ("none", "mask"):
