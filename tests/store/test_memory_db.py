@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,7 +37,7 @@ from ctxstack.store import (
     set_model_config,
 )
 from ctxstack.store.files import FileStore
-from ctxstack.store.models import Message
+from ctxstack.store.messages import MessageRecord
 from ctxstack.tokens import HEURISTIC
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
@@ -69,17 +70,17 @@ def summariser(label: str = "Summary") -> ScriptedLLM:
 
 @contextmanager
 def count_message_rows() -> Iterator[list[int]]:
-    """Count ``messages`` rows materialised by the ORM (independently of DbMemory)."""
+    """Count ``messages`` rows materialised (independently of DbMemory): every row read
+    becomes a record through :meth:`MessageRecord.from_row`, the store's one conversion."""
     seen = [0]
+    original = MessageRecord.from_row
 
-    def on_load(_target: Any, _context: Any) -> None:
+    def counted(row: Any) -> MessageRecord:
         seen[0] += 1
+        return original(row)
 
-    event.listen(Message, "load", on_load)
-    try:
+    with patch.object(MessageRecord, "from_row", side_effect=counted):
         yield seen
-    finally:
-        event.remove(Message, "load", on_load)
 
 
 @pytest.fixture
