@@ -35,9 +35,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -61,6 +61,12 @@ from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# What every turn runs (its claim, the polls, the settle) is Core statements on the
+# tables: the ORM's unit of work and bulk DELETE/UPDATE paths cost several times more CPU
+# per statement (issue 15). The rarer take-over and push keep the ORM.
+_TURNS = cast(Table, ActiveTurn.__table__)
+_INJECTS = cast(Table, PendingInject.__table__)
 
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0
@@ -128,11 +134,11 @@ class DbInjectQueue:
         now = utcnow()
 
         async def claim(s: AsyncSession) -> T:
-            s.add(ActiveTurn(conversation_id=conversation_id, turn_id=turn_id,
-                             started_at=now, heartbeat_at=now, state="running",
-                             holder=self.holder))
+            connection = await s.connection()
             try:
-                await s.flush()
+                await connection.execute(insert(_TURNS).values(
+                    conversation_id=conversation_id, turn_id=turn_id, started_at=now,
+                    heartbeat_at=now, state="running", holder=self.holder))
             except IntegrityError:  # held (or was): see whether it can be taken over
                 raise _Held() from None
             return await write(s)
@@ -186,13 +192,10 @@ class DbInjectQueue:
 
     async def heartbeat(self, conversation_id: str, turn_id: str) -> bool:
         async with transaction(self._factory, "refreshing a turn's heartbeat") as s:
-            done = await s.execute(
-                update(ActiveTurn)
-                .where(ActiveTurn.conversation_id == conversation_id,
-                       ActiveTurn.turn_id == turn_id)
-                .values(heartbeat_at=utcnow())
-            )
-            return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+            done = await (await s.connection()).execute(
+                update(_TURNS).where(*_this_turn(conversation_id, turn_id))
+                .values(heartbeat_at=utcnow()))
+            return done.rowcount == 1
 
     async def is_running(self, conversation_id: str) -> bool:
         async with transaction(self._factory, "checking for a running turn") as s:
@@ -221,9 +224,8 @@ class DbInjectQueue:
         # Polled several times a second per running turn: look first (a read, which never
         # waits for SQLite's writer lock), delete only when something is there.
         async with reading(self._factory, "looking for pending injects") as s:
-            waiting = await s.scalar(select(PendingInject.id).where(
-                PendingInject.conversation_id == conversation_id,
-                PendingInject.turn_id == turn_id).limit(1))
+            waiting = await (await s.connection()).scalar(
+                select(_INJECTS.c.id).where(*_queued_for(conversation_id, turn_id)).limit(1))
         if waiting is None:
             return []
         async with transaction(self._factory, "taking pending injects") as s:
@@ -249,9 +251,9 @@ class DbInjectQueue:
             # Deleting the claim first is the lease check (and takes the row lock a
             # concurrent push waits on); inside this one transaction "saving" would never
             # be visible to anyone, so the claim goes straight from running to released.
-            gone = await s.execute(delete(ActiveTurn).where(
-                ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
-            if gone.rowcount != 1:  # type: ignore[attr-defined]
+            gone = await (await s.connection()).execute(
+                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
+            if gone.rowcount != 1:
                 raise LeaseLostError("the turn lost its claim on the conversation")
             return await save(s, await self._drain(s, conversation_id, turn_id))
 
@@ -259,23 +261,21 @@ class DbInjectQueue:
 
     async def release(self, conversation_id: str, turn_id: str) -> None:
         async with transaction(self._factory, "releasing a turn") as s:
-            await s.execute(delete(ActiveTurn).where(
-                ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
+            await (await s.connection()).execute(
+                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
 
     async def end(self, conversation_id: str, turn_id: str) -> list[str]:
         """finish + release in one go (for callers with nothing to save in between)."""
         async with transaction(self._factory, "ending a turn") as s:
-            await s.execute(delete(ActiveTurn).where(
-                ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id))
+            await (await s.connection()).execute(
+                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
             return await self._drain(s, conversation_id, turn_id)
 
     @staticmethod
     async def _drain(s: AsyncSession, conversation_id: str, turn_id: str) -> list[str]:
-        rows = (await s.execute(
-            delete(PendingInject)
-            .where(PendingInject.conversation_id == conversation_id,
-                   PendingInject.turn_id == turn_id)
-            .returning(PendingInject.id, PendingInject.text)
+        rows = (await (await s.connection()).execute(
+            delete(_INJECTS).where(*_queued_for(conversation_id, turn_id))
+            .returning(_INJECTS.c.id, _INJECTS.c.text)
         )).all()
         return [text for _, text in sorted(rows)]
 
@@ -500,9 +500,16 @@ class _Deliver(Protocol):
 async def _to_saving(s: AsyncSession, conversation_id: str, turn_id: str) -> None:
     """Move this turn's claim from running to saving, or raise :class:`LeaseLostError`
     when the claim is no longer this turn's."""
-    moved = await s.execute(
-        update(ActiveTurn)
-        .where(ActiveTurn.conversation_id == conversation_id, ActiveTurn.turn_id == turn_id)
+    moved = await (await s.connection()).execute(
+        update(_TURNS).where(*_this_turn(conversation_id, turn_id))
         .values(state="saving", heartbeat_at=utcnow()))
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
+    if moved.rowcount != 1:
         raise LeaseLostError("the turn lost its claim on the conversation")
+
+
+def _this_turn(conversation_id: str, turn_id: str) -> tuple[ColumnElement[bool], ...]:
+    return (_TURNS.c.conversation_id == conversation_id, _TURNS.c.turn_id == turn_id)
+
+
+def _queued_for(conversation_id: str, turn_id: str) -> tuple[ColumnElement[bool], ...]:
+    return (_INJECTS.c.conversation_id == conversation_id, _INJECTS.c.turn_id == turn_id)
