@@ -14,10 +14,10 @@ checkpoints cannot make a load fall back to an older, shorter summary.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import insert, literal, select
+from sqlalchemy import Row, Table, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
@@ -50,7 +50,8 @@ class CheckpointRecord(CheckpointCandidate):
     created_at: datetime
 
     @classmethod
-    def from_row(cls, row: CompactionCheckpoint) -> CheckpointRecord:
+    def from_row(cls, row: CompactionCheckpoint | Row[Any]) -> CheckpointRecord:
+        """From an ORM row or a Core row of the table (same attribute names)."""
         return cls(
             id=row.id,
             conversation_id=row.conversation_id,
@@ -113,13 +114,14 @@ async def read_latest_checkpoint(
     session: AsyncSession, conversation_id: str
 ) -> CheckpointRecord | None:
     """The newest checkpoint inside an open session (one indexed row), or ``None``."""
+    table = cast(Table, CompactionCheckpoint.__table__)  # Core: read on every turn
     stmt = (
-        select(CompactionCheckpoint)
-        .where(CompactionCheckpoint.conversation_id == conversation_id)
-        .order_by(CompactionCheckpoint.last_seq.desc(), CompactionCheckpoint.id.desc())
+        select(table)
+        .where(table.c.conversation_id == conversation_id)
+        .order_by(table.c.last_seq.desc(), table.c.id.desc())
         .limit(1)
     )
-    row = await session.scalar(stmt)
+    row = (await (await session.connection()).execute(stmt)).first()
     return CheckpointRecord.from_row(row) if row is not None else None
 
 

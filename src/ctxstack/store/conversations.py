@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
@@ -93,10 +94,19 @@ async def get_conversation(
     Raises:
         NotFoundError: malformed id, no such conversation, or another owner's.
     """
+    if not valid_public_id(conversation_id):
+        raise _not_found(conversation_id)
+    # A Core SELECT (the chat route reads the conversation on every turn; no ORM entity
+    # is needed for a record).
+    table = cast(Table, Conversation.__table__)
+    stmt = select(table).where(table.c.id == conversation_id)
+    if owner_id is not None:
+        stmt = stmt.where(table.c.owner_id == owner_id)
     async with reading(factory, f"loading conversation {conversation_id!r}") as session:
-        return ConversationRecord.model_validate(
-            await fetch_conversation(session, conversation_id, owner_id)
-        )
+        row = (await (await session.connection()).execute(stmt)).first()
+    if row is None:
+        raise _not_found(conversation_id)
+    return ConversationRecord.model_validate(dict(row._mapping))
 
 
 async def list_conversations(

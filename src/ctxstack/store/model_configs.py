@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -193,9 +193,12 @@ async def load_turn_models(
         ConfigError: a stored or environment value is not a positive integer.
         StorageError: the database failed.
     """
+    table = cast(Table, ModelConfig.__table__)  # Core: read at the start of every turn
     async with reading(factory, "loading the model budgets") as session:
-        rows = {row.role: ModelConfigRecord.model_validate(row) for row in await session.scalars(
-            select(ModelConfig).where(ModelConfig.active.is_(True)))}
+        found = await (await session.connection()).execute(
+            select(table).where(table.c.active.is_(True)))
+        rows = {row.role: ModelConfigRecord.model_validate(dict(row._mapping))
+                for row in found}
     main_row, fast_row = rows.get("main"), rows.get("fast")
     return TurnModels(
         main=resolve_budget("main", model_config=main_row, env=env, main_config=main_row),
