@@ -98,6 +98,7 @@ from benchmarks.bench_service import (
     LATENCY,
     TurnTiming,
     _database,
+    _done_timing,
     _pct,
     _serve,
 )
@@ -283,16 +284,7 @@ async def _turn(client: aiohttp.ClientSession, url: str, cid: str, query: str) -
                            json={"conversation_id": cid, "query": query}) as response:
         if response.status != 200:
             raise RuntimeError(f"chat answered {response.status}: {await response.text()}")
-        event = ""
-        async for line in _sse_lines(response):
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:") and event in ("done", "error"):
-                data = json.loads(line[5:])
-                if event == "error":
-                    raise RuntimeError(f"turn failed: {data}")
-                return TurnTiming(float(data["elapsed"]), float(data["llm_seconds"]))
-    raise RuntimeError("the stream ended without done")
+        return await _done_timing(_sse_lines(response))
 
 
 async def _conversation(client: aiohttp.ClientSession, url: str) -> str:

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,15 +151,20 @@ async def _turn(client: httpx.AsyncClient, cid: str, query: str) -> TurnTiming:
         if response.status_code != 200:
             await response.aread()
             raise RuntimeError(f"chat answered {response.status_code}: {response.text}")
-        event = ""
-        async for line in response.aiter_lines():
-            if line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:") and event in ("done", "error"):
-                data = json.loads(line[5:])
-                if event == "error":
-                    raise RuntimeError(f"turn failed: {data}")
-                return TurnTiming(float(data["elapsed"]), float(data["llm_seconds"]))
+        return await _done_timing(response.aiter_lines())
+
+
+async def _done_timing(lines: AsyncIterator[str]) -> TurnTiming:
+    """The server's own timings from a chat turn's event stream (its ``done`` event)."""
+    event = ""
+    async for line in lines:
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:") and event in ("done", "error"):
+            data = json.loads(line[5:])
+            if event == "error":
+                raise RuntimeError(f"turn failed: {data}")
+            return TurnTiming(float(data["elapsed"]), float(data["llm_seconds"]))
     raise RuntimeError("the stream ended without done")
 
 
