@@ -162,7 +162,6 @@ class OpenAICompatibleLLM:
         self.timeout = float(timeout)
         self.response_format_support: ResponseFormatSupport = response_format_support
         self.max_tokens_param = max_tokens_param
-        self.transport: Transport | None = None if client is not None else transport
         self.default_options = dict(default_options or {})
         _check_options(self.default_options, ConfigError)
         self.retry_policy = retry_policy or RetryPolicy(

@@ -35,9 +35,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Table, delete, insert, select, update
+from sqlalchemy import ColumnElement, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -57,16 +57,15 @@ from ctxstack.store.db import (
     retry_transaction,
     transaction,
 )
-from ctxstack.store.models import ActiveTurn, PendingInject, utcnow
+from ctxstack.store.models import ActiveTurn, PendingInject, table_of, utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# What every turn runs (its claim, the polls, the settle) is Core statements on the
-# tables: the ORM's unit of work and bulk DELETE/UPDATE paths cost several times more CPU
-# per statement (issue 15). The rarer take-over and push keep the ORM.
-_TURNS = cast(Table, ActiveTurn.__table__)
-_INJECTS = cast(Table, PendingInject.__table__)
+# Every turn's claim, polls and settle are Core statements (see table_of); the rarer
+# take-over and push keep the ORM.
+_TURNS = table_of(ActiveTurn)
+_INJECTS = table_of(PendingInject)
 
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0

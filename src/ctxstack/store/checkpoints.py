@@ -14,16 +14,24 @@ checkpoints cannot make a load fall back to an older, shorter summary.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Row, Table, insert, literal, select
+from sqlalchemy import Row, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import SessionFactory, reading, transaction
-from ctxstack.store.models import CompactionCheckpoint, Conversation, UTCDateTime, utcnow
+from ctxstack.store.models import (
+    CompactionCheckpoint,
+    Conversation,
+    UTCDateTime,
+    table_of,
+    utcnow,
+)
+
+_CHECKPOINTS = table_of(CompactionCheckpoint)
 
 
 class CheckpointCandidate(BaseModel):
@@ -114,11 +122,11 @@ async def read_latest_checkpoint(
     session: AsyncSession, conversation_id: str
 ) -> CheckpointRecord | None:
     """The newest checkpoint inside an open session (one indexed row), or ``None``."""
-    table = cast(Table, CompactionCheckpoint.__table__)  # Core: read on every turn
+    columns = _CHECKPOINTS.c  # Core (see table_of): read on every turn
     stmt = (
-        select(table)
-        .where(table.c.conversation_id == conversation_id)
-        .order_by(table.c.last_seq.desc(), table.c.id.desc())
+        select(_CHECKPOINTS)
+        .where(columns.conversation_id == conversation_id)
+        .order_by(columns.last_seq.desc(), columns.id.desc())
         .limit(1)
     )
     row = (await (await session.connection()).execute(stmt)).first()

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import cast
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
 from ctxstack.store.db import SessionFactory, reading, transaction
-from ctxstack.store.models import Conversation, utcnow
+from ctxstack.store.models import Conversation, table_of, utcnow
+
+_CONVERSATIONS = table_of(Conversation)
 
 DEFAULT_TITLE = "New conversation"
 MAX_TITLE_LENGTH = 200
@@ -96,12 +97,11 @@ async def get_conversation(
     """
     if not valid_public_id(conversation_id):
         raise _not_found(conversation_id)
-    # A Core SELECT (the chat route reads the conversation on every turn; no ORM entity
-    # is needed for a record).
-    table = cast(Table, Conversation.__table__)
-    stmt = select(table).where(table.c.id == conversation_id)
+    # Core (see table_of): the chat route reads the conversation on every turn.
+    columns = _CONVERSATIONS.c
+    stmt = select(_CONVERSATIONS).where(columns.id == conversation_id)
     if owner_id is not None:
-        stmt = stmt.where(table.c.owner_id == owner_id)
+        stmt = stmt.where(columns.owner_id == owner_id)
     async with reading(factory, f"loading conversation {conversation_id!r}") as session:
         row = (await (await session.connection()).execute(stmt)).first()
     if row is None:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import Row, Table, func, insert, select, update
+from sqlalchemy import Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -51,14 +51,13 @@ from ctxstack.store.db import (
     retry_transaction,
     storage_error,
 )
-from ctxstack.store.models import Conversation, Message, utcnow
+from ctxstack.store.models import Conversation, Message, table_of, utcnow
 
-# The hot paths (every turn appends its question and its answer and reads its history)
-# run Core statements on the tables, not ORM ones: the ORM's bulk INSERT … RETURNING and
-# entity loading cost ~2 ms of CPU per append on PostgreSQL, a third of a turn's writes
-# (issue 15). Records are built from the rows, so nothing else changes.
-_MESSAGES = cast(Table, Message.__table__)
-_CONVERSATIONS = cast(Table, Conversation.__table__)
+# Every turn appends its question and its answer and reads its history: Core statements
+# (see table_of; through the ORM an append cost ~2 ms more CPU on PostgreSQL). Records
+# are built from the rows.
+_MESSAGES = table_of(Message)
+_CONVERSATIONS = table_of(Conversation)
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, cast
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Table, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,7 +27,7 @@ from ctxstack.store.db import (
     reading,
     retry_transaction,
 )
-from ctxstack.store.models import MODEL_ROLES, ModelConfig, utcnow
+from ctxstack.store.models import MODEL_ROLES, ModelConfig, table_of, utcnow
 
 
 class ModelConfigRecord(BaseModel):
@@ -193,7 +193,7 @@ async def load_turn_models(
         ConfigError: a stored or environment value is not a positive integer.
         StorageError: the database failed.
     """
-    table = cast(Table, ModelConfig.__table__)  # Core: read at the start of every turn
+    table = table_of(ModelConfig)  # Core: read at the start of every turn
     async with reading(factory, "loading the model budgets") as session:
         found = await (await session.connection()).execute(
             select(table).where(table.c.active.is_(True)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -32,6 +32,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -97,6 +98,15 @@ class Base(DeclarativeBase):
     """Declarative base with the shared naming convention."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def table_of(model: type[Base]) -> Table:
+    """``model``'s table, for Core statements (SQLAlchemy types ``__table__`` as any
+    FromClause). What every chat turn runs — appends, history and record reads, the
+    inject queue's claim, polls and settle — is Core on the tables: the ORM's unit of
+    work, bulk INSERT/UPDATE/DELETE paths and entity loading cost several times the CPU
+    of the statement itself (issue 15)."""
+    return cast(Table, model.__table__)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
