@@ -227,3 +227,13 @@ def describe_validation_error(exc: ValidationError) -> str:
             msg = msg[len("Value error, "):]
         lines.append(f"{loc}: {msg}" if loc and not msg.startswith(f"{loc}:") else msg)
     return "; ".join(dict.fromkeys(lines))
+
+
+def binary_note(part: AudioPart | FilePart) -> str:
+    """A short bracketed note naming a binary part, for text renderings of a message
+    (a summariser's transcript, a history block): ``[audio (wav)]``, ``[file: a.pdf]``."""
+    if isinstance(part, AudioPart):
+        return f"[audio ({part.input_audio.format})]"
+    file = part.file
+    name = file.filename or file.file_id or ("inline" if file.file_data else file.file_url)
+    return f"[file: {name}]"
