@@ -101,7 +101,8 @@ def test_a_request_with_audio_and_files_that_fits_goes_out_byte_for_byte(
     header = parse_compaction_header(response.headers["x-ctxstack-compaction"])
     assert header["method"] == "none"
     estimated = int(response.headers["x-ctxstack-input-tokens-estimated"])
-    assert estimated > 160 + 1_565 + 15_650  # the audio, the PDF page, the file reference
+    # the audio, the PDF page, the file reference, the replayed spoken answer
+    assert estimated > 160 + 1_565 + 15_650 + 960
     assert raw_bodies(upstream) == [raw]
 
 

@@ -157,3 +157,17 @@ def test_binary_parts_are_modelled_never_read_and_forwarded_as_the_clients_own()
     assert wire["content"][1] is request.body["messages"][0]["content"][1]
     assert wire["content"][2] is request.body["messages"][0]["content"][2]
     assert len(wire["content"][0]["text"]) <= 50_000
+
+
+@pytest.mark.parametrize("content", [None, "Here is my answer."])
+def test_an_assistant_audio_reference_is_counted(content: str | None) -> None:
+    from ctxstack.part_tokens import AUDIO_REFERENCE_TOKENS
+
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content},
+             {"role": "user", "content": "again"}]
+    spoken = [dict(m) for m in plain]
+    spoken[1]["audio"] = {"id": "audio_abc"}
+    before = parse_request(_request(plain)).conversation.tokens(DEFAULT_COUNTER)
+    conv = parse_request(_request(spoken)).conversation
+    assert conv.tokens(DEFAULT_COUNTER) == before + AUDIO_REFERENCE_TOKENS
+    assert conv.wire_form(conv.view(1)) is conv.messages[1]

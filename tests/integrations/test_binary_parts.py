@@ -53,7 +53,8 @@ def only_binary(message: ChatMessage) -> list[AudioPart | FilePart]:
     ({"type": "file", "file": {"file_data": PDF_URL, "filename": "a.pdf"}}, "file"),
     ({"type": "file", "base64": PDF_B64, "mime_type": "application/pdf",
       "extras": {"filename": "a.pdf"}}, "file"),
-    ({"type": "file", "file_id": "file-abc"}, "file"),
+    ({"type": "file", "file_id": "file-abc", "id": "block-1"}, "file"),
+    ({"type": "file", "source_type": "id", "id": "file-abc"}, "file"),
     ({"type": "file", "url": "https://example.com/a.pdf"}, "file"),
 ])
 def test_langchain_audio_and_file_blocks_become_parts(block: dict[str, Any], kind: str
@@ -62,6 +63,8 @@ def test_langchain_audio_and_file_blocks_become_parts(block: dict[str, Any], kin
     (message,) = lc.to_chat_messages([original])
     (part,) = only_binary(message)
     assert isinstance(part, AudioPart if kind == "audio" else FilePart)
+    if isinstance(part, FilePart) and part.file.file_id is not None:
+        assert part.file.file_id == "file-abc"
     if kind == "audio":
         assert isinstance(part, AudioPart)
         assert part.input_audio.data == WAV_B64

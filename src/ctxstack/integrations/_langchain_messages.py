@@ -219,7 +219,9 @@ def _binary(block: Mapping[str, Any]) -> AudioPart | FilePart:
             ref: dict[str, Any] = {"filename": name} if name else {}
             if data:
                 ref["file_data"] = f"data:{mime or 'application/pdf'};base64,{data}"
-            elif block.get("file_id") or block.get("id"):
+            elif block.get("file_id") or block.get("source_type") == "id":
+                # v1 blocks name the file ``file_id`` (their ``id`` is the block's own);
+                # the older form says ``source_type="id"`` and puts the file's in ``id``.
                 ref["file_id"] = block.get("file_id") or block.get("id")
             elif block.get("url"):
                 ref["file_url"] = block["url"]

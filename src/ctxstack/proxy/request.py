@@ -26,6 +26,7 @@ from typing import Any
 
 from ctxstack import ChatMessage, TokenCounter
 from ctxstack.errors import MessageError
+from ctxstack.messages import AUDIO_KEY
 from ctxstack.proxy.errors import bad_request
 
 WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -200,9 +201,9 @@ class WireConversation:
     def tokens(self, counter: TokenCounter) -> int:
         """Tokens of every message by ``counter``.
 
-        A plain-text message without tool calls is counted straight from its string
-        (what ``counter.count_message`` computes for it: overhead + text); anything else
-        through its view.
+        A plain-text message without tool calls or an audio reference is counted straight
+        from its string (what ``counter.count_message`` computes for it: overhead + text);
+        anything else through its view.
         """
         overhead = getattr(counter, "message_overhead", None)
         if not isinstance(overhead, int):
@@ -213,7 +214,7 @@ class WireConversation:
         for i, m in enumerate(self.messages):
             content = m.get("content")
             if (isinstance(content, str) and not m.get("tool_calls")
-                    and self._views[i] is None):
+                    and AUDIO_KEY not in m and self._views[i] is None):
                 counts.append(overhead + count_text(content))
             else:
                 counts.append(counter.count_message(self.view(i)))
@@ -314,7 +315,10 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
     if isinstance(calls, list):
         data["tool_calls"] = [_safe_call(c) for c in calls]
     message = ChatMessage.from_openai(data)
-    return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
+    # An assistant's audio reference is counted (the upstream replays the audio): keep it.
+    audio = message.metadata.get(AUDIO_KEY)
+    return message.replace(pinned=pinned, metadata={
+        WIRE_KEY: index, **({AUDIO_KEY: audio} if audio is not None else {})})
 
 
 _DETAILS = frozenset({"auto", "low", "high"})
