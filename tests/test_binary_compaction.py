@@ -262,3 +262,31 @@ def test_the_newest_message_is_cut_around_its_binary_part_when_that_fits() -> No
     assert out[-1].metadata["truncated_chars"] > 0
     too_small = CompactUtils.smart_truncate(msgs, binary_part_tokens(part) // 2)
     assert all(not m.binary_parts for m in too_small)  # dropped whole, not split
+
+
+def test_masking_a_tool_output_that_carries_a_file_drops_the_file_whole() -> None:
+    from ctxstack.compact.mask import apply_mask, plan_mask
+    from ctxstack.compact.options import CompactionOptions
+
+    msgs: list[ChatMessage] = [ChatMessage.system("s"), ChatMessage.user("go")]
+    for i in range(4):
+        call = ToolCall(id=f"c{i}", name="fetch", arguments={"n": i})
+        output = ChatMessage(role="tool", tool_call_id=f"c{i}", content=[
+            {"type": "text", "text": f"fetched report {i} " * 200},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,"
+                                      + payload(40_000), "filename": f"r{i}.pdf"}}])
+        msgs += [ChatMessage.assistant(None, tool_calls=[call]), output]
+    msgs.append(ChatMessage.query("and?"))
+    options = CompactionOptions()
+    plan = plan_mask(msgs, 2_000, options, HEURISTIC)
+    assert plan
+    out = apply_mask(msgs, plan, [f"a{i}" for i in range(len(plan.indices))], options)
+    for i in plan.indices:
+        assert not out[i].binary_parts
+        assert "PAYLOAD" not in out[i].text
+        assert out[i].text.startswith("[tool output cleared: fetch(")
+        assert f"characters and [file: r{i // 2 - 1}.pdf]; head:" in out[i].text
+    for i, m in enumerate(out):
+        if i not in plan.indices:
+            assert m is msgs[i]
+    assert tool_turn_problems(out) == []

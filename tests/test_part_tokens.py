@@ -8,6 +8,8 @@ import math
 import wave
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxstack import AudioPart, ChatMessage, FilePart
 from ctxstack import part_tokens as pt
@@ -181,3 +183,29 @@ def test_estimate_tokens_and_the_calibrating_counter_count_binary_parts() -> Non
     message = ChatMessage.user(parts)
     calibrating = CalibratingCounter(HEURISTIC)
     assert calibrating.count_message(message) >= HEURISTIC.count_message(message)
+
+
+_B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.text(alphabet=_B64_ALPHABET, min_size=0, max_size=3_000),
+       other=st.text(alphabet=_B64_ALPHABET + "!~ ", min_size=0, max_size=3_000),
+       fmt=st.sampled_from(["wav", "mp3", "flac"]), wav_header=st.booleans(),
+       kind=st.sampled_from(["audio", "pdf", "text", "bare"]))
+def test_estimates_depend_on_the_payload_length_and_head_only(
+        body: str, other: str, fmt: str, wav_header: bool, kind: str) -> None:
+    head = wav_b64(0.5)[:64] if wav_header else "AAAA" * 16
+    n = max(len(body), len(other))
+    first = head + body.ljust(n, "A")
+    second = head + other.ljust(n, "B")
+
+    def make(data: str) -> AudioPart | FilePart:
+        if kind == "audio":
+            return audio(data, fmt)
+        return inline_file(data, {"pdf": "application/pdf", "text": "text/plain",
+                                  "bare": None}[kind])
+
+    assert pt.binary_part_tokens(make(first)) == pt.binary_part_tokens(make(second)) >= 1
+    longer = make(first + "AAAA" * 10_000)
+    assert pt.binary_part_tokens(longer) >= pt.binary_part_tokens(make(first))
