@@ -92,9 +92,9 @@ def test_estimate_tokens_accepts_openai_dict_parts_and_refuses_other_shapes() ->
     for bad, match in [
         (42, "got int"),
         (b"bytes", "got bytes"),
-        ([{"type": "audio", "data": "x"}], "not a list of text/image parts"),
-        ([{"type": "text"}], "not a list of text/image parts"),
-        (["plain string part"], "not a list of text/image parts"),
+        ([{"type": "audio", "data": "x"}], "not a list of content parts"),
+        ([{"type": "text"}], "not a list of content parts"),
+        (["plain string part"], "not a list of content parts"),
     ]:
         with pytest.raises(InputError, match=match):
             CompactUtils.estimate_tokens(bad)  # type: ignore[arg-type]

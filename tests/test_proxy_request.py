@@ -134,3 +134,40 @@ def test_images_count_as_image_tokens_and_are_forwarded_as_sent() -> None:
     conv = request.conversation
     assert conv.tokens(DEFAULT_COUNTER) >= 765
     assert conv.wire_form(conv.view(0))["content"][1] == image
+
+
+def test_binary_parts_are_modelled_never_read_and_forwarded_as_the_clients_own() -> None:
+    from ctxstack.guard_rules import cut_message
+
+    data = "QUFB" * 2_500_000  # 10 MB of base64
+    audio = {"type": "input_audio", "input_audio": {"data": data, "format": "mp3"},
+             "x_vendor": 1}
+    pdf = {"type": "file", "file": {"file_data": "data:application/pdf;base64," + data}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "t" * 80_000}, audio,
+                                             pdf]},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "next"}]
+    request = parse_request(_request(messages))
+    conv = request.conversation
+    assert conv.longest_text() == 80_000  # the text, not the payloads
+    view = conv.view(0)
+    assert [p.type for p in view.binary_parts] == ["input_audio", "file"]
+    cut = cut_message(view, 50_000)
+    wire = conv.wire_form(cut)
+    assert wire["content"][1] is request.body["messages"][0]["content"][1]
+    assert wire["content"][2] is request.body["messages"][0]["content"][2]
+    assert len(wire["content"][0]["text"]) <= 50_000
+
+
+@pytest.mark.parametrize("content", [None, "Here is my answer."])
+def test_an_assistant_audio_reference_is_counted(content: str | None) -> None:
+    from ctxstack.part_tokens import AUDIO_REFERENCE_TOKENS
+
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content},
+             {"role": "user", "content": "again"}]
+    spoken = [dict(m) for m in plain]
+    spoken[1]["audio"] = {"id": "audio_abc"}
+    before = parse_request(_request(plain)).conversation.tokens(DEFAULT_COUNTER)
+    conv = parse_request(_request(spoken)).conversation
+    assert conv.tokens(DEFAULT_COUNTER) == before + AUDIO_REFERENCE_TOKENS
+    assert conv.wire_form(conv.view(1)) is conv.messages[1]

@@ -89,11 +89,13 @@ def test_legacy_function_call_format_becomes_tool_calls_with_distinct_ids() -> N
         ({"role": "assistant", "function_call": "f()"}, "function_call"),
         ({"role": "assistant", "function_call": {"arguments": "{}"}}, "function_call.name"),
         ({"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]},
-         "content[0].type: unsupported content part type 'input_audio'"),
+            {"type": "input_audio", "input_audio": {"format": "wav"}}]},
+         "content[0]: input_audio.data: Field required"),
         ({"role": "user", "content": [{"type": "text", "text": "see file"}, {
-            "type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBER"}}]},
-         "content[1].type: unsupported content part type 'file'"),
+            "type": "file", "file": {"filename": "a.pdf"}}]},
+         "content[1]: file: needs file_data (inline), file_id or file_url"),
+        ({"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]},
+         "content[0].type: unsupported content part type 'video_url'"),
         ({"role": "critic", "content": "x"}, "role"),
     ],
 )

@@ -42,7 +42,16 @@ from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import CompactionEvent, GuardTotals
 from ctxstack.llm.scripted import ScriptedLLM
 from ctxstack.memory import BaseMemory, SummaryMemory, WindowMemory
-from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart, ToolCall
+from ctxstack.messages import (
+    AudioPart,
+    ChatMessage,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    TextPart,
+    ToolCall,
+)
 from ctxstack.prompts import Hint
 from ctxstack.protocol import LLM, ChatStream, FinishReason, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import TokenCounter
@@ -57,6 +66,7 @@ __all__ = [
     "AgentError",
     "Archive",
     "ArchiveHit",
+    "AudioPart",
     "AuthenticationError",
     "BadRequestError",
     "BaseMemory",
@@ -73,6 +83,7 @@ __all__ = [
     "ContextOverflowError",
     "CtxstackError",
     "DbMemory",
+    "FilePart",
     "FileRejectedError",
     "FinishReason",
     "GuardTotals",
@@ -90,6 +101,7 @@ __all__ = [
     "NotFoundError",
     "PlanError",
     "RateLimitError",
+    "RefusalPart",
     "ScriptedLLM",
     "ServerError",
     "StorageError",

@@ -68,7 +68,7 @@ estimate), so a counter that corrects upward only (``min_factor=1``) stays upwar
 
 Lower bound: no calibrated count — text, message or list, anchored or not — is below the
 heuristic's own lower bound (:func:`~ctxstack.token_model.lower_bound`: 8 characters per
-token, plus the per-message overhead and images, see :func:`message_floor`).
+token, plus the per-message overhead, images and binary parts, see :func:`message_floor`).
 
 Caching: the per-message cache (see :class:`~ctxstack.tokens.TokenCounter`) holds the
 *base* counter's figures under the base key; the factor is applied on top, to totals.
@@ -87,6 +87,7 @@ from typing import Any
 
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, ImagePart
+from ctxstack.part_tokens import binary_part_tokens
 from ctxstack.protocol import LLMResult, ToolSpec, Usage
 from ctxstack.token_model import CONTENT_KINDS, content_kind, lower_bound
 from ctxstack.tokens import (
@@ -112,8 +113,9 @@ def message_kind(message: ChatMessage) -> int:
 
 def message_floor(message: ChatMessage, base: TokenCounter) -> int:
     """The least a calibrated count of ``message`` may say (cached on it): the base
-    counter's per-message overhead and images plus the heuristic's lower bound for its
-    characters (:func:`~ctxstack.token_model.lower_bound`), never above the base count."""
+    counter's per-message overhead, images and binary parts plus the heuristic's lower
+    bound for its characters (:func:`~ctxstack.token_model.lower_bound`), never above the
+    base count."""
     cache = message_cache(message)
     key = f"floor:{base.cache_key}"
     floor = cache.get(key)
@@ -122,8 +124,9 @@ def message_floor(message: ChatMessage, base: TokenCounter) -> int:
                                         for c in message.tool_calls or ())
         images = sum(isinstance(p, ImagePart) for p in message.content or ()) \
             if isinstance(message.content, list) else 0
+        binary = sum(binary_part_tokens(p) for p in message.binary_parts)
         floor = (int(getattr(base, "message_overhead", 0)) + lower_bound(chars)
-                 + images * int(getattr(base, "image_tokens", 0)))
+                 + images * int(getattr(base, "image_tokens", 0)) + binary)
         floor = cache[key] = min(floor, base.count_message(message))
     return floor
 

@@ -8,6 +8,12 @@ Cutting keeps the **head and the tail** of a text: tool output tends to put its 
 (headers, the first rows) at the start and its verdict (totals, the error, the last log
 lines) at the end; the middle is what a reader skims. The marker in between says how many
 characters were removed, so the model knows the text is incomplete and by how much.
+
+Audio and file parts are exempt from the character limit and never cut: their base64 is
+not text a reader skims, and any cut of it is a corrupt file. They count toward the token
+budget by their size estimate instead (:mod:`ctxstack.part_tokens`), where the later
+stages keep or drop their message whole. The text parts around them are cut as usual,
+the binary parts kept byte-identical (so is the refusal part: a short sentence).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ def allocate(lengths: Sequence[int], budget: int) -> list[int]:
 
 
 def _text_size(message: ChatMessage) -> int:
+    """Characters of the text parts: what the limit applies to (binary parts are exempt)."""
     content = message.content
     if content is None:
         return 0
@@ -82,7 +89,8 @@ def _text_size(message: ChatMessage) -> int:
 
 
 def is_oversized(message: ChatMessage, max_chars: int) -> bool:
-    """True when the content text, or any tool call's JSON arguments, exceed ``max_chars``."""
+    """True when the content text, or any tool call's JSON arguments, exceed ``max_chars``
+    (audio, file and image parts are not text and never make a message oversized)."""
     if _text_size(message) > max_chars:
         return True
     return any(len(call.arguments_json) > max_chars for call in message.tool_calls or ())
@@ -149,7 +157,8 @@ def _cut_arguments(arguments: dict[str, Any], max_chars: int) -> dict[str, Any]:
 def cut_message(message: ChatMessage, max_chars: int) -> ChatMessage:
     """``message`` if within ``max_chars``, else a copy with its text cut head+tail.
 
-    Every other field (role, ids, name, pinned, metadata, images) is kept. Text parts of
+    Every other field (role, ids, name, pinned, metadata, images, audio and file parts
+    byte-identical) is kept. Text parts of
     a multi-part content share the limit; tool-call arguments are cut per call, in their
     long string values (the JSON structure stays valid).
     """

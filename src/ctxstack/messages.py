@@ -35,11 +35,25 @@ each shape it meets (decided so a user's logs load and go back out as a valid re
   and tool-call arguments).
 * An assistant ``refusal`` is kept in ``metadata["refusal"]`` and sent back (it is a
   short sentence; token counters read content and tool calls only); a
-  ``{"type": "refusal"}`` content part becomes a text part, which is counted.
+  ``{"type": "refusal"}`` content part is a :class:`RefusalPart`, counted and searched
+  as text, sent back as a refusal part.
+* An assistant ``audio`` reference (``{"id": "audio_abc"}``: how a client points back at
+  a spoken answer in a multi-turn audio chat) is kept in ``metadata["audio"]`` as sent,
+  and sent back; it is counted at a fixed cost (:mod:`ctxstack.part_tokens`).
 
-Content parts other than ``text``, ``image_url`` and ``refusal`` (``input_audio``,
-``file``) are refused with a :class:`MessageError` naming the part: ctxstack can neither
-count nor cut them, and silently dropping a user's audio would be worse.
+Content parts: ``text``, ``image_url``, ``refusal``, and the two *binary* kinds,
+``input_audio`` (:class:`AudioPart`: base64 ``data`` and a ``format``) and ``file``
+(:class:`FilePart`: inline ``file_data``, an uploaded ``file_id``, or a gateway's
+``file_url``; an optional ``filename``). Binary parts are opaque to ctxstack: counted by
+their size (never read as text), never cut, never scanned for facts or indexed; whatever
+shortens a message keeps them byte-identical or drops the message whole. Their payload is
+not decoded or checked at the boundary — an upstream that refuses the bytes says so —
+but their *shape* is: a missing or empty ``data`` / ``format``, a file part with neither
+data nor a reference, is a :class:`MessageError` naming the field. An audio ``format``
+other than OpenAI's ``wav`` and ``mp3`` passes through (other OpenAI-compatible servers
+take ``flac``, ``ogg``, ``pcm16``…) and is counted at the most conservative audio rate.
+Any other part type is refused with a :class:`MessageError` naming it: ctxstack could
+neither count nor cut it, and silently dropping it would be worse.
 
 Whether a *list* of messages is a valid request (every tool result answers a call of
 the assistant message before it, every call has its result) is a property of the list:
@@ -51,93 +65,82 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
-    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from ctxstack.errors import InputError, MessageError
+from ctxstack.content_parts import (
+    PART_TYPES,
+    AudioPart,
+    BinaryPart,
+    ContentPart,
+    FileData,
+    FilePart,
+    ImagePart,
+    ImageURL,
+    InputAudio,
+    RefusalPart,
+    TextPart,
+    binary_note,
+    coerce_content,
+    describe_validation_error,
+    parse_part,
+    part_text,
+)
+from ctxstack.errors import MessageError
+
+__all__ = [
+    "AUDIO_KEY",
+    "OPENAI_ROLE_KEY",
+    "PART_TYPES",
+    "RAW_ARGUMENTS_KEY",
+    "REFUSAL_KEY",
+    "ROLES",
+    "WIRE_ROLES",
+    "AudioPart",
+    "BinaryPart",
+    "ChatMessage",
+    "ContentPart",
+    "FileData",
+    "FilePart",
+    "ImagePart",
+    "ImageURL",
+    "InputAudio",
+    "MessageKind",
+    "RefusalPart",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "binary_note",
+    "coerce_content",
+    "describe_validation_error",
+    "from_openai_messages",
+    "kind_metadata",
+    "legacy_call_id",
+    "lenient_arguments",
+    "parse_arguments",
+    "parse_part",
+    "part_text",
+    "scrub_surrogates",
+    "to_openai_messages",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 MessageKind = Literal["query", "inject", "summary", "warning", "checklist"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 
 
-_PART_CONFIG = ConfigDict(frozen=True, extra="allow")
-"""Parts keep keys ctxstack does not model (``cache_control`` from OpenRouter / LiteLLM
-prompt-caching requests, vendor annotations): they are sent back as they came."""
-
-
-class TextPart(BaseModel):
-    """A text content part: ``{"type": "text", "text": "..."}`` (other keys kept as-is)."""
-
-    model_config = _PART_CONFIG
-    type: Literal["text"] = "text"
-    text: str
-
-
-class ImageURL(BaseModel):
-    """The ``image_url`` object of an image part (an http(s) URL or a ``data:`` URL)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    url: str
-    detail: Literal["auto", "low", "high"] | None = None
-
-
-class ImagePart(BaseModel):
-    """An image content part: ``{"type": "image_url", "image_url": {"url": ...}}`` (other
-    keys kept as-is)."""
-
-    model_config = _PART_CONFIG
-    type: Literal["image_url"] = "image_url"
-    image_url: ImageURL
-
-
-ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
-"""One element of a multi-part message content (text or image)."""
-
-
 def kind_metadata(kind: MessageKind, **extra: Any) -> dict[str, Any]:
     """``{"kind": kind, **extra}``: the metadata of a message (or stored row) of that kind."""
     return {"kind": kind, **extra}
-
-
-_PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
-
-
-def coerce_content(content: object) -> str | list[TextPart | ImagePart] | None:
-    """A message content in any shape the message model accepts, as text or part objects.
-
-    Accepts ``None``, a string, or a sequence whose items are :class:`TextPart` /
-    :class:`ImagePart` objects or their OpenAI dicts (``{"type": "text", "text": ...}``,
-    ``{"type": "image_url", "image_url": {"url": ...}}``). Anything else is refused rather
-    than silently miscounted.
-
-    Raises:
-        InputError: the content is another type, or a part is not a valid text or image part.
-    """
-    if content is None or isinstance(content, str):
-        return content
-    if not isinstance(content, Sequence) or isinstance(content, bytes | bytearray):
-        raise InputError(
-            f"content: expected a string, a list of content parts or None, "
-            f"got {type(content).__name__}"
-        )
-    if all(isinstance(p, TextPart | ImagePart) for p in content):
-        return list(content)
-    try:
-        return list(_PARTS.validate_python(list(content)))
-    except ValidationError as exc:
-        raise InputError(f"content: not a list of text/image parts ({exc.errors()[0]['msg']})"
-                         ) from None
 
 
 class ToolCall(BaseModel):
@@ -251,6 +254,8 @@ OPENAI_ROLE_KEY = "openai_role"
 """Metadata key remembering a wire role ctxstack maps onto its own (``developer``)."""
 REFUSAL_KEY = "refusal"
 """Metadata key holding an assistant message's ``refusal`` text."""
+AUDIO_KEY = "audio"
+"""Metadata key holding an assistant message's ``audio`` reference (``{"id": ...}``)."""
 WIRE_ROLES = ("developer", "function")
 """Wire roles accepted besides :data:`ROLES` (see the module doc)."""
 
@@ -265,8 +270,8 @@ class ChatMessage(BaseModel):
 
     Invariants checked on construction (each failure is a :class:`MessageError` naming
     the field): a known ``role``; ``tool`` messages carry ``tool_call_id``; only
-    ``assistant`` messages carry ``tool_calls``; content is ``str``, a list of text/image
-    parts, or ``None``.
+    ``assistant`` messages carry ``tool_calls``; content is ``str``, a list of content
+    parts (:data:`ContentPart`), or ``None``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -296,7 +301,7 @@ class ChatMessage(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise MessageError(_describe_validation_error(exc)) from None
+            raise MessageError(describe_validation_error(exc)) from None
 
     @field_validator("content", mode="before")
     @classmethod
@@ -328,8 +333,9 @@ class ChatMessage(BaseModel):
         return cls(role="system", content=content, **kw)
 
     @classmethod
-    def user(cls, content: str | list[ContentPart], **kw: Any) -> ChatMessage:
-        return cls(role="user", content=content, **kw)
+    def user(cls, content: str | Sequence[ContentPart], **kw: Any) -> ChatMessage:
+        return cls(role="user", content=content if isinstance(content, str) else list(content),
+                   **kw)
 
     @classmethod
     def assistant(
@@ -343,8 +349,9 @@ class ChatMessage(BaseModel):
 
     # The ctxstack message kinds: a constructor each, so no caller spells the metadata.
     @classmethod
-    def query(cls, content: str | list[ContentPart], **metadata: Any) -> ChatMessage:
+    def query(cls, content: str | Sequence[ContentPart], **metadata: Any) -> ChatMessage:
         """The current question: a pinned user message of kind "query"."""
+        content = content if isinstance(content, str) else list(content)
         return cls(role="user", content=content, pinned=True,
                    metadata=kind_metadata("query", **metadata))
 
@@ -379,18 +386,27 @@ class ChatMessage(BaseModel):
 
     @property
     def text(self) -> str:
-        """All text of the content (text parts joined by newlines); images omitted."""
+        """All text of the content (text and refusal parts joined by newlines); images,
+        audio and files omitted — what is counted, cut, summarised and searched as text."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        return "\n".join(part_text(p) for p in self.content
+                         if isinstance(p, TextPart | RefusalPart))
 
     @property
     def images(self) -> list[ImagePart]:
         """The image parts of the content, in order."""
         if isinstance(self.content, list):
             return [p for p in self.content if isinstance(p, ImagePart)]
+        return []
+
+    @property
+    def binary_parts(self) -> list[AudioPart | FilePart]:
+        """The audio and file parts of the content, in order (see the module doc)."""
+        if isinstance(self.content, list):
+            return [p for p in self.content if isinstance(p, AudioPart | FilePart)]
         return []
 
     def replace(self, **changes: Any) -> ChatMessage:
@@ -412,10 +428,11 @@ class ChatMessage(BaseModel):
     def from_openai(cls, data: Mapping[str, Any]) -> ChatMessage:
         """Build from an OpenAI chat-completions message dict.
 
-        ``developer`` and ``function`` roles, ``function_call``, ``refusal`` and arguments
-        that are not JSON are mapped as the module doc says. Other keys the wire format has
-        but ctxstack does not model (``audio``, ``annotations``, …) are ignored; malformed
-        known keys raise :class:`MessageError` naming the key.
+        ``developer`` and ``function`` roles, ``function_call``, ``refusal``, an assistant
+        ``audio`` reference and arguments that are not JSON are mapped as the module doc
+        says. Other keys the wire format has but ctxstack does not model
+        (``annotations``, …) are ignored; malformed known keys raise
+        :class:`MessageError` naming the key.
         """
         if not isinstance(data, Mapping):
             raise MessageError(f"message: expected an object, got {type(data).__name__}")
@@ -459,9 +476,17 @@ class ChatMessage(BaseModel):
             if not isinstance(refusal, str):
                 raise MessageError(f"refusal: expected a string, got {type(refusal).__name__}")
             metadata[REFUSAL_KEY] = refusal
+        audio = data.get("audio")
+        if audio is not None and role == "assistant":
+            if not isinstance(audio, Mapping):
+                raise MessageError(f"audio: expected an object, got {type(audio).__name__}")
+            if not isinstance(audio.get("id"), str) or not audio["id"]:
+                raise MessageError("audio.id: missing or not a string (an assistant audio "
+                                   "reference is {\"id\": \"audio_...\"})")
+            metadata[AUDIO_KEY] = dict(audio)
         content = data.get("content")
         if isinstance(content, list):
-            content = [_parse_part(i, p) for i, p in enumerate(content)]
+            content = [parse_part(p, f"content[{i}]") for i, p in enumerate(content)]
         return cls(
             role=role,
             content=content,
@@ -474,7 +499,7 @@ class ChatMessage(BaseModel):
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI wire dict (``pinned`` and ``metadata`` are never sent, except what
         :meth:`from_openai` recorded there from the wire: a ``developer`` role, a
-        ``refusal``)."""
+        ``refusal``, an ``audio`` reference)."""
         role = self.metadata.get(OPENAI_ROLE_KEY) if self.role == "system" else None
         out: dict[str, Any] = {"role": role if role == "developer" else self.role}
         if isinstance(self.content, list):
@@ -490,43 +515,10 @@ class ChatMessage(BaseModel):
         refusal = self.metadata.get(REFUSAL_KEY)
         if self.role == "assistant" and isinstance(refusal, str):
             out["refusal"] = refusal
+        audio = self.metadata.get(AUDIO_KEY)
+        if self.role == "assistant" and isinstance(audio, Mapping):
+            out["audio"] = dict(audio)
         return out
-
-
-def _parse_part(index: int, part: object) -> TextPart | ImagePart:
-    if isinstance(part, TextPart | ImagePart):
-        return part
-    if not isinstance(part, Mapping):
-        raise MessageError(f"content[{index}]: expected an object, got {type(part).__name__}")
-    ptype = part.get("type")
-    try:
-        if ptype == "refusal" and isinstance(part.get("refusal"), str):
-            return TextPart(text=part["refusal"])
-        if ptype == "text":
-            return TextPart.model_validate(part)
-        if ptype == "image_url":
-            image_url = part.get("image_url")
-            # Some clients send the bare URL string; normalise to the object form.
-            if isinstance(image_url, str):
-                part = {**part, "image_url": {"url": image_url}}
-            return ImagePart.model_validate(part)
-    except ValidationError as exc:
-        raise MessageError(f"content[{index}]: {_describe_validation_error(exc)}") from None
-    raise MessageError(f"content[{index}].type: unsupported content part type {ptype!r}")
-
-
-def _describe_validation_error(exc: ValidationError) -> str:
-    """Turn pydantic's report into one line per problem, each naming its field."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
-        if err["type"] == "value_error":
-            loc = ""  # our own validators already name the field
-        msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        lines.append(f"{loc}: {msg}" if loc and not msg.startswith(f"{loc}:") else msg)
-    return "; ".join(dict.fromkeys(lines))
 
 
 def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:

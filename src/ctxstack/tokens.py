@@ -20,11 +20,13 @@ The seed's formula stays available by name — :class:`SeedHeuristicCounter`, th
   non-empty text;
 * 765 tokens per image part;
 * 4 tokens of overhead per message (role markers, delimiters);
+* audio and file parts by their size, never as text (:mod:`ctxstack.part_tokens`; beyond
+  the seed, which has no such parts), and an assistant ``audio`` reference at a fixed cost;
 * tool-call names and JSON arguments count as text (ctxstack goes beyond the seed here:
   a tool-heavy assistant turn is not free).
 
-The message arithmetic (765 per image, 4 per message, tool calls as text) is shared by
-every counter here.
+The message arithmetic (765 per image, 4 per message, tool calls as text, binary parts by
+size) is shared by every counter here.
 
 Speed: counting never loops over characters in Python (both heuristics use ``bytes``
 and ``int`` operations in C). Per-message results are cached on the (frozen) message
@@ -48,7 +50,18 @@ from operator import is_, is_not
 from typing import Any, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
 from ctxstack.errors import ConfigError, TokenizerUnavailableError
-from ctxstack.messages import ChatMessage, ContentPart, ImagePart, TextPart, coerce_content
+from ctxstack.messages import (
+    AUDIO_KEY,
+    AudioPart,
+    ChatMessage,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    RefusalPart,
+    TextPart,
+    coerce_content,
+)
+from ctxstack.part_tokens import AUDIO_REFERENCE_TOKENS, binary_part_tokens
 from ctxstack.token_model import FAMILIES, Family, estimator
 
 IMAGE_TOKENS = 765
@@ -95,8 +108,12 @@ class TokenCounter(Protocol):
 class BaseCounter:
     """Shared message arithmetic: subclasses supply :meth:`count_text` and ``cache_key``.
 
-    A message costs ``MESSAGE_OVERHEAD`` + its text (all text parts, the tool-call names
-    and arguments, counted as one string so the ≥1 floor applies once) + 765 per image.
+    A message costs ``MESSAGE_OVERHEAD`` + its text (all text and refusal parts, the
+    tool-call names and arguments, counted as one string so the ≥1 floor applies once) +
+    765 per image + each audio or file part's size-based estimate
+    (:func:`ctxstack.part_tokens.binary_part_tokens`: the payload is never read as text)
+    + :data:`~ctxstack.part_tokens.AUDIO_REFERENCE_TOKENS` for an assistant ``audio``
+    reference.
     """
 
     image_tokens: int = IMAGE_TOKENS
@@ -117,12 +134,17 @@ class BaseCounter:
             return self.count_text(content)
         texts: list[str] = []
         images = 0
+        binary = 0
         for part in content:
             if isinstance(part, TextPart):
                 texts.append(part.text)
             elif isinstance(part, ImagePart):
                 images += 1
-        return self.count_text("\n".join(texts)) + images * self.image_tokens
+            elif isinstance(part, RefusalPart):
+                texts.append(part.refusal)
+            elif isinstance(part, AudioPart | FilePart):
+                binary += binary_part_tokens(part)
+        return self.count_text("\n".join(texts)) + images * self.image_tokens + binary
 
     def count_message(self, message: ChatMessage) -> int:
         cache = _token_cache(message)
@@ -164,12 +186,14 @@ class BaseCounter:
 
     def _content_tokens(self, message: ChatMessage) -> int:
         content = message.content
+        replayed = AUDIO_REFERENCE_TOKENS if AUDIO_KEY in message.metadata and (
+            message.role == "assistant") else 0
         if not message.tool_calls:
-            return self.count_parts(content)
+            return self.count_parts(content) + replayed
         extra = " ".join(f"{c.name} {c.arguments_json}" for c in message.tool_calls)
         if content is None or isinstance(content, str):
-            return self.count_text(f"{content or ''} {extra}".strip())
-        return self.count_parts(content) + self.count_text(extra)
+            return self.count_text(f"{content or ''} {extra}".strip()) + replayed
+        return self.count_parts(content) + self.count_text(extra) + replayed
 
 
 MEMO_MIN_MESSAGES = 32

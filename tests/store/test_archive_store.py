@@ -101,3 +101,25 @@ def test_query_terms_use_trigrams_for_text_without_spaces() -> None:
     assert query_terms("ORD-99812 is it") == ["ord-99812"]
     assert "会議室" in query_terms("会議室はどこ")
     assert query_terms("東京") == ["東京"]
+
+
+async def test_archived_audio_and_files_are_named_never_stored_as_base64(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    conv = await conversation(sf, alice, [FILLER] * 4)
+    archive = ConversationArchive(sf, conv, before_seq=4)
+    payload = "UEFZTE9BRC8wMTIz" * 10_000
+    message = ChatMessage.user([
+        {"type": "text", "text": "The lease for flat 12B, see attached."},
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{payload}",
+                                  "filename": "lease.pdf"}},
+        {"type": "input_audio", "input_audio": {"data": payload, "format": "wav"}}])
+    (ref,) = await archive.add([message])
+    got = await archive.get(ref)
+    assert got is not None
+    assert got.text == "The lease for flat 12B, see attached. [file: lease.pdf] [audio (wav)]"
+    assert await archive.search("UEFZTE9BRC8wMTIz") == []
+    hits = await archive.search("lease.pdf flat 12B")
+    assert hits[0].ref == ref
+    with pytest.raises(InputError, match="audio and file parts are not stored"):
+        NewMessage.from_chat(message)

@@ -7,13 +7,20 @@ the model nor a human reading the log mistakes the cut text for the whole.
 
 Token-bounded cuts search the kept length with the caller's counter, so the result fits
 whatever counter is in use (heuristic or exact), not just an approximation of it.
+
+Audio and file parts are never cut and never dropped out of a message: a half of a base64
+payload is not half the recording, and a question whose PDF silently vanished would be
+answered about nothing. A message holding them keeps them byte-identical (its text may
+be cut around them), and when they alone do not fit the message cannot be cut
+(:func:`cut_message` returns None): the caller drops it whole, as a unit. Images, which
+the model can do without, may still be replaced by a note.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ctxstack.messages import ChatMessage, ContentPart, TextPart
+from ctxstack.messages import AudioPart, ChatMessage, ContentPart, FilePart, ImagePart, TextPart
 from ctxstack.tokens import TokenCounter
 
 CUT_MARKER = "\n[... {removed:,} characters removed ...]\n"
@@ -83,7 +90,8 @@ def cut_text_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:
 def _with_text(
     message: ChatMessage, text: str, *, keep_images: bool, removed: int = 0
 ) -> ChatMessage:
-    """``message`` with its text replaced by ``text`` (images kept or noted as omitted).
+    """``message`` with its text replaced by ``text`` (images kept or noted as omitted;
+    audio and file parts always kept, byte-identical, in their order).
 
     ``removed`` (characters cut out) is added to ``metadata["truncated_chars"]``.
     """
@@ -95,7 +103,8 @@ def _with_text(
     content: str | list[ContentPart] | None
     if isinstance(message.content, list):
         parts: list[ContentPart] = [TextPart(text=text)] if text else []
-        parts.extend(images)
+        kept = (ImagePart, AudioPart, FilePart) if images else (AudioPart, FilePart)
+        parts.extend(p for p in message.content if isinstance(p, kept))
         content = parts
     elif message.content is None and not text:
         content = None
@@ -115,8 +124,9 @@ def cut_message(
 
     The text content is cut head+tail (marker included); if the images alone are too
     expensive they are replaced by a note. Tool-call names and arguments are never cut
-    (a truncated JSON argument would be a different call), so a message whose calls alone
-    exceed the limit cannot be cut. The copy records the removed character count in
+    (a truncated JSON argument would be a different call), nor are audio and file parts
+    (see the module doc), so a message whose calls or binary parts alone exceed the limit
+    cannot be cut. The copy records the removed character count in
     ``metadata["truncated_chars"]``. The original is returned unchanged if it fits.
     """
     if counter.count_message(message) <= max_tokens:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ctxstack.archive import ARCHIVE_REF_KEY
 from ctxstack.compact.options import CompactionOptions
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import ChatMessage, ToolCall, binary_note
 from ctxstack.tokens import TokenCounter
 
 MASKED_KEY = "masked"
@@ -84,8 +84,10 @@ def placeholder_text(
     if len(text) > preview_chars:
         head += "…"
     where = f"; recall ref {ref}" if ref else ""
+    # An audio or file part goes with the output it came in (never half of it): named.
+    attached = "".join(f" and {binary_note(p)}" for p in message.binary_parts)
     return (
-        f"[tool output cleared: {name}({args}) returned {len(text):,} characters; "
+        f"[tool output cleared: {name}({args}) returned {len(text):,} characters{attached}; "
         f"head: {json.dumps(head, ensure_ascii=False)}{where}]"
     )
 

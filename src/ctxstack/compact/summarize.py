@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ctxstack.compact.cut import cut_text_tokens
 from ctxstack.compact.facts import format_facts, select_facts
 from ctxstack.errors import LLMTimeoutError
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, binary_note
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, finalize_summary, strip_scratchpad
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import TokenCounter
@@ -72,6 +72,8 @@ def _render(message: ChatMessage, tool_names: dict[str, str]) -> str:
     text = message.text
     if message.images:
         text = f"{text} " + " ".join("[image]" for _ in message.images)
+    if message.binary_parts:  # named, never dumped: the summariser cannot read base64
+        text = f"{text} " + " ".join(binary_note(p) for p in message.binary_parts)
     match message.role:
         case "user":
             return f"[user] {text}".rstrip()

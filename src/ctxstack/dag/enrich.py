@@ -33,7 +33,7 @@ from ctxstack.dag.context import cut_middle
 from ctxstack.dag.events import EnrichMethod
 from ctxstack.errors import CtxstackError, InputError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, binary_note
 from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt, strip_scratchpad
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import HEURISTIC, TokenCounter, effective_budget
@@ -73,7 +73,8 @@ class EnrichedQuery(BaseModel):
 
 
 def format_message(message: ChatMessage) -> str:
-    """One history message as ``Role: text`` (images and tool calls noted, not dumped)."""
+    """One history message as ``Role: text`` (images, audio, files and tool calls noted,
+    not dumped)."""
     label = _LABELS[message.role]
     if message.role == "system" and message.kind == "summary":
         label = "Summary of earlier conversation"
@@ -82,6 +83,7 @@ def format_message(message: ChatMessage) -> str:
     parts = [message.text.strip()]
     if message.images:
         parts.append(f"[{len(message.images)} image(s) attached]")
+    parts.extend(binary_note(p) for p in message.binary_parts)
     if message.tool_calls:
         names = ", ".join(c.name for c in message.tool_calls)
         parts.append(f"[called tool(s): {names}]")

@@ -6,8 +6,12 @@ Mapping: ``SystemMessage`` ↔ role ``system``, ``HumanMessage`` ↔ ``user``, `
 role is one of those four maps the same way. Content blocks become ctxstack parts: text
 blocks (and bare strings) → text, images in every LangChain form (OpenAI ``image_url``,
 v1 ``{"type": "image", "url" | "base64"}``, the older ``source_type`` form) → an image part
-(base64 as a ``data:`` URL), so the guard counts them as images; reasoning text is counted
-as text; other media count as a short placeholder; ``tool_use`` blocks are carried by
+(base64 as a ``data:`` URL), so the guard counts them as images; audio and file blocks
+with their data inline (OpenAI ``input_audio`` / ``file``, v1 ``{"type": "audio" | "file",
+"base64": ...}``, the older ``source_type="base64"`` form) and files by id or URL → an
+audio or file part, counted by size and never cut; an audio block by URL or id, which
+ctxstack cannot count, raises :class:`~ctxstack.InputError` naming it; reasoning text is
+counted as text; video counts as a short placeholder; ``tool_use`` blocks are carried by
 ``tool_calls``.
 
 Nothing is lost: whatever ctxstack does not model — the message ``id``, ``additional_kwargs``,
@@ -38,7 +42,19 @@ from langchain_core.messages import (
 )
 from langchain_core.messages import ChatMessage as LCChatMessage
 
-from ctxstack import ChatMessage, ContentPart, ImagePart, InputError, TextPart, ToolCall
+from ctxstack import (
+    AudioPart,
+    ChatMessage,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    InputError,
+    MessageError,
+    RefusalPart,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.messages import parse_part
 
 LC_KEY = "langchain"
 """``ChatMessage.metadata`` key holding the LangChain-only fields of a converted message."""
@@ -51,7 +67,9 @@ _ROLE_OF_CLASS: tuple[tuple[type[BaseMessage], str], ...] = (
 )
 _GENERIC_ROLES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant",
                   "ai": "assistant", "tool": "tool"}
-_MEDIA = ("audio", "video", "file", "input_audio")
+_MEDIA = ("video",)
+_AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav",
+                  "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 
 
 # ---------------------------------------------------------------------- LangChain → ctxstack
@@ -170,9 +188,50 @@ def _part(block: str | Mapping[str, Any]) -> ContentPart | None:
         return None  # carried by AIMessage.tool_calls
     if kind in ("reasoning", "thinking"):
         return TextPart(text=str(block.get("reasoning") or block.get("thinking") or ""))
+    if kind in ("input_audio", "file", "audio"):
+        return _binary(block)
+    if kind == "refusal" and isinstance(block.get("refusal"), str):
+        return RefusalPart(refusal=block["refusal"])
     if kind in _MEDIA:
         return TextPart(text=f"[{kind}]")
     return TextPart(text=json.dumps(block, ensure_ascii=False, default=str))
+
+
+def _binary(block: Mapping[str, Any]) -> AudioPart | FilePart:
+    """An audio or file block as a part (see the module doc); InputError if it cannot be."""
+    kind = block.get("type")
+    if (kind == "file" and isinstance(block.get("file"), Mapping)) or kind == "input_audio":
+        wire: Mapping[str, Any] = block  # already the OpenAI chat-completions shape
+    else:
+        data = block.get("base64") or (block.get("data") if block.get("source_type") == "base64"
+                                       else None)
+        mime = str(block.get("mime_type") or "")
+        if kind == "audio":
+            fmt = _AUDIO_FORMATS.get(mime.lower(), mime.rpartition("/")[2])
+            if not data:
+                raise InputError("LangChain audio block without inline base64 data (by url "
+                                 "or id): ctxstack cannot count audio it does not hold; "
+                                 "send it as base64")
+            wire = {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+        else:
+            name = (block.get("filename") or (block.get("extras") or {}).get("filename")
+                    or (block.get("metadata") or {}).get("filename"))
+            ref: dict[str, Any] = {"filename": name} if name else {}
+            if data:
+                ref["file_data"] = f"data:{mime or 'application/pdf'};base64,{data}"
+            elif block.get("file_id") or block.get("source_type") == "id":
+                # v1 blocks name the file ``file_id`` (their ``id`` is the block's own);
+                # the older form says ``source_type="id"`` and puts the file's in ``id``.
+                ref["file_id"] = block.get("file_id") or block.get("id")
+            elif block.get("url"):
+                ref["file_url"] = block["url"]
+            wire = {"type": "file", "file": ref}
+    try:
+        part = parse_part(wire, f"LangChain {kind} block")
+    except MessageError as exc:
+        raise InputError(str(exc)) from None
+    assert isinstance(part, AudioPart | FilePart)
+    return part
 
 
 def _image_url(block: Mapping[str, Any]) -> str | None:
@@ -241,7 +300,9 @@ def _content_to_langchain(
     for part in content:
         if isinstance(part, TextPart):
             blocks.append({"type": "text", "text": part.text})
-        else:
+        elif isinstance(part, ImagePart):
             blocks.append({"type": "image_url",
                            "image_url": part.image_url.model_dump(exclude_none=True)})
+        else:  # refusal, audio, file: the OpenAI shape, which LangChain passes through
+            blocks.append(part.model_dump(exclude_none=True))
     return blocks

@@ -7,7 +7,11 @@ pydantic-ai → ctxstack, part by part:
 =====================================  =====================================================
 ``SystemPromptPart``                   ``system`` (kind ``"summary"`` if ctxstack wrote it)
 ``UserPromptPart``                     ``user``; text, images (URL or binary → ``data:``
-                                       URL), other media as a short placeholder
+                                       URL), binary audio → audio part, binary documents
+                                       and ``DocumentUrl`` → file part (counted by size,
+                                       never cut), video as a short placeholder;
+                                       ``AudioUrl`` and ``UploadedFile`` (content not held,
+                                       so not countable) raise ``InputError``
 tool return parts (``ToolReturnPart``  ``tool`` with ``tool_call_id``; content is what the
 and the other ``*-return`` kinds)      model is shown (``model_response_str()``)
 ``RetryPromptPart`` with a tool        ``tool`` (it answers that call); without: ``user``
@@ -32,12 +36,15 @@ request/response as pydantic-ai expects; a rebuilt request takes its fields
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_ai.messages import (
+    AudioUrl,
     BinaryContent,
+    DocumentUrl,
     ImageUrl,
     ModelMessage,
     ModelRequest,
@@ -46,10 +53,20 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UploadedFile,
     UserPromptPart,
 )
 
-from ctxstack import ChatMessage, ContentPart, ImagePart, InputError, ToolCall
+from ctxstack import (
+    AudioPart,
+    ChatMessage,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    InputError,
+    RefusalPart,
+    ToolCall,
+)
 from ctxstack import TextPart as CtxTextPart
 from ctxstack.prompts import SUMMARY_PREFIX
 
@@ -148,6 +165,16 @@ def _user_content(content: str | Sequence[Any]) -> str | list[ContentPart]:
             parts.append(ImagePart.model_validate({"image_url": {"url": item.url}}))
         elif isinstance(item, BinaryContent) and item.is_image:
             parts.append(ImagePart.model_validate({"image_url": {"url": item.data_uri}}))
+        elif isinstance(item, BinaryContent) and item.is_audio:
+            parts.append(AudioPart.model_validate({"input_audio": {
+                "data": item.base64, "format": _audio_format(item.media_type)}}))
+        elif isinstance(item, BinaryContent) and item.is_document:
+            parts.append(FilePart.model_validate({"file": {"file_data": item.data_uri}}))
+        elif isinstance(item, DocumentUrl):
+            parts.append(FilePart.model_validate({"file": {"file_url": item.url}}))
+        elif isinstance(item, AudioUrl | UploadedFile):
+            raise InputError(f"pydantic-ai {type(item).__name__}: ctxstack cannot count "
+                             "content it does not hold; send it as BinaryContent")
         elif isinstance(getattr(item, "content", None), str):  # TextContent
             parts.append(CtxTextPart(text=item.content))
         elif getattr(item, "kind", "") != "cache-point":
@@ -285,8 +312,42 @@ def _to_user_content(content: str | list[ContentPart] | None) -> str | list[Any]
     for part in content:
         if isinstance(part, CtxTextPart):
             items.append(part.text)
+        elif isinstance(part, RefusalPart):
+            items.append(part.refusal)
+        elif isinstance(part, AudioPart):
+            audio = part.input_audio
+            items.append(BinaryContent(data=base64.b64decode(audio.data),
+                                       media_type=_AUDIO_MEDIA.get(audio.format,
+                                                                   f"audio/{audio.format}")))
+        elif isinstance(part, FilePart):
+            items.append(_file_item(part))
         elif part.image_url.url.startswith("data:"):
             items.append(BinaryContent.from_data_uri(part.image_url.url))
         else:
             items.append(ImageUrl(url=part.image_url.url))
     return items
+
+
+_AUDIO_MEDIA = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+
+
+def _audio_format(media_type: str) -> str:
+    """The chat-completions audio ``format`` of a media type (``audio/mpeg`` → ``mp3``)."""
+    for fmt, media in _AUDIO_MEDIA.items():
+        if media == media_type:
+            return fmt
+    sub = media_type.rpartition("/")[2]
+    return {"x-wav": "wav", "wave": "wav", "mp3": "mp3"}.get(sub, sub)
+
+
+def _file_item(part: FilePart) -> Any:
+    file = part.file
+    if file.file_data is not None:
+        if file.file_data.startswith("data:"):
+            return BinaryContent.from_data_uri(file.file_data)
+        return BinaryContent(data=base64.b64decode(file.file_data),
+                             media_type="application/pdf")
+    if file.file_url is not None:
+        return DocumentUrl(url=file.file_url)
+    raise InputError(f"file part {file.file_id!r}: a file uploaded by id has no pydantic-ai "
+                     "form ctxstack can build; send the document as BinaryContent")

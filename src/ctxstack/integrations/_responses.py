@@ -16,6 +16,11 @@ is opaque and providers do not bill earlier turns' reasoning as prompt text).
 Items the converter has no model for (hosted tool calls, ``item_reference``,
 ``compaction``, MCP items) also join the group and are counted by their JSON text.
 
+**Audio and files.** An ``input_audio`` content part becomes an :class:`~ctxstack.AudioPart`
+and an ``input_file`` part (``file_data``, ``file_id`` or ``file_url``) a
+:class:`~ctxstack.FilePart`, so they are counted by size and never cut; a malformed one
+(no data, no reference) raises :class:`~ctxstack.MessageError` naming it.
+
 **Lossless back.** Each message records the keys of its items in ``metadata["items"]``
 (their index, or a stored sequence number). :func:`messages_to_items` returns the original
 items, untouched, for every message whose content and calls the guard did not change; a
@@ -30,8 +35,18 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall
-from ctxstack.messages import ImageURL, parse_arguments
+from ctxstack import (
+    AudioPart,
+    ChatMessage,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    MessageError,
+    RefusalPart,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.messages import ImageURL, parse_arguments, parse_part, part_text
 
 Item = dict[str, Any]
 ITEMS_KEY = "items"
@@ -61,8 +76,12 @@ def _kind(item: Item) -> str:
     return "other"
 
 
+_FILE_KEYS = ("file_data", "file_id", "filename", "file_url")
+
+
 def _parts(content: object) -> str | list[ContentPart] | None:
-    """Message content → ChatMessage content (text and images; files as a placeholder)."""
+    """Message content → ChatMessage content (text, images, audio and files; image
+    references by id as their JSON text)."""
     if content is None or isinstance(content, str):
         return content
     parts: list[ContentPart] = []
@@ -72,23 +91,31 @@ def _parts(content: object) -> str | list[ContentPart] | None:
         if ptype in ("input_text", "output_text", "text"):
             parts.append(TextPart(text=str(p.get("text", ""))))
         elif ptype == "refusal":
-            parts.append(TextPart(text=str(p.get("refusal", ""))))
+            parts.append(RefusalPart(refusal=str(p.get("refusal", ""))))
+        elif ptype == "input_audio":
+            parts.append(parse_part({"type": "input_audio", "input_audio": p.get("input_audio")},
+                                    "input_audio"))
+        elif ptype == "input_file":
+            parts.append(parse_part({"type": "file", "file": {
+                k: p[k] for k in _FILE_KEYS if p.get(k) is not None}}, "input_file"))
         elif ptype == "input_image" and isinstance(p.get("image_url"), str):
             detail = p.get("detail")
             parts.append(ImagePart(image_url=ImageURL(
                 url=p["image_url"], detail=detail if detail in ("auto", "low", "high") else None
             )))
-        else:  # files, image references by id, audio: counted by their description
+        else:  # image references by id: counted by their description
             parts.append(TextPart(text=json.dumps(p, ensure_ascii=False, default=str)))
     if all(isinstance(p, TextPart) for p in parts):
         return "\n".join(p.text for p in parts if isinstance(p, TextPart))
     return parts
 
 
+
 def _text(content: object) -> str:
     converted = _parts(content)
     if isinstance(converted, list):
-        return "\n".join(p.text for p in converted if isinstance(p, TextPart))
+        return "\n".join(part_text(p) for p in converted
+                         if isinstance(p, TextPart | RefusalPart))
     return converted or ""
 
 
@@ -217,6 +244,13 @@ def _content_out(message: ChatMessage) -> str | list[Item]:
     for p in message.content:
         if isinstance(p, TextPart):
             out.append({"type": kind, "text": p.text})
+        elif isinstance(p, RefusalPart):
+            out.append({"type": "refusal", "refusal": p.refusal})
+        elif isinstance(p, AudioPart):
+            out.append({"type": "input_audio",
+                        "input_audio": p.input_audio.model_dump(exclude_none=True)})
+        elif isinstance(p, FilePart):
+            out.append({"type": "input_file", **p.file.model_dump(exclude_none=True)})
         else:
             out.append({"type": "input_image", "image_url": p.image_url.url,
                         "detail": p.image_url.detail or "auto"})

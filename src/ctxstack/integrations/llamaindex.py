@@ -14,6 +14,10 @@ images), ``ToolCallBlock`` blocks and the older ``additional_kwargs["tool_calls"
 become tool calls, ``tool`` messages pair with them through
 ``additional_kwargs["tool_call_id"]``, so an assistant turn and its tool results are kept
 or dropped together. Thinking blocks ride with their message and are not counted.
+An ``AudioBlock`` with its data becomes an audio part and a ``DocumentBlock`` with its data
+(or a URL) a file part: counted by size, never cut (a cut message keeps its media blocks
+as they were). Audio or a document by file path or audio by URL — content ctxstack does
+not hold, so cannot count — raises :class:`~ctxstack.InputError` naming the block.
 Untouched messages come back as the very objects that were put.
 
 Each compaction is dispatched as a :class:`CompactionInstrumentEvent` on LlamaIndex's
@@ -31,12 +35,15 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ctxstack import (
+    AudioPart,
     CalibratingCounter,
     ChatMessage,
     CompactionEvent,
     ContentPart,
     ContextGuard,
+    FilePart,
     ImagePart,
+    InputError,
     TextPart,
     ToolCall,
 )
@@ -47,14 +54,16 @@ from ctxstack.prompts import check_hint
 
 try:
     from llama_index.core.base.llms.types import (
-        ChatMessage as LIMessage,
-    )
-    from llama_index.core.base.llms.types import (
+        AudioBlock,
+        DocumentBlock,
         ImageBlock,
         MessageRole,
         TextBlock,
         ThinkingBlock,
         ToolCallBlock,
+    )
+    from llama_index.core.base.llms.types import (
+        ChatMessage as LIMessage,
     )
     from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -117,6 +126,8 @@ def _content(message: LIMessage) -> str | list[ContentPart] | None:
         elif isinstance(block, ImageBlock):
             url = str(block.url) if block.url else f"data:{block.image_mimetype or 'image'}"
             parts.append(ImagePart(image_url=ImageURL(url=url)))
+        elif isinstance(block, AudioBlock | DocumentBlock):
+            parts.append(_media(block))
         elif not isinstance(block, ThinkingBlock | ToolCallBlock):
             parts.append(TextPart(text=f"[{getattr(block, 'block_type', 'block')}]"))
     if not parts:
@@ -124,6 +135,26 @@ def _content(message: LIMessage) -> str | list[ContentPart] | None:
     if all(isinstance(p, TextPart) for p in parts):
         return "\n".join(p.text for p in parts if isinstance(p, TextPart))
     return parts
+
+
+def _media(block: AudioBlock | DocumentBlock) -> AudioPart | FilePart:
+    """An audio or document block as a part (LlamaIndex keeps inline data base64-encoded)."""
+    if isinstance(block, AudioBlock):
+        if isinstance(block.audio, bytes) and block.audio:
+            return AudioPart.model_validate({"input_audio": {
+                "data": block.audio.decode("ascii"), "format": block.format or "wav"}})
+        where = f"url {block.url}" if block.url else f"path {block.path}"
+        raise InputError(f"LlamaIndex AudioBlock by {where}: ctxstack cannot count audio "
+                         "it does not hold; pass the audio bytes")
+    if isinstance(block.data, bytes) and block.data:
+        mime = block.document_mimetype or "application/pdf"
+        return FilePart.model_validate({"file": {
+            "file_data": f"data:{mime};base64,{block.data.decode('ascii')}",
+            **({"filename": block.title} if block.title else {})}})
+    if block.url:
+        return FilePart.model_validate({"file": {"file_url": str(block.url)}})
+    raise InputError(f"LlamaIndex DocumentBlock by path {block.path}: ctxstack cannot count "
+                     "a document it does not hold; pass its bytes or a URL")
 
 
 def to_ctx(message: LIMessage, key: int) -> ChatMessage:

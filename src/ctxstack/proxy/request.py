@@ -8,11 +8,14 @@ dicts (a few dictionary reads per message) and :class:`WireConversation` builds 
 guard's :class:`~ctxstack.ChatMessage` views only for the messages that are looked at.
 
 A message's guard view differs from its wire form only where the guard needs it to:
-``developer`` becomes ``system``, content parts the guard does not model (audio, files)
-count as their JSON text, tool-call arguments that are not a JSON object are kept as
-``{"_raw": text}``, and the last user message is pinned (never compacted). Each view
-records its wire index in ``metadata["wire"]``; what is forwarded for an unchanged message
-is always the client's own dict, unknown fields included.
+``developer`` becomes ``system``, content parts the guard does not model (a vendor's
+own part types) count as their JSON text, tool-call arguments that are not a JSON object
+are kept as ``{"_raw": text}``, and the last user message is pinned (never compacted).
+Audio (``input_audio``) and file parts are modelled: counted by size, never by their
+base64 (:mod:`ctxstack.part_tokens`), never cut; a malformed one is a 400 naming the
+field. Each view records its wire index in ``metadata["wire"]``; what is forwarded for an
+unchanged message is always the client's own dict, unknown fields included, and a message
+the guard cut forwards the client's own audio and file part dicts, byte-identical.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any
 
 from ctxstack import ChatMessage, TokenCounter
 from ctxstack.errors import MessageError
+from ctxstack.messages import AUDIO_KEY
 from ctxstack.proxy.errors import bad_request
 
 WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 """Roles OpenAI accepts (``function``: the legacy answer to an assistant ``function_call``)."""
-_KNOWN_PARTS = frozenset({"text", "image_url"})
+_BINARY_PARTS = frozenset({"input_audio", "file"})
+_KNOWN_PARTS = frozenset({"text", "image_url", "refusal"}) | _BINARY_PARTS
 WIRE_KEY = "wire"
 
 
@@ -196,9 +201,9 @@ class WireConversation:
     def tokens(self, counter: TokenCounter) -> int:
         """Tokens of every message by ``counter``.
 
-        A plain-text message without tool calls is counted straight from its string
-        (what ``counter.count_message`` computes for it: overhead + text); anything else
-        through its view.
+        A plain-text message without tool calls or an audio reference is counted straight
+        from its string (what ``counter.count_message`` computes for it: overhead + text);
+        anything else through its view.
         """
         overhead = getattr(counter, "message_overhead", None)
         if not isinstance(overhead, int):
@@ -209,7 +214,7 @@ class WireConversation:
         for i, m in enumerate(self.messages):
             content = m.get("content")
             if (isinstance(content, str) and not m.get("tool_calls")
-                    and self._views[i] is None):
+                    and AUDIO_KEY not in m and self._views[i] is None):
                 counts.append(overhead + count_text(content))
             else:
                 counts.append(counter.count_message(self.view(i)))
@@ -242,6 +247,8 @@ class WireConversation:
         if _has_unmodelled_parts(original.get("content")) and out["content"] != original.get(
                 "content"):
             out["content"] = _cut_unmodelled(original["content"], message)
+        elif isinstance(out["content"], list) and isinstance(original.get("content"), list):
+            out["content"] = _own_binary_parts(out["content"], original["content"])
         # Tool calls are never cut (a shortened argument would be another call): the
         # client's own calls go (in ``out`` already), not their view, which may hold
         # {"_raw": ...} arguments, a custom call seen as a function, or a legacy
@@ -255,9 +262,35 @@ class WireConversation:
             content = m.get("content")
             if isinstance(content, str):
                 best = max(best, len(content))
+            elif isinstance(content, list):
+                best = max(best, sum(_text_chars(p) for p in content))
             elif content is not None:
                 best = max(best, len(json.dumps(content)))
         return best
+
+
+def _text_chars(part: object) -> int:
+    """Characters of a wire part the cut size applies to: a text part's text, an unknown
+    part's JSON; images, audio and files none (never read: a base64 payload may be
+    megabytes, and it is exempt from cutting anyway)."""
+    if isinstance(part, Mapping):
+        kind = part.get("type")
+        if kind in _BINARY_PARTS or kind == "image_url":
+            return 0
+        text = part.get("text") if kind == "text" else part.get("refusal")
+        if kind in ("text", "refusal") and isinstance(text, str):
+            return len(text)
+    return len(json.dumps(part, ensure_ascii=False))
+
+
+def _own_binary_parts(content: list[Any], original: list[Any]) -> list[Any]:
+    """``content`` (a cut message's parts) with each audio / file part replaced by the
+    client's own dict, byte-identical. The guard never drops or reorders a binary part
+    within a message (it drops the message instead), so the k-th of each matches."""
+    own = iter([p for p in original if isinstance(p, Mapping)
+                and p.get("type") in _BINARY_PARTS])
+    return [next(own, p) if isinstance(p, Mapping) and p.get("type") in _BINARY_PARTS
+            else p for p in content]
 
 
 def legacy_call_id(index: int) -> str:
@@ -282,7 +315,10 @@ def guard_view(wire: Mapping[str, Any], index: int, *, pinned: bool = False) -> 
     if isinstance(calls, list):
         data["tool_calls"] = [_safe_call(c) for c in calls]
     message = ChatMessage.from_openai(data)
-    return message.replace(pinned=pinned, metadata={WIRE_KEY: index})
+    # An assistant's audio reference is counted (the upstream replays the audio): keep it.
+    audio = message.metadata.get(AUDIO_KEY)
+    return message.replace(pinned=pinned, metadata={
+        WIRE_KEY: index, **({AUDIO_KEY: audio} if audio is not None else {})})
 
 
 _DETAILS = frozenset({"auto", "low", "high"})
@@ -299,6 +335,8 @@ def _view_part(part: object) -> object:
     if kind == "text":
         text = part.get("text")
         return {"type": "text", "text": text} if isinstance(text, str) else part
+    if kind in _BINARY_PARTS or kind == "refusal":
+        return part  # modelled: validated (a 400 names a malformed field), extras kept
     if kind == "image_url":
         image = part.get("image_url")
         if isinstance(image, str):
@@ -317,13 +355,14 @@ def _has_unmodelled_parts(content: object) -> bool:
 
 
 def _cut_unmodelled(original: list[Any], cut: ChatMessage) -> list[Any]:
-    """The wire content of a cut message whose original carried audio, file or other parts.
+    """The wire content of a cut message whose original carried parts of a type the guard
+    does not model (a vendor's own).
 
     The guard counted each such part as its JSON text and cut that text with the rest; a
-    head and tail of base64 data forwarded as a text part would be noise to the model and
-    no longer the file. So the parts go whole, replaced by a note naming them, and the
-    text kept is the original text parts cut to no more characters than the guard kept
-    (note included), images as the guard left them.
+    head and tail of such JSON forwarded as a text part would be noise to the model. So
+    the parts go whole, replaced by a note naming them, and the text kept is the original
+    text parts cut to no more characters than the guard kept (note included), images as
+    the guard left them, audio and file parts as the client sent them.
     """
     dropped = [p.get("type") if isinstance(p, Mapping) else type(p).__name__
                for p in original
@@ -335,6 +374,8 @@ def _cut_unmodelled(original: list[Any], cut: ChatMessage) -> list[Any]:
     kept = text if len(text) <= room else text[:room // 2] + text[len(text) - room // 2:]
     parts: list[Any] = [{"type": "text", "text": f"{note}\n{kept}" if kept else note}]
     parts.extend(p.model_dump(exclude_none=True) for p in cut.images)
+    parts.extend(p for p in original
+                 if isinstance(p, Mapping) and p.get("type") in _BINARY_PARTS)
     return parts
 
 

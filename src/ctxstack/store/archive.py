@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.archive import ARCHIVE_REF_KEY, ArchiveHit, HistoryArchive, normalize_text
 from ctxstack.errors import InputError
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, binary_note
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import ArchivedMessage, Message
@@ -112,7 +112,8 @@ class ConversationArchive:
                     meta["tool_call_id"] = message.tool_call_id
                 rows.append((i, ArchivedMessage(
                     conversation_id=self.conversation_id, role=message.role,
-                    name=(message.name or "")[:64] or None, content=message.text, meta=meta)))
+                    name=(message.name or "")[:64] or None, content=_archived_text(message),
+                    meta=meta)))
         if rows:
             async with transaction(self.factory, "archiving messages") as session:
                 session.add_all([row for _, row in rows])
@@ -211,6 +212,15 @@ class ConversationArchive:
         if model is Message:
             return [(f"m{r.seq}", _stored_message(r)) for r in rows]
         return [(f"a{r.id}", _archived_message(r)) for r in rows]
+
+
+def _archived_text(message: ChatMessage) -> str:
+    """What is archived (and indexed) of a message: its text, and a note naming each audio
+    or file part — never the part's base64, which is no text to search, and may be
+    megabytes."""
+    if not message.binary_parts:
+        return message.text
+    return " ".join([message.text, *map(binary_note, message.binary_parts)]).strip()
 
 
 def _escape(term: str) -> str:

@@ -103,9 +103,16 @@ class NewMessage(BaseModel):
         """The storable form of a chat message (its text and metadata).
 
         Raises:
-            InputError: the message embeds images or carries tool calls — store image
-                files and reference them in metadata instead; tool traffic is not history.
+            InputError: the message embeds images, audio or files, or carries tool calls —
+                store image files and reference them in metadata instead; the store keeps
+                text and would otherwise drop the audio or file silently; tool traffic is
+                not history.
         """
+        if message.binary_parts:
+            raise InputError(
+                "content: embedded audio and file parts are not stored (the store keeps "
+                "a message's text; the part would be lost); keep them outside the store"
+            )
         if message.images:
             raise InputError(
                 "content: embedded images are not stored; save them with FileStore.save and "
