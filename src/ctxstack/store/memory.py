@@ -68,7 +68,7 @@ from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.stages import compact_staged
 from ctxstack.errors import ConfigError, StorageError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
+from ctxstack.messages import ChatMessage, ContentPart, ImagePart, ImageURL, TextPart
 from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
@@ -436,7 +436,7 @@ class DbMemory(BaseMemory):
             if not message.images or isinstance(message.content, str) or message.content is None:
                 out.append(message)
                 continue
-            parts: list[TextPart | ImagePart] = []
+            parts: list[ContentPart] = []
             for part in message.content:
                 if isinstance(part, ImagePart) and part.image_url.url.startswith(_PLACEHOLDER):
                     url = urls.get(part.image_url.url.removeprefix(_PLACEHOLDER))
