@@ -118,12 +118,16 @@ class DbInjectQueue:
 
     async def begin_with(
         self, conversation_id: str, turn_id: str, write: Callable[[AsyncSession], Awaitable[T]],
-        *, retry: RetryPolicy | None = None,
+        *, check: Callable[[AsyncSession], Awaitable[object]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> T:
         """:meth:`begin` and ``write(session)`` in one transaction: the claim and the rows
         ``write`` adds (the turn's question) are committed together or not at all — one
         write transaction instead of two (SQLite has one writer, and under load the turns
-        queue for it). ``retry``: ``(retryable, before_retry)`` for the transaction (see
+        queue for it). ``check(session)``, when given, runs first in that transaction,
+        before the claim is looked at: what it raises (the route's 404 for a conversation
+        that is not the caller's) wins over a busy claim, and nothing is written.
+        ``retry``: ``(retryable, before_retry)`` for the transaction (see
         :func:`~ctxstack.store.db.retry_transaction`; default: transient lock errors).
 
         Raises:
@@ -133,6 +137,8 @@ class DbInjectQueue:
         now = utcnow()
 
         async def claim(s: AsyncSession) -> T:
+            if check is not None:
+                await check(s)
             connection = await s.connection()
             try:
                 await connection.execute(insert(_TURNS).values(
@@ -143,6 +149,8 @@ class DbInjectQueue:
             return await write(s)
 
         async def take_over(s: AsyncSession) -> T:
+            if check is not None:
+                await check(s)
             await self._take_over(s, conversation_id, turn_id, now)
             return await write(s)
 

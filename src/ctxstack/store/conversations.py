@@ -97,13 +97,28 @@ async def get_conversation(
     """
     if not valid_public_id(conversation_id):
         raise _not_found(conversation_id)
+    async with reading(factory, f"loading conversation {conversation_id!r}") as session:
+        return await get_conversation_in(session, conversation_id, owner_id=owner_id)
+
+
+async def get_conversation_in(
+    session: AsyncSession, conversation_id: str, *, owner_id: int | None = None
+) -> ConversationRecord:
+    """:func:`get_conversation` inside an open session: the chat route reads the
+    conversation in the transaction that claims it for the turn (one transaction per
+    turn start instead of a read and a write, issue 15).
+
+    Raises:
+        NotFoundError: as :func:`get_conversation`.
+    """
+    if not valid_public_id(conversation_id):
+        raise _not_found(conversation_id)
     # Core (see table_of): the chat route reads the conversation on every turn.
     columns = _CONVERSATIONS.c
     stmt = select(_CONVERSATIONS).where(columns.id == conversation_id)
     if owner_id is not None:
         stmt = stmt.where(columns.owner_id == owner_id)
-    async with reading(factory, f"loading conversation {conversation_id!r}") as session:
-        row = (await (await session.connection()).execute(stmt)).first()
+    row = (await (await session.connection()).execute(stmt)).first()
     if row is None:
         raise _not_found(conversation_id)
     return ConversationRecord.model_validate(dict(row._mapping))
