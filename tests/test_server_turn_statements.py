@@ -22,9 +22,10 @@ from ctxstack.server.settings import Settings
 from ctxstack.store.db import engine_of
 from ctxstack.store.migrate import upgrade
 
-# Timing-dependent statements left out of the count: the inject poller looks every
-# 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
-_TIMED = (re.compile(r"^SELECT pending_injects\.id FROM pending_injects"),
+# Timing-dependent statements left out of the count: the worker's inject poller looks
+# every 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
+_TIMED = (re.compile(r"^SELECT DISTINCT pending_injects\.conversation_id, "
+                     r"pending_injects\.turn_id FROM pending_injects"),
           re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"))
 
 

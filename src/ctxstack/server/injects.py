@@ -4,8 +4,8 @@ A turn runs in one worker, but the ``POST /api/chat/inject`` that follows it may
 another (several uvicorn workers, several machines behind a balancer). So neither the
 "is a turn running for this conversation?" registry nor the queue of pending injects may
 live in one process's memory: they live in the database (default) or in Redis (when
-``CTXSTACK_REDIS_URL`` is set). The worker running the turn polls :meth:`InjectQueue.take`
-and hands what it finds to the agent.
+``CTXSTACK_REDIS_URL`` is set). The worker running the turn polls the queue (one poller
+per worker, :mod:`ctxstack.server.inject_dispatch`) and hands what it finds to the agent.
 
 Contract of both implementations:
 
@@ -23,6 +23,9 @@ Contract of both implementations:
   is refused (409). :meth:`~InjectQueue.end` is both at once.
 * :meth:`~InjectQueue.heartbeat` renews the lease and says whether the claim is still
   this turn's.
+* :meth:`~InjectQueue.waiting` says, in one query for many turns, which of them have
+  something queued (a look, nothing is taken): a worker's one poller asks it for all
+  its running turns (:mod:`ctxstack.server.inject_dispatch`) and takes only for those.
 
 The state machine these steps form, and the API's answer in each state, is documented in
 :mod:`ctxstack.server.lifecycle`.
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -70,6 +73,7 @@ _INJECTS = table_of(PendingInject)
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0
 MAX_INJECT_CHARS = 20_000
+_LOOKUP_CHUNK = 500  # conversation ids per query of DbInjectQueue.waiting
 BUSY_MESSAGE = ("a turn is already running in this conversation; wait for it to finish "
                 "or send the message as an inject")
 FINISHING_MESSAGE = ("the turn is finishing its answer and takes no more injects; send the "
@@ -88,6 +92,8 @@ class InjectQueue(Protocol):
     async def push(self, conversation_id: str, text: str) -> None: ...
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
 
@@ -237,6 +243,24 @@ class DbInjectQueue:
             return []
         async with transaction(self._factory, "taking pending injects") as s:
             return await self._drain(s, conversation_id, turn_id)
+
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        # One read for all of a worker's running turns (by the indexed conversation id;
+        # the turn id is matched here), chunked below SQLite's bound-parameter limit.
+        wanted = set(turns)
+        conversations = sorted({c for c, _ in wanted})
+        found: set[tuple[str, str]] = set()
+        if not conversations:
+            return found
+        async with reading(self._factory, "looking for pending injects") as s:
+            connection = await s.connection()
+            for i in range(0, len(conversations), _LOOKUP_CHUNK):
+                rows = await connection.execute(
+                    select(_INJECTS.c.conversation_id, _INJECTS.c.turn_id).distinct()
+                    .where(_INJECTS.c.conversation_id.in_(
+                        conversations[i:i + _LOOKUP_CHUNK])))
+                found.update((c, t) for c, t in rows if (c, t) in wanted)
+        return found
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         async with transaction(self._factory, "finishing a turn") as s:
@@ -410,6 +434,22 @@ class RedisInjectQueue:
             turn_id)
         return [str(i) for i in items or []]
 
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        # One round trip for all of a worker's running turns; :meth:`take` checks the
+        # claim for the few that have a list.
+        from redis.exceptions import RedisError
+
+        if not turns:
+            return set()
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for conversation_id, _ in turns:
+                    pipe.exists(self._list_key(conversation_id))
+                counts = await pipe.execute()
+        except RedisError as exc:
+            raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
+        return {key for key, count in zip(turns, counts, strict=True) if count}
+
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         items = await self._eval(
             self._FINISH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
@@ -475,7 +515,7 @@ class InjectPoller:
             self._waiter = None
         return self._stopped
 
-    async def run(self, deliver: _Deliver) -> None:
+    async def run(self, deliver: Deliver) -> None:
         """Poll until stopped (:meth:`stop`) or cancelled. Storage hiccups are retried at
         the next tick."""
         last_beat = time.monotonic()
@@ -500,7 +540,9 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-class _Deliver(Protocol):
+class Deliver(Protocol):
+    """Hands one inject to the running turn."""
+
     async def __call__(self, text: str) -> None: ...
 
 
