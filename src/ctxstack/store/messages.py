@@ -28,13 +28,14 @@ service saves a turn's messages with its compaction checkpoint) calls
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy import Integer, Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -378,6 +379,25 @@ def page_statement(
     return stmt
 
 
+@functools.lru_cache(maxsize=64)
+def _page_template(bounded: bool, roles: tuple[str, ...] | None, limited: bool,
+                   newest_first: bool) -> Any:
+    """:func:`page_statement`'s shape with bound parameters, built once per shape: a
+    turn's history read builds no statement (construction and cache key cost ~0.1 ms
+    of CPU per statement, issue 15)."""
+    messages = _MESSAGES.c
+    stmt = select(_MESSAGES).where(messages.conversation_id == bindparam("b_conversation"),
+                                   messages.seq > bindparam("b_after"))
+    if bounded:
+        stmt = stmt.where(messages.seq < bindparam("b_before"))
+    if roles is not None:
+        stmt = stmt.where(messages.role.in_(roles))
+    stmt = stmt.order_by(messages.seq.desc() if newest_first else messages.seq)
+    if limited:
+        stmt = stmt.limit(bindparam("b_limit", type_=Integer))
+    return stmt
+
+
 async def read_page(
     session: AsyncSession,
     conversation_id: str,
@@ -388,10 +408,15 @@ async def read_page(
     limit: int | None = None,
     newest_first: bool = False,
 ) -> list[MessageRecord]:
-    """One slice of messages inside an open session (see :func:`page_statement`)."""
-    stmt = page_statement(conversation_id, after_seq=after_seq, before_seq=before_seq,
-                          roles=roles, limit=limit, newest_first=newest_first)
-    return [MessageRecord.from_row(r) for r in await session.execute(stmt)]
+    """One slice of messages inside an open session (the rows of :func:`page_statement`)."""
+    stmt = _page_template(before_seq is not None, None if roles is None else tuple(roles),
+                          limit is not None, newest_first)
+    bound: dict[str, Any] = {"b_conversation": conversation_id, "b_after": after_seq}
+    if before_seq is not None:
+        bound["b_before"] = before_seq
+    if limit is not None:
+        bound["b_limit"] = limit
+    return [MessageRecord.from_row(r) for r in await session.execute(stmt, bound)]
 
 
 async def list_messages(
