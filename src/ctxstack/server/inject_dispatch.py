@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from dataclasses import dataclass, field
 
@@ -76,7 +77,10 @@ class InjectDispatcher:
         turn = WatchedTurn(conversation_id, turn_id, deliver)
         self._watched[turn.key] = turn
         if not self._closed and (self._task is None or self._task.done()):
-            self._task = asyncio.create_task(self._run(), name="ctxstack-inject-dispatch")
+            # A context of its own: the loop outlives the turn whose watch started it, and
+            # must not carry that turn's context variables (the store's writer-lock flag).
+            self._task = asyncio.create_task(self._run(), name="ctxstack-inject-dispatch",
+                                             context=contextvars.Context())
         return turn
 
     async def unwatch(self, turn: WatchedTurn) -> None:

@@ -481,9 +481,11 @@ class RedisInjectQueue:
 
 
 class InjectPoller:
-    """Runs beside a turn: forwards queued injects to ``deliver`` (and, with
+    """Runs beside one turn: forwards queued injects to ``deliver`` (and, with
     ``heartbeat_every``, renews the claim; the service's turns have
-    :class:`~ctxstack.server.lifecycle.TurnLease` do that from the claim on).
+    :class:`~ctxstack.server.lifecycle.TurnLease` do that from the claim on). The service
+    itself runs one poller per worker for all its turns instead
+    (:class:`~ctxstack.server.inject_dispatch.InjectDispatcher`).
 
     Polling (every ``interval`` seconds) instead of a push channel keeps both backends the
     same and costs one indexed query per running turn per interval.
