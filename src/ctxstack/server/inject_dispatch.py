@@ -67,11 +67,6 @@ class InjectDispatcher:
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
 
-    @property
-    def watched(self) -> int:
-        """Turns being watched now."""
-        return len(self._watched)
-
     def watch(self, conversation_id: str, turn_id: str, deliver: Deliver) -> WatchedTurn:
         """Forward the injects queued for this turn to ``deliver`` until :meth:`unwatch`."""
         turn = WatchedTurn(conversation_id, turn_id, deliver)

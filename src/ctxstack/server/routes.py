@@ -216,19 +216,19 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     cid = body.conversation_id
     turn_id = secrets.token_hex(16)
     images: list[FileRecord] = []
-    title: list[str] = []  # the conversation's title, as read in the claim's transaction
+    title = ""  # the conversation's, as read in the claim's transaction
 
     async def owned(session: AsyncSession) -> None:
         """The caller's conversation (404 otherwise, before the claim: even while busy),
         then the caller's files (404 for one that is not)."""
-        title[:] = [(await conv_store.get_conversation_in(session, cid,
-                                                          owner_id=user.id)).title]
+        nonlocal title, images
+        title = (await conv_store.get_conversation_in(session, cid, owner_id=user.id)).title
         if body.file_ids:
             found = await state.files.infos(user.id, body.file_ids)
             missing = [f for f in body.file_ids if f not in found]
             if missing:
                 raise NotFoundError(f"file {missing[0]!r} not found")
-            images[:] = [found[f] for f in dict.fromkeys(body.file_ids)]
+            images = [found[f] for f in dict.fromkeys(body.file_ids)]
 
     async def store_question(session: AsyncSession) -> None:
         meta = kind_metadata("query", mode=body.mode)
@@ -236,7 +236,7 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
             meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
         question = NewMessage(role="user", content=body.query, metadata=meta)
         await append_messages_in(session, cid, [question], owner_id=user.id)
-        if title == [conv_store.DEFAULT_TITLE]:
+        if title == conv_store.DEFAULT_TITLE:
             await conv_store.rename_conversation_in(session, user.id, cid,
                                                     _title_from(body.query))
 
