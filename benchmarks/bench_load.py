@@ -35,8 +35,10 @@ does. Per configuration, three phases on one server:
 
 The apparatus must not be what is measured: the stub answers within a few ms of its
 scripted latency (its socket had Nagle's algorithm on, which added ~40 ms to every model
-call, service and baseline alike, until issue 15's last round), and it records no request
-(a record of every history grew its heap until its GC pauses made the p99 of both). The
+call, service and baseline alike, until issue 15's last round), it records no request
+(a record of every history grew its heap until its GC pauses made the p99 of both), and
+its thread runs uvloop with a plain Starlette route (~0.6 ms of CPU per model call, from
+~0.75 on asyncio's pure-Python loop: CPU taken from the cores the workers share). The
 load generator (the chat clients and the stub-only baseline's alike) is an aiohttp
 client: with httpx it spent ~9 ms of CPU per turn reading the event stream, with aiohttp
 ~3 ms (measured side by side with 2 workers on PostgreSQL) — CPU taken from the same two

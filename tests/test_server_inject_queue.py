@@ -2,7 +2,8 @@
 
 One claim per conversation; pushes only while a turn runs; ``take`` drains in order;
 ``end`` releases the claim and returns what was never taken; a claim whose worker stopped
-beating can be taken over.
+beating can be taken over; ``waiting`` names the turns with something queued, and the
+worker's one poller (``InjectDispatcher``) hands each inject to its own turn.
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from ctxstack.errors import NoRunningTurnError, TurnBusyError
-from ctxstack.server.injects import DbInjectQueue, InjectPoller, InjectQueue, RedisInjectQueue
+from ctxstack.server.inject_dispatch import InjectDispatcher
+from ctxstack.server.injects import (
+    DbInjectQueue,
+    Deliver,
+    InjectPoller,
+    InjectQueue,
+    RedisInjectQueue,
+)
 from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
 from ctxstack.store.db import session_factory
 
@@ -267,3 +275,113 @@ async def test_a_stopped_poller_finishes_its_query_instead_of_being_cancelled() 
     early.stop()
     await asyncio.wait_for(early.run(deliver), timeout=10)
     assert not idle.entered.is_set()
+
+
+# ---------------------------------------------------------------------------- one poller per worker
+def _other_worker(queue: InjectQueue) -> InjectQueue:
+    """A second queue over the same storage, as the worker an inject is posted to."""
+    if isinstance(queue, DbInjectQueue):
+        return DbInjectQueue(queue._factory, holder="another-host:1")
+    assert isinstance(queue, RedisInjectQueue)
+    return queue  # the state lives in Redis: one client is as good as another's
+
+
+class _Counting:
+    """Counts the dispatcher's calls into a real queue."""
+
+    def __init__(self, queue: InjectQueue) -> None:
+        self.queue = queue
+        self.looks: list[int] = []  # turns asked about, per look
+        self.takes: list[tuple[str, str]] = []
+
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        self.looks.append(len(turns))
+        return await self.queue.waiting(turns)
+
+    async def take(self, conversation_id: str, turn_id: str) -> list[str]:
+        self.takes.append((conversation_id, turn_id))
+        return await self.queue.take(conversation_id, turn_id)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_waiting_names_the_turns_with_something_queued(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, b) = queue_and_conversations
+    assert await queue.waiting([]) == set()
+    await queue.begin(a, "ta")
+    await queue.begin(b, "tb")
+    assert await queue.waiting([(a, "ta"), (b, "tb")]) == set()
+    await queue.push(a, "for a")
+    assert await queue.waiting([(a, "ta"), (b, "tb")]) == {(a, "ta")}
+    assert await queue.waiting([(a, "ta")]) == {(a, "ta")}  # a look takes nothing
+    assert await queue.take(a, "ta") == ["for a"]
+    assert await queue.waiting([(a, "ta"), (b, "tb")]) == set()
+
+
+async def test_one_poller_delivers_each_inject_to_its_own_turn(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, ids = queue_and_conversations
+    counting = _Counting(queue)
+    poller = InjectDispatcher(counting, interval=0.02)  # type: ignore[arg-type]
+    got: dict[str, list[str]] = {cid: [] for cid in ids}
+
+    def deliver_to(cid: str) -> Deliver:
+        async def deliver(text: str) -> None:
+            got[cid].append(text)
+        return deliver
+
+    watched = []
+    for cid in ids:
+        await queue.begin(cid, f"turn-{cid[:6]}")
+        watched.append(poller.watch(cid, f"turn-{cid[:6]}", deliver_to(cid)))
+    elsewhere = _other_worker(queue)
+    target = ids[-1]
+    await elsewhere.push(target, "first")
+    await elsewhere.push(target, "second")
+    await _until(lambda: got[target] == ["first", "second"])
+    await elsewhere.push(ids[0], "to the first turn")
+    await _until(lambda: got[ids[0]] == ["to the first turn"])
+    assert {cid: texts for cid, texts in got.items() if texts} == {
+        target: ["first", "second"], ids[0]: ["to the first turn"]}
+    # One look per tick for every watched turn; takes only where something was queued.
+    assert counting.looks
+    assert set(counting.looks) == {len(ids)}
+    assert set(counting.takes) <= {(target, f"turn-{target[:6]}"),
+                                   (ids[0], f"turn-{ids[0][:6]}")}
+    for turn in watched:
+        await poller.unwatch(turn)
+        assert await queue.end(turn.conversation_id, turn.turn_id) == []
+    await _until(lambda: poller._task is not None and poller._task.done())  # idle: no loop
+    looks = len(counting.looks)
+    await asyncio.sleep(0.1)
+    assert len(counting.looks) == looks
+    await poller.close()
+
+
+async def test_an_inject_pushed_after_unwatch_stays_queued_for_the_turns_finish(
+    queue_and_conversations: tuple[InjectQueue, list[str]]
+) -> None:
+    queue, (a, _) = queue_and_conversations
+    poller = InjectDispatcher(queue, interval=0.02)
+    delivered: list[str] = []
+
+    async def deliver(text: str) -> None:
+        delivered.append(text)
+
+    await queue.begin(a, "t1")
+    turn = poller.watch(a, "t1", deliver)
+    await poller.unwatch(turn)
+    await queue.push(a, "late")
+    await asyncio.sleep(0.1)
+    assert delivered == []
+    assert await queue.end(a, "t1") == ["late"]  # handed back by finish, not lost
+    await poller.close()

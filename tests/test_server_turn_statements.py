@@ -3,8 +3,8 @@ transactions of a steady-state turn.
 
 Under load every statement is CPU in the worker (and, on SQLite, a hop to the driver's
 thread and back), and every write transaction queues for SQLite's one writer. A turn
-claims the conversation and stores its question in one transaction, reads its budgets
-and history, and stores its answer and releases the claim in a second one.
+reads and claims its conversation and stores its question in one transaction, reads its
+budgets and history, and stores its answer and releases the claim in a second one.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from ctxstack.server.settings import Settings
 from ctxstack.store.db import engine_of
 from ctxstack.store.migrate import upgrade
 
-# Timing-dependent statements left out of the count: the inject poller looks every
-# 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
-_TIMED = (re.compile(r"^SELECT pending_injects\.id FROM pending_injects"),
+# Timing-dependent statements left out of the count: the worker's inject poller looks
+# every 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
+_TIMED = (re.compile(r"^SELECT DISTINCT pending_injects\.conversation_id, "
+                     r"pending_injects\.turn_id FROM pending_injects"),
           re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"))
 
 
@@ -81,13 +82,15 @@ async def test_a_turn_is_eleven_statements_in_two_write_transactions(tmp_path: P
     counted = Counter(_kind(s) for s in statements
                       if not any(p.match(s) for p in _TIMED))
     assert counted == Counter({
-        # the route: the conversation (owner check, title)
-        "SELECT conversations": 1,
-        # claim + question, one transaction
-        "INSERT active_turns": 1, "UPDATE conversations": 2, "INSERT messages": 2,
+        # the route: the conversation (owner check, title), the claim and the question,
+        # one transaction
+        "SELECT conversations": 1, "INSERT active_turns": 1, "UPDATE conversations": 2, "INSERT messages": 2,
         # budgets (admin model configs), the history after the latest checkpoint
         "SELECT model_configs": 1, "SELECT compaction_checkpoints": 1, "SELECT messages": 1,
         # answer + release, one transaction (plus the UPDATE/INSERT counted above)
         "DELETE active_turns": 1, "DELETE pending_injects": 1,
     })
     assert len(commits) == 2
+    # The owner check runs first in the claim's transaction (404 before 409).
+    kinds = [_kind(s) for s in statements]
+    assert kinds.index("SELECT conversations") < kinds.index("INSERT active_turns")

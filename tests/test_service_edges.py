@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import socket
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
 from ctxstack.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.app import create_app
@@ -25,6 +27,7 @@ from ctxstack.server.injects import DbInjectQueue
 from ctxstack.server.settings import Settings
 from ctxstack.store import create_conversation, create_user, session_factory, upgrade
 from ctxstack.store.db import create_engine_from_url
+from ctxstack.store.models import Message
 from tests.reliability_support import database_env
 from tests.service_support import clean_env, free_port, run_cli
 
@@ -240,3 +243,62 @@ def _dead_pid() -> int:
     proc.wait()
     return proc.pid
 
+
+
+# ---------------------------------------------------------------------------- 404 before 409
+def _redis_or_skip() -> str:
+    import redis
+
+    url = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_timeout=2).ping()
+    except Exception as exc:
+        message = f"Redis at {url} is not reachable ({exc}); start it to run this test"
+        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":  # CI runs both services
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+@pytest.mark.parametrize("queue", ["database", "redis"])
+async def test_a_turn_on_a_conversation_not_the_callers_is_404_even_while_busy(
+    db: dict[str, str], tmp_path: Path, queue: str
+) -> None:
+    # The route reads the conversation inside the claim's transaction (database queue)
+    # or just before the claim (Redis): either way the ownership check comes first.
+    redis_url = _redis_or_skip() if queue == "redis" else None
+    settings = _settings(db, tmp_path, demo_delay=0, demo_chunk_delay=0, redis_url=redis_url)
+    async with app_client(settings) as (client, app):
+        state = app.state.ctxstack
+        mine = (await client.post("/api/conversations", json={})).json()["id"]
+        other, _ = await create_user(state.factory, f"u{secrets.token_hex(3)}")
+        theirs = (await create_conversation(state.factory, other.id)).id
+        held = {cid: f"held-{secrets.token_hex(4)}" for cid in (mine, theirs)}
+        for cid, turn in held.items():  # a live turn of this process holds both
+            await state.injects.begin(cid, turn)
+
+        def ask(cid: str) -> Any:
+            return client.post("/api/chat", json={"conversation_id": cid, "query": "hi"})
+
+        try:
+            busy = await ask(mine)
+            assert busy.status_code == 409, busy.text
+            for cid in (theirs, secrets.token_hex(16), "not-an-id"):
+                answer = await ask(cid)
+                assert answer.status_code == 404, (cid, answer.text)
+                assert "not found" in answer.json()["detail"]
+        finally:
+            for cid, turn in held.items():
+                await state.injects.release(cid, turn)
+        # Nothing was stored for the refused turns, and their conversations are free.
+        async with state.factory() as session:
+            count = await session.scalar(select(func.count()).select_from(Message))
+        assert count == 0
+        assert not await state.injects.is_running(theirs)
+        # Deleted, the conversation is a 404 too; a live one of the caller's still runs.
+        assert (await client.delete(f"/api/conversations/{mine}")).status_code == 204
+        assert (await ask(mine)).status_code == 404
+        fresh = (await client.post("/api/conversations", json={})).json()["id"]
+        ok = await client.post("/api/chat", json={"conversation_id": fresh, "query": "2+3?"})
+        assert ok.status_code == 200
+        assert "event: done" in ok.text

@@ -4,8 +4,8 @@ A turn runs in one worker, but the ``POST /api/chat/inject`` that follows it may
 another (several uvicorn workers, several machines behind a balancer). So neither the
 "is a turn running for this conversation?" registry nor the queue of pending injects may
 live in one process's memory: they live in the database (default) or in Redis (when
-``CTXSTACK_REDIS_URL`` is set). The worker running the turn polls :meth:`InjectQueue.take`
-and hands what it finds to the agent.
+``CTXSTACK_REDIS_URL`` is set). The worker running the turn polls the queue (one poller
+per worker, :mod:`ctxstack.server.inject_dispatch`) and hands what it finds to the agent.
 
 Contract of both implementations:
 
@@ -23,6 +23,9 @@ Contract of both implementations:
   is refused (409). :meth:`~InjectQueue.end` is both at once.
 * :meth:`~InjectQueue.heartbeat` renews the lease and says whether the claim is still
   this turn's.
+* :meth:`~InjectQueue.waiting` says, in one query for many turns, which of them have
+  something queued (a look, nothing is taken): a worker's one poller asks it for all
+  its running turns (:mod:`ctxstack.server.inject_dispatch`) and takes only for those.
 
 The state machine these steps form, and the API's answer in each state, is documented in
 :mod:`ctxstack.server.lifecycle`.
@@ -33,11 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, delete, insert, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -66,10 +69,20 @@ T = TypeVar("T")
 # take-over and push keep the ORM.
 _TURNS = table_of(ActiveTurn)
 _INJECTS = table_of(PendingInject)
+# Every turn's claim, release and drain, built once with bound parameters (building a
+# Core statement and its cache key cost ~0.1 ms each time, issue 15).
+_CLAIM = insert(_TURNS)
+_RELEASE = delete(_TURNS).where(_TURNS.c.conversation_id == bindparam("b_conversation"),
+                                _TURNS.c.turn_id == bindparam("b_turn"))
+_DRAIN = (delete(_INJECTS)
+          .where(_INJECTS.c.conversation_id == bindparam("b_conversation"),
+                 _INJECTS.c.turn_id == bindparam("b_turn"))
+          .returning(_INJECTS.c.id, _INJECTS.c.text))
 
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0
 MAX_INJECT_CHARS = 20_000
+_LOOKUP_CHUNK = 500  # conversation ids per query of DbInjectQueue.waiting
 BUSY_MESSAGE = ("a turn is already running in this conversation; wait for it to finish "
                 "or send the message as an inject")
 FINISHING_MESSAGE = ("the turn is finishing its answer and takes no more injects; send the "
@@ -88,6 +101,8 @@ class InjectQueue(Protocol):
     async def push(self, conversation_id: str, text: str) -> None: ...
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]: ...
+
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]: ...
 
@@ -118,12 +133,16 @@ class DbInjectQueue:
 
     async def begin_with(
         self, conversation_id: str, turn_id: str, write: Callable[[AsyncSession], Awaitable[T]],
-        *, retry: RetryPolicy | None = None,
+        *, check: Callable[[AsyncSession], Awaitable[object]] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> T:
         """:meth:`begin` and ``write(session)`` in one transaction: the claim and the rows
         ``write`` adds (the turn's question) are committed together or not at all — one
         write transaction instead of two (SQLite has one writer, and under load the turns
-        queue for it). ``retry``: ``(retryable, before_retry)`` for the transaction (see
+        queue for it). ``check(session)``, when given, runs first in that transaction,
+        before the claim is looked at: what it raises (the route's 404 for a conversation
+        that is not the caller's) wins over a busy claim, and nothing is written.
+        ``retry``: ``(retryable, before_retry)`` for the transaction (see
         :func:`~ctxstack.store.db.retry_transaction`; default: transient lock errors).
 
         Raises:
@@ -133,16 +152,21 @@ class DbInjectQueue:
         now = utcnow()
 
         async def claim(s: AsyncSession) -> T:
+            if check is not None:
+                await check(s)
             connection = await s.connection()
             try:
-                await connection.execute(insert(_TURNS).values(
-                    conversation_id=conversation_id, turn_id=turn_id, started_at=now,
-                    heartbeat_at=now, state="running", holder=self.holder))
+                await connection.execute(_CLAIM, {
+                    "conversation_id": conversation_id, "turn_id": turn_id,
+                    "started_at": now, "heartbeat_at": now, "state": "running",
+                    "holder": self.holder})
             except IntegrityError:  # held (or was): see whether it can be taken over
                 raise _Held() from None
             return await write(s)
 
         async def take_over(s: AsyncSession) -> T:
+            if check is not None:
+                await check(s)
             await self._take_over(s, conversation_id, turn_id, now)
             return await write(s)
 
@@ -230,6 +254,24 @@ class DbInjectQueue:
         async with transaction(self._factory, "taking pending injects") as s:
             return await self._drain(s, conversation_id, turn_id)
 
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        # One read for all of a worker's running turns (by the indexed conversation id;
+        # the turn id is matched here), chunked below SQLite's bound-parameter limit.
+        wanted = set(turns)
+        conversations = sorted({c for c, _ in wanted})
+        found: set[tuple[str, str]] = set()
+        if not conversations:
+            return found
+        async with reading(self._factory, "looking for pending injects") as s:
+            connection = await s.connection()
+            for i in range(0, len(conversations), _LOOKUP_CHUNK):
+                rows = await connection.execute(
+                    select(_INJECTS.c.conversation_id, _INJECTS.c.turn_id).distinct()
+                    .where(_INJECTS.c.conversation_id.in_(
+                        conversations[i:i + _LOOKUP_CHUNK])))
+                found.update((c, t) for c, t in rows if (c, t) in wanted)
+        return found
+
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         async with transaction(self._factory, "finishing a turn") as s:
             await _to_saving(s, conversation_id, turn_id)
@@ -251,7 +293,7 @@ class DbInjectQueue:
             # concurrent push waits on); inside this one transaction "saving" would never
             # be visible to anyone, so the claim goes straight from running to released.
             gone = await (await s.connection()).execute(
-                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
+                _RELEASE, _bound(conversation_id, turn_id))
             if gone.rowcount != 1:
                 raise LeaseLostError("the turn lost its claim on the conversation")
             return await save(s, await self._drain(s, conversation_id, turn_id))
@@ -260,22 +302,18 @@ class DbInjectQueue:
 
     async def release(self, conversation_id: str, turn_id: str) -> None:
         async with transaction(self._factory, "releasing a turn") as s:
-            await (await s.connection()).execute(
-                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
+            await (await s.connection()).execute(_RELEASE, _bound(conversation_id, turn_id))
 
     async def end(self, conversation_id: str, turn_id: str) -> list[str]:
         """finish + release in one go (for callers with nothing to save in between)."""
         async with transaction(self._factory, "ending a turn") as s:
-            await (await s.connection()).execute(
-                delete(_TURNS).where(*_this_turn(conversation_id, turn_id)))
+            await (await s.connection()).execute(_RELEASE, _bound(conversation_id, turn_id))
             return await self._drain(s, conversation_id, turn_id)
 
     @staticmethod
     async def _drain(s: AsyncSession, conversation_id: str, turn_id: str) -> list[str]:
         rows = (await (await s.connection()).execute(
-            delete(_INJECTS).where(*_queued_for(conversation_id, turn_id))
-            .returning(_INJECTS.c.id, _INJECTS.c.text)
-        )).all()
+            _DRAIN, _bound(conversation_id, turn_id))).all()
         return [text for _, text in sorted(rows)]
 
     async def close(self) -> None:
@@ -402,6 +440,22 @@ class RedisInjectQueue:
             turn_id)
         return [str(i) for i in items or []]
 
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        # One round trip for all of a worker's running turns; :meth:`take` checks the
+        # claim for the few that have a list.
+        from redis.exceptions import RedisError
+
+        if not turns:
+            return set()
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for conversation_id, _ in turns:
+                    pipe.exists(self._list_key(conversation_id))
+                counts = await pipe.execute()
+        except RedisError as exc:
+            raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
+        return {key for key, count in zip(turns, counts, strict=True) if count}
+
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         items = await self._eval(
             self._FINISH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
@@ -427,9 +481,11 @@ class RedisInjectQueue:
 
 
 class InjectPoller:
-    """Runs beside a turn: forwards queued injects to ``deliver`` (and, with
+    """Runs beside one turn: forwards queued injects to ``deliver`` (and, with
     ``heartbeat_every``, renews the claim; the service's turns have
-    :class:`~ctxstack.server.lifecycle.TurnLease` do that from the claim on).
+    :class:`~ctxstack.server.lifecycle.TurnLease` do that from the claim on). The service
+    itself runs one poller per worker for all its turns instead
+    (:class:`~ctxstack.server.inject_dispatch.InjectDispatcher`).
 
     Polling (every ``interval`` seconds) instead of a push channel keeps both backends the
     same and costs one indexed query per running turn per interval.
@@ -467,7 +523,7 @@ class InjectPoller:
             self._waiter = None
         return self._stopped
 
-    async def run(self, deliver: _Deliver) -> None:
+    async def run(self, deliver: Deliver) -> None:
         """Poll until stopped (:meth:`stop`) or cancelled. Storage hiccups are retried at
         the next tick."""
         last_beat = time.monotonic()
@@ -492,7 +548,9 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-class _Deliver(Protocol):
+class Deliver(Protocol):
+    """Hands one inject to the running turn."""
+
     async def __call__(self, text: str) -> None: ...
 
 
@@ -504,6 +562,11 @@ async def _to_saving(s: AsyncSession, conversation_id: str, turn_id: str) -> Non
         .values(state="saving", heartbeat_at=utcnow()))
     if moved.rowcount != 1:
         raise LeaseLostError("the turn lost its claim on the conversation")
+
+
+def _bound(conversation_id: str, turn_id: str) -> dict[str, str]:
+    """The parameters of :data:`_RELEASE` and :data:`_DRAIN`."""
+    return {"b_conversation": conversation_id, "b_turn": turn_id}
 
 
 def _this_turn(conversation_id: str, turn_id: str) -> tuple[ColumnElement[bool], ...]:

@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, cast
 
 from ctxstack.errors import CtxstackError
-from ctxstack.store.db import SessionFactory, is_transient_error, retry_transaction
+from ctxstack.store.db import SessionFactory, is_transient_error, reading, retry_transaction
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -143,6 +143,7 @@ class TurnLease:
     async def claim(cls, queue: ClaimStore, conversation_id: str, turn_id: str, *,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS,
                     write: Callable[[AsyncSession], Awaitable[object]] | None = None,
+                    check: Callable[[AsyncSession], Awaitable[object]] | None = None,
                     factory: SessionFactory | None = None,
                     retry: RetryPolicy | None = None) -> TurnLease:
         """Claim the conversation and start the heartbeat.
@@ -152,14 +153,26 @@ class TurnLease:
         transaction of ``factory`` right after the claim, which is released again if that
         fails. ``retry``: the ``(retryable, before_retry)`` pair for that transaction.
 
+        ``check(session)``: reads that must pass before anything is claimed (the route's
+        "is this the caller's conversation?"); whatever it raises leaves unchanged, with
+        nothing claimed or written — so a missing conversation answers 404 even while a
+        turn holds it. With the database queue it runs first in the claim's transaction
+        (one transaction per turn start, issue 15); otherwise in a read of ``factory``
+        before the claim.
+
         Raises:
             TurnBusyError: another turn holds a live claim (the API answers 409).
         """
         lease = cls(queue, conversation_id, turn_id, lease_seconds=lease_seconds)
         begin_with = getattr(queue, "begin_with", None)
         if write is not None and callable(begin_with):
-            await begin_with(conversation_id, turn_id, write, retry=retry)
+            await begin_with(conversation_id, turn_id, write, check=check, retry=retry)
         else:
+            if check is not None:
+                if factory is None:
+                    raise TypeError("TurnLease.claim: check needs a factory with this queue")
+                async with reading(factory, "checking the conversation of a turn") as session:
+                    await check(session)
             await queue.begin(conversation_id, turn_id)
             if write is not None:
                 if factory is None:

@@ -53,6 +53,7 @@ from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.turn import Turn, TurnSpec
 from ctxstack.store import conversations as conv_store
 from ctxstack.store import model_configs as config_store
+from ctxstack.store.files import FileRecord
 from ctxstack.store.messages import (
     MessageRecord,
     NewMessage,
@@ -212,34 +213,41 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     """
     started = time.perf_counter()
     state = _state(request)
-    conversation = await conv_store.get_conversation(state.factory, body.conversation_id,
-                                                     owner_id=user.id)
-    images = []
-    if body.file_ids:
-        found = await state.files.infos(user.id, body.file_ids)
-        missing = [f for f in body.file_ids if f not in found]
-        if missing:
-            raise NotFoundError(f"file {missing[0]!r} not found")
-        images = [found[f] for f in dict.fromkeys(body.file_ids)]
+    cid = body.conversation_id
     turn_id = secrets.token_hex(16)
-    meta = kind_metadata("query", mode=body.mode)
-    if images:
-        meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
-    question = NewMessage(role="user", content=body.query, metadata=meta)
+    images: list[FileRecord] = []
+    title = ""  # the conversation's, as read in the claim's transaction
+
+    async def owned(session: AsyncSession) -> None:
+        """The caller's conversation (404 otherwise, before the claim: even while busy),
+        then the caller's files (404 for one that is not)."""
+        nonlocal title, images
+        title = (await conv_store.get_conversation_in(session, cid, owner_id=user.id)).title
+        if body.file_ids:
+            found = await state.files.infos(user.id, body.file_ids)
+            missing = [f for f in body.file_ids if f not in found]
+            if missing:
+                raise NotFoundError(f"file {missing[0]!r} not found")
+            images = [found[f] for f in dict.fromkeys(body.file_ids)]
 
     async def store_question(session: AsyncSession) -> None:
-        await append_messages_in(session, conversation.id, [question], owner_id=user.id)
-        if conversation.title == conv_store.DEFAULT_TITLE:
-            await conv_store.rename_conversation_in(session, user.id, conversation.id,
+        meta = kind_metadata("query", mode=body.mode)
+        if images:
+            meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
+        question = NewMessage(role="user", content=body.query, metadata=meta)
+        await append_messages_in(session, cid, [question], owner_id=user.id)
+        if title == conv_store.DEFAULT_TITLE:
+            await conv_store.rename_conversation_in(session, user.id, cid,
                                                     _title_from(body.query))
 
-    # The claim and the stored question are one transaction (with the database queue).
+    # The ownership check, the claim and the stored question are one transaction (with
+    # the database queue; Redis: a read, the claim, a write).
     lease = await TurnLease.claim(
-        state.injects, conversation.id, turn_id, lease_seconds=state.settings.turn_lease,
-        write=store_question, factory=state.factory,
-        retry=append_retry_policy(state.factory, conversation.id, "storing a question"))
+        state.injects, cid, turn_id, lease_seconds=state.settings.turn_lease,
+        check=owned, write=store_question, factory=state.factory,
+        retry=append_retry_policy(state.factory, cid, "storing a question"))
     turn = Turn(state, TurnSpec(turn_id=turn_id, user_id=user.id,
-                                conversation_id=conversation.id, query=body.query,
+                                conversation_id=cid, query=body.query,
                                 mode=body.mode, images=images), lease, started=started)
     task = asyncio.create_task(turn.run(), name=f"ctxstack-turn-{turn_id}")
     state.track(task)

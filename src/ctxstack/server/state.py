@@ -26,6 +26,7 @@ from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model
 from ctxstack.protocol import LLM
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm, demo_budget
 from ctxstack.server.identity import CurrentUser, ensure_local_user
+from ctxstack.server.inject_dispatch import InjectDispatcher
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
 from ctxstack.store.calibration import load_calibration, save_calibration
@@ -271,6 +272,11 @@ class ServiceState:
     llms: LLMProvider
     local_user: CurrentUser
     turns: set[asyncio.Task[None]] = field(default_factory=set)
+    inject_poller: InjectDispatcher = field(init=False)
+    """The worker's one poller of :attr:`injects` for all its running turns."""
+
+    def __post_init__(self) -> None:
+        self.inject_poller = InjectDispatcher(self.injects)
 
     async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
         """(main, fast) budgets: admin model configs first, then env, then defaults (the
@@ -329,6 +335,7 @@ async def close_state(state: ServiceState, *, grace: float = 10.0) -> None:
             task.cancel()
         if late:
             await asyncio.wait(late, timeout=grace)
+    await state.inject_poller.close()
     await state.injects.close()
     await state.llms.aclose()
     await engine_of(state.factory).dispose()

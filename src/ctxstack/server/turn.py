@@ -29,7 +29,6 @@ read back to the model as history); the conversation stays usable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -59,7 +58,7 @@ from ctxstack.server.compactions import (
 )
 from ctxstack.server.context_meter import measure
 from ctxstack.server.failures import failure_text, turn_failure_text
-from ctxstack.server.injects import InjectPoller
+from ctxstack.server.inject_dispatch import WatchedTurn
 from ctxstack.server.lifecycle import LeaseLostError, TurnLease
 from ctxstack.server.persist import FinishedTurn, SavedTurn, save_turn, save_turn_in
 from ctxstack.server.schemas import MessageStatus, Mode
@@ -100,9 +99,6 @@ SYSTEM_PROMPT = (
     "messages: take them into account."
 )
 RESULT_PREVIEW_CHARS = 4_000
-POLLER_STOP_GRACE = 5.0
-"""Seconds a turn waits for its inject poller to finish a query in flight before
-cancelling it."""
 
 
 class TurnFailed(CtxstackError):
@@ -187,15 +183,14 @@ class Turn:
     # ------------------------------------------------------------------ the task
     async def run(self) -> None:
         """The turn task's body. Never raises except CancelledError (after saving)."""
-        poller: asyncio.Task[None] | None = None
-        poll: InjectPoller | None = None
+        watched: WatchedTurn | None = None
         try:
             main_budget, fast_budget = await self.state.budgets()
             main_llm, fast_llm = self.state.llms.for_turn(main_budget, fast_budget, self.meter)
             history = await self._load_history(main_budget, fast_llm)
             await self._measure_load(main_budget, history)
-            poll = InjectPoller(self.state.injects, self.spec.conversation_id, self.spec.turn_id)
-            poller = asyncio.create_task(poll.run(self._deliver))
+            watched = self.state.inject_poller.watch(  # the worker's one poller
+                self.spec.conversation_id, self.spec.turn_id, self._deliver)
             if self.spec.mode == "dag":
                 await self._run_dag(main_llm, fast_llm, fast_budget, history)
             else:
@@ -204,15 +199,15 @@ class Turn:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            await self._stop_poller(poll, poller)
+            await self._stop_poller(watched)
             await self._finish("stopped", "Stopped: the client disconnected.")
             raise
         except Exception as exc:
             log.warning("turn %s failed", self.spec.turn_id)
-            await self._stop_poller(poll, poller)
+            await self._stop_poller(watched)
             await self._finish("failed", _failure_text(exc))
         else:
-            await self._stop_poller(poll, poller)
+            await self._stop_poller(watched)
             await self._finish("ok", None)
         finally:
             self._release()
@@ -226,19 +221,12 @@ class Turn:
         self._agent = None
         self._engine = None
 
-    @staticmethod
-    async def _stop_poller(poll: InjectPoller | None, poller: asyncio.Task[None] | None) -> None:
-        """Let the poller finish its current query and stop (cancelling it mid-query cost
-        a pooled connection per turn); cancelled only if that takes over
-        ``POLLER_STOP_GRACE`` seconds."""
-        if poll is None or poller is None or poller.done():
-            return
-        poll.stop()
-        done, _ = await asyncio.wait({poller}, timeout=POLLER_STOP_GRACE)
-        if not done:
-            poller.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await poller
+    async def _stop_poller(self, watched: WatchedTurn | None) -> None:
+        """Stop forwarding injects; returns once a take for this turn in flight has
+        delivered (cancelled only after the poller's grace, see
+        :mod:`ctxstack.server.inject_dispatch`)."""
+        if watched is not None:
+            await self.state.inject_poller.unwatch(watched)
 
     async def _deliver(self, text: str) -> None:
         """Hand an inject to the running agent or DAG run. Whether it was consumed is

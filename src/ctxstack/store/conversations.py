@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError, NotFoundError
@@ -19,6 +19,10 @@ from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import Conversation, table_of, utcnow
 
 _CONVERSATIONS = table_of(Conversation)
+# The chat route's read of every turn, built once (see store.messages._BUMP: a statement
+# built per call cost more CPU than the query).
+_BY_ID = select(_CONVERSATIONS).where(_CONVERSATIONS.c.id == bindparam("b_conversation"))
+_BY_ID_OWNED = _BY_ID.where(_CONVERSATIONS.c.owner_id == bindparam("b_owner"))
 
 DEFAULT_TITLE = "New conversation"
 MAX_TITLE_LENGTH = 200
@@ -97,13 +101,26 @@ async def get_conversation(
     """
     if not valid_public_id(conversation_id):
         raise _not_found(conversation_id)
-    # Core (see table_of): the chat route reads the conversation on every turn.
-    columns = _CONVERSATIONS.c
-    stmt = select(_CONVERSATIONS).where(columns.id == conversation_id)
-    if owner_id is not None:
-        stmt = stmt.where(columns.owner_id == owner_id)
     async with reading(factory, f"loading conversation {conversation_id!r}") as session:
-        row = (await (await session.connection()).execute(stmt)).first()
+        return await get_conversation_in(session, conversation_id, owner_id=owner_id)
+
+
+async def get_conversation_in(
+    session: AsyncSession, conversation_id: str, *, owner_id: int | None = None
+) -> ConversationRecord:
+    """:func:`get_conversation` inside an open session: the chat route reads the
+    conversation in the transaction that claims it for the turn (one transaction per
+    turn start instead of a read and a write, issue 15).
+
+    Raises:
+        NotFoundError: as :func:`get_conversation`.
+    """
+    if not valid_public_id(conversation_id):
+        raise _not_found(conversation_id)
+    # Core (see table_of): the chat route reads the conversation on every turn.
+    stmt, bound = ((_BY_ID, {"b_conversation": conversation_id}) if owner_id is None else
+                   (_BY_ID_OWNED, {"b_conversation": conversation_id, "b_owner": owner_id}))
+    row = (await (await session.connection()).execute(stmt, bound)).first()
     if row is None:
         raise _not_found(conversation_id)
     return ConversationRecord.model_validate(dict(row._mapping))

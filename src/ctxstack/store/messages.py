@@ -28,13 +28,14 @@ service saves a turn's messages with its compaction checkpoint) calls
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy import Integer, Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -58,6 +59,24 @@ from ctxstack.store.models import Conversation, Message, table_of, utcnow
 # are built from the rows.
 _MESSAGES = table_of(Message)
 _CONVERSATIONS = table_of(Conversation)
+
+# The two statements of every append (a chat turn makes two appends), built once with
+# bound parameters: building a Core statement and computing its cache key cost ~0.1 ms
+# each time, more than running it on some turns; a statement built once keeps its
+# cache key (issue 15).
+_BUMP = (
+    update(_CONVERSATIONS)
+    .where(_CONVERSATIONS.c.id == bindparam("b_conversation"))
+    .values(
+        last_seq=_CONVERSATIONS.c.last_seq + bindparam("b_count"),
+        input_tokens=_CONVERSATIONS.c.input_tokens + bindparam("b_input"),
+        output_tokens=_CONVERSATIONS.c.output_tokens + bindparam("b_output"),
+        updated_at=bindparam("b_now", type_=_CONVERSATIONS.c.updated_at.type),
+    )
+    .returning(_CONVERSATIONS.c.last_seq)
+)
+_BUMP_OWNED = _BUMP.where(_CONVERSATIONS.c.owner_id == bindparam("b_owner"))
+_APPEND = insert(_MESSAGES).returning(*_MESSAGES.c)
 
 log = logging.getLogger(__name__)
 
@@ -303,32 +322,24 @@ async def append_messages_in(
     if not items:
         return []
     n = len(items)
-    input_tokens = sum(m.usage.input_tokens for m in items if m.usage)
-    output_tokens = sum(m.usage.output_tokens for m in items if m.usage)
-    conversations = _CONVERSATIONS.c
-    bump = (
-        update(_CONVERSATIONS)
-        .where(conversations.id == conversation_id)
-        .values(
-            last_seq=conversations.last_seq + n,
-            input_tokens=conversations.input_tokens + input_tokens,
-            output_tokens=conversations.output_tokens + output_tokens,
-            updated_at=utcnow(),
-        )
-        .returning(conversations.last_seq)
-    )
+    bound: dict[str, Any] = {
+        "b_conversation": conversation_id, "b_count": n,
+        "b_input": sum(m.usage.input_tokens for m in items if m.usage),
+        "b_output": sum(m.usage.output_tokens for m in items if m.usage),
+        "b_now": utcnow(),
+    }
     if owner_id is not None:
-        bump = bump.where(conversations.owner_id == owner_id)
+        bound["b_owner"] = owner_id
     connection = await session.connection()
-    last = (await connection.execute(bump)).scalar()
+    last = (await connection.execute(_BUMP if owner_id is None else _BUMP_OWNED,
+                                     bound)).scalar()
     if last is None:
         raise NotFoundError(f"conversation {conversation_id!r} not found")
     first = last - n + 1
     rows = [_row_values(conversation_id, first + i, m) for i, m in enumerate(items)]
-    added = insert(_MESSAGES).returning(*_MESSAGES.c)
     # One row: a plain execute; several: one multi-row INSERT (RETURNING order is not
     # guaranteed there, hence the sort).
-    result = await connection.execute(added, rows[0] if n == 1 else rows)
+    result = await connection.execute(_APPEND, rows[0] if n == 1 else rows)
     return sorted((MessageRecord.from_row(r) for r in result), key=lambda r: r.seq)
 
 
@@ -375,6 +386,25 @@ def page_statement(
     return stmt
 
 
+@functools.lru_cache(maxsize=64)
+def _page_template(bounded: bool, roles: tuple[str, ...] | None, limited: bool,
+                   newest_first: bool) -> Any:
+    """:func:`page_statement`'s shape with bound parameters, built once per shape: a
+    turn's history read builds no statement (construction and cache key cost ~0.1 ms
+    of CPU per statement, issue 15)."""
+    messages = _MESSAGES.c
+    stmt = select(_MESSAGES).where(messages.conversation_id == bindparam("b_conversation"),
+                                   messages.seq > bindparam("b_after"))
+    if bounded:
+        stmt = stmt.where(messages.seq < bindparam("b_before"))
+    if roles is not None:
+        stmt = stmt.where(messages.role.in_(roles))
+    stmt = stmt.order_by(messages.seq.desc() if newest_first else messages.seq)
+    if limited:
+        stmt = stmt.limit(bindparam("b_limit", type_=Integer))
+    return stmt
+
+
 async def read_page(
     session: AsyncSession,
     conversation_id: str,
@@ -385,10 +415,15 @@ async def read_page(
     limit: int | None = None,
     newest_first: bool = False,
 ) -> list[MessageRecord]:
-    """One slice of messages inside an open session (see :func:`page_statement`)."""
-    stmt = page_statement(conversation_id, after_seq=after_seq, before_seq=before_seq,
-                          roles=roles, limit=limit, newest_first=newest_first)
-    return [MessageRecord.from_row(r) for r in await session.execute(stmt)]
+    """One slice of messages inside an open session (the rows of :func:`page_statement`)."""
+    stmt = _page_template(before_seq is not None, None if roles is None else tuple(roles),
+                          limit is not None, newest_first)
+    bound: dict[str, Any] = {"b_conversation": conversation_id, "b_after": after_seq}
+    if before_seq is not None:
+        bound["b_before"] = before_seq
+    if limit is not None:
+        bound["b_limit"] = limit
+    return [MessageRecord.from_row(r) for r in await session.execute(stmt, bound)]
 
 
 async def list_messages(

@@ -218,9 +218,9 @@ def create_app(state: StubState) -> FastAPI:
         return {"object": "list", "data": [
             {"id": state.model, "object": "model", "created": 0, "owned_by": "ctxstack-stub"}]}
 
-    @app.post("/v1/chat/completions")
     async def chat_completions(http: Request) -> Response:
         headers = {k.lower(): v for k, v in http.headers.items()}
+        path: str = http.scope["path"]
         raw = await http.body()
         try:
             body = json.loads(raw)
@@ -231,9 +231,9 @@ def create_app(state: StubState) -> FastAPI:
         try:
             messages = tuple(from_openai_messages(body.get("messages") or []))
         except MessageError as exc:
-            state.record(StubRequest(http.url.path, body, headers))
+            state.record(StubRequest(path, body, headers))
             return _error(400, f"invalid messages: {exc}", param="messages")
-        request = StubRequest(http.url.path, body, headers, messages)
+        request = StubRequest(path, body, headers, messages)
         state.record(request)
         if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
             return _reply_error(StubReply.unauthorized())
@@ -253,6 +253,11 @@ def create_app(state: StubState) -> FastAPI:
             events = events[: max(0, reply.drop_after)]
         return _SSEResponse(_paced(state, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
+
+    # A plain Starlette route, not a FastAPI one: it takes the raw request and has no
+    # parameters to solve or schema to publish, and FastAPI's per-request dependency and
+    # endpoint machinery was a share of the stub's CPU per model call (issue 15).
+    app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
 
     if state.max_recorded != 0:  # GET /_stub/requests
         app.state.request_log = install_recording(

@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -31,6 +31,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     return sock
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the server thread runs on: uvloop's when installed (the ``server``
+    extra installs it), else asyncio's default.
+
+    The stub shares the machine with whatever it is measured against (the load benchmark
+    runs it on the same two cores as the service's workers): on asyncio's pure-Python
+    loop its own CPU per model call was a visible share of that contention, issue 15.
+    ``ctxstack stub-llm`` gets uvloop from uvicorn (``--loop auto``) already.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 class StubServer:
@@ -81,7 +97,8 @@ class StubServer:
                 self.state.stopping = asyncio.Event()
                 await server.serve(sockets=[sock])
 
-            asyncio.run(serve())
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                runner.run(serve())
             sock.close()
 
         self._thread = threading.Thread(target=run, name=f"stub-llm-{self._port}", daemon=True)
