@@ -231,6 +231,7 @@ class DbMemory(BaseMemory):
         self._fold_last: int | None = None
         self._llm_failed = False
         self._history_tokens = self.max_tokens
+        self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage) -> None:
@@ -254,10 +255,9 @@ class DbMemory(BaseMemory):
         self._history_tokens = self._history_budget()
         await self._fold()
         refs = await self._owner_files(owner_id, records)
-        # CPU work: a long history is rebuilt off the loop, a short one inline (the hop to
-        # a thread and back costs more than rebuilding a few dozen messages).
-        history = (await asyncio.to_thread(self._history, records, refs)
-                   if len(records) > INLINE_COUNT_ROWS else self._history(records, refs))
+        # Inline: the text messages were built (and counted) while reading, off the loop
+        # for long pages; what is left is a lookup per row and the few image rows.
+        history = self._history(records, refs)
         self.original_count = stored_after + (self.checkpoint is not None)
         compacted = await self._compact(history)
         if self.folded_count and self.method in ("none", "mask"):
@@ -285,7 +285,28 @@ class DbMemory(BaseMemory):
         return 4 + text_part + images * IMAGE_TOKENS
 
     def _page_tokens(self, page: Sequence[MessageRecord]) -> int:
-        return sum(self._row_tokens(r) for r in page)
+        """The tokens of a page of rows, counted on the messages the history will use.
+
+        A row without images becomes its history message here (kept in ``_texts`` by
+        ``seq``) and is counted with ``counter.count_message``, which caches the figure
+        on that message — with a calibrating counter, its content kind and floor too. The
+        history is built from these very objects, so the compaction check of this load,
+        and the guard and the context meter of the turn, find every figure cached: each
+        stored message is estimated once per load. (Counting the row's text and then a
+        new message built from it estimated and classified every message twice.) A row
+        with images is counted from the row (765 per image reference): its parts are
+        built once the owner's files are known.
+        """
+        total = 0
+        for i, record in enumerate(page):
+            if "images" in record.metadata:
+                total += self._row_tokens(record)
+            else:
+                message = self._texts[record.seq] = _text_message(record)
+                total += self.counter.count_message(message)
+            if i % 64 == 63:
+                time.sleep(0)  # may run in a worker thread: let the event loop take the GIL
+        return total
 
     async def _read(self) -> tuple[int, list[MessageRecord]]:
         """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
@@ -376,18 +397,18 @@ class DbMemory(BaseMemory):
             if not text.startswith(SUMMARY_PREFIX):
                 text = f"{SUMMARY_PREFIX}\n{text}"
             history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq))
-        for i, record in enumerate(records):
+        texts = self._texts
+        for record in records:
             if record.role == "assistant" and record.metadata.get("status") == "failed":
                 continue  # a failure notice is for the user; the model never said it
-            history.append(self._message(record, files))
-            if i % 64 == 63:
-                time.sleep(0)  # runs in a worker thread: let the event loop take the GIL
+            built = texts.get(record.seq)
+            history.append(built if built is not None else self._message(record, files))
         return history
 
     def _message(self, record: MessageRecord, files: dict[str, FileRecord]) -> ChatMessage:
-        meta: dict[str, Any] = {**record.metadata, "seq": record.seq}
         if "images" not in record.metadata:
-            return ChatMessage(role=record.role, content=record.content, metadata=meta)
+            return _text_message(record)
+        meta: dict[str, Any] = {**record.metadata, "seq": record.seq}
         parts: list[TextPart | ImagePart] = []
         if record.content:
             parts.append(TextPart(text=record.content))
@@ -544,6 +565,12 @@ class DbMemory(BaseMemory):
             return None
         return CheckpointCandidate(summary=summary.text, last_seq=last,
                                    token_count=self.counter.count_message(summary))
+
+
+def _text_message(record: MessageRecord) -> ChatMessage:
+    """The history message of a row without images: its text, its metadata and ``seq``."""
+    return ChatMessage(role=record.role, content=record.content,
+                       metadata={**record.metadata, "seq": record.seq})
 
 
 def _clamp(rows: int) -> int:
