@@ -170,6 +170,13 @@ class _State:
     listeners: list[Callable[[CalibratingCounter], None]] = field(default_factory=list)
     kind_factors: dict[tuple[str | None, int], float] = field(default_factory=dict)
     """(model, content kind) → factor, learnt from calls whose messages are known."""
+    kind_models: set[str | None] = field(default_factory=set)
+    """The models (``None``: no name) with an entry in ``kind_factors``: whether a view
+    applies per-kind factors is one set lookup, not a scan of the table per message."""
+
+    def set_kind_factor(self, model: str | None, kind: int, value: float) -> None:
+        self.kind_factors[(model, kind)] = value
+        self.kind_models.add(model)
 
 
 class CalibratingCounter:
@@ -285,7 +292,6 @@ class CalibratingCounter:
         """Per-kind factors by normalised least mean squares: the call's error is shared
         among the kinds in proportion to their share of the estimate (a call of one kind
         moves that kind's factor like an exponential average)."""
-        table = self._state.kind_factors
         current = [self.kind_factor(kind, key) for kind in range(len(CONTENT_KINDS))]
         predicted = sum(f * e for f, e in zip(current, kinds, strict=True))
         norm = sum(e * e for e in kinds)
@@ -298,7 +304,7 @@ class CalibratingCounter:
         for kind, estimate in enumerate(kinds):
             if estimate > 0:
                 step = rate * error * estimate / norm
-                table[(key, kind)] = self._clamp(current[kind] + step)
+                self._state.set_kind_factor(key, kind, self._clamp(current[kind] + step))
 
     def kind_factor(self, kind: int, model: str | None = None) -> float:
         """The correction for content kind ``kind`` (index into ``CONTENT_KINDS``): learnt
@@ -361,8 +367,8 @@ class CalibratingCounter:
             name, _, model = str(raw_key).partition(":")
             if name in CONTENT_KINDS and isinstance(value, int | float) \
                     and not isinstance(value, bool) and math.isfinite(value):
-                self._state.kind_factors[(model or None, CONTENT_KINDS.index(name))] = \
-                    self._clamp(float(value))
+                self._state.set_kind_factor(model or None, CONTENT_KINDS.index(name),
+                                            self._clamp(float(value)))
 
     def observe_messages(
         self, messages: Sequence[ChatMessage], reported_input_tokens: int,
@@ -469,8 +475,8 @@ class CalibratingCounter:
         return math.ceil(tokens * self.factor())
 
     def _kinds_learnt(self) -> bool:
-        table = self._state.kind_factors
-        return bool(table) and any(k[0] in (self.model, None) for k in table)
+        models = self._state.kind_models
+        return bool(models) and (self.model in models or None in models)
 
     def count_text(self, text: str) -> int:
         """The base count times the learnt factor for the text's kind; never below the
@@ -485,13 +491,29 @@ class CalibratingCounter:
         return max(calibrated, min(tokens, lower_bound(len(text))))
 
     def count_message(self, message: ChatMessage) -> int:
-        tokens = self.base.count_message(message)
+        """The base count times the factor for the message's kind (the overall factor
+        before any per-kind learning), rounded up; never below :func:`message_floor`.
+
+        Runs per message on every meter reading: the base figure and the content kind are
+        read from the message's cache directly, and the floor is looked up only when the
+        factor is below 1 — a floor never exceeds the base count, so a factor of at least
+        1 (the service's counters only correct upward) cannot take the result below it.
+        """
+        private = message.__pydantic_private__
+        cache = private["_token_cache"] if private else message_cache(message)
+        tokens = cache.get(self.base.cache_key)
+        if tokens is None:
+            tokens = self.base.count_message(message)
         if tokens <= 0:
             return tokens
-        if not self._kinds_learnt():
-            calibrated = self._apply(tokens)
+        if self._kinds_learnt():
+            kind = cache.get("content-kind")
+            factor = self.kind_factor(message_kind(message) if kind is None else kind)
         else:
-            calibrated = math.ceil(tokens * self.kind_factor(message_kind(message)))
+            factor = self.factor()
+        calibrated = math.ceil(tokens * factor)
+        if factor >= 1.0:
+            return calibrated
         return max(calibrated, message_floor(message, self.base))
 
     def count_messages(self, messages: Iterable[ChatMessage]) -> int:
