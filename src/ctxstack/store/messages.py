@@ -59,6 +59,10 @@ from ctxstack.store.models import Conversation, Message, table_of, utcnow
 # are built from the rows.
 _MESSAGES = table_of(Message)
 _CONVERSATIONS = table_of(Conversation)
+MESSAGE_COLUMNS = ("id", "conversation_id", "seq", "role", "content", "kind", "metadata",
+                   "usage", "created_at")
+"""The ``messages`` table's columns in table order: how :meth:`MessageRecord.from_row`
+unpacks a row (a test checks the table against it)."""
 
 # The two statements of every append (a chat turn makes two appends), built once with
 # bound parameters: building a Core statement and computing its cache key cost ~0.1 ms
@@ -165,19 +169,23 @@ class MessageRecord(BaseModel):
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> MessageRecord:
-        """From a row of the ``messages`` table (a Core row: see ``_MESSAGES``)."""
-        m = row._mapping
-        return cls(
-            id=m["id"],
-            conversation_id=m["conversation_id"],
-            seq=m["seq"],
-            role=m["role"],  # the CHECK constraint guarantees a Role
-            content=m["content"],
-            kind=m["kind"],
-            metadata=dict(m["metadata"] or {}),
-            usage=Usage.model_validate(m["usage"]) if m["usage"] else None,
-            created_at=m["created_at"],
-        )
+        """From a row of every column of the ``messages`` table in table order
+        (:data:`MESSAGE_COLUMNS`): what :func:`page_statement` selects and an append
+        returns.
+
+        Unpacked by position and validated from one dict (the metadata copied, the usage
+        validated as a nested model): a history load converts ~1,000 rows per turn, and
+        nine lookups by name on the row mapping cost as much as the validation itself
+        (~1.7 ms less per 900 rows). A row of another shape fails to unpack.
+        """
+        values: Sequence[Any] = row
+        id_, conversation_id, seq, role, content, kind, metadata, usage, created_at = values
+        return cls.model_validate({
+            "id": id_, "conversation_id": conversation_id, "seq": seq,
+            "role": role,  # the CHECK constraint guarantees a Role
+            "content": content, "kind": kind, "metadata": metadata or {},
+            "usage": usage or None, "created_at": created_at,
+        })
 
     @property
     def image_refs(self) -> list[dict[str, Any]]:
