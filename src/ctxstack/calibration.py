@@ -136,7 +136,8 @@ class CallAnchor:
     """What the provider reported for the messages of the last observed call.
 
     ``tokens`` is the reported input minus the calibrated estimate of the tool specs sent
-    with it; ``floor`` the sum of the messages' :func:`message_floor`. A later list that
+    with it; ``floor`` the sum of the messages' :func:`message_floor` (0 for a counter
+    whose ``min_factor`` is at least 1, where floors cannot bind). A later list that
     *extends* ``messages`` (the same messages, by identity or equality, then more) is
     counted as ``tokens`` + the per-kind calibrated estimate of the new tail: consecutive
     calls of one conversation share most of their content, so only the tail is guessed.
@@ -433,8 +434,16 @@ class CalibratingCounter:
                     tools_tokens: int) -> None:
         tools = self.kind_factor(CONTENT_KINDS.index("code")) * tools_tokens
         frozen = tuple(messages)
-        floor = sum(message_floor(m, self.base) for m in frozen)
+        floor = sum(message_floor(m, self.base) for m in frozen) if self._floors_bind() else 0
         self._anchor = CallAnchor(frozen, max(0.0, reported - tools), floor)
+
+    def _floors_bind(self) -> bool:
+        """Whether an anchored count can fall below the messages' floors: only when the
+        factor bounds allow correcting downward. With ``min_factor >= 1`` (the service's
+        counters) an anchored count is at least the base count, and a message's floor
+        never exceeds its base count — so the floors (a first computation per message of
+        every call's ~1,000 messages) are neither computed nor compared."""
+        return self.min_factor < 1.0
 
     def _anchored(self, messages: Sequence[ChatMessage]) -> int | None:
         """The anchored count of ``messages`` if they extend the anchor's, else None."""
@@ -447,6 +456,8 @@ class CalibratingCounter:
         # (min_factor=1, as the service's) never anchors below the base estimate
         base = self.base.count_messages(messages)
         total = min(self.max_factor * base, max(self.min_factor * base, total))
+        if not self._floors_bind():
+            return math.ceil(total)
         floor = anchor.floor + sum(message_floor(m, self.base) for m in tail)
         return max(math.ceil(total), floor)
 
