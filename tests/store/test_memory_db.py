@@ -38,7 +38,7 @@ from ctxstack.store import (
     set_model_config,
 )
 from ctxstack.store.files import FileStore
-from ctxstack.store.messages import MessageRecord
+from ctxstack.store.messages import HistoryRow, MessageRecord
 from ctxstack.tokens import HEURISTIC, HeuristicCounter
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
@@ -72,15 +72,21 @@ def summariser(label: str = "Summary") -> ScriptedLLM:
 @contextmanager
 def count_message_rows() -> Iterator[list[int]]:
     """Count ``messages`` rows materialised (independently of DbMemory): every row read
-    becomes a record through :meth:`MessageRecord.from_row`, the store's one conversion."""
+    becomes a record through :meth:`MessageRecord.from_row` or, in a history load, a
+    :class:`HistoryRow` through :meth:`HistoryRow.from_row` — the store's conversions."""
     seen = [0]
-    original = MessageRecord.from_row
+    original_record, original_row = MessageRecord.from_row, HistoryRow.from_row
 
-    def counted(row: Any) -> MessageRecord:
+    def counted_record(row: Any) -> MessageRecord:
         seen[0] += 1
-        return original(row)
+        return original_record(row)
 
-    with patch.object(MessageRecord, "from_row", side_effect=counted):
+    def counted_row(row: Any) -> HistoryRow:
+        seen[0] += 1
+        return original_row(row)
+
+    with patch.object(MessageRecord, "from_row", side_effect=counted_record), \
+            patch.object(HistoryRow, "from_row", side_effect=counted_row):
         yield seen
 
 

@@ -171,8 +171,14 @@ async def test_records_read_back_equal_what_was_stored_field_by_field(
 ) -> None:
     """Rows become records by position (MessageRecord.from_row): every field of every
     kind of stored message comes back as written — read through a page and as the
-    append's RETURNING — and the table's columns are in the order unpacked."""
-    from ctxstack.store.messages import MESSAGE_COLUMNS, MessageRecord, page_statement
+    append's RETURNING — and the table's columns are in the order unpacked. A history
+    load's tuples (HistoryRow) carry the same values."""
+    from ctxstack.store.messages import (
+        MESSAGE_COLUMNS,
+        MessageRecord,
+        page_statement,
+        read_history_page,
+    )
     from ctxstack.store.models import table_of
 
     assert tuple(c.name for c in table_of(Message).c) == MESSAGE_COLUMNS
@@ -196,6 +202,19 @@ async def test_records_read_back_equal_what_was_stored_field_by_field(
                                 "usage": row.usage and Usage.model_validate(row.usage)})
                for row in rows]
     assert read == by_name
+    # a history load reads four columns into tuples: the same values
+    async with sf() as session:
+        history = await read_history_page(session, conv.id)
+    user_or_assistant = [r for r in read if r.role in ("user", "assistant")]
+    assert [(h.seq, h.role, h.content, h.metadata) for h in history] == [
+        (r.seq, r.role, r.content, r.metadata) for r in user_or_assistant]
+    assert [h.to_chat_message() for h in history] == [
+        r.to_chat_message() for r in user_or_assistant]
+    assert [h.image_refs for h in history] == [r.image_refs for r in user_or_assistant]
+    async with sf() as session:
+        newest = await read_history_page(session, conv.id, after_seq=1, limit=2,
+                                         newest_first=True)
+    assert [h.seq for h in newest] == [3, 2]
     for record, message in zip(read, written, strict=True):
         assert (record.role, record.content, record.metadata, record.usage) == (
             message.role, message.content, message.metadata, message.usage)

@@ -81,7 +81,7 @@ from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore, valid_file_id
 from ctxstack.store.fold import fold_older
-from ctxstack.store.messages import HISTORY_ROLES, MessageRecord, read_page
+from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
@@ -279,12 +279,12 @@ class DbMemory(BaseMemory):
                                      self.checkpoint_candidate, owner_id=self.user_id)
 
     # ------------------------------------------------------------------ reading
-    def _row_tokens(self, record: MessageRecord) -> int:
+    def _row_tokens(self, record: HistoryRow) -> int:
         images = len(record.image_refs)
         text_part = self.counter.count_text(record.content or "")
         return 4 + text_part + images * IMAGE_TOKENS
 
-    def _page_tokens(self, page: Sequence[MessageRecord]) -> int:
+    def _page_tokens(self, page: Sequence[HistoryRow]) -> int:
         """The tokens of a page of rows, counted on the messages the history will use.
 
         A row without images becomes its history message here (kept in ``_texts`` by
@@ -308,7 +308,7 @@ class DbMemory(BaseMemory):
                 time.sleep(0)  # may run in a worker thread: let the event loop take the GIL
         return total
 
-    async def _read(self) -> tuple[int, list[MessageRecord]]:
+    async def _read(self) -> tuple[int, list[HistoryRow]]:
         """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
         action = f"loading the history of conversation {self.conversation_id!r}"
         window = None if self.load_window is None else int(self.max_tokens * self.load_window)
@@ -323,13 +323,14 @@ class DbMemory(BaseMemory):
             after = self.checkpoint.last_seq if self.checkpoint else 0
             if self.checkpoint is not None and window is not None:
                 window = max(1, window - self.checkpoint.token_count)
-            rows: list[MessageRecord] = []
+            rows: list[HistoryRow] = []
             tokens = 0
             before: int | None = None
             limit = None if window is None else _clamp(window // FIRST_PAGE_TOKENS_PER_ROW)
             while True:
-                page = await read_page(session, self.conversation_id, after_seq=after,
-                                       before_seq=before, limit=limit, newest_first=True)
+                page = await read_history_page(
+                    session, self.conversation_id, after_seq=after, before_seq=before,
+                    limit=limit, newest_first=True)
                 self.rows_read += len(page)
                 rows.extend(page)
                 # Counting is CPU work: a long page is counted off the loop; a short one
@@ -351,7 +352,7 @@ class DbMemory(BaseMemory):
         return owner_id, rows
 
     async def _owner_files(
-        self, owner_id: int, records: Sequence[MessageRecord]
+        self, owner_id: int, records: Sequence[HistoryRow]
     ) -> dict[str, FileRecord]:
         wanted = [str(ref.get("file_id")) for r in records for ref in r.image_refs]
         return await self.file_store.infos(owner_id, wanted) if wanted else {}
@@ -387,7 +388,7 @@ class DbMemory(BaseMemory):
             self.omitted_count -= outcome.folded
 
     def _history(
-        self, records: Sequence[MessageRecord], files: dict[str, FileRecord]
+        self, records: Sequence[HistoryRow], files: dict[str, FileRecord]
     ) -> list[ChatMessage]:
         history: list[ChatMessage] = []
         if self._fold_summary is not None:
@@ -405,7 +406,7 @@ class DbMemory(BaseMemory):
             history.append(built if built is not None else self._message(record, files))
         return history
 
-    def _message(self, record: MessageRecord, files: dict[str, FileRecord]) -> ChatMessage:
+    def _message(self, record: HistoryRow, files: dict[str, FileRecord]) -> ChatMessage:
         if "images" not in record.metadata:
             return _text_message(record)
         meta: dict[str, Any] = {**record.metadata, "seq": record.seq}
@@ -567,7 +568,7 @@ class DbMemory(BaseMemory):
                                    token_count=self.counter.count_message(summary))
 
 
-def _text_message(record: MessageRecord) -> ChatMessage:
+def _text_message(record: HistoryRow) -> ChatMessage:
     """The history message of a row without images: its text, its metadata and ``seq``."""
     return ChatMessage(role=record.role, content=record.content,
                        metadata={**record.metadata, "seq": record.seq})
