@@ -640,7 +640,7 @@ async def test_each_stored_message_is_estimated_once_per_load(
     from ctxstack.calibration import CalibratingCounter
     from ctxstack.protocol import Usage
 
-    await seed(sf, conv, 301)  # > INLINE_COUNT_ROWS: pages are counted in a worker thread
+    await seed(sf, conv, 301)  # several pages, each counted in slices
     spy = _CountingHeuristic()
     counter = CalibratingCounter(spy, min_factor=1.0)
     warm = [ChatMessage.user("some prose to learn from " * 20)]
