@@ -423,14 +423,12 @@ def page_statement(
     roles: Sequence[str] | None = HISTORY_ROLES,
     limit: int | None = None,
     newest_first: bool = False,
-    columns: Sequence[Any] | None = None,
 ) -> Any:
     """The SELECT for a slice of a conversation's messages (by ``seq``): every column of
-    the ``messages`` table, rows for :meth:`MessageRecord.from_row` (or only
-    ``columns``, e.g. :data:`HISTORY_COLUMNS`)."""
+    the ``messages`` table, rows for :meth:`MessageRecord.from_row`."""
     messages = _MESSAGES.c
-    stmt = select(*columns) if columns else select(_MESSAGES)
-    stmt = stmt.where(messages.conversation_id == conversation_id, messages.seq > after_seq)
+    stmt = select(_MESSAGES).where(messages.conversation_id == conversation_id,
+                                   messages.seq > after_seq)
     if before_seq is not None:
         stmt = stmt.where(messages.seq < before_seq)
     if roles is not None:
@@ -443,13 +441,14 @@ def page_statement(
 
 @functools.lru_cache(maxsize=64)
 def _page_template(bounded: bool, roles: tuple[str, ...] | None, limited: bool,
-                   newest_first: bool) -> Any:
+                   newest_first: bool, history: bool = False) -> Any:
     """:func:`page_statement`'s shape with bound parameters, built once per shape: a
     turn's history read builds no statement (construction and cache key cost ~0.1 ms
-    of CPU per statement, issue 15)."""
+    of CPU per statement, issue 15). ``history``: only :data:`HISTORY_COLUMNS`."""
     messages = _MESSAGES.c
-    stmt = select(_MESSAGES).where(messages.conversation_id == bindparam("b_conversation"),
-                                   messages.seq > bindparam("b_after"))
+    columns = select(*HISTORY_COLUMNS) if history else select(_MESSAGES)
+    stmt = columns.where(messages.conversation_id == bindparam("b_conversation"),
+                         messages.seq > bindparam("b_after"))
     if bounded:
         stmt = stmt.where(messages.seq < bindparam("b_before"))
     if roles is not None:
@@ -473,12 +472,19 @@ async def read_page(
     """One slice of messages inside an open session (the rows of :func:`page_statement`)."""
     stmt = _page_template(before_seq is not None, None if roles is None else tuple(roles),
                           limit is not None, newest_first)
+    bound = _page_params(conversation_id, after_seq, before_seq, limit)
+    return [MessageRecord.from_row(r) for r in await session.execute(stmt, bound)]
+
+
+def _page_params(conversation_id: str, after_seq: int, before_seq: int | None,
+                 limit: int | None) -> dict[str, Any]:
+    """The bound values of a :func:`_page_template` statement."""
     bound: dict[str, Any] = {"b_conversation": conversation_id, "b_after": after_seq}
     if before_seq is not None:
         bound["b_before"] = before_seq
     if limit is not None:
         bound["b_limit"] = limit
-    return [MessageRecord.from_row(r) for r in await session.execute(stmt, bound)]
+    return bound
 
 
 async def read_history_page(
@@ -491,11 +497,12 @@ async def read_history_page(
     newest_first: bool = False,
 ) -> list[HistoryRow]:
     """One slice of a conversation's user and assistant messages as :class:`HistoryRow`
-    tuples, inside an open session (the slice as in :func:`page_statement`)."""
-    stmt = page_statement(conversation_id, after_seq=after_seq, before_seq=before_seq,
-                          roles=HISTORY_ROLES, limit=limit, newest_first=newest_first,
-                          columns=HISTORY_COLUMNS)
-    return [HistoryRow.from_row(r) for r in await session.execute(stmt)]
+    tuples, inside an open session (the slice as in :func:`page_statement`; the
+    statement built once per shape, as :func:`read_page`'s)."""
+    stmt = _page_template(before_seq is not None, HISTORY_ROLES, limit is not None,
+                          newest_first, history=True)
+    bound = _page_params(conversation_id, after_seq, before_seq, limit)
+    return [HistoryRow.from_row(r) for r in await session.execute(stmt, bound)]
 
 
 async def list_messages(
