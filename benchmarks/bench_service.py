@@ -15,8 +15,10 @@ answers turns whose every model call takes a fixed ``LATENCY`` at the stub. Meas
   request carries ~900 messages against the short one's 10 — that part of the cost grows
   with the budget, not with the conversation's length.
 
-``--quick`` runs a much smaller version (8 × 3 turns, a 400-message history).
-Run: ``python -m benchmarks.bench_service [--quick]``.
+``--quick`` runs a much smaller version (8 × 3 turns, a 400-message history);
+``--history-only`` measures only the 10- versus long-conversation rows (to compare
+builds of the history path quickly, e.g. before/after a change on the same machine).
+Run: ``python -m benchmarks.bench_service [--quick] [--history-only]``.
 """
 
 from __future__ import annotations
@@ -237,31 +239,15 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
-def run(quick: bool) -> list[BenchRow]:
-    """Measure (see the module docstring) and return the rows."""
-    from ctxstack.llm.stub import StubServer
-
-    conversations, turns = (8, 3) if quick else (50, 10)
-    long_count, history_turns = (400, 4) if quick else (2000, 10)
-    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=_rule, max_recorded=0) as stub, \
-            _database(Path(tmp)) as (db_env, db_name):
-        env = {**db_env, "LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "bench",
-               "LLM_MODEL": "stub-model", "CTXSTACK_FILES_DIR": str(Path(tmp) / "files")}
-        with _serve(Path(tmp), env) as url:
-            wall, timings = asyncio.run(_concurrent(url, conversations, turns))
-            by_budget = {
-                budget: asyncio.run(_history_overhead(url, env, long_count, history_turns,
-                                                      budget))
-                for budget in (None, 32_000)
-            }
-
+def _throughput_rows(wall: float, timings: list[TurnTiming], conversations: int,
+                     turns: int, db_name: str) -> list[BenchRow]:
     total = len(timings)
     llm_per_turn = statistics.median(t.llm_seconds for t in timings)
     ideal = conversations / llm_per_turn
     rate = total / wall
     overheads = [t.overhead * 1000 for t in timings]
     label = f"{conversations} conv × {turns} turns, {db_name}, {LATENCY * 1000:.0f} ms/call"
-    rows = [
+    return [
         BenchRow(f"turns/s ({label})", rate, "turn/s", baseline=ideal,
                  ratio=rate / ideal, target="", met=None),
         BenchRow("server overhead per turn, p50 (vs model time)", statistics.median(overheads),
@@ -271,6 +257,30 @@ def run(quick: bool) -> list[BenchRow]:
                  baseline=llm_per_turn * 1000,
                  ratio=_pct(overheads, 0.99) / (llm_per_turn * 1000)),
     ]
+
+
+def run(quick: bool, history_only: bool = False) -> list[BenchRow]:
+    """Measure (see the module docstring) and return the rows (``history_only``: only
+    the 10- versus long-conversation rows)."""
+    from ctxstack.llm.stub import StubServer
+
+    conversations, turns = (8, 3) if quick else (50, 10)
+    long_count, history_turns = (400, 4) if quick else (2000, 10)
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=_rule, max_recorded=0) as stub, \
+            _database(Path(tmp)) as (db_env, db_name):
+        env = {**db_env, "LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "bench",
+               "LLM_MODEL": "stub-model", "CTXSTACK_FILES_DIR": str(Path(tmp) / "files")}
+        with _serve(Path(tmp), env) as url:
+            if not history_only:
+                wall, timings = asyncio.run(_concurrent(url, conversations, turns))
+                rows = _throughput_rows(wall, timings, conversations, turns, db_name)
+            by_budget = {
+                budget: asyncio.run(_history_overhead(url, env, long_count, history_turns,
+                                                      budget))
+                for budget in (None, 32_000)
+            }
+
     for budget, (short_t, long_t) in by_budget.items():
         short_o = statistics.median(t.overhead * 1000 for t in short_t)
         long_o = statistics.median(t.overhead * 1000 for t in long_t)
@@ -285,8 +295,10 @@ def run(quick: bool) -> list[BenchRow]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="a much smaller run")
+    parser.add_argument("--history-only", action="store_true",
+                        help="only the 10- versus long-conversation rows")
     args = parser.parse_args(argv)
-    rows = run(args.quick)
+    rows = run(args.quick, args.history_only)
     print_table(rows, "chat service (ctxstack serve)" + (" (quick)" if args.quick else "")
                 + " — baselines: model time per turn / the 10-message conversation")
     return 0 if all(r.met is not False for r in rows) else 1

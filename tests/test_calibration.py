@@ -9,7 +9,7 @@ import pytest
 from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
 from ctxstack.tokens import HEURISTIC, TokenCounter
 
 
@@ -192,3 +192,60 @@ def test_per_kind_factors_are_learnt_from_mixed_calls() -> None:
     fresh = CalibratingCounter(model="m", max_factor=3.0)
     fresh.load_state(counter.export_state())
     assert fresh.count_messages([cjk, prose, cjk]) == counter.count_messages([cjk, prose, cjk])
+
+
+def _reference_count(counter: CalibratingCounter, message: ChatMessage) -> int:
+    """The calibrated per-message rule, written out plainly (no fast paths)."""
+    import math
+
+    from ctxstack.calibration import message_floor, message_kind
+    from ctxstack.token_model import CONTENT_KINDS
+
+    base = counter.base.count_message(message)
+    if base <= 0:
+        return base
+    models = {model for model, _ in counter._state.kind_factors}
+    if counter.model in models or None in models:
+        factor = counter.kind_factor(message_kind(message))
+    else:
+        factor = counter.factor()
+    assert 0 <= message_kind(message) < len(CONTENT_KINDS)
+    return max(math.ceil(base * factor), message_floor(message, counter.base))
+
+
+@pytest.mark.parametrize("min_factor", [0.5, 1.0])
+def test_count_message_follows_the_rule_in_every_state(min_factor: float) -> None:
+    """Per message: base count × the factor of its kind (the overall factor before any
+    per-kind learning), rounded up, never below its floor — before learning, after
+    overall and per-kind learning upward and downward, for another model's view, and
+    after a state is loaded into a fresh counter."""
+    rng = random.Random(11)
+    texts = ["", "plain prose about the weather " * 9, '{"key": [1, 2, {"x": "y"}]}' * 5,
+             "日本語の文章と中文的句子。" * 12, "x"]
+    messages = [ChatMessage.user(t) for t in texts] + [
+        ChatMessage.assistant(None, tool_calls=[ToolCall(id="c1", name="f", arguments={"a": 1})]),
+        ChatMessage.tool("c1", "result " * 30),
+        ChatMessage.user([TextPart(text="see"), ImagePart(image_url=ImageURL(url="data:x"))]),
+    ]
+    counter = CalibratingCounter(min_factor=min_factor, model="m")
+
+    def check(c: CalibratingCounter) -> None:
+        for m in messages:
+            fresh = m.model_copy()  # no cached figures
+            assert c.count_message(m) == _reference_count(c, fresh)
+            assert c.count_message(fresh) == _reference_count(c, fresh)
+
+    check(counter)
+    for ratio in (0.6, 1.4):
+        base = counter.base_count(messages)
+        counter.observe(base, round(base * ratio))  # overall factor only
+        check(counter)
+    for ratio in (0.55, 1.8, 0.7):
+        msgs = rng.sample(messages, 4)
+        assert counter.observe_messages(msgs, round(counter.base_count(msgs) * ratio) + 40)
+        check(counter)
+        check(counter.for_model("other"))
+    loaded = CalibratingCounter(min_factor=min_factor, model="m")
+    loaded.load_state(counter.export_state())
+    check(loaded)
+    assert loaded._kinds_learnt() == counter._kinds_learnt()

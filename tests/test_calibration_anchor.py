@@ -175,3 +175,27 @@ def test_an_upward_only_counter_never_anchors_below_the_base_estimate() -> None:
     higher = CalibratingCounter(min_factor=1.0)
     assert observed(higher, msgs, math.ceil(base * 1.3))  # bills more: the anchor holds
     assert higher.count_messages(msgs) == math.ceil(base * 1.3)
+
+
+@pytest.mark.parametrize("min_factor", [0.5, 1.0])
+def test_anchored_counts_follow_the_rule_with_or_without_floors(min_factor: float) -> None:
+    """An anchored count is ``max(ceil(bounded total), Σ floors)``; a counter that never
+    corrects downward (``min_factor >= 1``) skips the floors, and its counts are the same
+    as if it had compared them."""
+    rng = random.Random(3)
+    msgs = conversation(rng, 20)
+    counter = CalibratingCounter(min_factor=min_factor)
+    for end in range(4, len(msgs) - 2, 3):
+        sent = msgs[:end]
+        low = round(HEURISTIC.count_messages(sent) * rng.choice([0.6, 0.8, 1.2]))
+        assert observed(counter, sent, low)
+        anchor = counter.anchor
+        assert anchor is not None
+        floors = sum(message_floor(m, HEURISTIC) for m in sent)
+        assert anchor.floor == (floors if min_factor < 1 else 0)
+        grown = msgs[: end + 2]
+        base = HEURISTIC.count_messages(grown)
+        total = anchor.tokens + counter._factored(grown[end:])
+        total = min(counter.max_factor * base, max(counter.min_factor * base, total))
+        everything = sum(message_floor(m, HEURISTIC) for m in grown)
+        assert counter.count_messages(grown) == max(math.ceil(total), everything)

@@ -245,3 +245,69 @@ def test_refolding_messages_the_load_showed_verbatim_counts_them_once() -> None:
     data, span = run_compaction(_event(), again, base)
     assert span == base  # nothing stored beyond the span was folded
     assert (data.summarized_messages, data.last_seq) == (6, 6)
+
+
+async def test_a_load_that_did_not_compact_counts_its_checkpoint_span_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    """The span a checkpoint covers is a COUNT over every row up to it: a load that did
+    not compact leaves it pending (no query), and resolving it gives what counting at
+    load time gave."""
+    from sqlalchemy import event
+
+    from ctxstack.server.compactions import (
+        PendingSpan,
+        history_span,
+        load_compaction,
+        resolve_span,
+    )
+    from ctxstack.store import (
+        CheckpointCandidate,
+        NewMessage,
+        append_messages,
+        create_conversation,
+        create_engine_from_url,
+        create_user,
+        save_checkpoint,
+        session_factory,
+        upgrade,
+    )
+    from ctxstack.store.memory import DbMemory
+
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'span.db'}")
+    try:
+        await upgrade(engine)
+        sf = session_factory(engine)
+        user, _ = await create_user(sf, "span")
+        conv = (await create_conversation(sf, user.id)).id
+        fresh = (await create_conversation(sf, user.id)).id
+        rows = [NewMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}")
+                for i in range(30)]
+        await append_messages(sf, conv, rows)
+        await append_messages(sf, fresh, rows[:4])
+        await save_checkpoint(sf, conv, CheckpointCandidate(
+            summary="[Conversation summary]\nearlier talk", last_seq=20, token_count=8))
+        counted: list[str] = []
+
+        def remember(_c: object, _cur: object, statement: str, *_a: object) -> None:
+            if "count(" in statement.lower():
+                counted.append(statement)
+
+        event.listen(engine.sync_engine, "before_cursor_execute", remember)
+        memory = DbMemory(conv, session_factory=sf, budget=64_000)
+        history = await memory.get_messages()
+        assert memory.checkpoint is not None
+        assert not memory.was_compacted
+        data, span = await load_compaction(memory, history, sf)
+        assert data is None
+        assert span == PendingSpan(conv, 20)
+        assert not counted  # nothing counted on the way
+        event.remove(engine.sync_engine, "before_cursor_execute", remember)
+        resolved = await resolve_span(span, sf)
+        assert resolved == await history_span(sf, conv, 20)
+        assert resolved == Span(count=20, first_seq=1, last_seq=20)
+        assert await resolve_span(resolved, sf) is resolved
+        plain = DbMemory(fresh, session_factory=sf, budget=64_000)
+        assert await load_compaction(plain, await plain.get_messages(), sf) == (None, Span())
+    finally:
+        await engine.dispose()

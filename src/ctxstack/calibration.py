@@ -136,7 +136,8 @@ class CallAnchor:
     """What the provider reported for the messages of the last observed call.
 
     ``tokens`` is the reported input minus the calibrated estimate of the tool specs sent
-    with it; ``floor`` the sum of the messages' :func:`message_floor`. A later list that
+    with it; ``floor`` the sum of the messages' :func:`message_floor` (0 for a counter
+    whose ``min_factor`` is at least 1, where floors cannot bind). A later list that
     *extends* ``messages`` (the same messages, by identity or equality, then more) is
     counted as ``tokens`` + the per-kind calibrated estimate of the new tail: consecutive
     calls of one conversation share most of their content, so only the tail is guessed.
@@ -170,6 +171,13 @@ class _State:
     listeners: list[Callable[[CalibratingCounter], None]] = field(default_factory=list)
     kind_factors: dict[tuple[str | None, int], float] = field(default_factory=dict)
     """(model, content kind) → factor, learnt from calls whose messages are known."""
+    kind_models: set[str | None] = field(default_factory=set)
+    """The models (``None``: no name) with an entry in ``kind_factors``: whether a view
+    applies per-kind factors is one set lookup, not a scan of the table per message."""
+
+    def set_kind_factor(self, model: str | None, kind: int, value: float) -> None:
+        self.kind_factors[(model, kind)] = value
+        self.kind_models.add(model)
 
 
 class CalibratingCounter:
@@ -285,7 +293,6 @@ class CalibratingCounter:
         """Per-kind factors by normalised least mean squares: the call's error is shared
         among the kinds in proportion to their share of the estimate (a call of one kind
         moves that kind's factor like an exponential average)."""
-        table = self._state.kind_factors
         current = [self.kind_factor(kind, key) for kind in range(len(CONTENT_KINDS))]
         predicted = sum(f * e for f, e in zip(current, kinds, strict=True))
         norm = sum(e * e for e in kinds)
@@ -298,7 +305,7 @@ class CalibratingCounter:
         for kind, estimate in enumerate(kinds):
             if estimate > 0:
                 step = rate * error * estimate / norm
-                table[(key, kind)] = self._clamp(current[kind] + step)
+                self._state.set_kind_factor(key, kind, self._clamp(current[kind] + step))
 
     def kind_factor(self, kind: int, model: str | None = None) -> float:
         """The correction for content kind ``kind`` (index into ``CONTENT_KINDS``): learnt
@@ -361,8 +368,8 @@ class CalibratingCounter:
             name, _, model = str(raw_key).partition(":")
             if name in CONTENT_KINDS and isinstance(value, int | float) \
                     and not isinstance(value, bool) and math.isfinite(value):
-                self._state.kind_factors[(model or None, CONTENT_KINDS.index(name))] = \
-                    self._clamp(float(value))
+                self._state.set_kind_factor(model or None, CONTENT_KINDS.index(name),
+                                            self._clamp(float(value)))
 
     def observe_messages(
         self, messages: Sequence[ChatMessage], reported_input_tokens: int,
@@ -427,8 +434,16 @@ class CalibratingCounter:
                     tools_tokens: int) -> None:
         tools = self.kind_factor(CONTENT_KINDS.index("code")) * tools_tokens
         frozen = tuple(messages)
-        floor = sum(message_floor(m, self.base) for m in frozen)
+        floor = sum(message_floor(m, self.base) for m in frozen) if self._floors_bind() else 0
         self._anchor = CallAnchor(frozen, max(0.0, reported - tools), floor)
+
+    def _floors_bind(self) -> bool:
+        """Whether an anchored count can fall below the messages' floors: only when the
+        factor bounds allow correcting downward. With ``min_factor >= 1`` (the service's
+        counters) an anchored count is at least the base count, and a message's floor
+        never exceeds its base count — so the floors (a first computation per message of
+        every call's ~1,000 messages) are neither computed nor compared."""
+        return self.min_factor < 1.0
 
     def _anchored(self, messages: Sequence[ChatMessage]) -> int | None:
         """The anchored count of ``messages`` if they extend the anchor's, else None."""
@@ -441,6 +456,8 @@ class CalibratingCounter:
         # (min_factor=1, as the service's) never anchors below the base estimate
         base = self.base.count_messages(messages)
         total = min(self.max_factor * base, max(self.min_factor * base, total))
+        if not self._floors_bind():
+            return math.ceil(total)
         floor = anchor.floor + sum(message_floor(m, self.base) for m in tail)
         return max(math.ceil(total), floor)
 
@@ -469,8 +486,8 @@ class CalibratingCounter:
         return math.ceil(tokens * self.factor())
 
     def _kinds_learnt(self) -> bool:
-        table = self._state.kind_factors
-        return bool(table) and any(k[0] in (self.model, None) for k in table)
+        models = self._state.kind_models
+        return bool(models) and (self.model in models or None in models)
 
     def count_text(self, text: str) -> int:
         """The base count times the learnt factor for the text's kind; never below the
@@ -485,13 +502,29 @@ class CalibratingCounter:
         return max(calibrated, min(tokens, lower_bound(len(text))))
 
     def count_message(self, message: ChatMessage) -> int:
-        tokens = self.base.count_message(message)
+        """The base count times the factor for the message's kind (the overall factor
+        before any per-kind learning), rounded up; never below :func:`message_floor`.
+
+        Runs per message on every meter reading: the base figure and the content kind are
+        read from the message's cache directly, and the floor is looked up only when the
+        factor is below 1 — a floor never exceeds the base count, so a factor of at least
+        1 (the service's counters only correct upward) cannot take the result below it.
+        """
+        private = message.__pydantic_private__
+        cache = private["_token_cache"] if private else message_cache(message)
+        tokens = cache.get(self.base.cache_key)
+        if tokens is None:
+            tokens = self.base.count_message(message)
         if tokens <= 0:
             return tokens
-        if not self._kinds_learnt():
-            calibrated = self._apply(tokens)
+        if self._kinds_learnt():
+            kind = cache.get("content-kind")
+            factor = self.kind_factor(message_kind(message) if kind is None else kind)
         else:
-            calibrated = math.ceil(tokens * self.kind_factor(message_kind(message)))
+            factor = self.factor()
+        calibrated = math.ceil(tokens * factor)
+        if factor >= 1.0:
+            return calibrated
         return max(calibrated, message_floor(message, self.base))
 
     def count_messages(self, messages: Iterable[ChatMessage]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -37,8 +38,8 @@ from ctxstack.store import (
     set_model_config,
 )
 from ctxstack.store.files import FileStore
-from ctxstack.store.messages import MessageRecord
-from ctxstack.tokens import HEURISTIC
+from ctxstack.store.messages import HistoryRow, MessageRecord
+from ctxstack.tokens import HEURISTIC, HeuristicCounter
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
 
@@ -71,15 +72,21 @@ def summariser(label: str = "Summary") -> ScriptedLLM:
 @contextmanager
 def count_message_rows() -> Iterator[list[int]]:
     """Count ``messages`` rows materialised (independently of DbMemory): every row read
-    becomes a record through :meth:`MessageRecord.from_row`, the store's one conversion."""
+    becomes a record through :meth:`MessageRecord.from_row` or, in a history load, a
+    :class:`HistoryRow` through :meth:`HistoryRow.from_row` — the store's conversions."""
     seen = [0]
-    original = MessageRecord.from_row
+    original_record, original_row = MessageRecord.from_row, HistoryRow.from_row
 
-    def counted(row: Any) -> MessageRecord:
+    def counted_record(row: Any) -> MessageRecord:
         seen[0] += 1
-        return original(row)
+        return original_record(row)
 
-    with patch.object(MessageRecord, "from_row", side_effect=counted):
+    def counted_row(row: Any) -> HistoryRow:
+        seen[0] += 1
+        return original_row(row)
+
+    with patch.object(MessageRecord, "from_row", side_effect=counted_record), \
+            patch.object(HistoryRow, "from_row", side_effect=counted_row):
         yield seen
 
 
@@ -608,3 +615,58 @@ async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory,
     assert len(history) < len(bare)  # the room came out of the history
     without = [ChatMessage.system(system), *bare, plain.trailing_message]
     assert HEURISTIC.count_messages(without) > allowed  # the case the reserve exists for
+
+
+class _CountingHeuristic(HeuristicCounter):
+    """The default heuristic, recording every text it estimates (to count passes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.estimated: Counter[str] = Counter()
+
+    def count_text(self, text: str) -> int:
+        self.estimated[text] += 1
+        return super().count_text(text)
+
+
+async def test_each_stored_message_is_estimated_once_per_load(
+    sf: SessionFactory, conv: str
+) -> None:
+    """The rows' window count and the compaction check count the same message objects,
+    so a load estimates (and classifies) every stored text once; the turn's later passes
+    over the history — the guard, the context meter — find every figure cached on them.
+    With the service's calibrating counter (per-kind factors learnt, upward only)."""
+    from ctxstack import calibration
+    from ctxstack.calibration import CalibratingCounter
+    from ctxstack.protocol import Usage
+
+    await seed(sf, conv, 301)  # several pages, each counted in slices
+    spy = _CountingHeuristic()
+    counter = CalibratingCounter(spy, min_factor=1.0)
+    warm = [ChatMessage.user("some prose to learn from " * 20)]
+    assert counter.observe_call(warm, Usage(input_tokens=200, output_tokens=1))
+    assert counter._kinds_learnt()
+    spy.estimated.clear()
+    classified: list[str] = []
+    original_kind = calibration.content_kind
+
+    def kind(text: str) -> int:
+        classified.append(text)
+        return original_kind(text)
+
+    with patch.object(calibration, "content_kind", side_effect=kind):
+        mem = memory(sf, conv, counter=counter, budget=200_000)  # everything fits
+        history = await mem.get_messages()
+        assert mem.trailing_message is not None
+        stored = {turn_text(i) for i in range(300)}
+        assert [m.text for m in history] == [turn_text(i) for i in range(300)]
+        assert {t: n for t, n in spy.estimated.items() if t in stored} == dict.fromkeys(stored, 1)
+        assert sorted(t for t in classified if t in stored) == sorted(stored)
+        spy.estimated.clear()
+        classified.clear()
+        # what the guard and the meter do next costs no estimate and no classification
+        counter.count_messages(history)
+        [counter.count_message(m) for m in history]
+        HEURISTIC.count_messages(history)  # another rule: its own figures, counted anew
+        assert not spy.estimated
+        assert not classified

@@ -166,6 +166,66 @@ async def test_messages_get_consecutive_sequence_numbers_and_keep_their_data(
     assert await append_messages(sf, conv.id, []) == []
 
 
+async def test_records_read_back_equal_what_was_stored_field_by_field(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    """Rows become records by position (MessageRecord.from_row): every field of every
+    kind of stored message comes back as written — read through a page and as the
+    append's RETURNING — and the table's columns are in the order unpacked. A history
+    load's tuples (HistoryRow) carry the same values."""
+    from ctxstack.store.messages import (
+        MESSAGE_COLUMNS,
+        MessageRecord,
+        page_statement,
+        read_history_page,
+    )
+    from ctxstack.store.models import table_of
+
+    assert tuple(c.name for c in table_of(Message).c) == MESSAGE_COLUMNS
+    conv = await create_conversation(sf, alice.id)
+    written = [
+        NewMessage(role="user", content="Hi", metadata={"kind": "query", "pinned": True}),
+        NewMessage(role="assistant", content=None,
+                   usage=Usage(input_tokens=120, output_tokens=30, calls=2),
+                   metadata={"status": "failed", "nested": {"a": [1, 2.5, None, "x"]}}),
+        NewMessage(role="user", content="Look", metadata={
+            "images": [{"file_id": "0" * 32, "mime_type": "image/png"}]}),
+        NewMessage(role="tool", content="42", metadata={"tool_call_id": "call_1"}),
+        NewMessage(role="system", content="日本語 ✓", metadata={"kind": "summary"}),
+    ]
+    returned = await append_messages(sf, conv.id, written)
+    read = await list_messages(sf, conv.id)
+    assert read == returned
+    async with sf() as session:
+        rows = list(await session.execute(page_statement(conv.id, roles=None)))
+    by_name = [MessageRecord(**{**row._asdict(), "metadata": dict(row._asdict()["metadata"]),
+                                "usage": row.usage and Usage.model_validate(row.usage)})
+               for row in rows]
+    assert read == by_name
+    # a history load reads four columns into tuples: the same values
+    async with sf() as session:
+        history = await read_history_page(session, conv.id)
+    user_or_assistant = [r for r in read if r.role in ("user", "assistant")]
+    assert [(h.seq, h.role, h.content, h.metadata) for h in history] == [
+        (r.seq, r.role, r.content, r.metadata) for r in user_or_assistant]
+    assert [h.to_chat_message() for h in history] == [
+        r.to_chat_message() for r in user_or_assistant]
+    assert [h.image_refs for h in history] == [r.image_refs for r in user_or_assistant]
+    async with sf() as session:
+        newest = await read_history_page(session, conv.id, after_seq=1, limit=2,
+                                         newest_first=True)
+    assert [h.seq for h in newest] == [3, 2]
+    for record, message in zip(read, written, strict=True):
+        assert (record.role, record.content, record.metadata, record.usage) == (
+            message.role, message.content, message.metadata, message.usage)
+        assert record.kind == message.metadata.get("kind")
+        assert record.conversation_id == conv.id
+        assert record.created_at.tzinfo is not None
+    assert read[3].to_chat_message() == ChatMessage.tool(
+        "call_1", "42", metadata={"tool_call_id": "call_1", "seq": 4})
+    assert read[2].image_refs == [{"file_id": "0" * 32, "mime_type": "image/png"}]
+
+
 class _Abort(Exception):
     pass
 

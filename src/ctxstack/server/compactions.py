@@ -94,17 +94,41 @@ async def history_span(factory: SessionFactory, conversation_id: str, up_to: int
                 last_seq=int(last) if last is not None else None)
 
 
+@dataclass(frozen=True)
+class PendingSpan:
+    """The span of the stored messages up to ``last_seq``, not counted yet.
+
+    What a load that started from a checkpoint and did not compact returns instead of a
+    :class:`Span`: counting what the checkpoint covers is a query over every history row
+    up to it — a cost that grows with the conversation, not the budget — and only a
+    mid-turn compaction needs the figure (:func:`resolve_span`), so most turns skip it.
+    """
+
+    conversation_id: str
+    last_seq: int
+
+
+async def resolve_span(span: Span | PendingSpan, factory: SessionFactory) -> Span:
+    """``span`` counted (:func:`history_span`) if it is pending, else itself."""
+    if isinstance(span, PendingSpan):
+        return await history_span(factory, span.conversation_id, span.last_seq)
+    return span
+
+
 async def load_compaction(
     memory: DbMemory, history: Sequence[ChatMessage], factory: SessionFactory
-) -> tuple[CompactData | None, Span]:
+) -> tuple[CompactData | None, Span | PendingSpan]:
     """The ``compact`` event of a load (``None`` if it did not compact) and the span the
-    context's summary covers after it (what a later mid-turn compaction starts from)."""
+    context's summary covers after it (what a later mid-turn compaction starts from;
+    :class:`PendingSpan` when the load did not compact: counted only if needed)."""
+    if not memory.was_compacted:
+        if memory.checkpoint is None:
+            return None, Span()
+        return None, PendingSpan(memory.conversation_id, memory.checkpoint.last_seq)
     previous = Span()
     if memory.checkpoint is not None:
         previous = await history_span(factory, memory.conversation_id,
                                       memory.checkpoint.last_seq)
-    if not memory.was_compacted:
-        return None, previous
     kept = sum(1 for m in history if stored_seq(m) is not None)
     loaded = memory.original_count - (1 if memory.checkpoint is not None else 0)
     original = previous.count + loaded
@@ -255,5 +279,6 @@ async def list_compactions(
     return out
 
 
-__all__ = ["CompactionOut", "FoldTracker", "Span", "list_compactions", "load_compaction",
-           "run_compaction", "split_summary", "step_compaction", "stored_seq"]
+__all__ = ["CompactionOut", "FoldTracker", "PendingSpan", "Span", "list_compactions",
+           "load_compaction", "resolve_span", "run_compaction", "split_summary",
+           "step_compaction", "stored_seq"]

@@ -51,8 +51,10 @@ from ctxstack.metering import UsageMeter
 from ctxstack.protocol import LLM, Usage
 from ctxstack.server.compactions import (
     FoldTracker,
+    PendingSpan,
     Span,
     load_compaction,
+    resolve_span,
     run_compaction,
     step_compaction,
 )
@@ -161,7 +163,8 @@ class Turn:
         self.started = time.perf_counter() if started is None else started
         self._agent: ReActAgent | None = None
         self._engine: DAGEngine | None = None
-        self.span = Span()  # the stored messages the context's summary covers
+        # the stored messages the context's summary covers (pending: counted if needed)
+        self.span: Span | PendingSpan = Span()
         self.model_calls = 0
 
     # ------------------------------------------------------------------ events
@@ -349,8 +352,8 @@ class Turn:
                         result=_preview(event.result_preview), error=event.error is not None,
                         duration_ms=round(event.duration_s * 1000, 1))))
                 case agent_events.CompactionNoticeEvent():
-                    data, self.span = run_compaction(event.compaction, folds.last_fold,
-                                                     self.span)
+                    base = await resolve_span(self.span, self.state.factory)
+                    data, self.span = run_compaction(event.compaction, folds.last_fold, base)
                     self._checkpoint_run_summary(data, folds)
                     await self.emit(CompactEvent(data=data))
                 case agent_events.InjectedEvent():
