@@ -670,3 +670,24 @@ async def test_each_stored_message_is_estimated_once_per_load(
         HEURISTIC.count_messages(history)  # another rule: its own figures, counted anew
         assert not spy.estimated
         assert not classified
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(min_value=0, max_value=3_000)), max_size=200))
+def test_a_page_is_counted_in_slices_bounded_by_rows_and_characters(
+    sizes: list[int | None],
+) -> None:
+    """The event loop gets a turn between slices of at most 64 rows and at most
+    ``INLINE_COUNT_CHARS`` characters (a single longer row is a slice of its own); the
+    slices cover the page in order. (The character bound is lowered to 1,000 here.)"""
+    from ctxstack.store import memory
+    from ctxstack.store.messages import HistoryRow
+
+    page = [HistoryRow(i, "user", None if n is None else "x" * n, {})
+            for i, n in enumerate(sizes)]
+    with patch.object(memory, "INLINE_COUNT_CHARS", 1_000):
+        slices = memory._slices(page)
+    assert [i for start, stop in slices for i in range(start, stop)] == list(range(len(page)))
+    for start, stop in slices:
+        assert 0 < stop - start <= memory.INLINE_COUNT_ROWS
+        chars = sum(len(r.content or "") for r in page[start:stop])
+        assert chars <= 1_000 or stop - start == 1

@@ -53,7 +53,6 @@ are attributes, so create one ``DbMemory`` per request.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import math
 from collections.abc import Sequence
@@ -65,9 +64,9 @@ from ctxstack.budget import ModelBudget
 from ctxstack.compact.compaction import resolve_options
 from ctxstack.compact.options import CompactionOptions
 from ctxstack.compact.stages import compact_staged
-from ctxstack.errors import ConfigError, StorageError
+from ctxstack.errors import ConfigError
 from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage, ContentPart, ImagePart, ImageURL, TextPart
+from ctxstack.messages import ChatMessage
 from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
@@ -78,8 +77,9 @@ from ctxstack.store.checkpoints import (
 )
 from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
-from ctxstack.store.files import FileRecord, FileStore, valid_file_id
+from ctxstack.store.files import FileRecord, FileStore
 from ctxstack.store.fold import fold_older
+from ctxstack.store.history_messages import image_message, materialise, text_message
 from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
 from ctxstack.tokens import (
@@ -94,17 +94,18 @@ from ctxstack.tokens import (
 log = logging.getLogger(__name__)
 
 LoadMethod = Literal["none", "mask", "llm", "truncate"]
-IMAGE_NOTE = "[image unavailable]"
 MIN_PAGE = 32
 MAX_PAGE = 250
 """Rows per page: the ORM materialises a page on the event loop, so pages stay small
 enough (~10 ms) not to stall other streams."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
-_PLACEHOLDER = "ctxstack-file:"
 INLINE_COUNT_ROWS = 64
 """Rows built and counted between two yields to the event loop (a few hundred
-microseconds)."""
+microseconds for chat-sized rows)."""
+INLINE_COUNT_CHARS = 1_000_000
+"""…and at most about this many characters (~2 ms of estimating): 64 rows of long
+answers must not hold the loop for tens of milliseconds."""
 
 
 class DbMemory(BaseMemory):
@@ -268,7 +269,7 @@ class DbMemory(BaseMemory):
                        "message(s) beyond the load window were left out (neither loaded nor "
                        "summarised)")
         self.compacted_count = len(compacted)
-        return await self._materialise(compacted, refs)
+        return await materialise(compacted, refs, self.file_store, self._warn)
 
     async def save_checkpoint(self) -> CheckpointRecord | None:
         """Persist :attr:`checkpoint_candidate` (if the last load produced one)."""
@@ -301,23 +302,23 @@ class DbMemory(BaseMemory):
             if "images" in record.metadata:
                 total += self._row_tokens(record)
             else:
-                message = self._texts[record.seq] = _text_message(record)
+                message = self._texts[record.seq] = text_message(record)
                 total += self.counter.count_message(message)
         return total
 
     async def _count_page(self, page: Sequence[HistoryRow]) -> int:
-        """:meth:`_page_tokens` on the event loop, ``INLINE_COUNT_ROWS`` rows at a time
-        with a yield in between, so other streams run between the slices (a few hundred
-        microseconds each). Long pages used to be counted in a worker thread (issue 15),
-        which gave other streams no more than this — the GIL runs one thread's Python at a
-        time, and the estimator releases it only for texts of 1M characters or more —
-        and cost a thread hop per page and a GIL hand-over per slice: ~2.5 ms more CPU
-        per 900-row load, measured side by side."""
+        """:meth:`_page_tokens` on the event loop in slices (:func:`_slices`: at most
+        ``INLINE_COUNT_ROWS`` rows and about ``INLINE_COUNT_CHARS`` characters, a few
+        milliseconds at worst) with a yield in between, so other streams run between the
+        slices. Long pages used to be counted in a worker thread (issue 15), which gave
+        other streams no more than this — the GIL runs one thread's Python at a time and
+        hands it over every few milliseconds — and cost a thread hop per page and a GIL
+        hand-over per slice: ~2.5 ms more CPU per 900-row load, measured side by side."""
         total = 0
-        for start in range(0, len(page), INLINE_COUNT_ROWS):
+        for start, stop in _slices(page):
             if start:
                 await asyncio.sleep(0)
-            total += self._page_tokens(page[start:start + INLINE_COUNT_ROWS])
+            total += self._page_tokens(page[start:stop])
         return total
 
     async def _read(self) -> tuple[int, list[HistoryRow]]:
@@ -412,71 +413,9 @@ class DbMemory(BaseMemory):
             if record.role == "assistant" and record.metadata.get("status") == "failed":
                 continue  # a failure notice is for the user; the model never said it
             built = texts.get(record.seq)
-            history.append(built if built is not None else self._message(record, files))
+            history.append(built if built is not None
+                           else image_message(record, files, self._warn))
         return history
-
-    def _message(self, record: HistoryRow, files: dict[str, FileRecord]) -> ChatMessage:
-        if "images" not in record.metadata:
-            return _text_message(record)
-        meta: dict[str, Any] = {**record.metadata, "seq": record.seq}
-        parts: list[TextPart | ImagePart] = []
-        if record.content:
-            parts.append(TextPart(text=record.content))
-        refs = record.metadata.get("images")
-        for ref in refs if isinstance(refs, list) else [refs]:
-            file_id = ref.get("file_id") if isinstance(ref, dict) else None
-            if not valid_file_id(file_id):
-                self._warn(f"message {record.seq}: image reference {ref!r} is malformed; "
-                           "left out")
-                parts.append(TextPart(text=IMAGE_NOTE))
-            elif file_id not in files:
-                self._warn(f"message {record.seq}: image {file_id} is not one of the "
-                           "conversation owner's files; left out")
-                parts.append(TextPart(text=IMAGE_NOTE))
-            else:
-                parts.append(ImagePart(image_url=ImageURL(url=_PLACEHOLDER + str(file_id))))
-        return ChatMessage(role=record.role, content=parts or record.content, metadata=meta)
-
-    async def _materialise(
-        self, messages: list[ChatMessage], files: dict[str, FileRecord]
-    ) -> list[ChatMessage]:
-        """Swap image placeholders for data URLs (or notes) in the messages being returned."""
-        needed = {
-            part.image_url.url.removeprefix(_PLACEHOLDER)
-            for m in messages for part in m.images
-            if part.image_url.url.startswith(_PLACEHOLDER)
-        }
-        if not needed:
-            return messages
-        urls: dict[str, str | None] = {}
-
-        async def fetch(file_id: str) -> None:
-            record = files[file_id]
-            try:
-                data = await self.file_store.read(record)
-            except StorageError as exc:
-                self._warn(f"image {file_id}: {exc}; left out")
-                urls[file_id] = None
-                return
-            urls[file_id] = (f"data:{record.mime_type};base64,"
-                             f"{base64.b64encode(data).decode('ascii')}")
-
-        await asyncio.gather(*(fetch(f) for f in sorted(needed)))
-        out = []
-        for message in messages:
-            if not message.images or isinstance(message.content, str) or message.content is None:
-                out.append(message)
-                continue
-            parts: list[ContentPart] = []
-            for part in message.content:
-                if isinstance(part, ImagePart) and part.image_url.url.startswith(_PLACEHOLDER):
-                    url = urls.get(part.image_url.url.removeprefix(_PLACEHOLDER))
-                    parts.append(ImagePart(image_url=ImageURL(url=url)) if url
-                                 else TextPart(text=IMAGE_NOTE))
-                else:
-                    parts.append(part)
-            out.append(message.replace(content=parts))
-        return out
 
     # ------------------------------------------------------------------ compacting
     def _history_budget(self) -> int:
@@ -578,12 +517,6 @@ class DbMemory(BaseMemory):
                                    token_count=self.counter.count_message(summary))
 
 
-def _text_message(record: HistoryRow) -> ChatMessage:
-    """The history message of a row without images: its text, its metadata and ``seq``."""
-    return ChatMessage(role=record.role, content=record.content,
-                       metadata={**record.metadata, "seq": record.seq})
-
-
 def _clamp(rows: int) -> int:
     return max(MIN_PAGE, min(MAX_PAGE, rows))
 
@@ -597,3 +530,20 @@ async def _count_before(session: Any, conversation_id: str, after: int, before: 
         Message.role.in_(HISTORY_ROLES),
     )
     return int(await session.scalar(stmt) or 0)
+
+
+def _slices(page: Sequence[HistoryRow]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive slices of ``page``, each of at most
+    ``INLINE_COUNT_ROWS`` rows and, unless one row alone is longer, at most
+    ``INLINE_COUNT_CHARS`` characters of text."""
+    out: list[tuple[int, int]] = []
+    start = chars = 0
+    for i, row in enumerate(page):
+        size = len(row.content or "")
+        if i > start and (i - start >= INLINE_COUNT_ROWS or chars + size > INLINE_COUNT_CHARS):
+            out.append((start, i))
+            start, chars = i, 0
+        chars += size
+    if start < len(page):
+        out.append((start, len(page)))
+    return out
