@@ -254,3 +254,21 @@ def llm_env(stub: Any, **extra: str) -> dict[str, str]:
     """Environment pointing ``ctxstack serve`` at a stub server."""
     return {"LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "stub-key", "LLM_MODEL": "stub-model",
             **extra}
+
+
+def redis_url_or_skip() -> str:
+    """The test Redis URL (``CTXSTACK_TEST_REDIS_URL``, default the local server); skip
+    when it does not answer, or fail under ``CTXSTACK_REQUIRE_POSTGRES=1`` (CI runs both
+    services)."""
+    import pytest
+    import redis
+
+    url = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(url, socket_timeout=2).ping()
+    except Exception as exc:
+        message = f"Redis at {url} is not reachable ({exc}); start it to run this test"
+        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return url

@@ -27,6 +27,7 @@ from tests.service_support import (
     SSEEvent,
     llm_env,
     parse_sse,
+    redis_url_or_skip,
     running_server,
     start_server,
 )
@@ -63,17 +64,7 @@ def pg_schema() -> Iterator[str]:
 
 @pytest.fixture
 def redis_url() -> str:
-    import redis
-
-    url = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    try:
-        redis.Redis.from_url(url, socket_timeout=2).ping()
-    except Exception as exc:
-        message = f"Redis at {url} is not reachable ({exc}); start it to run this test"
-        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":  # CI runs both services
-            pytest.fail(message)
-        pytest.skip(message)
-    return url
+    return redis_url_or_skip()
 
 
 @pytest.fixture

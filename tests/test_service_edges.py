@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import socket
 import threading
@@ -29,7 +28,7 @@ from ctxstack.store import create_conversation, create_user, session_factory, up
 from ctxstack.store.db import create_engine_from_url
 from ctxstack.store.models import Message
 from tests.reliability_support import database_env
-from tests.service_support import clean_env, free_port, run_cli
+from tests.service_support import clean_env, free_port, redis_url_or_skip, run_cli
 
 NUL = "a\x00b"
 
@@ -244,29 +243,14 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-
 # ---------------------------------------------------------------------------- 404 before 409
-def _redis_or_skip() -> str:
-    import redis
-
-    url = os.environ.get("CTXSTACK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    try:
-        redis.Redis.from_url(url, socket_timeout=2).ping()
-    except Exception as exc:
-        message = f"Redis at {url} is not reachable ({exc}); start it to run this test"
-        if os.environ.get("CTXSTACK_REQUIRE_POSTGRES") == "1":  # CI runs both services
-            pytest.fail(message)
-        pytest.skip(message)
-    return url
-
-
 @pytest.mark.parametrize("queue", ["database", "redis"])
 async def test_a_turn_on_a_conversation_not_the_callers_is_404_even_while_busy(
     db: dict[str, str], tmp_path: Path, queue: str
 ) -> None:
     # The route reads the conversation inside the claim's transaction (database queue)
     # or just before the claim (Redis): either way the ownership check comes first.
-    redis_url = _redis_or_skip() if queue == "redis" else None
+    redis_url = redis_url_or_skip() if queue == "redis" else None
     settings = _settings(db, tmp_path, demo_delay=0, demo_chunk_delay=0, redis_url=redis_url)
     async with app_client(settings) as (client, app):
         state = app.state.ctxstack
