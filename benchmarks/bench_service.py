@@ -105,14 +105,24 @@ def _database(workdir: Path) -> Iterator[tuple[dict[str, str], str]]:
 
 @contextlib.contextmanager
 def _serve(workdir: Path, env_extra: dict[str, str], workers: int = 1) -> Iterator[str]:
-    """``ctxstack serve`` (no auth) on a free port with ``env_extra`` and
+    """``ctxstack serve`` (no auth) of this checkout on a free port with ``env_extra`` and
     none of the caller's ``LLM_*`` / ``CTXSTACK_*`` variables; yields its URL once it answers."""
+    with serve_process(ROOT, workdir, env_extra, workers) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(root: Path, workdir: Path, env_extra: dict[str, str],
+                  workers: int = 1) -> Iterator[tuple[str, int]]:
+    """:func:`_serve` of the checkout at ``root`` (its ``src`` first on the path: another
+    build can be served beside this one); yields its URL and process id."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LLM_", "FAST_LLM_", "CTXSTACK_"))}
     env.update(env_extra)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT)
-    with (workdir / f"serve-{port}.log").open("wb") as log:
+    env["PYTHONPATH"] = str(root / "src") + os.pathsep + str(root)
+    log_path = workdir / f"serve-{port}.log"
+    with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", _LAUNCH, "serve", "--port", str(port), "--no-auth",
              "--workers", str(workers), "--log-level", "warning"],
@@ -122,13 +132,13 @@ def _serve(workdir: Path, env_extra: dict[str, str], workers: int = 1) -> Iterat
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ctxstack serve did not start: "
-                                   + (workdir / f"serve-{port}.log").read_text()[-3000:])
+                raise RuntimeError(f"ctxstack serve ({root}) did not start: "
+                                   + log_path.read_text()[-3000:])
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/api/info", timeout=2).status_code == 200:
                     break
             time.sleep(0.1)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:

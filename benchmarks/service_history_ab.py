@@ -31,10 +31,8 @@ import contextlib
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,41 +53,6 @@ def process_cpu(pid: int) -> float:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
     return total / TICK
-
-
-@contextlib.contextmanager
-def serve_tree(root: Path, workdir: Path, env_extra: dict[str, str]) -> Iterator[tuple[str, int]]:
-    """``ctxstack serve`` from the checkout at ``root`` (its ``src`` first on the path);
-    yields its URL and process id once it answers."""
-    port = service._free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LLM_", "FAST_LLM_", "CTXSTACK_"))}
-    env.update(env_extra)
-    env["PYTHONPATH"] = str(root / "src")
-    log_path = workdir / f"serve-{port}.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", service._LAUNCH, "serve", "--port", str(port), "--no-auth",
-             "--workers", "1", "--log-level", "warning"],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ctxstack serve ({root}) did not start: "
-                                   + log_path.read_text()[-3000:])
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/api/info", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @dataclass
@@ -142,7 +105,7 @@ def compare(roots: dict[str, Path], rounds: int, turns: int, budget: int | None)
             env = {**db_env, "LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "bench",
                    "LLM_MODEL": "stub-model",
                    "CTXSTACK_FILES_DIR": str(Path(tmp) / f"files-{name}")}
-            url, pid = stack.enter_context(serve_tree(root, Path(tmp), env))
+            url, pid = stack.enter_context(service.serve_process(root, Path(tmp), env))
             trees.append(Tree(name, url, pid))
             envs.append(env)
         for tree, env in zip(trees, envs, strict=True):
