@@ -7,6 +7,7 @@ real HTTP, SSE and process boundaries.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -14,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,3 +273,29 @@ def redis_url_or_skip() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return url
+
+
+class SlowTakeQueue:
+    """An inject queue whose ``take`` waits for ``release`` (to stop a poller mid-query),
+    then hands out ``texts``; every turn always has something queued. Counts the takes
+    that finished and those cancelled."""
+
+    def __init__(self, texts: Sequence[str] = ()) -> None:
+        self.texts = list(texts)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.finished = 0
+        self.cancelled = 0
+
+    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        return set(turns)
+
+    async def take(self, conversation_id: str, turn_id: str) -> list[str]:
+        self.entered.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+        return list(self.texts)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from ctxstack.server.inject_dispatch import InjectDispatcher
+from tests.service_support import SlowTakeQueue
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -21,29 +22,8 @@ async def _until(condition: Callable[[], bool]) -> None:
     raise AssertionError("timed out")
 
 
-class _SlowTake:
-    """Something is always queued; ``take`` waits for ``release`` and then hands it out."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.cancelled = 0
-
-    async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        return set(turns)
-
-    async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        self.entered.set()
-        try:
-            await self.release.wait()
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return ["taken just before the turn ended"]
-
-
 async def test_unwatch_returns_once_a_take_in_flight_has_delivered() -> None:
-    queue = _SlowTake()
+    queue = SlowTakeQueue(["taken just before the turn ended"])
     poller = InjectDispatcher(queue, interval=0.01)  # type: ignore[arg-type]
     delivered: list[str] = []
 
@@ -63,7 +43,7 @@ async def test_unwatch_returns_once_a_take_in_flight_has_delivered() -> None:
 
 
 async def test_a_take_stuck_past_the_grace_is_cancelled() -> None:
-    queue = _SlowTake()
+    queue = SlowTakeQueue(["taken just before the turn ended"])
     poller = InjectDispatcher(queue, interval=0.01, grace=0.1)  # type: ignore[arg-type]
 
     async def deliver(text: str) -> None:

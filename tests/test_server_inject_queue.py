@@ -27,6 +27,7 @@ from ctxstack.server.injects import (
 )
 from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
 from ctxstack.store.db import session_factory
+from tests.service_support import SlowTakeQueue
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -235,28 +236,8 @@ async def test_settle_saves_the_leftovers_and_releases_in_one_commit(
     assert called == []
 
 
-class _SlowTake:
-    """A queue whose ``take`` waits until released, to stop the poller mid-query."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.finished = 0
-        self.cancelled = 0
-
-    async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        self.entered.set()
-        try:
-            await self.release.wait()
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        self.finished += 1
-        return []
-
-
 async def test_a_stopped_poller_finishes_its_query_instead_of_being_cancelled() -> None:
-    queue = _SlowTake()
+    queue = SlowTakeQueue()
     poller = InjectPoller(queue, "c", "t", interval=0.01)  # type: ignore[arg-type]
     delivered: list[str] = []
 
@@ -270,7 +251,7 @@ async def test_a_stopped_poller_finishes_its_query_instead_of_being_cancelled() 
     await asyncio.wait_for(task, timeout=10)
     assert (queue.finished, queue.cancelled) == (1, 0)
     # Stopped before it starts: no query at all.
-    idle = _SlowTake()
+    idle = SlowTakeQueue()
     early = InjectPoller(idle, "c", "t", interval=0.01)  # type: ignore[arg-type]
     early.stop()
     await asyncio.wait_for(early.run(deliver), timeout=10)
