@@ -168,8 +168,8 @@ def tool(
     Every parameter needs a type hint (the schema is built from it); ``*args`` and
     ``**kwargs`` are refused because the model could not know what to pass. Parameter
     descriptions come from the docstring's ``Args:`` section (Google style; Sphinx
-    ``:param x:`` lines and NumPy ``Parameters`` sections work too); the tool description defaults to the docstring's
-    first paragraph.
+    ``:param x:`` lines and NumPy ``Parameters`` sections work too); the tool description
+    defaults to the docstring's first paragraph.
 
     Raises:
         ToolError: an untyped or variadic parameter, an unresolvable hint, or no
