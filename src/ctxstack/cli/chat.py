@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 from collections.abc import Iterator, Sequence
 
@@ -35,7 +34,7 @@ from ctxstack.compact import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard_events import GuardCheckEvent
-from ctxstack.llm.config import tokenizer_path
+from ctxstack.llm.config import LLMSettings, tokenizer_path
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory.base import BaseMemory
@@ -282,7 +281,7 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
             from ctxstack.llm.stub.server import StubServer
         with StubServer(rule=demo_rule) as server:
             # The stub plays the configured model's name, so counting follows LLM_MODEL.
-            name = os.environ.get("LLM_MODEL", "").strip()
+            name = LLMSettings.from_env().model
             llm = server.client(model=name) if name else server.client()
             yield llm, llm
         return

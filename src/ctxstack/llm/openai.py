@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -183,17 +182,18 @@ class OpenAICompatibleLLM:
     ) -> OpenAICompatibleLLM:
         """Build from ``LLM_*`` (main) or ``FAST_LLM_*`` (fast, falling back to ``LLM_*``).
 
-        The budget comes from the same environment (``resolve_budget(role, env=env)``)
+        The timeout is ``LLM_TIMEOUT`` / ``FAST_LLM_TIMEOUT`` unless ``timeout=`` is passed;
+        the budget comes from the same environment (``resolve_budget(role, env=env)``)
         unless ``budget=`` is passed. Extra keyword arguments go to the constructor.
 
         Raises:
             ConfigError: naming exactly the variables to set.
         """
-        env = os.environ if env is None else env
         settings = load_settings(role, env)
         kwargs.setdefault("budget", resolve_budget(role, env=env))
-        return cls(base_url=settings.base_url, api_key=settings.api_key, model=settings.model,
-                   role=role, **kwargs)
+        kwargs.setdefault("timeout", settings.timeout)
+        return cls(base_url=settings.base_url or "", api_key=settings.api_key or "",
+                   model=settings.model or "", role=role, **kwargs)
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleLLM(base_url={self.base_url!r}, model={self.model!r}, " \

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -259,8 +258,8 @@ def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
     Raises:
         ConfigError: the settings are incomplete or invalid (the message says which).
     """
-    env = os.environ if env is None else env
-    level = env.get("CTXSTACK_PROXY_LOG_LEVEL", "").strip().upper()
+    settings = ProxySettings.from_env(env)
+    level = (settings.log_level or "").upper()
     if level in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
         logger = logging.getLogger("ctxstack.proxy")
         logger.setLevel(level)
@@ -268,4 +267,4 @@ def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
-    return create_app(ProxySettings.from_env(env))
+    return create_app(settings)
