@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, parse_sse
+from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, sse_events
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -110,7 +110,7 @@ def turn(client: httpx.Client, conversation_id: str, query: str, *,
         if response.status_code != 200:
             response.read()
             raise AssertionError(f"chat answered {response.status_code}: {response.text}")
-        for item in parse_sse(response.iter_lines()):
+        for item in sse_events(response):
             if isinstance(item, SSEEvent):
                 events.append(item)
             assert time.monotonic() < end, f"the turn did not end in {deadline_s}s: {events}"

@@ -47,7 +47,7 @@ from ctxstack.server.schemas import (
     UsageOut,
     check_text,
 )
-from ctxstack.server.sse import EventStreamResponse, frames
+from ctxstack.server.sse import event_stream, frames
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.turn import Turn, TurnSpec
@@ -255,8 +255,8 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     def stop_turn() -> None:
         task.cancel()  # the turn saves what it produced, then ends
 
-    return EventStreamResponse(frames(turn.queue, state.settings.keepalive_seconds),
-                               on_disconnect=stop_turn)
+    return event_stream(frames(turn.queue), keepalive_seconds=state.settings.keepalive_seconds,
+                        on_disconnect=stop_turn)
 
 
 def _title_from(query: str) -> str:
