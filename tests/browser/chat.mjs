@@ -139,7 +139,7 @@ try {
       imgs: box.querySelectorAll("img").length,
       text: box.textContent,
       cells: [...box.querySelectorAll("td")].map((td) => td.textContent),
-      fence: box.querySelector("pre code")?.textContent,
+      fence: box.querySelector("pre code")?.textContent.trim(),
       ran: window.__md,
     };
   });
