@@ -9,13 +9,25 @@ import textwrap
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
-from ctxstack.compact.facts import extract_facts, select_facts
-from ctxstack.compact.mask import MASKED_KEY, plan_mask
-from ctxstack.compact.stages import RECALL_NOTE, compact_staged
+from ctxstack.compaction._facts import (
+    extract_facts,
+    select_facts,
+)
+from ctxstack.compaction._mask import (
+    MASKED_KEY,
+    plan_mask,
+)
+from ctxstack.compaction._stages import (
+    RECALL_NOTE,
+    compact_staged,
+)
 from ctxstack.errors import ConfigError, InputError
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.tokens import HEURISTIC
 
 SYS = ChatMessage.system("You are a research agent.")
@@ -230,8 +242,8 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
     """Each 100,000-character adversarial string goes through the whole extractor in a
     subprocess bounded by a generous wall clock (a quadratic regex takes minutes)."""
     code = textwrap.dedent(f"""
-        from ctxstack.compact import facts
-        from ctxstack.compact.facts import extract_candidates
+        from ctxstack.compaction import facts
+        from ctxstack.compaction._facts import extract_candidates
         for native in dict.fromkeys([facts._NATIVE, None]):  # the C scanner, then pure
             facts._NATIVE = native
             for unit in {ADVERSARIAL!r}:

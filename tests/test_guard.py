@@ -10,17 +10,26 @@ from typing import Any
 import pytest
 
 from ctxstack.budget import ModelBudget
-from ctxstack.calibration import CalibratingCounter
-from ctxstack.compact.options import CompactionOptions
+from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
+from ctxstack.compaction._prompts import (
+    HINTS,
+    LANGUAGE_INSTRUCTION,
+    compaction_prompt,
+)
+from ctxstack.compaction._working_summary import parse_summary
 from ctxstack.errors import ConfigError, LLMError, MessageError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent, ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.prompts import HINTS, LANGUAGE_INSTRUCTION, SUMMARY_PREFIX, compaction_prompt
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
-from ctxstack.working_summary import parse_summary
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    CalibratingCounter,
+)
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 BUDGET = 3_000
@@ -431,7 +440,7 @@ async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
         raise ValueError("dashboard down")
 
     guard = summary_guard(summariser(), default_budget=BUDGET, on_compact=broken)
-    with caplog.at_level(logging.WARNING, logger="ctxstack.guard"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.guard._guard"):
         out = await guard.check_and_compact(conversation(12))
     assert tokens(out) <= BUDGET
     assert "on_compact listener failed" in caplog.text
@@ -439,9 +448,9 @@ async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
 
 async def test_compactions_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     guard = summary_guard(summariser(), default_budget=BUDGET)
-    with caplog.at_level(logging.INFO, logger="ctxstack.guard"):
+    with caplog.at_level(logging.INFO, logger="ctxstack.guard._guard"):
         await guard.check_and_compact(conversation(12), hint="general")
-    records = [r for r in caplog.records if r.name == "ctxstack.guard"]
+    records = [r for r in caplog.records if r.name == "ctxstack.guard._guard"]
     assert any(r.levelno == logging.INFO and "compacted (llm, hint general)" in r.getMessage()
                for r in records)
 
@@ -549,7 +558,7 @@ async def test_listeners_are_a_list_and_check_returns_its_own_event() -> None:
 
 
 def test_totals_sum_every_field_of_an_event() -> None:
-    from ctxstack.guard_events import GuardTotals
+    from ctxstack.guard import GuardTotals
 
     event = CompactionEvent(
         hint="general", method="llm", budget=10, messages_before=9, messages_after=3,

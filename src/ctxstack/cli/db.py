@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from ctxstack.cli.app import main, needs_extra
-from ctxstack.errors import StorageError
+from ctxstack.store.errors import StorageError
 
 ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 

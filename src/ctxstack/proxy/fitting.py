@@ -29,7 +29,7 @@ from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
-from ctxstack.tokens import effective_budget
+from ctxstack.tokens._counter import effective_budget
 
 FitMethod = Literal["none", "checkpoint", "mask", "llm", "truncate"]
 DEFAULT_CUT_CHARS = 50_000
