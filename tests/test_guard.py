@@ -39,8 +39,8 @@ masking (which now runs first and would satisfy the budget on its own) is turned
 the staged order is tested in tests/test_compact_stages.py."""
 
 
-def summary_guard(*args: Any, **kwargs: Any) -> ContextGuard:
-    return ContextGuard(*args, options=SUMMARY_ONLY, **kwargs)
+def summary_guard(*args: Any, timeout: float | None = None, **kwargs: Any) -> ContextGuard:
+    return ContextGuard(*args, options=SUMMARY_ONLY.with_(timeout=timeout), **kwargs)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -263,7 +263,8 @@ async def test_each_hint_sends_its_own_prompt_with_the_language_instruction(hint
 
 async def test_a_custom_prompt_replaces_the_hint_prompt() -> None:
     llm = summariser()
-    guard = summary_guard(llm, default_budget=BUDGET, prompt="Summarise for an auditor.")
+    guard = ContextGuard(llm, default_budget=BUDGET,
+                         options=SUMMARY_ONLY.with_(prompt="Summarise for an auditor."))
     await guard.check_and_compact(conversation(12), hint="planner_input")
     sent = "\n".join(m.text for m in llm.calls[0].messages)
     assert compaction_prompt("planner_input", custom="Summarise for an auditor.") in sent
@@ -525,18 +526,36 @@ async def test_bad_budget_and_bad_messages_are_clear_errors() -> None:
     [
         ({"default_budget": 0}, "default_budget"),
         ({"max_message_chars": 10}, "max_message_chars"),
-        ({"keep_recent": -1}, "keep_recent"),
-        ({"timeout": 0}, "timeout"),
         ({"pinned_cap": 0}, "pinned_cap"),
         ({"pinned_cap": 1.5}, "pinned_cap"),
-        ({"target_fill": 0}, "target_fill"),
-        ({"prompt": "  "}, "prompt"),
+        ({"options": {"keep_recent": 2}}, "options"),
+        ({"archive": "not an archive"}, "archive"),
     ],
 )
 def test_bad_settings_are_config_errors_naming_the_setting(
     kwargs: dict[str, object], name: str
 ) -> None:
     with pytest.raises(ConfigError, match=name):
+        ContextGuard(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"timeout": 0}, "timeout"),
+        ({"target_fill": 0}, "target_fill"),
+        ({"prompt": "  "}, "prompt"),
+        ({"strategies": []}, "strategies"),
+        ({"strategies": ["mask"]}, "strategies"),
+    ],
+)
+def test_compaction_settings_live_in_the_options_and_name_the_bad_one(
+    kwargs: dict[str, object], name: str
+) -> None:
+    with pytest.raises(ConfigError, match=name):
+        CompactionOptions(**kwargs)
+    with pytest.raises(TypeError):  # the guard no longer repeats the options' fields
         ContextGuard(**kwargs)  # type: ignore[arg-type]
 
 

@@ -108,7 +108,7 @@ def test_the_arithmetic_finder_still_finds_arithmetic() -> None:
 
 _FACTS_PROBE = r'''
 import re, sys
-from ctxstack.compaction import facts
+from ctxstack.compaction import _facts as facts
 
 patterns = [p for p in vars(facts).values() if isinstance(p, re.Pattern)]
 assert len(patterns) >= 5, "the scan found too few of the extractor's patterns"

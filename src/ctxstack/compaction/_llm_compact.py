@@ -31,7 +31,7 @@ import logging
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -62,6 +62,9 @@ from ctxstack.tokens import (
     TokenCounter,
 )
 from ctxstack.tokens._counter import effective_budget
+
+if TYPE_CHECKING:
+    from ctxstack.compaction._compactor import CompactionContext
 
 logger = logging.getLogger("ctxstack.compaction")
 
@@ -382,3 +385,31 @@ async def llm_compact(
         target_fill=target_fill, timeout=timeout, counter=counter,
     )
     return res.messages
+
+
+class RollingSummary:
+    """Strategy ``"llm"``: fold the oldest history into the one rolling summary
+    (:func:`compact_detailed` with the context's summariser, down to ``target_fill``).
+
+    Skipped without a summariser. When the summariser fails, hangs or answers nothing,
+    the result is the truncation :func:`compact_detailed` falls back to (the seed's rule);
+    a fallback offered earlier (a mask) is preferred to it by the pipeline. What the
+    summary folds, or the truncation drops, is archived.
+    """
+
+    name = "summary"
+    method: Literal["llm"] = "llm"
+
+    async def compact(
+        self, messages: list[ChatMessage], ctx: CompactionContext
+    ) -> CompactionResult | None:
+        if ctx.llm is None:
+            return None
+        res = await compact_detailed(messages, ctx.llm, ctx.budget, options=ctx.options,
+                                     counter=ctx.counter, note=ctx.note)
+        if res.method == "llm":
+            folded = await ctx.archive_messages(res.summarized)
+        else:
+            kept = {id(m) for m in res.messages}
+            folded = await ctx.archive_messages([m for m in messages if id(m) not in kept])
+        return res.model_copy(update={"archived": folded})
