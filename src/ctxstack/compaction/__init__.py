@@ -21,7 +21,6 @@ from ctxstack.compaction._cut import (
 )
 from ctxstack.compaction._facts import FACTS_HEADING
 from ctxstack.compaction._llm_compact import (
-    CompactionResult,
     RollingSummary,
     compact_detailed,
     llm_compact,
@@ -29,6 +28,7 @@ from ctxstack.compaction._llm_compact import (
 from ctxstack.compaction._mask import MaskToolOutputs
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._prompts import SUMMARY_PREFIX, Hint
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.compaction._stages import DEFAULT_STRATEGIES
 from ctxstack.compaction._truncate import Truncate, smart_truncate
 from ctxstack.compaction._utils import CompactUtils

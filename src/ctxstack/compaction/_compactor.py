@@ -32,10 +32,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from ctxstack.compaction._archive import ARCHIVE_REF_KEY, Archive
-from ctxstack.compaction._llm_compact import CompactionResult
-from ctxstack.compaction._mask import MASKED_KEY
+from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY, Archive
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter

@@ -29,10 +29,12 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from ctxstack.compaction._archive import ARCHIVE_REF_KEY
+from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY
+from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import (
     ChatMessage,
     ToolCall,
@@ -40,12 +42,6 @@ from ctxstack.messages import (
 from ctxstack.messages._model import binary_note
 from ctxstack.tokens import TokenCounter
 
-if TYPE_CHECKING:
-    from ctxstack.compaction._compactor import CompactionContext
-    from ctxstack.compaction._llm_compact import CompactionResult
-
-MASKED_KEY = "masked"
-"""Metadata flag of a cleared tool output (never cleared twice)."""
 ARGS_PREVIEW_CHARS = 120
 _PENDING_REF = "?"
 

@@ -128,15 +128,13 @@ class CompactionOptions(BaseModel):
     def _strategies(cls, value: object) -> object:
         if value is None:
             return None
-        # the protocol lives beside the pipeline, which imports this module
-        from ctxstack.compaction._compactor import Compactor
-
         if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not value:
             raise ValueError("strategies: expected a non-empty list of Compactor strategies, "
                              f"got {value!r}")
         for i, strategy in enumerate(value):
-            if not isinstance(strategy, Compactor) or strategy.method not in (
-                    "mask", "llm", "truncate"):
+            # the Compactor protocol, checked by shape (its module imports this one)
+            if not callable(getattr(strategy, "compact", None)) or getattr(
+                    strategy, "method", None) not in ("mask", "llm", "truncate"):
                 raise ValueError(
                     f"strategies[{i}]: expected a Compactor (a `name`, a `method` of 'mask', "
                     f"'llm' or 'truncate', and `async compact(messages, ctx)`), "

@@ -26,9 +26,10 @@ from collections.abc import Sequence
 
 from ctxstack.compaction._archive import Archive
 from ctxstack.compaction._compactor import CompactionContext, Compactor
-from ctxstack.compaction._llm_compact import CompactionResult, RollingSummary, resolve_options
+from ctxstack.compaction._llm_compact import RollingSummary, resolve_options
 from ctxstack.compaction._mask import MaskToolOutputs
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.compaction._truncate import Truncate, check_budget
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage

@@ -30,14 +30,16 @@ messages, with per-message estimates cached on the messages.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._cut import cut_group
 from ctxstack.compaction._groups import (
     Layout,
     Unit,
     split_layout,
 )
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.tokens import (
@@ -45,10 +47,6 @@ from ctxstack.tokens import (
     TokenCounter,
 )
 from ctxstack.tokens._counter import effective_budget
-
-if TYPE_CHECKING:
-    from ctxstack.compaction._compactor import CompactionContext
-    from ctxstack.compaction._llm_compact import CompactionResult
 
 MIN_CUT_TOKENS = 24
 """Below this much room a cut message would be little more than its marker: drop instead."""

@@ -65,7 +65,7 @@ from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
 from ctxstack.compaction._llm_compact import resolve_options
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
-from ctxstack.memory import BaseMemory
+from ctxstack.memory._base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
