@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 from collections.abc import Iterator, Sequence
 
 import click
@@ -42,6 +41,7 @@ from ctxstack.memory.base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM, Usage
+from ctxstack.server.tools import find_arithmetic
 from ctxstack.tokens import TokenCounter
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -88,9 +88,6 @@ class LastContext:
 
 # --------------------------------------------------------------------------- stub script
 
-_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^]+[\s(]*[\d.]+[\s)]*)+")
-
-
 def demo_rule(request: StubRequest) -> StubReply | str:
     """How the stub plays a tool-using model for the demo tools (deterministic, no model).
 
@@ -112,9 +109,10 @@ def demo_rule(request: StubRequest) -> StubReply | str:
         previous = [m.text for m in request.messages if m.role == "assistant" and m.text]
         return previous[-1] if previous else "Done."
     lowered = text.lower()
-    match = _ARITHMETIC.search(text)
-    if match:
-        return StubReply.tool_call("calculator", {"expression": match.group(0).strip()})
+    # the service's linear scanner (a pattern here was quadratic on long digit runs)
+    expression = find_arithmetic(text)
+    if expression is not None:
+        return StubReply.tool_call("calculator", {"expression": expression})
     if "time" in lowered or "clock" in lowered:
         return StubReply.tool_call("clock", {"timezone": "UTC"})
     if "count" in lowered or "words" in lowered:

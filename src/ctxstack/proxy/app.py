@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
 from ctxstack import LLM
+from ctxstack._http_guard import RequestGuard
 from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
@@ -38,6 +39,7 @@ from ctxstack.proxy.forwarding import (
     relay,
     relay_answer,
 )
+from ctxstack.proxy.guard import failures_for, refusal, request_policy
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
@@ -92,6 +94,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         transport: an httpx transport for the upstream (tests; default: the network).
     """
     holder: dict[str, ProxyState] = {}
+    failures = failures_for(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -107,9 +110,14 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         finally:
             await state.aclose()
             await engine.dispose()
+            if failures is not None:
+                await failures.close()
 
     app = FastAPI(title="ctxstack proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    # Every route: host/origin in no-auth mode, body size, failed-token throttle.
+    app.add_middleware(RequestGuard, policy=request_policy(settings, failures),
+                       error=refusal)
 
     def st() -> ProxyState:
         return holder["state"]
@@ -135,10 +143,11 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             path = request.path_params["path"]
+            # The body streams upstream as it arrives (the guard bounds its size).
             upstream = await state.upstream.open(
                 request.method, path, query=request.url.query,
                 headers=state.upstream.request_headers(request.headers.items()),
-                content=await request.body())
+                content=_body_stream(request))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -154,6 +163,12 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
+
+
+async def _body_stream(request: Request) -> AsyncIterator[bytes]:
+    async for chunk in request.stream():
+        if chunk:
+            yield chunk
 
 
 async def _not_routed(_: Request, exc: Exception) -> Response:

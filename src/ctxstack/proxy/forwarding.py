@@ -23,6 +23,7 @@ import logging
 import re
 import socket
 from collections.abc import AsyncIterator, Iterable, Mapping
+from urllib.parse import quote, unquote
 
 import httpx
 from starlette.background import BackgroundTask
@@ -30,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ctxstack.proxy.errors import (
     ProxyError,
+    bad_request,
     error_body,
     upstream_bad_answer,
     upstream_error_status,
@@ -73,8 +75,21 @@ class Upstream:
         await self.client.aclose()
 
     def url(self, path: str) -> str:
-        """The upstream URL of ``path`` (the part after ``/v1/``)."""
-        return f"{self.base_url}/{path.lstrip('/')}"
+        """The upstream URL of ``path`` (the part after ``/v1/``, as the ASGI server
+        decoded it), always under the configured base URL: dot segments are resolved here
+        and the result re-encoded, and a path that would leave the base — after
+        percent-decoding it again and again, with ``\\`` read as ``/`` as some servers
+        do — is refused. Every wire forwards through this method (issue 30: ``/v1/..%2F
+        admin`` reached the upstream's ``/admin`` with the operator's key attached).
+
+        Raises:
+            ProxyError: 400, the path leaves the upstream's base path.
+        """
+        resolved = resolve_under_base(path)
+        if resolved is None:
+            raise bad_request("the path leaves the API's base path (dot segments are not "
+                              "allowed to climb out of /v1/)")
+        return f"{self.base_url}/{quote(resolved, safe=_PATH_SAFE)}"
 
     def request_headers(self, incoming: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The client's headers as sent upstream (see the module doc)."""
@@ -111,6 +126,47 @@ class Upstream:
         except httpx.HTTPError as exc:
             log.warning("proxy: upstream request failed (%s)", type(exc).__name__)
             raise upstream_failed() from None
+
+
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_MAX_DECODES = 8
+
+
+def resolve_under_base(path: str) -> str | None:
+    """``path`` (relative to the base) with its dot segments removed, or None when it
+    climbs above the base — in its given form or in any further percent-decoding of it
+    (an upstream or gateway that decodes once more must not see ``../`` either)."""
+    resolved = _remove_dot_segments(path)
+    if resolved is None:
+        return None
+    seen = path
+    for _ in range(_MAX_DECODES):
+        decoded = unquote(seen)
+        if _remove_dot_segments(decoded.replace("\\", "/")) is None:
+            return None
+        if decoded == seen:
+            return resolved
+        seen = decoded
+    return None  # still decoding after that many rounds: nobody sends that in good faith
+
+
+def _remove_dot_segments(path: str) -> str | None:
+    """RFC 3986 dot-segment removal on a relative path; None if it goes above its root."""
+    out: list[str] = []
+    segments = path.lstrip("/").split("/")
+    for i, segment in enumerate(segments):
+        if segment == "..":
+            if not out:
+                return None
+            out.pop()
+            if i == len(segments) - 1:
+                out.append("")
+        elif segment == ".":
+            if i == len(segments) - 1:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/".join(out)
 
 
 def response_headers(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
@@ -245,14 +301,19 @@ def error_passthrough(upstream: httpx.Response, raw: bytes,
     """
     headers = response_headers(upstream, extra, keep_length=False)
     if data is None and not _is_json(raw):
-        text = " ".join(_TAGS.sub(" ", raw.decode("utf-8", "replace")).split())[:300]
+        head = raw[:ERROR_TEXT_SCAN].decode("utf-8", "replace")
+        text = " ".join(_TAGS.sub(" ", head).split())[:300]
         err = upstream_error_status(upstream.status_code, text)
         headers = {k: v for k, v in headers.items() if k != "content-type"}
         return err.response(headers)
     return Response(raw, status_code=upstream.status_code, headers=headers)
 
 
-_TAGS = re.compile(r"<[^>]*>")
+# No ``<`` inside a tag: ``<[^>]*>`` re-scanned the rest of a body from every ``<`` in it
+# (quadratic: 100K ``<`` stalled the event loop for seconds, issue 30).
+_TAGS = re.compile(r"<[^<>]*>")
+ERROR_TEXT_SCAN = 64 * 1024
+"""Only this many leading bytes of a non-JSON error body are read for its message."""
 
 
 def _is_json(raw: bytes) -> bool:
