@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -37,7 +37,7 @@ EVIL_HOST = "rebind.attacker.example"
 # --------------------------------------------------------------------------- a recording upstream
 
 class _Recorder(BaseHTTPRequestHandler):
-    seen: list[tuple[str, str, str, int]] = []  # (method, raw path, authorization, body bytes)
+    seen: ClassVar[list[tuple[str, str, str, int]]] = []  # method, raw path, auth, bytes
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -205,7 +205,7 @@ def test_extra_allowed_hosts_are_accepted(tmp_path: Path) -> None:
                          headers={"Host": EVIL_HOST}).status_code == 403
 
 
-@pytest.mark.parametrize("host, loopback", [
+@pytest.mark.parametrize(("host", "loopback"), [
     ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("[::1]", True),
     ("localhost", True), ("LocalHost", True), ("::ffff:127.0.0.1", True),
     ("[::ffff:127.0.0.1]", True), ("0.0.0.0", False), ("192.0.2.1", False),
@@ -217,7 +217,7 @@ def test_one_is_loopback_for_service_and_proxy(host: str, loopback: bool) -> Non
     assert _net.is_loopback(host) is loopback
 
 
-@pytest.mark.parametrize("header, host", [
+@pytest.mark.parametrize(("header", "host"), [
     ("localhost:8000", "localhost"), ("[::1]:80", "::1"), ("127.0.0.1", "127.0.0.1"),
     ("Evil.Example", "evil.example"), ("[::1", ""), ("a:b", ""), ("", ""),
 ])
