@@ -34,17 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxstack import __version__
 from ctxstack._http_guard import FailureCounter, GuardPolicy, RequestGuard, failure_counter
-from ctxstack.errors import (
-    ConfigError,
-    CtxstackError,
-    FileRejectedError,
-    InputError,
-    MessageError,
-    NoRunningTurnError,
-    NotFoundError,
-    StorageError,
-    TurnBusyError,
-)
+from ctxstack.errors import ConfigError, CtxstackError, InputError, MessageError
+from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.failures import classify
 from ctxstack.server.health import LoopLagProbe
 from ctxstack.server.health import router as health_router
@@ -53,6 +44,7 @@ from ctxstack.server.settings import Settings
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, close_state, open_state
 from ctxstack.store.db import SessionFactory
+from ctxstack.store.errors import FileRejectedError, NotFoundError, StorageError
 
 log = logging.getLogger(__name__)
 

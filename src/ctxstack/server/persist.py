@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.messages import kind_metadata
+from ctxstack.messages._model import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import EVENT_NAMES, ErrorData, SseErrorEvent, SSEEvent, stored_form
