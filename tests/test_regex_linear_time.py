@@ -8,7 +8,8 @@ a function is not missed) — and feeds each adversarial families built from the
 structure: for every repeat in it, a witness of the pattern with that repeat's body run out
 to N characters (whole, without what follows, followed by junk, and as a repeated
 near-miss), and a run of every character the pattern names. Each family is timed at 10,000
-and 100,000 characters; a linear scan grows ~10x, a quadratic one ~100x. The measurement is
+and 100,000 characters; a linear scan grows ~10x, a quadratic one ~100x (a growth over 30x
+is confirmed at 200,000: ~2x more when linear, ~4x when quadratic). The measurement is
 robust to a noisy shared machine: cheap cases are screened out by an absolute bound, the
 rest repeated and the minimum taken.
 
@@ -47,6 +48,7 @@ _SCREEN_SECONDS = 0.004  # a linear scan of 10K chars is far below this
 _SLOW_AT_1K = 0.05  # a cubic pattern: stop before the 10K run takes hours
 _SLOW_AT_10K = 0.25  # super-linear beyond doubt: stop before the 100K run
 _MAX_RATIO = 30.0  # linear ~10, quadratic ~100
+_MAX_DOUBLING = 3.0  # 100K -> 200K: linear ~2, quadratic ~4
 _FLOOR_100K = 0.02  # below this at 100K nothing is a stall, whatever the ratio
 
 sre: Any = re._parser  # type: ignore[attr-defined]
@@ -281,8 +283,14 @@ def super_linear(pattern: re.Pattern[str]) -> str | None:
             t_large = _timed(pattern, large, 3)
             t_small = _timed(pattern, small, 7)
             if t_large > _FLOOR_100K and t_large / t_small > _MAX_RATIO:
-                return (f"{t_small * 1000:.1f} ms at 10K, {t_large * 1000:.1f} ms at 100K "
-                        f"(x{t_large / t_small:.0f}) on {small[:40]!r}...")
+                # Confirm at 200K: doubling costs ~2x when linear (a 10K text fits the CPU's
+                # caches and a 100K one may not, which alone can look like x20-x30), ~4x
+                # when quadratic.
+                t_double = _timed(pattern, build(200_000), 2)
+                if t_double / t_large > _MAX_DOUBLING:
+                    return (f"{t_small * 1000:.1f} ms at 10K, {t_large * 1000:.1f} ms at 100K "
+                            f"(x{t_large / t_small:.0f}), {t_double * 1000:.1f} ms at 200K "
+                            f"on {small[:40]!r}...")
     return None
 
 
