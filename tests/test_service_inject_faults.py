@@ -11,11 +11,9 @@ Both on SQLite and PostgreSQL, with the database queue and (``kill -9``) with Re
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.reliability_support import BACKENDS, PG_URL, database_env, new_conversation, stored
+from tests.reliability_support import (
+    BACKENDS,
+    database_cut,
+    database_env,
+    new_conversation,
+    stored,
+)
 from tests.reliability_support import turn as run_turn
 from tests.service_support import redis_url_or_skip, running_server, start_server
 
@@ -99,60 +103,6 @@ def test_kill_9_after_a_turn_read_an_inject_loses_nothing(
             _check_recovered(stored(client, cid), "A slow question", "Are you back?")
 
 
-@contextlib.contextmanager
-def _database_cut(backend: str, db: dict[str, str], workdir: Path) -> Iterator[None]:
-    """Writes to the service's database fail while inside: SQLite locked exclusively;
-    PostgreSQL's messages and claim tables locked in the test's own schema."""
-    if backend == "sqlite":
-        conn = sqlite3.connect(workdir / "svc.db", timeout=10, isolation_level=None)
-        conn.execute("BEGIN EXCLUSIVE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-            conn.close()
-        return
-    import asyncpg
-
-    async def hold(stop: asyncio.Event, ready: asyncio.Event) -> None:
-        conn = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg://", "postgresql://"))
-        try:
-            async with conn.transaction():
-                schema = db["CTXSTACK_DATABASE_SCHEMA"]
-                await conn.execute(f'LOCK TABLE "{schema}".messages, "{schema}".active_turns, '
-                                   f'"{schema}".conversations IN ACCESS EXCLUSIVE MODE')
-                ready.set()
-                await stop.wait()
-        finally:
-            await conn.close()
-
-    loop = asyncio.new_event_loop()
-    stop, ready = asyncio.Event(), asyncio.Event()
-    import threading
-
-    task_done = threading.Event()
-
-    def run() -> None:
-        try:
-            loop.run_until_complete(hold(stop, ready))
-        finally:
-            task_done.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not ready.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ready.is_set(), "could not lock the tables"
-    try:
-        yield
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        task_done.wait(10)
-        thread.join(10)
-        loop.close()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_database_cut_after_a_turn_read_an_inject_loses_nothing(
         backend: str, tmp_path: Path) -> None:
@@ -165,7 +115,7 @@ def test_database_cut_after_a_turn_read_an_inject_loses_nothing(
             stream, response = _open_turn(client, cid, "A question before the cut")
             _inject(client, cid)
             time.sleep(1.0)  # taken by the turn, which is still waiting for its model
-            with _database_cut(backend, db, tmp_path):
+            with database_cut(backend, db, tmp_path):
                 # the turn ends while the database refuses its save
                 lines = list(response.iter_lines())
                 stream.__exit__(None, None, None)
