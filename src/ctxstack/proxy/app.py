@@ -33,6 +33,7 @@ from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.errors import ProxyError, error_response
 from ctxstack.proxy.fitting import Fit, Fitter
 from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
     Upstream,
     error_passthrough,
     read_error,
@@ -143,11 +144,10 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             path = request.path_params["path"]
-            # The body streams upstream as it arrives (the guard bounds its size).
+            headers = state.upstream.request_headers(request.headers.items())
             upstream = await state.upstream.open(
-                request.method, path, query=request.url.query,
-                headers=state.upstream.request_headers(request.headers.items()),
-                content=_body_stream(request))
+                request.method, path, query=request.url.query, headers=headers,
+                content=_forwarded_body(request, headers))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -163,6 +163,22 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
+
+
+def _forwarded_body(request: Request, headers: list[tuple[str, str]],
+                    ) -> bytes | AsyncIterator[bytes]:
+    """The client's body as it arrives, never buffered (the guard bounds its size): with
+    its ``Content-Length`` when it declared one, chunked when it was chunked, and no body
+    at all when it had none (a GET stays a plain GET upstream)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit():
+        if length == "0":
+            return b""
+        headers.append(("content-length", length))
+        return _body_stream(request)
+    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return _body_stream(request)
+    return b""
 
 
 async def _body_stream(request: Request) -> AsyncIterator[bytes]:
@@ -229,7 +245,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
             answer = await relay_answer(upstream, extra)
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)

@@ -247,14 +247,23 @@ def upstream_timeout_seconds(upstream: httpx.Response) -> float:
     return float(read) if isinstance(read, int | float) else 0.0
 
 
-async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
-    """Read a response whole: its (decoded) bytes and its JSON (None if not JSON).
+ERROR_BODY_LIMIT = 4 * 1024 * 1024
+"""An upstream error body is read up to this many bytes (the rest is not waited for)."""
+
+
+async def read_error(upstream: httpx.Response, *, limit: int | None = None,
+                     ) -> tuple[bytes, object]:
+    """Read a response whole (or its first ``limit`` bytes): its (decoded) bytes and its
+    JSON (None if not JSON, or cut at ``limit``).
 
     Raises:
         ProxyError: the body could not be read (502/504).
     """
     try:
-        raw = await upstream.aread()
+        if limit is None:
+            raw = await upstream.aread()
+        else:
+            raw = await _read_at_most(upstream, limit)
     except httpx.TimeoutException:
         raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
     except httpx.HTTPError:
@@ -265,6 +274,17 @@ async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
         return raw, json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return raw, None
+
+
+async def _read_at_most(upstream: httpx.Response, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in upstream.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)[:limit]
 
 
 async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
