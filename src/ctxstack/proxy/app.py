@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
@@ -71,11 +72,13 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
         await self.budgets.aclose()
         await self.upstream.aclose()
+        await self.anthropic.aclose()
         await self.summarizers.aclose()
 
 
@@ -129,6 +132,12 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     async def chat_completions(request: Request) -> Response:
         return await _chat(st(), request)
 
+    async def anthropic_messages(request: Request) -> Response:
+        return await anthropic_routes.handle(st(), request, count_only=False)
+
+    async def anthropic_count_tokens(request: Request) -> Response:
+        return await anthropic_routes.handle(st(), request, count_only=True)
+
     async def passthrough(request: Request) -> Response:
         state = st()
         try:
@@ -152,6 +161,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/messages", anthropic_messages, methods=["POST"])
+    app.add_route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"])
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 
