@@ -1,4 +1,7 @@
-"""The stub's FastAPI app: script state, OpenAI wire format (JSON and SSE), fault replies."""
+"""The stub's FastAPI app: script state, OpenAI wire format (JSON and SSE), fault replies.
+
+The Anthropic Messages wire is served from the same script by
+:mod:`ctxstack.llm.stub.anthropic`."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from ctxstack.errors import ConfigError, MessageError
+from ctxstack.llm.stub.anthropic import add_routes as add_anthropic_routes
 from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
@@ -208,6 +212,10 @@ class _SSEResponse(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+SSEResponse = _SSEResponse
+"""The event-stream response the other wires' routes use too."""
+
+
 # --------------------------------------------------------------------------- app
 def create_app(state: StubState) -> FastAPI:
     """The FastAPI app serving ``state``'s script (used by :class:`StubServer` and the CLI)."""
@@ -258,6 +266,7 @@ def create_app(state: StubState) -> FastAPI:
     # parameters to solve or schema to publish, and FastAPI's per-request dependency and
     # endpoint machinery was a share of the stub's CPU per model call (issue 15).
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    add_anthropic_routes(app, state)  # POST /v1/messages, /v1/messages/count_tokens
 
     if state.max_recorded != 0:  # GET /_stub/requests
         app.state.request_log = install_recording(
