@@ -116,7 +116,8 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> Units:
                     Unit("user", i, rest,
                          opaque=any(b.get("type") not in KNOWN_USER for b in rest)))
         per_message.append(len(units) - before)
-    return Units(dicts, units, [dict(m) for m in messages], per_message)
+    return Units(dicts, units, [m if isinstance(m, dict) else dict(m) for m in messages],
+                 per_message)
 
 
 def system_text(system: object) -> str:
