@@ -35,12 +35,13 @@ from ctxstack.errors import CtxstackError
                    "[default: 600, env CTXSTACK_PROXY_TIMEOUT].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def proxy(upstream: str, anthropic_upstream: str | None, host: str, port: int, workers: int, auth: bool | None,
-          forward_auth: bool, timeout: float | None, log_level: str) -> None:
+def proxy(upstream: str, anthropic_upstream: str | None, host: str, port: int, workers: int,
+          auth: bool | None, forward_auth: bool, timeout: float | None, log_level: str) -> None:
     """Run an OpenAI-compatible proxy that keeps every chat within its model's budget.
 
     \b
-    Point any client's base URL at http://HOST:PORT/v1. Environment:
+    Point any client's base URL at http://HOST:PORT/v1 (Anthropic clients, Claude Code:
+    ANTHROPIC_BASE_URL=http://HOST:PORT). Environment:
       LLM_API_KEY             the upstream key (never accepted from clients)
       FAST_LLM_BASE_URL, FAST_LLM_API_KEY, FAST_LLM_MODEL   the summariser
                               (default: the upstream, with each request's model)

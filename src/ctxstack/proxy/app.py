@@ -132,12 +132,6 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     async def chat_completions(request: Request) -> Response:
         return await _chat(st(), request)
 
-    async def anthropic_messages(request: Request) -> Response:
-        return await anthropic_routes.handle(st(), request, count_only=False)
-
-    async def anthropic_count_tokens(request: Request) -> Response:
-        return await anthropic_routes.handle(st(), request, count_only=True)
-
     async def passthrough(request: Request) -> Response:
         state = st()
         try:
@@ -161,8 +155,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
-    app.add_route("/v1/messages", anthropic_messages, methods=["POST"])
-    app.add_route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"])
+    anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 

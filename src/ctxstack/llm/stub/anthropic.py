@@ -29,18 +29,31 @@ import hashlib
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ctxstack.errors import MessageError
 from ctxstack.llm.stub.replies import StubReply, StubRequest, ids, stub_usage
+from ctxstack.llm.stub.sse import SSEResponse
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
-if TYPE_CHECKING:
-    from ctxstack.llm.stub.app import StubState
+
+class ScriptState(Protocol):
+    """What the routes use of the stub's :class:`~ctxstack.llm.stub.app.StubState` (a
+    protocol, so this module does not import the app that imports it)."""
+
+    model: str
+    api_key: str | None
+    delay: float
+
+    def record(self, request: StubRequest) -> None: ...
+
+    def next_reply(self, request: StubRequest) -> StubReply: ...
+
+    async def sleep(self, seconds: float) -> None: ...
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -209,7 +222,7 @@ def _usage(request: StubRequest, reply: StubReply) -> dict[str, Any]:
             "output_tokens": completion}
 
 
-def message_json(state: StubState, request: StubRequest, reply: StubReply) -> dict[str, Any]:
+def message_json(state: ScriptState, request: StubRequest, reply: StubReply) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": f"msg_stub_{next(ids)}", "type": "message", "role": "assistant",
         "model": str(request.body.get("model") or state.model),
@@ -220,7 +233,7 @@ def message_json(state: StubState, request: StubRequest, reply: StubReply) -> di
     return body
 
 
-def sse_events(state: StubState, request: StubRequest, reply: StubReply) -> list[str]:
+def sse_events(state: ScriptState, request: StubRequest, reply: StubReply) -> list[str]:
     """Every event of a streamed answer, in order, each ``event: …\\ndata: …\\n\\n``."""
     def event(data: dict[str, Any]) -> str:
         return f"event: {data['type']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
@@ -265,10 +278,8 @@ def sse_events(state: StubState, request: StubRequest, reply: StubReply) -> list
     return events
 
 
-def add_routes(app: FastAPI, state: StubState) -> None:
+def add_routes(app: FastAPI, state: ScriptState) -> None:
     """Serve ``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` from ``state``."""
-    from ctxstack.llm.stub.app import SSEResponse
-
     async def parse(http: Request) -> tuple[StubRequest | None, Response | None]:
         headers = {k.lower(): v for k, v in http.headers.items()}
         path: str = http.scope["path"]
@@ -327,7 +338,7 @@ def add_routes(app: FastAPI, state: StubState) -> None:
     app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
 
 
-async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
+async def _paced(state: ScriptState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
     for i, data in enumerate(events):
         if reply.chunk_delay and i:
             await state.sleep(reply.chunk_delay)

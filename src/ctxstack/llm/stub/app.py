@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.llm.stub.anthropic import add_routes as add_anthropic_routes
@@ -30,6 +29,7 @@ from ctxstack.llm.stub.replies import (
     ids,
     stub_usage,
 )
+from ctxstack.llm.stub.sse import SSEResponse
 from ctxstack.messages import from_openai_messages
 
 
@@ -190,30 +190,6 @@ def _sse_events(state: StubState, request: StubRequest, reply: StubReply) -> lis
     return events
 
 
-class _SSEResponse(Response):
-    """Server-Sent Events written straight to ASGI, so a stream can be cut mid-way.
-
-    A cut returns without the final empty body message: uvicorn then closes the socket
-    and the client sees an incomplete chunked body, as with a real dropped connection.
-    """
-
-    def __init__(self, events: AsyncIterator[bytes], *, complete: bool) -> None:
-        super().__init__(media_type="text/event-stream")
-        self._events = events
-        self._complete = complete
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache")]})
-        async for data in self._events:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-        if self._complete:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-SSEResponse = _SSEResponse
-"""The event-stream response the other wires' routes use too."""
 
 
 # --------------------------------------------------------------------------- app
@@ -259,7 +235,7 @@ def create_app(state: StubState) -> FastAPI:
         events = _sse_events(state, request, reply)
         if reply.drop_after is not None:
             events = events[: max(0, reply.drop_after)]
-        return _SSEResponse(_paced(state, events, reply),
+        return SSEResponse(_paced(state, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
 
     # A plain Starlette route, not a FastAPI one: it takes the raw request and has no

@@ -22,10 +22,11 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -34,7 +35,7 @@ from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic.errors import from_proxy_error
 from ctxstack.proxy.anthropic.relay import error_passthrough, relay_message
 from ctxstack.proxy.anthropic.summarizer import AnthropicSummarizer
-from ctxstack.proxy.anthropic.units import Units, render, to_units
+from ctxstack.proxy.anthropic.units import RequestUnits, render, to_units
 from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_request
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.errors import ProxyError
@@ -64,12 +65,26 @@ class AnthropicWire:
         await self.upstream.aclose()
 
 
+def add_routes(app: Starlette, state: Callable[[], Any]) -> None:
+    """Serve the two routes on ``app``; ``state()`` is the app's ``ProxyState`` (built in
+    its lifespan). Added before the app's ``/v1/{path}`` passthrough, which they precede."""
+
+    async def messages(request: Request) -> Response:
+        return await handle(state(), request, count_only=False)
+
+    async def count_tokens(request: Request) -> Response:
+        return await handle(state(), request, count_only=True)
+
+    app.add_route("/v1/messages", messages, methods=["POST"])
+    app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
+
+
 @dataclasses.dataclass
 class _Plan:
     """What one request needs across the fit and the retry."""
 
     request: MessagesRequest
-    units: Units | None
+    units: RequestUnits | None
     chat: CompletionRequest | None
     salt: str
     summarizer: LLM | None

@@ -48,7 +48,7 @@ KNOWN_USER = frozenset({"text", "image", "document", "tool_result"})
 
 
 @dataclass
-class Unit:
+class BlockRun:
     """What one unit stands for: message ``msg``'s ``blocks`` (the client's dicts)."""
 
     kind: str  # "system", "user", "tool", "assistant"
@@ -59,11 +59,11 @@ class Unit:
 
 
 @dataclass
-class Units:
+class RequestUnits:
     """The units of one request: their Chat-shaped dicts and what each stands for."""
 
     dicts: list[dict[str, Any]]
-    units: list[Unit]
+    units: list[BlockRun]
     messages: list[dict[str, Any]]
     per_message: list[int]
     """How many units each client message became."""
@@ -72,20 +72,20 @@ class Units:
         return WireConversation(self.dicts)
 
 
-def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> Units:
+def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUnits:
     """Cut a validated request into units (see the module doc)."""
     dicts: list[dict[str, Any]] = []
-    units: list[Unit] = []
+    units: list[BlockRun] = []
     per_message: list[int] = []
 
-    def add(d: dict[str, Any], unit: Unit) -> None:
+    def add(d: dict[str, Any], unit: BlockRun) -> None:
         d[UNIT_KEY] = len(units)
         dicts.append(d)
         units.append(unit)
 
     text = system_text(system)
     if text:
-        add({"role": "system", "content": text}, Unit("system", -1, []))
+        add({"role": "system", "content": text}, BlockRun("system", -1, []))
     for i, m in enumerate(messages):
         before = len(units)
         content = m.get("content")
@@ -101,7 +101,7 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> Units:
                     {"id": c["id"], "type": "function",
                      "function": {"name": c["name"], "arguments": json.dumps(
                          c.get("input", {}), ensure_ascii=False)}} for c in calls]
-            add(d, Unit("assistant", i, blocks,
+            add(d, BlockRun("assistant", i, blocks,
                         opaque=any(b.get("type") not in KNOWN_ASSISTANT for b in blocks),
                         call_ids=[c["id"] for c in calls]))
         else:
@@ -110,13 +110,13 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> Units:
                 if b.get("type") == "tool_result":
                     add({"role": "tool", "tool_call_id": b["tool_use_id"],
                          "content": _result_view(b.get("content"))},
-                        Unit("tool", i, [b]))
+                        BlockRun("tool", i, [b]))
             if rest:
                 add({"role": "user", "content": [_user_part(b) for b in rest]},
-                    Unit("user", i, rest,
+                    BlockRun("user", i, rest,
                          opaque=any(b.get("type") not in KNOWN_USER for b in rest)))
         per_message.append(len(units) - before)
-    return Units(dicts, units, [m if isinstance(m, dict) else dict(m) for m in messages],
+    return RequestUnits(dicts, units, [m if isinstance(m, dict) else dict(m) for m in messages],
                  per_message)
 
 
@@ -198,7 +198,7 @@ class _Piece:
     unit: int | None  # the unit index when the client's own, unchanged
 
 
-def render(units: Units, fitted: Iterable[Mapping[str, Any]],
+def render(units: RequestUnits, fitted: Iterable[Mapping[str, Any]],
            system: object = None, tools: object = None) -> list[dict[str, Any]]:
     """The Anthropic ``messages`` for the fitter's list (see the module doc)."""
     pieces: list[_Piece] = []
@@ -236,7 +236,7 @@ def _text_of(content: object) -> str:
     return ""
 
 
-def _changed_blocks(unit: Unit, d: Mapping[str, Any]) -> list[Any]:
+def _changed_blocks(unit: BlockRun, d: Mapping[str, Any]) -> list[Any]:
     """The blocks of a unit the guard changed: a cleared or cut tool output keeps its
     ``tool_result`` block's other fields; a cut text becomes one text block, with the
     client's tool calls, images and documents kept as sent."""
@@ -250,7 +250,7 @@ def _changed_blocks(unit: Unit, d: Mapping[str, Any]) -> list[Any]:
     return out
 
 
-def _merge(units: Units, pieces: list[_Piece]) -> list[dict[str, Any]]:
+def _merge(units: RequestUnits, pieces: list[_Piece]) -> list[dict[str, Any]]:
     """Consecutive same-role pieces as one message: the client's own message dict when the
     group is exactly all of one message's units unchanged, else a new message with the
     blocks in order (``tool_result`` blocks first in a user message)."""
