@@ -31,7 +31,8 @@ def test_the_guides_offline_commands_run_as_written(tmp_path: Path) -> None:
     pytest.importorskip("anthropic")
     stub_port, proxy_port = free_port(), free_port()
     shell, python = blocks("bash")[0], blocks("python")[0]
-    assert "ctxstack proxy" in shell and "--anthropic-upstream" in shell
+    assert "ctxstack proxy" in shell
+    assert "--anthropic-upstream" in shell
     assert 'base_url="http://127.0.0.1:8787"' in python
 
     def ports(text: str) -> str:

@@ -119,7 +119,8 @@ def test_sdk_create_stream_and_thinking_signatures(client: anthropic.Anthropic,
                                   messages=[{"role": "user", "content": "hello"}])
     assert [b.type for b in made.content] == ["thinking", "text"]
     thinking = made.content[0]
-    assert thinking.type == "thinking" and thinking.signature.startswith("sig-")
+    assert thinking.type == "thinking"
+    assert thinking.signature.startswith("sig-")
     events: list[str] = []
     with client.messages.stream(model=MODEL, max_tokens=64, system=SYSTEM, messages=[
             {"role": "user", "content": "hello"},
@@ -127,8 +128,10 @@ def test_sdk_create_stream_and_thinking_signatures(client: anthropic.Anthropic,
             {"role": "user", "content": "and again"}]) as stream:
         events.extend(event.type for event in stream)
         final = stream.get_final_message()
-    assert events[0] == "message_start" and events[-1] == "message_stop"
-    assert "content_block_delta" in events and "message_delta" in events
+    assert events[0] == "message_start"
+    assert events[-1] == "message_stop"
+    assert "content_block_delta" in events
+    assert "message_delta" in events
     assert final.content[-1].type == "text"
     assert final.content[-1].text.startswith("Answer to: and again")
     # The earlier thinking block went upstream with its signature, byte-identical.
@@ -149,7 +152,7 @@ def test_count_tokens_within_budget_is_the_upstreams_count(client: anthropic.Ant
 
 def test_count_tokens_answers_for_the_request_as_forwarded(client: anthropic.Anthropic,
                                                            upstream: StubServer) -> None:
-    messages = long_history(40) + [{"role": "user", "content": "What was the growth?"}]
+    messages = [*long_history(40), {"role": "user", "content": "What was the growth?"}]
     full = httpx.post(f"{upstream.url}/v1/messages/count_tokens",
                       json={"model": MODEL, "messages": messages}).json()["input_tokens"]
     httpx.delete(f"{upstream.url}/_stub/requests")

@@ -79,7 +79,8 @@ def test_a_changed_thinking_turn_is_dropped_whole_with_its_results() -> None:
     fitted = [units.dicts[0], cut, *units.dicts[2:]]
     out = render(units, fitted)
     text = json.dumps(out)
-    assert "sig-AAA" not in text and "toolu_1" not in text
+    assert "sig-AAA" not in text
+    assert "toolu_1" not in text
     assert sequence_problems({"messages": out}) == []
     assert out[-1] is messages[-1]
 
@@ -174,3 +175,29 @@ def test_unknown_fields_and_blocks_are_accepted() -> None:
     assert request.body == body
     units = to_units(None, request.messages)
     assert UNIT_KEY in units.dicts[0]
+
+
+async def test_a_long_thinking_turn_within_budget_is_forwarded_unchanged() -> None:
+    from ctxstack.proxy.fitting import Fitter
+    from ctxstack.proxy.request import CompletionRequest
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    long_thought = {"type": "thinking", "thinking": "step " * 15_000, "signature": "sig-L"}
+    messages = [
+        {"role": "user", "content": "Plan it."},
+        {"role": "assistant", "content": [long_thought, {
+            "type": "tool_use", "id": "toolu_9", "name": "run", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9",
+                                      "content": "done"}]},
+    ]
+    units = to_units(None, messages)
+    request = CompletionRequest(b"{}", {"messages": messages}, "m", units.conversation())
+    fit = await Fitter(DEFAULT_COUNTER, None, summary_timeout=5).fit(
+        request, 100_000, salt="s", summarizer=None)
+    assert fit.messages is None  # 75,000 characters of thinking, within budget: as sent
+    # Over budget it is kept whole or dropped whole, never cut.
+    small = await Fitter(DEFAULT_COUNTER, None, summary_timeout=5).fit(
+        request, 2_000, salt="s", summarizer=None)
+    out = render(units, small.messages or [])
+    assert all(m is messages[1] for m in out if m["role"] == "assistant")
+    assert sequence_problems({"messages": out}) == []

@@ -69,7 +69,37 @@ class RequestUnits:
     """How many units each client message became."""
 
     def conversation(self) -> WireConversation:
-        return WireConversation(self.dicts)
+        return OpaqueAwareConversation(
+            self.dicts, {i for i, u in enumerate(self.units) if u.opaque})
+
+
+class OpaqueAwareConversation(WireConversation):
+    """A :class:`WireConversation` whose opaque units are never cut by the guard.
+
+    A turn holding ``thinking`` (tens of thousands of characters with a large thinking
+    budget) or a web search result may be longer than the cut size; cut, it could only be
+    dropped whole — and within budget, or in the middle of a tool loop, that would lose
+    what the client sent for nothing. So opaque units do not count as "too long to forward
+    unchanged", and the guard's cut size is raised above the longest of them, as it is
+    for the system prompt and the last user message: they are kept, summarised or
+    dropped whole, never cut.
+    """
+
+    __slots__ = ("opaque",)
+
+    def __init__(self, messages: list[dict[str, Any]], opaque: set[int]) -> None:
+        super().__init__(messages)
+        self.opaque = opaque
+
+    def longest_protected(self) -> int:
+        longest = max((len(self.view(i).text) for i in self.opaque), default=0)
+        return max(super().longest_protected(), longest)
+
+    def longest_text(self, start: int = 0) -> int:
+        if not self.opaque:
+            return super().longest_text(start)
+        rest = [m for i, m in enumerate(self.messages) if i >= start and i not in self.opaque]
+        return WireConversation(rest).longest_text() if rest else 0
 
 
 def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUnits:
