@@ -372,3 +372,20 @@ def test_a_second_overflow_passes_through(client: anthropic.Anthropic,
         client.messages.create(model=MODEL, max_tokens=64, messages=[
             *long_history(4), {"role": "user", "content": "q"}])
     assert len(forwarded(upstream)) == 2
+
+
+def test_checkpoints_are_never_shared_across_keys(proxy: ProxyProcess,
+                                                  upstream: StubServer) -> None:
+    messages = [*long_history(40), {"role": "user", "content": "What was the growth?"}]
+
+    def send(key: str, history: list[dict[str, Any]]) -> str:
+        response = httpx.post(f"{proxy.url}/v1/messages", timeout=30, headers={"x-api-key": key},
+                              json={"model": MODEL, "max_tokens": 64, "messages": history})
+        assert response.status_code == 200, response.text
+        return parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"]
+
+    assert send("sk-ant-alice", messages) == "llm"
+    longer = [*messages, {"role": "assistant", "content": "3.2%"},
+              {"role": "user", "content": "And the order?"}]
+    assert send("sk-ant-bob", longer) == "llm"  # Bob's key: Alice's summary is not his
+    assert send("sk-ant-alice", longer) == "checkpoint"
