@@ -201,11 +201,17 @@ def test_growing_80_turn_conversation_stays_within_budget_and_valid(
         ask = f"Turn {turn}: {FILLER}" + (" Please look it up." if turn % 3 == 0 else "")
         messages.append({"role": "user", "content": ask})
         while True:
-            raw = client.messages.with_raw_response.create(
-                model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS, messages=messages)
-            methods.append(parse_compaction_header(raw.headers["x-ctxstack-compaction"])[
-                "method"])
-            answer = raw.parse()
+            if turn % 4 == 1:  # some turns streamed: the same fitting, relayed as SSE
+                with client.messages.stream(model=MODEL, max_tokens=256, system=SYSTEM,
+                                            tools=TOOLS, messages=messages) as stream:
+                    header = stream.response.headers["x-ctxstack-compaction"]
+                    answer = stream.get_final_message()
+            else:
+                raw = client.messages.with_raw_response.create(
+                    model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS, messages=messages)
+                header = raw.headers["x-ctxstack-compaction"]
+                answer = raw.parse()
+            methods.append(parse_compaction_header(header)["method"])
             content = [b.model_dump() for b in answer.content]
             messages.append({"role": "assistant", "content": content})
             sent_assistants.add(json.dumps(messages[-1]))
