@@ -201,3 +201,17 @@ async def test_a_long_thinking_turn_within_budget_is_forwarded_unchanged() -> No
     out = render(units, small.messages or [])
     assert all(m is messages[1] for m in out if m["role"] == "assistant")
     assert sequence_problems({"messages": out}) == []
+
+
+def test_counts_with_the_cache_equal_the_counts_without() -> None:
+    from ctxstack.proxy.anthropic.units import CountCache
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    messages = conversation()
+    cache = CountCache()
+    plain = to_units("sys", messages).conversation().tokens(DEFAULT_COUNTER)
+    first = to_units("sys", messages).conversation(cache).tokens(DEFAULT_COUNTER)
+    again = to_units("sys", messages).conversation(cache)
+    assert plain == first == again.tokens(DEFAULT_COUNTER)
+    assert again.messages[2].get("tool_calls")
+    assert again._views[2] is None  # the assistant unit with a call: no view built

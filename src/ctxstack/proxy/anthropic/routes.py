@@ -35,7 +35,7 @@ from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic.errors import from_proxy_error
 from ctxstack.proxy.anthropic.relay import error_passthrough, relay_message
 from ctxstack.proxy.anthropic.summarizer import AnthropicSummarizer
-from ctxstack.proxy.anthropic.units import RequestUnits, render, to_units
+from ctxstack.proxy.anthropic.units import CountCache, RequestUnits, render, to_units
 from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_request
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.errors import ProxyError
@@ -60,6 +60,7 @@ class AnthropicWire:
                                  forward_auth=True, timeout=settings.timeout,
                                  connect_timeout=settings.connect_timeout, transport=transport)
         self.auth = TokenAuth(factory, required=settings.auth == "token", forward_auth=True)
+        self.counts = CountCache()
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
@@ -88,6 +89,7 @@ class _Plan:
     chat: CompletionRequest | None
     salt: str
     summarizer: LLM | None
+    counts: CountCache | None = None
 
 
 async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
@@ -105,7 +107,8 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
         budget = model_budget.usable_input_tokens
         summarizer, own = _summarizer(state, wire, req.model, model_budget, request)
         try:
-            plan = _Plan(req, None, None, _salt(caller, request.headers), summarizer)
+            plan = _Plan(req, None, None, _salt(caller, request.headers), summarizer,
+                         wire.counts)
             body, fit = await _fit(state.fitter, plan, budget, state, limit=None)
             state.stats.fitted(fit)
             return await _forward(state, wire, request, plan, body, fit, budget, started,
@@ -150,7 +153,7 @@ async def _fit(fitter: Fitter, plan: _Plan, budget: int, state: Any,
         if plan.units is None or plan.chat is None:
             plan.units = to_units(req.body.get("system"), req.messages)
             plan.chat = CompletionRequest(req.raw, req.body, req.model,
-                                          plan.units.conversation())
+                                          plan.units.conversation(plan.counts))
         if limit is None:
             fit = await fitter.fit(plan.chat, budget, salt=plan.salt,
                                    summarizer=plan.summarizer)

@@ -68,9 +68,35 @@ class RequestUnits:
     per_message: list[int]
     """How many units each client message became."""
 
-    def conversation(self) -> WireConversation:
+    def conversation(self, counts: CountCache | None = None) -> WireConversation:
         return OpaqueAwareConversation(
-            self.dicts, {i for i, u in enumerate(self.units) if u.opaque})
+            self.dicts, {i for i, u in enumerate(self.units) if u.opaque}, counts)
+
+
+class CountCache:
+    """Token counts of assistant units with tool calls, remembered across requests.
+
+    Clients resend the whole history on every request, and a unit with tool calls can only
+    be counted through its guard view (a pydantic model: most of the cost of a request
+    that is within budget). Its count depends only on its text and calls, so it is
+    remembered under those (per counter), and the next request of the conversation pays a
+    dictionary lookup. Bounded by the characters of the texts it holds (cleared beyond).
+    """
+
+    def __init__(self, max_chars: int = 16_000_000) -> None:
+        self.max_chars = max_chars
+        self._counts: dict[tuple[object, ...], int] = {}
+        self._chars = 0
+
+    def get(self, key: tuple[object, ...]) -> int | None:
+        return self._counts.get(key)
+
+    def put(self, key: tuple[object, ...], count: int, chars: int) -> None:
+        if self._chars + chars > self.max_chars:
+            self._counts.clear()
+            self._chars = 0
+        self._counts[key] = count
+        self._chars += chars
 
 
 class OpaqueAwareConversation(WireConversation):
@@ -85,11 +111,42 @@ class OpaqueAwareConversation(WireConversation):
     dropped whole, never cut.
     """
 
-    __slots__ = ("opaque",)
+    __slots__ = ("cache", "opaque")
 
-    def __init__(self, messages: list[dict[str, Any]], opaque: set[int]) -> None:
+    def __init__(self, messages: list[dict[str, Any]], opaque: set[int],
+                 cache: CountCache | None = None) -> None:
         super().__init__(messages)
         self.opaque = opaque
+        self.cache = cache
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """As :meth:`WireConversation.tokens`, with the counts of assistant units with
+        tool calls taken from the :class:`CountCache` when one is given."""
+        overhead = getattr(counter, "message_overhead", None)
+        if self.cache is None or not isinstance(overhead, int):
+            return super().tokens(counter)
+        counts: list[int] = []
+        count_text = counter.count_text
+        for i, m in enumerate(self.messages):
+            content = m.get("content")
+            calls = m.get("tool_calls")
+            if isinstance(content, str) and not calls:
+                counts.append(overhead + count_text(content))
+                continue
+            key: tuple[object, ...] | None = None
+            if isinstance(content, str) and isinstance(calls, list):
+                key = (counter.cache_key, m.get("role"), content, *(
+                    (c["id"], c["function"]["name"], c["function"]["arguments"])
+                    for c in calls))
+            found = self.cache.get(key) if key is not None else None
+            if found is None:
+                found = counter.count_message(self.view(i))
+                if key is not None:
+                    self.cache.put(key, found, len(content) + sum(
+                        len(c["function"]["arguments"]) for c in calls))
+            counts.append(found)
+        self.counts = counts
+        return sum(counts)
 
     def longest_protected(self) -> int:
         longest = max((len(self.view(i).text) for i in self.opaque), default=0)
@@ -142,7 +199,12 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
                          "content": _result_view(b.get("content"))},
                         BlockRun("tool", i, [b]))
             if rest:
-                add({"role": "user", "content": [_user_part(b) for b in rest]},
+                texts = [b.get("text") for b in rest if b.get("type") == "text"]
+                view: object = ("\n".join(str(t) for t in texts)
+                                if len(texts) == len(rest) and all(isinstance(t, str)
+                                                                   for t in texts)
+                                else [_user_part(b) for b in rest])
+                add({"role": "user", "content": view},
                     BlockRun("user", i, rest,
                          opaque=any(b.get("type") not in KNOWN_USER for b in rest)))
         per_message.append(len(units) - before)
