@@ -215,3 +215,35 @@ def test_counts_with_the_cache_equal_the_counts_without() -> None:
     assert plain == first == again.tokens(DEFAULT_COUNTER)
     assert again.messages[2].get("tool_calls")
     assert again._views[2] is None  # the assistant unit with a call: no view built
+
+
+async def test_images_and_documents_are_counted_and_forwarded_as_sent() -> None:
+    import base64
+
+    from ctxstack.proxy.fitting import Fitter
+    from ctxstack.proxy.request import CompletionRequest
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64).decode()
+    pdf = base64.b64encode(b"%PDF-1.4 " + b"x" * 4000).decode()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": png}}
+    document = {"type": "document", "source": {"type": "base64",
+                                               "media_type": "application/pdf", "data": pdf}}
+    messages: list[dict[str, Any]] = []
+    for i in range(30):
+        messages += [{"role": "user", "content": [image, {"type": "text",
+                                                          "text": f"q{i} " + "word " * 200}]},
+                     {"role": "assistant", "content": f"a{i} " + "word " * 200}]
+    messages.append({"role": "user", "content": [document, {"type": "text", "text": "Read."}]})
+    units = to_units(None, messages)
+    request = CompletionRequest(b"{}", {"messages": messages}, "m", units.conversation())
+    fit = await Fitter(DEFAULT_COUNTER, None, summary_timeout=5).fit(
+        request, 4_000, salt="s", summarizer=None)
+    out = render(units, fit.messages or [])
+    assert out[-1] is messages[-1]  # the document, as sent
+    assert sequence_problems({"messages": out}) == []
+    for m in out:
+        for block in m["content"] if isinstance(m["content"], list) else []:
+            if block.get("type") == "image":
+                assert block is image
