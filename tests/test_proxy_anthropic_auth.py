@@ -72,3 +72,22 @@ def test_the_token_stays_at_the_proxy_and_the_clients_key_goes_through(
     assert "x-ctxstack-api-key" not in seen.headers
     assert token not in str(seen.headers)
     assert UPSTREAM_KEY not in str(seen.headers)  # the OpenAI wire's key never goes here
+
+
+def test_other_anthropic_routes_go_to_the_anthropic_upstream_unchanged(
+        guarded: ProxyProcess, echo: StubServer, token: str) -> None:
+    headers = {"authorization": "Bearer sk-ant-client", "anthropic-version": "2023-06-01",
+               "x-ctxstack-api-key": token}
+    httpx.delete(f"{echo.url}/_stub/requests")
+    models = httpx.get(f"{guarded.url}/v1/models?limit=5", headers=headers)
+    batch = httpx.post(f"{guarded.url}/v1/messages/batches", headers=headers,
+                       content=b'{"requests": []}')
+    assert models.status_code == 200
+    assert batch.status_code == 404  # the stub has no batches: its own 404, relayed
+    seen = httpx.get(f"{echo.url}/_stub/requests").json()["requests"]
+    assert [(r["path"], r["query"]) for r in seen] == [("/v1/models", "limit=5"),
+                                                        ("/v1/messages/batches", "")]
+    for r in seen:  # the client's key, not LLM_API_KEY; the proxy token never leaves
+        assert r["headers"]["authorization"] == "Bearer sk-ant-client"
+        assert "x-ctxstack-api-key" not in r["headers"]
+    assert seen[1]["body"] == '{"requests": []}'

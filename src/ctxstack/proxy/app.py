@@ -134,6 +134,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
 
     async def passthrough(request: Request) -> Response:
         state = st()
+        if "anthropic-version" in request.headers:  # an Anthropic client's other routes
+            return await anthropic_routes.passthrough(state, request)
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")

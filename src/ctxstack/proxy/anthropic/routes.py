@@ -40,7 +40,7 @@ from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_reques
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, read_error
+from ctxstack.proxy.forwarding import Upstream, read_error, relay
 from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import fit_headers, log_event
@@ -76,8 +76,37 @@ def add_routes(app: Starlette, state: Callable[[], Any]) -> None:
     async def count_tokens(request: Request) -> Response:
         return await handle(state(), request, count_only=True)
 
+    async def other(request: Request) -> Response:
+        return await passthrough(state(), request)
+
     app.add_route("/v1/messages", messages, methods=["POST"])
     app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
+    app.add_route("/v1/messages/{path:path}", other, methods=PASSTHROUGH_METHODS)
+
+
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+async def passthrough(state: Any, request: Request) -> Response:
+    """Any other Anthropic request (``/v1/messages/batches…``, or a ``/v1/`` route called
+    with an ``anthropic-version`` header, such as ``/v1/models``): forwarded unchanged to
+    the Anthropic upstream, the client's credentials included; answered as received."""
+    wire: AnthropicWire = state.anthropic
+    path = request.url.path.removeprefix("/v1/")
+    try:
+        await wire.auth.caller(request.headers)
+        state.stats.bump("passthrough")
+        upstream = await wire.upstream.open(
+            request.method, path, query=request.url.query,
+            headers=wire.upstream.request_headers(request.headers.items()),
+            content=await request.body())
+        log_event("passthrough", wire=WIRE, method=request.method, path=f"/v1/{path}",
+                  status=upstream.status_code)
+        return await relay(upstream)
+    except ProxyError as exc:
+        log_event("passthrough", wire=WIRE, method=request.method, status=exc.status,
+                  error=exc.code or exc.type)
+        return from_proxy_error(exc)
 
 
 @dataclasses.dataclass

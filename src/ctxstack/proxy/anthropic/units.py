@@ -134,16 +134,17 @@ class OpaqueAwareConversation(WireConversation):
                 counts.append(overhead + count_text(content))
                 continue
             key: tuple[object, ...] | None = None
+            chars = 0
             if isinstance(content, str) and isinstance(calls, list):
                 key = (counter.cache_key, m.get("role"), content, *(
                     (c["id"], c["function"]["name"], c["function"]["arguments"])
                     for c in calls))
+                chars = len(content) + sum(len(c["function"]["arguments"]) for c in calls)
             found = self.cache.get(key) if key is not None else None
             if found is None:
                 found = counter.count_message(self.view(i))
                 if key is not None:
-                    self.cache.put(key, found, len(content) + sum(
-                        len(c["function"]["arguments"]) for c in calls))
+                    self.cache.put(key, found, chars)
             counts.append(found)
         self.counts = counts
         return sum(counts)
