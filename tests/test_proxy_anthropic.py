@@ -225,6 +225,10 @@ def test_growing_80_turn_conversation_stays_within_budget_and_valid(
     assert {"llm", "checkpoint"} <= set(methods)
     summaries = [r for r in upstream.requests if is_summary_request(r)]
     assert 0 < len(summaries) < len(requests) / 4
+    for summary in summaries:  # asked of the Anthropic upstream, with the client's key
+        assert summary.path == "/v1/messages"
+        assert KEY in (summary.headers.get("x-api-key", "")
+                       + summary.headers.get("authorization", ""))
     for request in requests:
         body = dict(request.body)
         assert count_request(body, DEFAULT_COUNTER) <= BUDGET
