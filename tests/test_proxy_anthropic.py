@@ -392,7 +392,12 @@ def test_checkpoints_are_never_shared_across_keys(proxy: ProxyProcess,
         response = httpx.post(f"{proxy.url}/v1/messages", timeout=30, headers={"x-api-key": key},
                               json={"model": MODEL, "max_tokens": 64, "messages": history})
         assert response.status_code == 200, response.text
-        return parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"]
+        header = parse_compaction_header(response.headers["x-ctxstack-compaction"])
+        # Counted in the client's messages: the summary stands for some, the rest is kept.
+        assert int(header["original"]) == len(history)
+        assert 0 < int(header["summarized"]) < int(header["original"])
+        assert int(header["summarized"]) + int(header["kept"]) <= int(header["original"])
+        return header["method"]
 
     assert send("sk-ant-alice", messages) == "llm"
     longer = [*messages, {"role": "assistant", "content": "3.2%"},

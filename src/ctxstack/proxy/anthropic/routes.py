@@ -35,7 +35,13 @@ from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic.errors import from_proxy_error
 from ctxstack.proxy.anthropic.relay import error_passthrough, relay_message
 from ctxstack.proxy.anthropic.summarizer import AnthropicSummarizer
-from ctxstack.proxy.anthropic.units import CountCache, RequestUnits, render, to_units
+from ctxstack.proxy.anthropic.units import (
+    UNIT_KEY,
+    CountCache,
+    RequestUnits,
+    render,
+    to_units,
+)
 from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_request
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.errors import ProxyError
@@ -194,12 +200,21 @@ async def _fit(fitter: Fitter, plan: _Plan, budget: int, state: Any,
         messages = render(plan.units, fit.messages, req.body.get("system"),
                           req.body.get("tools"))
         return req.with_messages(messages), dataclasses.replace(
-            fit, original=n, kept=len(messages))
+            fit, original=n, kept=len(messages),
+            summarized=_summarized_messages(plan.units, fit) if fit.summarized else 0)
     except Exception as exc:  # do no harm: the client's request, as sent
         log.exception("proxy: fitting an Anthropic request failed; forwarding it unchanged")
         state.stats.bump("fit_failures")
         return req.raw, Fit(None, "none", n, n, 0, 0, 0,
                             reason=f"fit_error: {type(exc).__name__}")
+
+
+def _summarized_messages(units: RequestUnits, fit: Fit) -> int:
+    """The client's messages a summary stands for: those none of whose units were
+    forwarded (the header counts messages, as the client sent them, not units)."""
+    present = {units.units[d[UNIT_KEY]].msg for d in fit.messages or []
+               if isinstance(d.get(UNIT_KEY), int)}
+    return sum(1 for i, k in enumerate(units.per_message) if k and i not in present)
 
 
 async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Plan,
