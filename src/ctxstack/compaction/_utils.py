@@ -13,7 +13,7 @@ from typing import Any
 
 from ctxstack.compaction import _llm_compact as _llm
 from ctxstack.compaction import _truncate
-from ctxstack.compaction._llm_compact import CompactionResult
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import (
     ChatMessage,
     ContentPart,

@@ -50,7 +50,8 @@ from ctxstack.integrations._responses import (
     messages_to_items,
 )
 from ctxstack.integrations._session_store import ItemStore
-from ctxstack.protocol import FunctionSpec, ToolSpec
+from ctxstack.protocol import ToolSpec
+from ctxstack.protocol._llm import FunctionSpec
 from ctxstack.tokens._counter import effective_budget
 
 try:

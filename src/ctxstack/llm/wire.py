@@ -23,7 +23,8 @@ from ctxstack.messages._model import (
     RAW_ARGUMENTS_KEY,
     parse_arguments,
 )
-from ctxstack.protocol import FinishReason, Usage, finish_reason_of
+from ctxstack.protocol import FinishReason, Usage
+from ctxstack.protocol._llm import finish_reason_of
 from ctxstack.tokens import HEURISTIC
 
 _call_ids = itertools.count(1)
