@@ -227,6 +227,7 @@ def test_growing_80_turn_conversation_stays_within_budget_and_valid(
     assert 0 < len(summaries) < len(requests) / 4
     for summary in summaries:  # asked of the Anthropic upstream, with the client's key
         assert summary.path == "/v1/messages"
+        assert summary.body["system"][:len(SYSTEM)] == SYSTEM  # the client's prompt first
         assert KEY in (summary.headers.get("x-api-key", "")
                        + summary.headers.get("authorization", ""))
     for request in requests:

@@ -140,7 +140,7 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
         log_fields.update(model=req.model, stream=req.stream, messages=len(req.messages))
         model_budget = await state.budgets.get(req.model)
         budget = model_budget.usable_input_tokens
-        summarizer, own = _summarizer(state, wire, req.model, model_budget, request)
+        summarizer, own = _summarizer(state, wire, req, model_budget, request)
         try:
             plan = _Plan(req, None, None, _salt(caller, request.headers), summarizer,
                          wire.counts)
@@ -170,13 +170,15 @@ def _salt(caller: str, headers: Mapping[str, str]) -> str:
     return f"{caller}|{WIRE}|{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}"
 
 
-def _summarizer(state: Any, wire: AnthropicWire, model: str, budget: ModelBudget,
+def _summarizer(state: Any, wire: AnthropicWire, req: MessagesRequest, budget: ModelBudget,
                 request: Request) -> tuple[Any, bool]:
-    """``FAST_LLM_*`` when configured, else the Anthropic upstream with the client's key."""
+    """``FAST_LLM_*`` when configured, else the Anthropic upstream with the client's key
+    (and the client's system prompt first)."""
     if state.settings.summarizer_configured:
-        found: tuple[Any, bool] = state.summarizers.get(model, budget, None)
+        found: tuple[Any, bool] = state.summarizers.get(req.model, budget, None)
         return found
-    return AnthropicSummarizer(wire.upstream, model, budget, request.headers.items()), False
+    return AnthropicSummarizer(wire.upstream, req.model, budget, request.headers.items(),
+                               req.body.get("system")), False
 
 
 async def _fit(fitter: Fitter, plan: _Plan, budget: int, state: Any,

@@ -6,6 +6,11 @@ the client's key is the only key there is on this wire.
 It implements the part of :class:`~ctxstack.LLM` the guard's summariser uses (``chat``
 and the two size properties); a failure raises, which the guard turns into its fallback
 (truncation), never into a failed client request.
+
+The client's own ``system`` goes first in the summariser's ``system``, the summariser's
+instructions after it: the provider's prompt cache then serves that prefix, and a
+credential that only accepts requests carrying its client's system prompt (a Claude Code
+subscription login) is accepted for summaries too.
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ class AnthropicSummarizer:
     """``chat`` through ``POST <anthropic upstream>/v1/messages`` (see the module doc)."""
 
     def __init__(self, upstream: Upstream, model: str, budget: ModelBudget,
-                 headers: Sequence[tuple[str, str]]) -> None:
+                 headers: Sequence[tuple[str, str]], client_system: object = None) -> None:
         self.upstream = upstream
         self.model = model
         self.budget = budget
+        self.client_system: list[Any] = (
+            [{"type": "text", "text": client_system}] if isinstance(client_system, str)
+            and client_system else list(client_system) if isinstance(client_system, list)
+            else [])
         wanted = {k.lower(): v for k, v in headers if k.lower() in CREDENTIAL_HEADERS}
         wanted.setdefault("anthropic-version", DEFAULT_VERSION)
         self.headers = [*wanted.items(), ("content-type", "application/json")]
@@ -60,8 +69,9 @@ class AnthropicSummarizer:
         body: dict[str, Any] = {"model": self.model,
                                 "max_tokens": int(opts.get("max_tokens") or 1024),
                                 "messages": turns}
-        if system:
-            body["system"] = system
+        blocks = [*self.client_system, *([{"type": "text", "text": system}] if system else [])]
+        if blocks:
+            body["system"] = blocks
         response = await self.upstream.open(
             "POST", "messages", query="", headers=self.headers,
             content=json.dumps(body, ensure_ascii=False).encode("utf-8"))
