@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from ctxstack import LLM
 from ctxstack._http_guard import RequestGuard
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
@@ -36,6 +37,7 @@ from ctxstack.proxy.forwarding import (
     ERROR_BODY_LIMIT,
     Upstream,
     error_passthrough,
+    forwarded_body,
     read_error,
     relay,
     relay_answer,
@@ -74,11 +76,13 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
         await self.budgets.aclose()
         await self.upstream.aclose()
+        await self.anthropic.aclose()
         await self.summarizers.aclose()
 
 
@@ -140,6 +144,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
 
     async def passthrough(request: Request) -> Response:
         state = st()
+        if "anthropic-version" in request.headers:  # an Anthropic client's other routes
+            return await anthropic_routes.passthrough(state, request)
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
@@ -147,7 +153,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             headers = state.upstream.request_headers(request.headers.items())
             upstream = await state.upstream.open(
                 request.method, path, query=request.url.query, headers=headers,
-                content=_forwarded_body(request, headers))
+                content=forwarded_body(request, headers))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -161,30 +167,9 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
-
-
-def _forwarded_body(request: Request, headers: list[tuple[str, str]],
-                    ) -> bytes | AsyncIterator[bytes]:
-    """The client's body as it arrives, never buffered (the guard bounds its size): with
-    its ``Content-Length`` when it declared one, chunked when it was chunked, and no body
-    at all when it had none (a GET stays a plain GET upstream)."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit():
-        if length == "0":
-            return b""
-        headers.append(("content-length", length))
-        return _body_stream(request)
-    if "chunked" in request.headers.get("transfer-encoding", "").lower():
-        return _body_stream(request)
-    return b""
-
-
-async def _body_stream(request: Request) -> AsyncIterator[bytes]:
-    async for chunk in request.stream():
-        if chunk:
-            yield chunk
 
 
 async def _not_routed(_: Request, exc: Exception) -> Response:

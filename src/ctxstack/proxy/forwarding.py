@@ -27,6 +27,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 from starlette.background import BackgroundTask
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ctxstack.proxy.errors import (
@@ -167,6 +168,28 @@ def _remove_dot_segments(path: str) -> str | None:
         else:
             out.append(segment)
     return "/".join(out)
+
+
+def forwarded_body(request: Request, headers: list[tuple[str, str]],
+                    ) -> bytes | AsyncIterator[bytes]:
+    """The client's body as it arrives, never buffered (the guard bounds its size): with
+    its ``Content-Length`` when it declared one, chunked when it was chunked, and no body
+    at all when it had none (a GET stays a plain GET upstream)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit():
+        if length == "0":
+            return b""
+        headers.append(("content-length", length))
+        return _body_stream(request)
+    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return _body_stream(request)
+    return b""
+
+
+async def _body_stream(request: Request) -> AsyncIterator[bytes]:
+    async for chunk in request.stream():
+        if chunk:
+            yield chunk
 
 
 def response_headers(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
@@ -321,8 +344,7 @@ def error_passthrough(upstream: httpx.Response, raw: bytes,
     """
     headers = response_headers(upstream, extra, keep_length=False)
     if data is None and not _is_json(raw):
-        head = raw[:ERROR_TEXT_SCAN].decode("utf-8", "replace")
-        text = " ".join(_TAGS.sub(" ", head).split())[:300]
+        text = error_text(raw)
         err = upstream_error_status(upstream.status_code, text)
         headers = {k: v for k, v in headers.items() if k != "content-type"}
         return err.response(headers)
@@ -336,6 +358,14 @@ ERROR_TEXT_SCAN = 64 * 1024
 """Only this many leading bytes of a non-JSON error body are read for its message."""
 
 
+def error_text(raw: bytes) -> str:
+    """The readable text of a non-JSON error body (a gateway's HTML page): markup and runs
+    of whitespace removed, at most 300 characters, from its first
+    :data:`ERROR_TEXT_SCAN` bytes only — linear and bounded work on the event loop."""
+    head = raw[:ERROR_TEXT_SCAN].decode("utf-8", "replace")
+    return " ".join(_TAGS.sub(" ", head).split())[:300]
+
+
 def _is_json(raw: bytes) -> bool:
     try:
         json.loads(raw)
@@ -344,5 +374,7 @@ def _is_json(raw: bytes) -> bool:
     return True
 
 
-__all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
+__all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "error_text",
+           "forwarded_body",
+           "read_error",
            "relay", "relay_answer", "response_headers", "stream_response"]
