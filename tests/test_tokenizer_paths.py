@@ -26,11 +26,7 @@ from ctxstack.server.settings import Settings
 from ctxstack.store import session_factory, upgrade
 from ctxstack.store.db import create_engine_from_url
 from ctxstack.store.model_configs import list_model_configs, set_model_config
-from ctxstack.tokens import (
-    HEURISTIC,
-    TokenizerJsonCounter,
-    counter_for_model,
-)
+from ctxstack.tokens import HEURISTIC, TokenizerJsonCounter, counter_for_model
 from tests.tokenizer_support import build_tokenizer
 
 TEXT = "Tokens before every call: the guard folds old messages. Unseen words like zebra."
@@ -134,7 +130,7 @@ async def service(tmp_path: Path, env: dict[str, str],
     app = create_app(Settings.from_env())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client, app
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections.abc import Iterator, Sequence
 
 import click
@@ -38,6 +37,7 @@ from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
+from ctxstack.server.tools import find_arithmetic
 from ctxstack.tokens import TokenCounter, counter_for_model
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -50,7 +50,13 @@ def format_usage(usage: Usage) -> str:
 
 
 class SessionMemory(BaseMemory):
-    """The terminal session's history, in process (the guard keeps it within budget)."""
+    """The terminal session's history, in process, with its checkpoint.
+
+    When the guard folds the history into a rolling summary, :meth:`adopt` keeps that
+    summary in place of what it folded (as the service's checkpoints do): the next turn
+    starts from the summary, not from the first question, so the summariser runs once
+    per overflow instead of on every turn after the first.
+    """
 
     def __init__(self) -> None:
         self._messages: list[ChatMessage] = []
@@ -68,24 +74,40 @@ class SessionMemory(BaseMemory):
         """Swap the history for a compacted one (``/compact``)."""
         self._messages = list(messages)
 
+    def adopt(self, context: Sequence[ChatMessage], stored_before: int) -> bool:
+        """Checkpoint from the agent's last context: if it holds a summary this history
+        does not have yet, the stored messages (of the first ``stored_before``, those
+        that existed before the turn) that did not reach the context were folded into it;
+        replace them, and any older summary, by the summary. Returns whether it did."""
+        summary = next((m for m in context if m.kind == "summary"), None)
+        if summary is None or any(m is summary for m in self._messages):
+            return False
+        shown = {id(m) for m in context}
+        first = next((i for i, m in enumerate(self._messages[:stored_before])
+                      if id(m) in shown), stored_before)
+        kept = [m for m in self._messages[first:] if m.kind != "summary"]
+        self._messages = [summary, *kept]
+        return True
+
 
 class LastContext:
-    """A guard ``on_check`` listener remembering the last context it let through (for
-    ``/context``) and the budget that check enforced."""
+    """A guard ``on_check`` listener remembering the agent's last context (for
+    ``/context`` and the checkpoint) and the budget that check enforced. Only the agent's
+    own iterations count (hint ``react_iteration``): the answer-writing call after them
+    sends a different, shorter list that is not what the agent worked with."""
 
     def __init__(self) -> None:
         self.messages: list[ChatMessage] | None = None
         self.budget: int = 0
 
     def __call__(self, event: GuardCheckEvent) -> None:
+        if event.hint != "react_iteration":
+            return
         self.messages = list(event.result.messages)
         self.budget = event.budget
 
 
 # --------------------------------------------------------------------------- stub script
-
-_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^]+[\s(]*[\d.]+[\s)]*)+")
-
 
 def demo_rule(request: StubRequest) -> StubReply | str:
     """How the stub plays a tool-using model for the demo tools (deterministic, no model).
@@ -108,9 +130,10 @@ def demo_rule(request: StubRequest) -> StubReply | str:
         previous = [m.text for m in request.messages if m.role == "assistant" and m.text]
         return previous[-1] if previous else "Done."
     lowered = text.lower()
-    match = _ARITHMETIC.search(text)
-    if match:
-        return StubReply.tool_call("calculator", {"expression": match.group(0).strip()})
+    # the service's linear scanner (a pattern here was quadratic on long digit runs)
+    expression = find_arithmetic(text)
+    if expression is not None:
+        return StubReply.tool_call("calculator", {"expression": expression})
     if "time" in lowered or "clock" in lowered:
         return StubReply.tool_call("clock", {"timezone": "UTC"})
     if "count" in lowered or "words" in lowered:
@@ -163,11 +186,15 @@ def render(console: Console, event: AgentEvent, *, streamed: bool) -> None:
             pass
 
 
-async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool) -> bool:
+async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool,
+                memory: SessionMemory | None = None, seen: LastContext | None = None) -> bool:
     ok = True
+    stored_before = len(await memory.get_messages()) if memory is not None else 0
     async for event in agent.run_events(query, synthesize=synthesize):
         render(console, event, streamed=synthesize)
         ok = event.type != "error"
+    if memory is not None and seen is not None and seen.messages is not None:
+        memory.adopt(seen.messages, stored_before)
     return ok
 
 
@@ -226,7 +253,7 @@ async def _converse(
             console.print(f"[yellow]unknown command {escape(parsed.unknown)}: "
                           "type /help for the list (it was not sent to the model)[/]")
         elif parsed.question is not None:
-            await _turn(agent, console, parsed.question, synthesize)
+            await _turn(agent, console, parsed.question, synthesize, memory, seen)
 
 
 async def _command(command: str, console: Console, memory: SessionMemory, guard: ContextGuard,
@@ -285,6 +312,12 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
     yield OpenAICompatibleLLM.from_env(), OpenAICompatibleLLM.from_env("fast")
 
 
+def _no_endpoint() -> bool:
+    """No model endpoint configured: ``chat`` then uses the offline demo model, as
+    ``serve`` does, and says so."""
+    return LLMSettings.from_env().base_url is None
+
+
 @main.command("chat")
 @click.option("--stub", is_flag=True,
               help="Talk to a local scripted stub server instead of the configured endpoint.")
@@ -299,6 +332,11 @@ def chat(stub: bool, once: str | None, budget: int | None, max_iterations: int,
          no_synthesis: bool, system_prompt: str | None) -> None:
     """Chat with the ReAct agent (demo tools: calculator, clock, word counter)."""
     console = Console()
+    if not stub and _no_endpoint():
+        stub = True
+        console.print("[yellow]LLM_BASE_URL is not set: using the offline demo model (a "
+                      "local scripted stub; set LLM_BASE_URL / LLM_API_KEY / LLM_MODEL for "
+                      "a real one)[/]")
     try:
         with _models(stub) as (llm, fast):
             ok = asyncio.run(_session(

@@ -1,6 +1,8 @@
 """The proxy's settings, read once from the environment (the CLI writes its flags there).
 
 * ``CTXSTACK_PROXY_UPSTREAM`` — the upstream's OpenAI base URL, ``/v1`` included (required);
+* ``CTXSTACK_PROXY_ANTHROPIC_UPSTREAM`` — where ``/v1/messages`` goes: the proxy calls
+  ``<url>/v1/messages`` (``https://api.anthropic.com``);
 * ``CTXSTACK_PROXY_HOST`` — the address bound (decides the auth default; 127.0.0.1);
 * ``CTXSTACK_PROXY_AUTH`` — ``none`` or ``token`` (``ctxstack user create`` tokens):
   ``none`` by default on loopback, ``token`` elsewhere, where ``none`` is refused;
@@ -16,7 +18,14 @@
   then truncation);
 * ``LLM_MODEL`` + ``LLM_TOKENIZER`` — a ``tokenizer.json`` for exact counts of requests
   naming exactly that model (other models: tiktoken by name, else the heuristic);
-* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite).
+* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite);
+* ``CTXSTACK_PROXY_ALLOWED_HOSTS`` — comma-separated host names accepted in ``Host`` and
+  ``Origin`` besides loopback ones when no tokens are required (none);
+* ``CTXSTACK_PROXY_MAX_BODY_BYTES`` — the largest request body, else 413 (64 MiB);
+* ``CTXSTACK_PROXY_AUTH_FAILURES`` / ``_AUTH_WINDOW`` — failed authentications an address
+  may make per window of that many seconds before it is answered 429 (20 per 60 s),
+  counted in ``CTXSTACK_PROXY_REDIS_URL`` when set (every worker together), else per
+  worker.
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
 ``LLM_MAX_OUTPUT_TOKENS``, then the defaults (:mod:`ctxstack.proxy.budgets`).
@@ -24,13 +33,15 @@ Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZ
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, BeforeValidator, Field, field_validator
+from pydantic_settings import NoDecode
 
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
 from ctxstack.configuration import EnvSettings
 from ctxstack.errors import ConfigError
 
@@ -39,25 +50,15 @@ DEFAULT_PORT = 8787
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_SUMMARY_TIMEOUT = 60.0
 DEFAULT_MAX_CHECKPOINTS = 10_000
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 
 
-def is_loopback(host: str) -> bool:
-    """True only for addresses no other machine can reach.
 
-    Parsed with :mod:`ipaddress` (``127.0.0.0/8``, ``::1``, ``[::1]``); a hostname is not
-    loopback — it may resolve anywhere — except the literal ``localhost``. ``0.0.0.0``
-    (every interface) is not loopback.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        return ipaddress.ip_address(text).is_loopback
-    except ValueError:
-        return False
+
+def _hosts(value: Any) -> Any:
+    return parse_hosts(value) if isinstance(value, str) else value
 
 
 def _lower(value: Any) -> Any:
@@ -71,6 +72,9 @@ class ProxySettings(EnvSettings):
 
     upstream: str = Field(validation_alias="CTXSTACK_PROXY_UPSTREAM")
     """The upstream's OpenAI base URL, ``/v1`` included (required)."""
+    anthropic_upstream: str = Field(DEFAULT_ANTHROPIC_UPSTREAM,
+                                    validation_alias="CTXSTACK_PROXY_ANTHROPIC_UPSTREAM")
+    """The Anthropic Messages upstream, without ``/v1`` (the proxy appends it)."""
     host: str = Field("127.0.0.1", validation_alias="CTXSTACK_PROXY_HOST")
     """The address bound (decides the auth default)."""
     auth: Annotated[AuthMode, BeforeValidator(_lower)] = Field(
@@ -121,8 +125,24 @@ class ProxySettings(EnvSettings):
     """The budget variables (``LLM_CONTEXT_SIZE``, …) as read at start."""
     log_level: str | None = Field(None, validation_alias="CTXSTACK_PROXY_LOG_LEVEL")
     """The ``ctxstack.proxy`` logger's level in a worker (``ctxstack proxy --log-level``)."""
+    allowed_hosts: Annotated[frozenset[str], NoDecode, BeforeValidator(_hosts)] = Field(
+        frozenset(), validation_alias="CTXSTACK_PROXY_ALLOWED_HOSTS")
+    """Comma-separated host names accepted besides loopback ones in no-auth mode (DNS
+    rebinding guard)."""
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0,
+                                validation_alias="CTXSTACK_PROXY_MAX_BODY_BYTES")
+    """Largest request body, in bytes (413 beyond)."""
+    auth_failure_limit: int = Field(default=20, gt=0,
+                                    validation_alias="CTXSTACK_PROXY_AUTH_FAILURES")
+    """Failed authentications an address may make per window before it is answered 429."""
+    auth_failure_window: float = Field(default=60.0, gt=0,
+                                       validation_alias="CTXSTACK_PROXY_AUTH_WINDOW")
+    """That window, in seconds."""
+    redis_url: str | None = Field(default=None, repr=False,
+                                  validation_alias="CTXSTACK_PROXY_REDIS_URL")
+    """Redis for the failed-authentication counts shared by the workers (else per worker)."""
 
-    @field_validator("upstream", "summarizer_base_url")
+    @field_validator("upstream", "summarizer_base_url", "anthropic_upstream")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is None:
@@ -163,6 +183,7 @@ class ProxySettings(EnvSettings):
         """The ``CTXSTACK_PROXY_*`` variables that recreate these settings in a worker."""
         return {
             "CTXSTACK_PROXY_UPSTREAM": self.upstream,
+            "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM": self.anthropic_upstream,
             "CTXSTACK_PROXY_HOST": self.host,
             "CTXSTACK_PROXY_AUTH": self.auth,
             "CTXSTACK_PROXY_FORWARD_AUTH": "1" if self.forward_auth else "0",

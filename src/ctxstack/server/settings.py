@@ -22,7 +22,6 @@ numbers nobody set come from its declared 8,000-token window with 4,000 kept for
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -30,6 +29,8 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import BeforeValidator, Field
 from pydantic_settings import NoDecode
 
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
 from ctxstack.llm.config import FastLLMSettings, LLMSettings, tokenizer_path
 from ctxstack.store.settings import DEFAULT_DB_POOL_SIZE, StorageSettings
 
@@ -42,15 +43,20 @@ BUDGET_ENV_VARS = (
     "FAST_LLM_MAX_OUTPUT_TOKENS",
 )
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
-__all__ = ["BUDGET_ENV_VARS", "DEFAULT_DB_POOL_SIZE", "DEFAULT_MAX_UPLOAD_BYTES", "AuthMode",
-           "Settings", "is_loopback"]
+__all__ = ["BUDGET_ENV_VARS", "DEFAULT_DB_POOL_SIZE", "DEFAULT_MAX_BODY_BYTES",
+           "DEFAULT_MAX_UPLOAD_BYTES", "AuthMode", "Settings", "is_loopback"]
 
 
 def _names(value: Any) -> Any:
     if isinstance(value, str):
         return frozenset(n.strip() for n in value.split(",") if n.strip())
     return value
+
+
+def _hosts(value: Any) -> Any:
+    return parse_hosts(value) if isinstance(value, str) else value
 
 
 def _lower(value: Any) -> Any:
@@ -77,6 +83,18 @@ class Settings(StorageSettings):
     max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0,
                                   validation_alias="CTXSTACK_MAX_UPLOAD_BYTES")
     """Largest accepted image, in bytes."""
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0,
+                                validation_alias="CTXSTACK_MAX_BODY_BYTES")
+    """Largest request body of any other route (413 beyond; an upload may be this much
+    larger than its image)."""
+    allowed_hosts: Annotated[frozenset[str], NoDecode, BeforeValidator(_hosts)] = Field(
+        frozenset(), validation_alias="CTXSTACK_ALLOWED_HOSTS")
+    """Comma-separated host names accepted in ``Host`` / ``Origin`` besides loopback ones
+    under ``--no-auth``."""
+    auth_failure_limit: int = Field(20, gt=0, validation_alias="CTXSTACK_AUTH_FAILURES")
+    """Failed authentications an address may make per window before it is answered 429."""
+    auth_failure_window: float = Field(60.0, gt=0, validation_alias="CTXSTACK_AUTH_WINDOW")
+    """That window, in seconds (counted in Redis when ``CTXSTACK_REDIS_URL`` is set)."""
     keepalive_seconds: float = Field(15.0, gt=0, validation_alias="CTXSTACK_SSE_KEEPALIVE")
     """Seconds between keep-alive comments on a chat turn's event stream."""
     demo_delay: float = Field(0.05, ge=0, validation_alias="CTXSTACK_DEMO_DELAY")
@@ -139,6 +157,9 @@ class Settings(StorageSettings):
             "CTXSTACK_AUTH": self.auth,
             "CTXSTACK_LOCAL_USER": self.local_user,
             "CTXSTACK_MAX_UPLOAD_BYTES": str(self.max_upload_bytes),
+            "CTXSTACK_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "CTXSTACK_AUTH_FAILURES": str(self.auth_failure_limit),
+            "CTXSTACK_AUTH_WINDOW": str(self.auth_failure_window),
             "CTXSTACK_SSE_KEEPALIVE": str(self.keepalive_seconds),
             "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
             "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
@@ -157,6 +178,7 @@ class Settings(StorageSettings):
             "CTXSTACK_FILES_DIR": str(self.files_dir) if self.files_dir else None,
             "CTXSTACK_REDIS_URL": self.redis_url,
             "CTXSTACK_ADMIN_USERS": ",".join(sorted(self.admin_users)) or None,
+            "CTXSTACK_ALLOWED_HOSTS": ",".join(sorted(self.allowed_hosts)) or None,
             "FAST_LLM_TIMEOUT": str(self.fast_llm_timeout) if self.fast_llm_timeout else None,
         }
         out.update({k: v for k, v in optional.items() if v})
@@ -167,23 +189,3 @@ class Settings(StorageSettings):
         return (self.auth == "none" and user_name == self.local_user) or (
             user_name in self.admin_users
         )
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (where ``--no-auth`` is the default).
-
-    Decided by parsing, never by prefix: a literal loopback address (``127.0.0.0/8``,
-    ``::1``, also in brackets) or the name ``localhost``. Any other host name — even
-    ``127.evil.example.com`` — is not loopback, so it needs API tokens.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))

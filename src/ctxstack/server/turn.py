@@ -45,12 +45,7 @@ from ctxstack.dag import _events as dag_events
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard, GuardCheckEvent
 from ctxstack.memory import BaseMemory
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.protocol import LLM, Usage
 from ctxstack.server.compactions import (
     FoldTracker,
@@ -477,9 +472,10 @@ class Turn:
         try:
             saved = await save_turn(self.state.factory,
                                     self._finished(status, done, self.events, leftovers))
-        except Exception as exc:
+        except Exception as exc:  # not acknowledged: the release re-queues the injects
             await self._save_failed(status, exc)
             return None
+        await self.lease.ack()
         return self._done_event(status, done, saved)
 
     async def _settle(self, status: MessageStatus, error: str | None, unconsumed: list[str],
