@@ -122,6 +122,11 @@ class EnvSettings(BaseSettings):
         return ConfigError(f"{_where(cls, err['loc'], env)}: {msg} (got {err.get('input')!r})")
 
 
+def lowercase(value: Any) -> Any:
+    """A ``BeforeValidator`` for case-insensitive choices (``TOKEN`` reads as ``token``)."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 def env_vars(field: FieldInfo) -> tuple[str, ...]:
     """The variables a field reads, in the order they are tried (``()``: not read)."""
     alias = field.validation_alias

@@ -42,7 +42,7 @@ from pydantic_settings import NoDecode
 
 from ctxstack._net import is_loopback as is_loopback
 from ctxstack._net import parse_hosts
-from ctxstack.configuration import EnvSettings
+from ctxstack.configuration import EnvSettings, lowercase
 from ctxstack.errors import ConfigError
 
 AuthMode = Literal["none", "token"]
@@ -61,10 +61,6 @@ def _hosts(value: Any) -> Any:
     return parse_hosts(value) if isinstance(value, str) else value
 
 
-def _lower(value: Any) -> Any:
-    return value.strip().lower() if isinstance(value, str) else value
-
-
 class ProxySettings(EnvSettings):
     """Everything the proxy app needs; the upstream key is never in ``repr``."""
 
@@ -77,7 +73,7 @@ class ProxySettings(EnvSettings):
     """The Anthropic Messages upstream, without ``/v1`` (the proxy appends it)."""
     host: str = Field("127.0.0.1", validation_alias="CTXSTACK_PROXY_HOST")
     """The address bound (decides the auth default)."""
-    auth: Annotated[AuthMode, BeforeValidator(_lower)] = Field(
+    auth: Annotated[AuthMode, BeforeValidator(lowercase)] = Field(
         "none", validation_alias="CTXSTACK_PROXY_AUTH")
     """``none`` or ``token`` (``ctxstack user create`` tokens); unset: ``none`` on a
     loopback host, ``token`` elsewhere, where ``none`` is refused."""

@@ -31,6 +31,7 @@ from pydantic_settings import NoDecode
 
 from ctxstack._net import is_loopback as is_loopback
 from ctxstack._net import parse_hosts
+from ctxstack.configuration import lowercase
 from ctxstack.llm.config import FastLLMSettings, LLMSettings, tokenizer_path
 from ctxstack.store.settings import DEFAULT_DB_POOL_SIZE, StorageSettings
 
@@ -59,16 +60,12 @@ def _hosts(value: Any) -> Any:
     return parse_hosts(value) if isinstance(value, str) else value
 
 
-def _lower(value: Any) -> Any:
-    return value.strip().lower() if isinstance(value, str) else value
-
-
 class Settings(StorageSettings):
     """Resolved service settings. Build with :meth:`from_env` or directly in tests."""
 
     component: ClassVar[str] = "Chat service (ctxstack serve)"
 
-    auth: Annotated[AuthMode, BeforeValidator(_lower)] = Field(
+    auth: Annotated[AuthMode, BeforeValidator(lowercase)] = Field(
         "token", validation_alias="CTXSTACK_AUTH")
     """``token`` (bearer API tokens) or ``none``; ``ctxstack serve`` picks ``none`` on a
     loopback address unless told otherwise."""
