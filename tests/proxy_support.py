@@ -87,9 +87,14 @@ def running_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | N
 
 
 def is_summary_request(request: StubRequest) -> bool:
-    """A compaction call: its system prompt ends with the language instruction."""
+    """A compaction call: its system prompt ends with the language instruction (the
+    guard's transcript request), or its last message does (the proxy's request continuing
+    the conversation's own prefix)."""
     system = "\n".join(m.text for m in request.messages if m.role == "system")
-    return system.rstrip().endswith(LANGUAGE_INSTRUCTION)
+    last = request.messages[-1] if request.messages else None
+    return system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (
+        last is not None and last.role == "user"
+        and last.text.rstrip().endswith(LANGUAGE_INSTRUCTION))
 
 
 class ConversationRule:

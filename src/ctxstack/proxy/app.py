@@ -14,22 +14,31 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
+from ctxstack.proxy.chat_wire import (
+    ChatRecallWire,
+    PrefixSummarizer,
+    RecallRun,
+    chat_usage,
+    dumps_body,
+    stream_with_recall,
+)
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
-from ctxstack.proxy.errors import ProxyError, error_response
+from ctxstack.proxy.errors import ProxyError, error_response, upstream_bad_answer
 from ctxstack.proxy.fitting import Fit, Fitter
 from ctxstack.proxy.forwarding import (
     Upstream,
@@ -37,13 +46,18 @@ from ctxstack.proxy.forwarding import (
     read_error,
     relay,
     relay_answer,
+    response_headers,
 )
+from ctxstack.proxy.recall import MAX_ROUNDS, USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest, parse_request
+from ctxstack.proxy.session_fit import SessionFitter
+from ctxstack.proxy.sessions import SessionStore, SingleFlight, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
-from ctxstack.tokens import TokenCounter
+from ctxstack.tokens import TokenCounter, effective_budget
 
+logger = logging.getLogger("ctxstack.proxy")
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -71,6 +85,12 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.sessions = SessionStore(factory, ttl_seconds=settings.checkpoint_ttl)
+        flight_seconds = settings.summary_timeout * 2 + 10
+        self.flight = SingleFlight(factory, lease_seconds=flight_seconds,
+                                   wait_seconds=flight_seconds + 5)
+        self.session_fitter = SessionFitter(self.fitter, self.sessions, self.flight)
+        self.chat_wire = ChatRecallWire()
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
@@ -181,7 +201,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
         summarizer, own = state.summarizers.get(chat.model, model_budget,
                                                 request.headers.get("authorization"))
         try:
-            fit = await state.fitter.fit(chat, budget, salt=salt, summarizer=summarizer)
+            fit = await _fit(state, request, chat, budget, salt, summarizer)
             state.stats.fitted(fit)
             response = await _forward(state, request, chat, fit, budget, salt, summarizer,
                                       started, log)
@@ -195,6 +215,48 @@ async def _chat(state: ProxyState, request: Request) -> Response:
     return response
 
 
+async def _fit(state: ProxyState, request: Request, chat: CompletionRequest, budget: int,
+               salt: str, summarizer: LLM) -> Fit:
+    """The session's cache-stable fit; on any failure but a bad request (a bug, a shape
+    not foreseen, the database), the request unchanged — logged and counted."""
+    try:
+        conv = chat.conversation
+        session = session_key(request.headers, conv.messages, conv.prompt_end, salt)
+        counter = await state.fitter.counters.aget(chat.model)
+        prefix = None
+        if not state.settings.summarizer_configured:
+            prefix = _prefix_summarizer(state, request, chat)
+        return await state.session_fitter.fit(
+            chat, budget, salt=salt, summarizer=summarizer, session=session,
+            extra_tools=state.chat_wire.tool_tokens(counter), prefix_summarizer=prefix)
+    except ProxyError:
+        raise
+    except Exception as exc:
+        logger.exception("proxy: fitting failed; forwarding the request unchanged")
+        state.stats.bump("fit_failures")
+        n = len(chat.conversation)
+        return Fit(None, "none", n, n, 0, 0, 0, reason=f"fit_error: {type(exc).__name__}")
+
+
+def _prefix_summarizer(state: ProxyState, request: Request, chat: CompletionRequest,
+                       ) -> Callable[[list[Any], LLM], LLM]:
+    """Summaries asked as the conversation's continuation, through the upstream with the
+    client's own headers (:class:`~ctxstack.proxy.chat_wire.PrefixSummarizer`)."""
+    headers = state.upstream.request_headers(request.headers.items())
+    query = request.url.query
+
+    async def send(content: bytes) -> tuple[int, object]:
+        upstream = await state.upstream.open("POST", "chat/completions", query=query,
+                                             headers=headers, content=content)
+        _, data = await read_error(upstream)
+        return upstream.status_code, data
+
+    def build(prefix: list[Any], fallback: LLM) -> LLM:
+        return PrefixSummarizer(send, chat.body, prefix, fallback)
+
+    return build
+
+
 async def _forward(state: ProxyState, request: Request, chat: CompletionRequest, fit: Fit,
                    budget: int, salt: str, summarizer: LLM, started: float,
                    log: dict[str, Any]) -> Response:
@@ -203,7 +265,12 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
     query = request.url.query
     retried = False
     while True:
-        body = chat.raw if fit.messages is None else chat.with_messages(fit.messages)
+        recall_body: dict[str, Any] | None = None
+        if fit.recall and fit.messages is not None:
+            recall_body = state.chat_wire.add_tool({**chat.body, "messages": fit.messages})
+            body = dumps_body(recall_body)
+        else:
+            body = chat.raw if fit.messages is None else chat.with_messages(fit.messages)
         added_ms = (time.perf_counter() - started) * 1000
         state.stats.bump("forwarded")
         upstream = await state.upstream.open("POST", "chat/completions", query=query,
@@ -211,7 +278,15 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         extra = fit_headers(fit)
         _log_fit(fit, log, added_ms, retried)
         if upstream.status_code < 400:
-            answer = await relay_answer(upstream, extra)
+            if recall_body is not None:
+                answer = await _recall_answer(state, upstream, chat, fit, recall_body,
+                                              headers, query, extra, budget, log)
+            else:
+                is_sse = upstream.headers.get("content-type", "").startswith(
+                    "text/event-stream")
+                extra[USAGE_HEADER] = "sum" if is_sse else "sum; upstream_calls=1"
+                answer = await relay_answer(upstream, extra,
+                                            on_answer=_usage_tap(state, chat.model))
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
         raw, data = await read_error(upstream)
@@ -228,12 +303,82 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
             again, summarizer_usage=fit.summarizer_usage + again.summarizer_usage)
 
 
+def _usage_tap(state: ProxyState, model: str) -> Callable[[object], None]:
+    def tap(data: object) -> None:
+        if isinstance(data, dict):
+            state.stats.usage("chat", model, chat_usage(data))
+    return tap
+
+
+async def _recall_answer(state: ProxyState, upstream: httpx.Response, chat: CompletionRequest,
+                         fit: Fit, body: dict[str, Any], headers: list[tuple[str, str]],
+                         query: str, extra: dict[str, str], budget: int,
+                         log: dict[str, Any]) -> Response:
+    """The answer of a request that offered ``ctxstack_recall``: recall calls answered from
+    the session's archive and the upstream called again (at most MAX_ROUNDS rounds, then
+    once without the tool), the calls hidden, the usage summed (:mod:`ctxstack.proxy.recall`).
+    A completed answer is delivered, never requested again; a later round's error status
+    passes through as the upstream sent it."""
+    wire = state.chat_wire
+    counter = await state.fitter.counters.aget(chat.model)
+    run = RecallRun(wire, state.sessions.archive(fit.session, 1), counter, body,
+                    fits=effective_budget(budget, counter), tokens=fit.tokens)
+    model = chat.model
+
+    async def open_next(content: bytes) -> httpx.Response:
+        state.stats.bump("forwarded")
+        return await state.upstream.open("POST", "chat/completions", query=query,
+                                         headers=headers, content=content)
+
+    def done(usage: UpstreamUsage, rounds: int) -> None:
+        state.stats.usage("chat", model, usage, rounds)
+        log.update(recall_rounds=rounds)
+
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        extra = {**extra, USAGE_HEADER: "sum"}
+        return StreamingResponse(
+            stream_with_recall(upstream, run, open_next, done),
+            status_code=upstream.status_code,
+            headers=response_headers(upstream, extra, keep_length=False),
+            background=BackgroundTask(upstream.aclose))
+    last = upstream
+    raw, data = await read_error(upstream)
+    stripped = False
+    while isinstance(data, dict):
+        run.usage = run.usage + wire.usage(data)
+        calls = wire.recall_calls(data)
+        if not calls:
+            break
+        if wire.has_other_calls(data) or run.rounds >= MAX_ROUNDS:
+            data, stripped = wire.strip(data), True
+            break
+        next_body = await run.next_body(data, calls)
+        last = await open_next(dumps_body(next_body))
+        if last.status_code >= 400:
+            raw_error, error_data = await read_error(last)
+            state.stats.upstream_error(last.status_code)
+            done(run.usage, run.rounds)
+            return error_passthrough(last, raw_error, extra, error_data)
+        raw, data = await read_error(last)
+    done(run.usage, run.rounds)
+    if data is None:
+        raise upstream_bad_answer()
+    headers_out = response_headers(last, {**extra, USAGE_HEADER:
+                                          f"sum; upstream_calls={run.usage.calls}"},
+                                   keep_length=False)
+    if run.rounds == 0 and not stripped:
+        return Response(raw, status_code=last.status_code, headers=headers_out)
+    final = wire.with_usage(data, run.usage) if isinstance(data, dict) and run.rounds else data
+    return Response(dumps_body(final), status_code=last.status_code, headers=headers_out)
+
+
 def _log_fit(fit: Fit, log: dict[str, Any], added_ms: float, retried: bool) -> None:
     log.update(method=fit.method, original=fit.original, kept=fit.kept,
                summarized=fit.summarized, tokens_estimated=fit.tokens, counter=fit.counter,
                tokens_before=fit.tokens_before, summarizer_calls=fit.summarizer_usage.calls,
                summarizer_tokens=fit.summarizer_usage.total_tokens,
                checkpoint_saved=fit.checkpoint_saved, overflow_retry=retried,
+               view=fit.view, recall_offered=fit.recall,
                proxy_ms=round(added_ms, 2))
     if fit.reason:
         log["fallback"] = fit.reason.split(":")[0]

@@ -42,6 +42,7 @@ from pydantic import BaseModel, Field
 from ctxstack import Usage
 from ctxstack.errors import StorageError
 from ctxstack.proxy.fitting import Fit
+from ctxstack.proxy.recall import UpstreamUsage
 from ctxstack.store import SessionFactory
 from ctxstack.store.proxy_stats import add_proxy_stats, load_proxy_stats
 
@@ -82,6 +83,37 @@ class SummarizerTotals(BaseModel):
     output_tokens: int = 0
 
 
+class ModelUsage(BaseModel):
+    """What the upstream reported for one model on one wire, summed (cache figures as the
+    provider names them: Chat ``prompt_tokens_details.cached_tokens``, Anthropic
+    ``cache_read_input_tokens`` / ``cache_creation_input_tokens``, Responses
+    ``input_tokens_details.cached_tokens``)."""
+
+    responses: int = 0
+    """Upstream answers that reported usage."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    recall_rounds: int = 0
+    """Rounds in which the proxy answered ``ctxstack_recall`` and called the upstream again."""
+
+
+BY_MODEL = "by_model"
+_SEP = "|"
+
+
+def usage_keys(wire: str, model: str, usage: UpstreamUsage, rounds: int) -> dict[str, int]:
+    """Flat keys of one request's upstream usage (``by_model|chat|gpt-4o|cache_read_tokens``;
+    ``|`` because model names contain dots)."""
+    prefix = f"{BY_MODEL}{_SEP}{wire}{_SEP}{model[:60].replace(_SEP, '/')}{_SEP}"
+    return {f"{prefix}responses": usage.calls, f"{prefix}input_tokens": usage.input_tokens,
+            f"{prefix}output_tokens": usage.output_tokens,
+            f"{prefix}cache_read_tokens": usage.cache_read_tokens,
+            f"{prefix}cache_write_tokens": usage.cache_write_tokens,
+            f"{prefix}recall_rounds": rounds}
+
+
 class ProxyStats(BaseModel):
     """Running totals (the ``/ctxstack/stats`` body; see the module doc for their scope)."""
 
@@ -110,6 +142,12 @@ class ProxyStats(BaseModel):
     overflow_retries: int = 0
     unreachable: int = 0
     timeouts: int = 0
+    fit_failures: int = 0
+    """Requests whose fitting failed (a bug, an unknown shape, a database error): forwarded
+    unchanged instead (do no harm)."""
+    by_model: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
+    """Per wire (``chat``, …) and model: usage, prompt-cache reads and writes, recall
+    rounds, as the upstream reported them."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -118,6 +156,13 @@ class ProxyStats(BaseModel):
         ``upstream_errors.429``); unknown keys (a newer proxy's) are ignored."""
         stats = cls(scope=scope)
         for key, value in totals.items():
+            if key.startswith(BY_MODEL + _SEP):
+                parts = key.split(_SEP)
+                if len(parts) == 4 and parts[3] in ModelUsage.model_fields:
+                    entry = stats.by_model.setdefault(parts[1], {}).setdefault(
+                        parts[2], ModelUsage())
+                    setattr(entry, parts[3], getattr(entry, parts[3]) + value)
+                continue
             group, _, name = key.partition(".")
             if not name and group in _INT_FIELDS:
                 setattr(stats, group, getattr(stats, group) + value)
@@ -172,6 +217,10 @@ class StatsRecorder:
             "summarizer.input_tokens": usage.input_tokens,
             "summarizer.output_tokens": usage.output_tokens,
         })
+
+    def usage(self, wire: str, model: str, usage: UpstreamUsage, rounds: int = 0) -> None:
+        """What the upstream reported for one client request (summed over its calls)."""
+        self._add(usage_keys(wire, model, usage, rounds))
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})
