@@ -97,6 +97,17 @@ def is_summary_request(request: StubRequest) -> bool:
         and last.text.rstrip().endswith(LANGUAGE_INSTRUCTION))
 
 
+def is_summary_body(body: Mapping[str, Any]) -> bool:
+    """:func:`is_summary_request` for a recorded JSON body (``/_stub/requests``)."""
+    messages = body.get("messages") or []
+    system = "\n".join(m["content"] for m in messages
+                       if m.get("role") == "system" and isinstance(m.get("content"), str))
+    last = messages[-1] if messages else {}
+    return system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (
+        last.get("role") == "user" and isinstance(last.get("content"), str)
+        and last["content"].rstrip().endswith(LANGUAGE_INSTRUCTION))
+
+
 class ConversationRule:
     """The stub's answers: a summary for compaction calls; for chat calls a tool call when
     the last user message asks for one (and no result came yet), else a text answer."""

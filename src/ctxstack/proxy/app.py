@@ -51,7 +51,7 @@ from ctxstack.proxy.forwarding import (
 from ctxstack.proxy.recall import MAX_ROUNDS, USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.session_fit import SessionFitter
-from ctxstack.proxy.sessions import SessionStore, SingleFlight, session_key
+from ctxstack.proxy.sessions import SessionStore, SingleFlight, owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
@@ -193,7 +193,8 @@ async def _chat(state: ProxyState, request: Request) -> Response:
     state.stats.bump("requests")
     log: dict[str, Any] = {}
     try:
-        salt = await state.auth.caller(request.headers)
+        # Everything kept per conversation is salted with the caller and the client's key.
+        salt = owner_salt(request.headers, await state.auth.caller(request.headers))
         chat = parse_request(await request.body())
         log.update(model=chat.model, stream=chat.stream, messages=len(chat.conversation))
         model_budget = await state.budgets.get(chat.model)
@@ -228,7 +229,8 @@ async def _fit(state: ProxyState, request: Request, chat: CompletionRequest, bud
             prefix = _prefix_summarizer(state, request, chat)
         return await state.session_fitter.fit(
             chat, budget, salt=salt, summarizer=summarizer, session=session,
-            extra_tools=state.chat_wire.tool_tokens(counter), prefix_summarizer=prefix)
+            extra_tools=state.chat_wire.added_tokens(chat.body, counter),
+            prefix_summarizer=prefix)
     except ProxyError:
         raise
     except Exception as exc:

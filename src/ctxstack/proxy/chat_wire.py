@@ -42,7 +42,7 @@ from ctxstack.proxy.recall import (
     parse_query,
     recall_text,
 )
-from ctxstack.proxy.request import guard_view
+from ctxstack.proxy.request import guard_view, schema_tokens
 
 log = logging.getLogger("ctxstack.proxy")
 
@@ -98,6 +98,10 @@ class ChatRecallWire:
 
     def tool_tokens(self, counter: TokenCounter) -> int:
         return counter.count_text(_SPEC_JSON)
+
+    def added_tokens(self, body: dict[str, Any], counter: TokenCounter) -> int:
+        """What adding the tool to ``body`` adds to its schemas' count, exactly."""
+        return schema_tokens(self.add_tool(body), counter) - schema_tokens(body, counter)
 
     def add_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = body.get("tools")

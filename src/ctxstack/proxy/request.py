@@ -65,15 +65,20 @@ class CompletionRequest:
             return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
     def tools_tokens(self, counter: TokenCounter) -> int:
-        """What the request's schemas cost in the prompt (they share the input budget):
-        ``tools``, the legacy ``functions``, and a ``response_format`` JSON schema, which
-        providers also render into the prompt."""
-        schemas = [self.body.get(key) for key in ("tools", "functions")]
-        response_format = self.body.get("response_format")
-        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-            schemas.append(response_format.get("json_schema"))
-        return sum(counter.count_text(json.dumps(s, ensure_ascii=False, separators=(",", ":")))
-                   for s in schemas if s)
+        """What the request's schemas cost in the prompt (:func:`schema_tokens`)."""
+        return schema_tokens(self.body, counter)
+
+
+def schema_tokens(body: Mapping[str, Any], counter: TokenCounter) -> int:
+    """What a body's schemas cost in the prompt (they share the input budget): ``tools``,
+    the legacy ``functions``, and a ``response_format`` JSON schema, which providers also
+    render into the prompt."""
+    schemas = [body.get(key) for key in ("tools", "functions")]
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        schemas.append(response_format.get("json_schema"))
+    return sum(counter.count_text(json.dumps(s, ensure_ascii=False, separators=(",", ":")))
+               for s in schemas if s)
 
 
 def parse_request(raw: bytes) -> CompletionRequest:

@@ -73,7 +73,8 @@ class SessionFitter:
         tools += extra_tools
         limit = max(MIN_LIMIT, budget - tools)
         record = await self.store.load(session)
-        extended = self._extend(request, counter, record, limit, tools, total, session)
+        extended = self._extend(request, counter, record, limit, tools, total, session,
+                                extra_tools)
         if extended is not None:
             return extended
         try:
@@ -81,7 +82,7 @@ class SessionFitter:
                 if waited:
                     record = await self.store.load(session)
                     extended = self._extend(request, counter, record, limit, tools, total,
-                                            session)
+                                            session, extra_tools)
                     if extended is not None:
                         return extended
                 if summarizer is not None and prefix_summarizer is not None:
@@ -89,7 +90,7 @@ class SessionFitter:
                     summarizer = prefix_summarizer(prefix, summarizer)
                 return await self._recompute(request, counter, record, limit, tools, total,
                                              salt=salt, summarizer=summarizer,
-                                             session=session)
+                                             session=session, extra_tools=extra_tools)
         except FlightTimeout:
             log.warning("proxy: session busy for too long; fitting without a summariser")
             fit = await self.fitter._compact(request, counter, limit, tools, total,
@@ -98,7 +99,7 @@ class SessionFitter:
 
     def _extend(self, request: CompletionRequest, counter: TokenCounter,
                 record: SessionViewRecord | None, limit: int, tools: int, total: int,
-                session: str) -> Fit | None:
+                session: str, extra_tools: int) -> Fit | None:
         conv = request.conversation
         n = len(conv)
         if (record is None or record.covered <= 0 or record.covered > n
@@ -118,9 +119,11 @@ class SessionFitter:
             log.warning("proxy: a stored session view is unreadable (%s); recomputing", exc)
             return None
         view = recipe.apply(conv.messages)
-        return Fit(view, "checkpoint", n, len(view), record.summarized + 0, tokens + tools,
-                   total + tools, counter=counter.cache_key, view="extended",
-                   recall=record.archived > 0, session=session)
+        recall = record.archived > 0
+        sent = tokens + tools - (0 if recall else extra_tools)
+        return Fit(view, "checkpoint", n, len(view), record.summarized, sent,
+                   total + tools - extra_tools, counter=counter.cache_key, view="extended",
+                   recall=recall, session=session)
 
     def _summary_prefix(self, request: CompletionRequest, counter: TokenCounter,
                         record: SessionViewRecord | None, limit: int, session: str,
@@ -148,18 +151,22 @@ class SessionFitter:
     async def _recompute(self, request: CompletionRequest, counter: TokenCounter,
                          record: SessionViewRecord | None, limit: int, tools: int,
                          total: int, *, salt: str, summarizer: LLM | None,
-                         session: str) -> Fit:
+                         session: str, extra_tools: int) -> Fit:
         conv = request.conversation
         archive = self.store.archive(session, record.archived if record else 0)
         fit = await self.fitter._compact(request, counter, limit, tools, total, salt=salt,
                                          summarizer=summarizer, archive=archive, reuse=False)
-        fit = dataclasses.replace(fit, session=session, recall=len(archive) > 0)
+        recall = len(archive) > 0
+        fit = dataclasses.replace(
+            fit, session=session, recall=recall, tokens_before=fit.tokens_before - extra_tools,
+            tokens=fit.tokens - (0 if recall else extra_tools))
         if fit.messages is None:
             return fit
         recipe = ViewRecipe.of(conv.messages, fit.messages)
         await self.store.save(SessionViewRecord(
             session_key=session, model=request.model[:200], covered=len(conv),
             prefix_hash=prefix_hash(conv.messages, session, len(conv)),
-            recipe=recipe.to_json(), view_tokens=fit.tokens - tools,
+            recipe=recipe.to_json(),
+            view_tokens=fit.tokens - tools + (0 if recall else extra_tools),
             counter=counter.cache_key, summarized=fit.summarized, method=fit.method))
         return dataclasses.replace(fit, view="recomputed")

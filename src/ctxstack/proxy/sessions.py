@@ -59,13 +59,19 @@ _KEY_HEADERS = ("authorization", "x-api-key", "api-key")
 REF_PREFIX = "r"
 
 
-def session_key(headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]],
-                prompt_end: int, caller: str) -> str:
-    """The session of a request (see the module doc): 64 hex characters."""
+def owner_salt(headers: Mapping[str, str], caller: str) -> str:
+    """Who a request belongs to: the proxy caller and the client's own key, hashed. Salts
+    everything the proxy keeps per conversation (sessions, checkpoints), so two keys never
+    share any of it."""
     owner = hashlib.blake2b(caller.encode("utf-8", "surrogatepass"), digest_size=32)
     for name in _KEY_HEADERS:
         owner.update(b"\x1f" + headers.get(name, "").encode("utf-8", "surrogatepass"))
-    salt = owner.hexdigest()
+    return owner.hexdigest()
+
+
+def session_key(headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]],
+                prompt_end: int, salt: str) -> str:
+    """The session of a request (see the module doc; ``salt``: :func:`owner_salt`)."""
     explicit = headers.get(SESSION_HEADER, "").strip()
     if explicit:
         return hashlib.blake2b(f"{salt}\x1e{explicit}".encode("utf-8", "surrogatepass"),
