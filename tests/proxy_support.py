@@ -108,6 +108,14 @@ def is_summary_body(body: Mapping[str, Any]) -> bool:
         and last["content"].rstrip().endswith(LANGUAGE_INSTRUCTION))
 
 
+def client_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Forwarded ``tools`` without the proxy's own ``ctxstack_recall`` (offered upstream
+    once something of the session was compacted away; the only difference allowed)."""
+    if tools is None:
+        return None
+    return [t for t in tools if (t.get("function") or {}).get("name") != "ctxstack_recall"]
+
+
 class ConversationRule:
     """The stub's answers: a summary for compaction calls; for chat calls a tool call when
     the last user message asks for one (and no result came yet), else a text answer."""

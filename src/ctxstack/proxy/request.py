@@ -204,27 +204,37 @@ class WireConversation:
         return [self.view(i) for i in range(start, stop)]
 
     def tokens(self, counter: TokenCounter) -> int:
-        """Tokens of every message by ``counter``.
+        """Tokens of every message by ``counter`` (kept per message in :attr:`counts`).
 
         A plain-text message without tool calls or an audio reference is counted straight
         from its string (what ``counter.count_message`` computes for it: overhead + text);
         anything else through its view.
         """
+        self.counts = self._counts(counter, 0)
+        return sum(self.counts)
+
+    def tail_tokens(self, counter: TokenCounter, start: int) -> int:
+        """Tokens of the messages from ``start`` on (:attr:`counts` left as it is)."""
+        if len(self.counts) == len(self.messages):
+            return sum(self.counts[start:])
+        return sum(self._counts(counter, start))
+
+    def _counts(self, counter: TokenCounter, start: int) -> list[int]:
         overhead = getattr(counter, "message_overhead", None)
         if not isinstance(overhead, int):
-            self.counts = [counter.count_message(v) for v in self.views()]
-            return sum(self.counts)
+            return [counter.count_message(self.view(i))
+                    for i in range(start, len(self.messages))]
         counts: list[int] = []
         count_text = counter.count_text
-        for i, m in enumerate(self.messages):
+        for i in range(start, len(self.messages)):
+            m = self.messages[i]
             content = m.get("content")
             if (isinstance(content, str) and not m.get("tool_calls")
                     and AUDIO_KEY not in m and self._views[i] is None):
                 counts.append(overhead + count_text(content))
             else:
                 counts.append(counter.count_message(self.view(i)))
-        self.counts = counts
-        return sum(counts)
+        return counts
 
     def longest_protected(self) -> int:
         """Characters of the longest message that must never be cut (prompt, last user)."""

@@ -64,24 +64,35 @@ class SessionFitter:
         counter = await self.fitter.counters.aget(request.model)
         conv = request.conversation
         tools = request.tools_tokens(counter)
-        total = conv.tokens(counter)
         n = len(conv)
+        record = None
+        if len(request.raw) > budget:
+            # Possibly over budget (a token is at least a byte): the session's view first,
+            # counting only the messages after it, not the whole history again.
+            record = await self.store.load(session)
+            extended = self._extend(request, counter, record, max(
+                MIN_LIMIT, budget - tools - extra_tools), tools + extra_tools, session,
+                extra_tools)
+            if extended is not None:
+                return extended
+        total = conv.tokens(counter)
         if (total <= effective_budget(max(MIN_LIMIT, budget - tools), counter)
                 and conv.longest_text() <= DEFAULT_CUT_CHARS):
             return Fit(None, "none", n, n, 0, total + tools, total + tools,
                        counter=counter.cache_key, session=session)
         tools += extra_tools
         limit = max(MIN_LIMIT, budget - tools)
-        record = await self.store.load(session)
-        extended = self._extend(request, counter, record, limit, tools, total, session,
-                                extra_tools)
-        if extended is not None:
-            return extended
+        if record is None:
+            record = await self.store.load(session)
+            extended = self._extend(request, counter, record, limit, tools, session,
+                                    extra_tools)
+            if extended is not None:
+                return extended
         try:
             async with self.flight.hold(session) as waited:
                 if waited:
                     record = await self.store.load(session)
-                    extended = self._extend(request, counter, record, limit, tools, total,
+                    extended = self._extend(request, counter, record, limit, tools,
                                             session, extra_tools)
                     if extended is not None:
                         return extended
@@ -98,17 +109,17 @@ class SessionFitter:
             return dataclasses.replace(fit, session=session)
 
     def _extend(self, request: CompletionRequest, counter: TokenCounter,
-                record: SessionViewRecord | None, limit: int, tools: int, total: int,
+                record: SessionViewRecord | None, limit: int, tools: int,
                 session: str, extra_tools: int) -> Fit | None:
         conv = request.conversation
         n = len(conv)
         if (record is None or record.covered <= 0 or record.covered > n
                 or record.counter != counter.cache_key
                 or record.model != request.model[:200]
-                or len(conv.counts) != n
                 or conv.longest_text(record.covered) > DEFAULT_CUT_CHARS):
             return None
-        tokens = record.view_tokens + sum(conv.counts[record.covered:])
+        tail = conv.tail_tokens(counter, record.covered)
+        tokens = record.view_tokens + tail
         if tokens > effective_budget(limit, counter):
             return None
         if prefix_hash(conv.messages, session, record.covered) != record.prefix_hash:
@@ -122,8 +133,9 @@ class SessionFitter:
         recall = record.archived > 0
         sent = tokens + tools - (0 if recall else extra_tools)
         return Fit(view, "checkpoint", n, len(view), record.summarized, sent,
-                   total + tools - extra_tools, counter=counter.cache_key, view="extended",
-                   recall=recall, session=session)
+                   record.covered_tokens + tail + tools - extra_tools,
+                   counter=counter.cache_key, view="extended", recall=recall,
+                   session=session)
 
     def _summary_prefix(self, request: CompletionRequest, counter: TokenCounter,
                         record: SessionViewRecord | None, limit: int, session: str,
@@ -168,5 +180,6 @@ class SessionFitter:
             prefix_hash=prefix_hash(conv.messages, session, len(conv)),
             recipe=recipe.to_json(),
             view_tokens=fit.tokens - tools + (0 if recall else extra_tools),
+            covered_tokens=total,
             counter=counter.cache_key, summarized=fit.summarized, method=fit.method))
         return dataclasses.replace(fit, view="recomputed")

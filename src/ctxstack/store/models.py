@@ -332,6 +332,7 @@ class ProxySession(Base):
     prefix_hash: Mapped[str] = mapped_column(String(64), default="")
     recipe: Mapped[str] = mapped_column(Text, default="")
     view_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    covered_tokens: Mapped[int] = mapped_column(Integer, default=0)
     counter: Mapped[str] = mapped_column(String(100), default="")
     summarized: Mapped[int] = mapped_column(Integer, default=0)
     method: Mapped[str] = mapped_column(String(20), default="")

@@ -45,6 +45,8 @@ class SessionViewRecord(BaseModel):
     prefix_hash: str = ""
     recipe: str = ""
     view_tokens: int = 0
+    covered_tokens: int = 0
+    """Tokens of the client's first ``covered`` messages (by ``counter``)."""
     counter: str = ""
     summarized: int = 0
     method: str = ""
@@ -68,7 +70,8 @@ async def save_session_view(factory: SessionFactory, record: SessionViewRecord) 
     now = utcnow()
     values = {"model": record.model[:200], "covered": record.covered,
               "prefix_hash": record.prefix_hash, "recipe": record.recipe,
-              "view_tokens": record.view_tokens, "counter": record.counter[:100],
+              "view_tokens": record.view_tokens, "covered_tokens": record.covered_tokens,
+              "counter": record.counter[:100],
               "summarized": record.summarized, "method": record.method[:20],
               "updated_at": now}
     async with transaction(factory, "saving a proxy session view") as session:
@@ -105,7 +108,8 @@ async def acquire_session_lease(factory: SessionFactory, session_key: str, owner
         async with transaction(factory, "creating a proxy session") as session:
             session.add(ProxySession(
                 session_key=session_key, model="", covered=0, prefix_hash="", recipe="",
-                view_tokens=0, counter="", summarized=0, method="", version=0, archived=0,
+                view_tokens=0, covered_tokens=0, counter="", summarized=0, method="",
+                version=0, archived=0,
                 lease_owner=owner, lease_until=until, updated_at=now))
     except StorageError as exc:
         if isinstance(exc.__cause__, IntegrityError):

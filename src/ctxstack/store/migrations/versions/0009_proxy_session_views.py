@@ -36,6 +36,7 @@ def upgrade() -> None:
         sa.Column("prefix_hash", sa.String(64), nullable=False),
         sa.Column("recipe", sa.Text(), nullable=False),
         sa.Column("view_tokens", sa.Integer(), nullable=False),
+        sa.Column("covered_tokens", sa.Integer(), nullable=False),
         sa.Column("counter", sa.String(100), nullable=False),
         sa.Column("summarized", sa.Integer(), nullable=False),
         sa.Column("method", sa.String(20), nullable=False),
