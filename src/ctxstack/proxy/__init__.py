@@ -5,13 +5,19 @@ is fitted into the requested model's budget by the guard before it is forwarded 
 already within budget goes out byte for byte as received); every other ``/v1/`` route
 passes through unchanged. Continuing conversations are recognised by message-prefix
 hashes and reuse their checkpoint, so a growing conversation is summarised once per
-overflow, not once per request.
+overflow, not once per request; per client session the view forwarded last time is
+extended until it overflows, so the provider's prompt cache keeps serving it.
 
 Modules: :mod:`~ctxstack.proxy.settings` (environment), :mod:`~ctxstack.proxy.request`
 (validation, guard views), :mod:`~ctxstack.proxy.fitting` (the decision),
 :mod:`~ctxstack.proxy.checkpoints` (prefix hashes), :mod:`~ctxstack.proxy.counting` (the
 token counter per model name), :mod:`~ctxstack.proxy.forwarding`
 (httpx, streaming), :mod:`~ctxstack.proxy.budgets` (per-model budgets, summarisers),
+:mod:`~ctxstack.proxy.sessions` (session keys, views and archives in the database, single
+flight), :mod:`~ctxstack.proxy.views` (a view as a recipe over the client's messages),
+:mod:`~ctxstack.proxy.session_fit` (extend or recompute), :mod:`~ctxstack.proxy.recall`
+(``ctxstack_recall``, wire-neutral) and :mod:`~ctxstack.proxy.chat_wire` (its Chat
+Completions side, prefix-reusing summaries),
 :mod:`~ctxstack.proxy.auth` (tokens), :mod:`~ctxstack.proxy.stats` (headers, totals,
 logs), :mod:`~ctxstack.proxy.errors` (OpenAI-shaped errors), :mod:`~ctxstack.proxy.app`.
 

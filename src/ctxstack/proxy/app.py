@@ -299,10 +299,29 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         retried = True
         state.stats.bump("overflow_retries")
         target = int(min(budget, fit.tokens) * state.settings.overflow_retry_fill)
-        again = await state.fitter.refit(chat, target, salt=salt, summarizer=summarizer)
+        again = await _refit(state, chat, fit, target, salt, summarizer)
         state.stats.fitted(again)
         fit = dataclasses.replace(
             again, summarizer_usage=fit.summarizer_usage + again.summarizer_usage)
+
+
+async def _refit(state: ProxyState, chat: CompletionRequest, fit: Fit, target: int,
+                 salt: str, summarizer: LLM) -> Fit:
+    """The compaction after an upstream overflow: the session's view recomputed smaller
+    (and stored), else, if that fails, the plain refit."""
+    if fit.session:
+        try:
+            counter = await state.fitter.counters.aget(chat.model)
+            return await state.session_fitter.refit(
+                chat, target, salt=salt, summarizer=summarizer, session=fit.session,
+                extra_tools=state.chat_wire.added_tokens(chat.body, counter))
+        except ProxyError:
+            raise
+        except Exception:
+            logger.exception("proxy: recomputing the session's view after an overflow "
+                             "failed; compacting without it")
+            state.stats.bump("fit_failures")
+    return await state.fitter.refit(chat, target, salt=salt, summarizer=summarizer)
 
 
 def _usage_tap(state: ProxyState, model: str) -> Callable[[object], None]:

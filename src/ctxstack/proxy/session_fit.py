@@ -137,6 +137,20 @@ class SessionFitter:
                    counter=counter.cache_key, view="extended", recall=recall,
                    session=session)
 
+    async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
+                    summarizer: LLM | None, session: str, extra_tools: int = 0) -> Fit:
+        """Compact to an explicit, smaller ``limit`` (after the upstream said the request
+        overflowed) and store the result as the session's view, so the next requests
+        extend a view the upstream accepts instead of overflowing again."""
+        counter = await self.fitter.counters.aget(request.model)
+        tools = request.tools_tokens(counter) + extra_tools
+        total = request.conversation.tokens(counter)
+        async with self.flight.hold(session):
+            record = await self.store.load(session)
+            return await self._recompute(
+                request, counter, record, max(MIN_LIMIT, limit - tools), tools, total,
+                salt=salt, summarizer=summarizer, session=session, extra_tools=extra_tools)
+
     def _summary_prefix(self, request: CompletionRequest, counter: TokenCounter,
                         record: SessionViewRecord | None, limit: int, session: str,
                         ) -> list[Any]:

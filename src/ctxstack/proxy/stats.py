@@ -11,7 +11,13 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
 * ``x-ctxstack-token-counter`` — what counted it: ``tiktoken:o200k_base`` (exact, the
   model's own tokenizer), ``bpe-heuristic`` (an estimate; the budget's margin was kept
   free), … (:mod:`ctxstack.proxy.counting`);
-* ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``.
+* ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``;
+* ``x-ctxstack-usage: sum; upstream_calls=N`` (``sum`` on a stream) — the answer's
+  ``usage`` is the sum over the upstream calls made for the request (more than one when
+  the proxy answered ``ctxstack_recall``, :mod:`ctxstack.proxy.recall`).
+
+``by_model`` in the stats sums, per wire and model, what the upstream reported: usage,
+prompt-cache reads and writes, and the recall rounds.
 
 ``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
 (``--workers N``, and every other proxy process) sharing the database, since the database
