@@ -215,7 +215,7 @@ def _truncated(counter: Any, history: list[dict[str, Any]], fits: int) -> list[d
 
 def _growing(client: httpx.Client, stub: str, proxy: str, turns: int) -> list[BenchRow]:
     from ctxstack.proxy.chat_wire import RECALL_TOOL_SPEC
-    from ctxstack.tokens import effective_budget
+    from ctxstack.tokens._counter import effective_budget
 
     counter, counter_label = _counter()
     fits = effective_budget(GROW_BUDGET, counter)
@@ -290,7 +290,7 @@ def _growing(client: httpx.Client, stub: str, proxy: str, turns: int) -> list[Be
 
 
 def _is_summary(body: dict[str, Any]) -> bool:
-    from ctxstack.prompts import LANGUAGE_INSTRUCTION
+    from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 
     messages = body.get("messages") or []
     texts = [m.get("content") for m in messages[:1] + messages[-1:]]

@@ -8,21 +8,34 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxstack.compact import (
+from ctxstack.compaction import (
+    FACTS_HEADING,
+    SUMMARY_PREFIX,
     CompactionResult,
     CompactUtils,
     cut_message,
     cut_text,
     cut_text_tokens,
 )
-from ctxstack.compact import summarize as summarize_module
-from ctxstack.compact.compaction import MAX_FACTS_SHARE
-from ctxstack.compact.facts import FACTS_HEADING, extract_facts
+from ctxstack.compaction import _summarize as summarize_module
+from ctxstack.compaction._facts import extract_facts
+from ctxstack.compaction._llm_compact import MAX_FACTS_SHARE
+from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, HeuristicCounter, effective_budget
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    HeuristicCounter,
+)
+from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 
 SYS = ChatMessage.system("You are a careful assistant.")
@@ -438,7 +451,6 @@ async def test_finalize_summary_hook_gets_previous_and_new(monkeypatch: pytest.M
     assert res.summary.text.startswith(f"{SUMMARY_PREFIX}\nMERGED new")
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_facts_missing_from_the_summary_are_reattached() -> None:
     msgs = [
         SYS,
@@ -460,7 +472,6 @@ async def test_facts_missing_from_the_summary_are_reattached() -> None:
     assert len(lines) == len(set(lines)), "facts are deduplicated"
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_facts_list_is_bounded_and_prefers_user_facts() -> None:
     noisy = " ".join(f"ID-{i:05d}" for i in range(3000))
     msgs = [SYS, user("Please keep account ACC-777 in mind"), *group("c", noisy),
@@ -542,7 +553,7 @@ async def test_summariser_failures_fall_back_to_truncation(
 ) -> None:
     msgs = chat(20)
     llm = scripted(reply)
-    with caplog.at_level(logging.WARNING, logger="ctxstack.compact"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.compaction"):
         res = await CompactUtils.compact_detailed(msgs, llm, 500)
     assert res.method == "truncate"
     assert res.reason == reason
@@ -675,7 +686,6 @@ def test_compaction_result_is_frozen() -> None:
         res.method = "llm"  # type: ignore[misc]
 
 
-@pytest.mark.usefixtures("fact_path")
 def test_fact_extraction_covers_the_documented_kinds() -> None:
     text = (
         "Order ORD-12345 (#4521) costs $1,234.56, 15% off, 1500円; ships 2024-03-15, 10:30 "
@@ -695,12 +705,11 @@ def test_fact_extraction_covers_the_documented_kinds() -> None:
         assert noise not in facts, noise
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_user_facts_survive_rolling_compactions_despite_bulky_tool_output() -> None:
     """Early user constraints must outlive the second and third rolling summary, even when
     every later turn brings a JSON tool result full of numbers and the summariser keeps
     only first sentences (regression: tool numbers used to crowd them out)."""
-    from ctxstack.llm.scripted import first_sentence_summarizer
+    from ctxstack.testing import first_sentence_summarizer
 
     llm = ScriptedLLM(handler=first_sentence_summarizer)
     system = ChatMessage.system("You plan events.")

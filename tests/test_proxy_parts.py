@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from ctxstack.llm.stub import StubServer
-from ctxstack.part_tokens import MP3_BYTES_PER_SECOND
 from ctxstack.proxy import parse_compaction_header
+from ctxstack.tokens._parts import MP3_BYTES_PER_SECOND
 from tests.proxy_support import (
     ProxyProcess,
     is_summary_body,

@@ -1,4 +1,4 @@
-"""The per-script correction of the token estimator (ctxstack.token_model.script_correction):
+"""The per-script correction of the token estimator (ctxstack.tokens._model.script_correction):
 its features on known strings, its neutrality on ASCII and CJK, and its accuracy on real
 sentences in other scripts against the real vocabularies (offline, like test_token_model)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxstack.token_model import (
+from ctxstack.tokens._model import (
     FAMILIES,
     SCRIPT_FEATURES,
     SCRIPT_SCALE,
@@ -26,7 +26,7 @@ def features(text: str) -> dict[str, int]:
 
 
 def test_feature_names_and_weights_line_up() -> None:
-    from ctxstack.token_scripts import _BlockPass
+    from ctxstack.tokens._scripts import _BlockPass
 
     assert len(set(SCRIPT_FEATURES)) == len(SCRIPT_FEATURES)
     # a block pass writes a lead and a second-byte segment as one hex digit each
@@ -104,8 +104,8 @@ def test_correction_is_the_weighted_sum_of_the_features() -> None:
     raw = "Все люди рождаются свободными — नमस्ते, 한국어".encode()
     counts = script_features(raw)
     for family in FAMILIES:
-        # summed in whole 1/SCRIPT_SCALE units (each weight rounded to one), so that the
-        # pure-Python path and the C accelerator add exactly the same amount
+        # summed in whole 1/SCRIPT_SCALE units (each weight rounded to one): the same
+        # integer whatever the order of the terms
         units = sum(round(w * SCRIPT_SCALE) * c
                     for w, c in zip(SCRIPT_WEIGHTS[family], counts, strict=True))
         assert script_units(raw, family) == units

@@ -25,24 +25,21 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ctxstack.agent import ReActAgent
-from ctxstack.agent.demo_tools import demo_tools
-from ctxstack.agent.events import AgentEvent
-from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from ctxstack.agent import AgentEvent, ReActAgent
+from ctxstack.agent._demo_tools import demo_tools
+from ctxstack.agent._prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.cli.app import main, needs_extra
 from ctxstack.cli.commands import HELP, context_parts, counter_label, meter_line, parse_line
-from ctxstack.compact import CompactUtils
+from ctxstack.compaction import CompactUtils
 from ctxstack.errors import CtxstackError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheckEvent
+from ctxstack.guard import ContextGuard, GuardCheckEvent
 from ctxstack.llm.config import tokenizer_path
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
-from ctxstack.memory.base import BaseMemory
+from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import TokenCounter
+from ctxstack.tokens import TokenCounter, counter_for_model
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 COMPACT_KEEP_RECENT = 2
@@ -54,7 +51,13 @@ def format_usage(usage: Usage) -> str:
 
 
 class SessionMemory(BaseMemory):
-    """The terminal session's history, in process (the guard keeps it within budget)."""
+    """The terminal session's history, in process, with its checkpoint.
+
+    When the guard folds the history into a rolling summary, :meth:`adopt` keeps that
+    summary in place of what it folded (as the service's checkpoints do): the next turn
+    starts from the summary, not from the first question, so the summariser runs once
+    per overflow instead of on every turn after the first.
+    """
 
     def __init__(self) -> None:
         self._messages: list[ChatMessage] = []
@@ -72,16 +75,35 @@ class SessionMemory(BaseMemory):
         """Swap the history for a compacted one (``/compact``)."""
         self._messages = list(messages)
 
+    def adopt(self, context: Sequence[ChatMessage], stored_before: int) -> bool:
+        """Checkpoint from the agent's last context: if it holds a summary this history
+        does not have yet, the stored messages (of the first ``stored_before``, those
+        that existed before the turn) that did not reach the context were folded into it;
+        replace them, and any older summary, by the summary. Returns whether it did."""
+        summary = next((m for m in context if m.kind == "summary"), None)
+        if summary is None or any(m is summary for m in self._messages):
+            return False
+        shown = {id(m) for m in context}
+        first = next((i for i, m in enumerate(self._messages[:stored_before])
+                      if id(m) in shown), stored_before)
+        kept = [m for m in self._messages[first:] if m.kind != "summary"]
+        self._messages = [summary, *kept]
+        return True
+
 
 class LastContext:
-    """A guard ``on_check`` listener remembering the last context it let through (for
-    ``/context``) and the budget that check enforced."""
+    """A guard ``on_check`` listener remembering the agent's last context (for
+    ``/context`` and the checkpoint) and the budget that check enforced. Only the agent's
+    own iterations count (hint ``react_iteration``): the answer-writing call after them
+    sends a different, shorter list that is not what the agent worked with."""
 
     def __init__(self) -> None:
         self.messages: list[ChatMessage] | None = None
         self.budget: int = 0
 
     def __call__(self, event: GuardCheckEvent) -> None:
+        if event.hint != "react_iteration":
+            return
         self.messages = list(event.result.messages)
         self.budget = event.budget
 
@@ -167,11 +189,15 @@ def render(console: Console, event: AgentEvent, *, streamed: bool) -> None:
             pass
 
 
-async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool) -> bool:
+async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool,
+                memory: SessionMemory | None = None, seen: LastContext | None = None) -> bool:
     ok = True
+    stored_before = len(await memory.get_messages()) if memory is not None else 0
     async for event in agent.run_events(query, synthesize=synthesize):
         render(console, event, streamed=synthesize)
         ok = event.type != "error"
+    if memory is not None and seen is not None and seen.messages is not None:
+        memory.adopt(seen.messages, stored_before)
     return ok
 
 
@@ -192,7 +218,7 @@ async def _session(
 
 
 def model_counter(llm: LLM) -> TokenCounter:
-    """The main model's counter (:func:`~ctxstack.model_counters.counter_for_model`): exact
+    """The main model's counter (:func:`~ctxstack.tokens.counter_for_model`): exact
     when its tokenizer is available offline (``LLM_TOKENIZER``'s ``tokenizer.json``, else
     tiktoken by model name), else the heuristic with its margin."""
     name = getattr(llm, "model", None)
@@ -230,7 +256,7 @@ async def _converse(
             console.print(f"[yellow]unknown command {escape(parsed.unknown)}: "
                           "type /help for the list (it was not sent to the model)[/]")
         elif parsed.question is not None:
-            await _turn(agent, console, parsed.question, synthesize)
+            await _turn(agent, console, parsed.question, synthesize, memory, seen)
 
 
 async def _command(command: str, console: Console, memory: SessionMemory, guard: ContextGuard,
@@ -289,6 +315,12 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
     yield OpenAICompatibleLLM.from_env(), OpenAICompatibleLLM.from_env("fast")
 
 
+def _no_endpoint() -> bool:
+    """No model endpoint configured: ``chat`` then uses the offline demo model, as
+    ``serve`` does, and says so."""
+    return not os.environ.get("LLM_BASE_URL", "").strip()
+
+
 @main.command("chat")
 @click.option("--stub", is_flag=True,
               help="Talk to a local scripted stub server instead of the configured endpoint.")
@@ -303,6 +335,11 @@ def chat(stub: bool, once: str | None, budget: int | None, max_iterations: int,
          no_synthesis: bool, system_prompt: str | None) -> None:
     """Chat with the ReAct agent (demo tools: calculator, clock, word counter)."""
     console = Console()
+    if not stub and _no_endpoint():
+        stub = True
+        console.print("[yellow]LLM_BASE_URL is not set: using the offline demo model (a "
+                      "local scripted stub; set LLM_BASE_URL / LLM_API_KEY / LLM_MODEL for "
+                      "a real one)[/]")
     try:
         with _models(stub) as (llm, fast):
             ok = asyncio.run(_session(

@@ -55,7 +55,8 @@ from ctxstack.proxy.sessions import SessionStore, SingleFlight, owner_salt, sess
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
-from ctxstack.tokens import TokenCounter, effective_budget
+from ctxstack.tokens import TokenCounter
+from ctxstack.tokens._counter import effective_budget
 
 logger = logging.getLogger("ctxstack.proxy")
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from ctxstack import LLM, ChatMessage, LLMResult, TokenCounter, Usage
-from ctxstack.archive import Archive
+from ctxstack.compaction import Archive
 from ctxstack.protocol import ChatStream
 from ctxstack.proxy.errors import ProxyError, error_body, upstream_failed
 from ctxstack.proxy.recall import (

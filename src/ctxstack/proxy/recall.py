@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxstack import ChatMessage, TokenCounter
-from ctxstack.archive import Archive
-from ctxstack.compact.cut import cut_text_tokens
+from ctxstack.compaction import Archive, cut_text_tokens
 
 RECALL_TOOL = "ctxstack_recall"
 MAX_ROUNDS = 3

@@ -37,7 +37,7 @@ from ctxstack.proxy.request import CompletionRequest, guard_view
 from ctxstack.proxy.sessions import FlightTimeout, SessionStore, SingleFlight, prefix_hash
 from ctxstack.proxy.views import ViewRecipe
 from ctxstack.store.proxy_sessions import SessionViewRecord
-from ctxstack.tokens import effective_budget
+from ctxstack.tokens._counter import effective_budget
 
 log = logging.getLogger("ctxstack.proxy")
 

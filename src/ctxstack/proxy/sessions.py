@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ctxstack.archive import (
+from ctxstack.compaction._archive import (
     ARCHIVE_REF_KEY,
     MAX_INDEXED_CHARS,
     ArchiveHit,
@@ -109,7 +109,7 @@ class SessionStore:
 
 
 class SessionArchive:
-    """A session's archive as a :class:`ctxstack.archive.Archive` (what the guard masks,
+    """A session's archive as a :class:`ctxstack.compaction.Archive` (what the guard masks,
     summarises or drops goes here; ``ctxstack_recall`` searches it). References are
     ``r<id>``, stable per session: archiving the same message again returns its ref."""
 

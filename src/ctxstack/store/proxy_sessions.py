@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.errors import StorageError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import ProxyArchiveEntry, ProxySession, utcnow
 
 
