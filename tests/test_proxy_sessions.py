@@ -361,3 +361,39 @@ async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServ
                 == "llm"
     assert len([r for r in stub.requests if is_summary_request(r)]) == 2
 
+
+
+async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
+        db_url: str, stub: StubServer) -> None:
+    """The upstream counts more than the proxy: one overflow, one smaller retry — and the
+    next request extends that smaller view instead of overflowing again."""
+    rule = Upstream()
+    overflowed: list[int] = []
+
+    def upstream(request: StubRequest) -> StubReply:
+        if not is_summary_request(request) and not overflowed:
+            overflowed.append(len(request.messages))
+            return StubReply.overflow()
+        return rule(request)
+
+    stub.rule = upstream
+    history = [{"role": "system", "content": SYSTEM}, *_agent_turns(0, 30),
+               {"role": "user", "content": "Carry on."}]
+    async with AsyncExitStack() as stack:
+        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        first = await client.post("/v1/chat/completions",
+                                  json={"model": "stub-model", "messages": history})
+        assert first.status_code == 200, first.text
+        history += [{"role": "assistant", "content": "Noted."},
+                    {"role": "user", "content": "And next?"}]
+        second = await client.post("/v1/chat/completions",
+                                   json={"model": "stub-model", "messages": history})
+        assert second.status_code == 200, second.text
+        stats = (await client.get("/ctxstack/stats")).json()
+    assert parse_compaction_header(second.headers["x-ctxstack-compaction"])["method"] \
+        == "checkpoint"
+    assert stats["overflow_retries"] == 1
+    rejected, retried, extended = chat_requests(stub.requests)
+    assert len(retried.messages) < len(rejected.messages)
+    assert extended.body["messages"][:len(retried.body["messages"])] == \
+        retried.body["messages"]
