@@ -2,8 +2,8 @@
 latency is measured against (any wire: it forwards every ``/v1/`` path as is).
 
 It reads the request body, sends it to the upstream with the same method, path, query
-and content type over a pooled httpx client, and relays the answer (streams chunk by
-chunk). No parsing, no fitting, no database.
+and content type over a pooled httpx client, and relays the answer (a JSON body in one
+piece, a stream chunk by chunk). No parsing, no fitting, no database.
 
 ``--fixed`` serves instead a fixed upstream: every ``POST /v1/chat/completions`` gets the
 same small completion without its body being parsed, so what a latency comparison
@@ -49,6 +49,13 @@ def create_app(upstream: str) -> Starlette:
         answer = await client.send(sent, stream=True)
         kept = {k: v for k, v in answer.headers.items()
                 if k.lower() in ("content-type", "retry-after")}
+        if not kept.get("content-type", "").startswith("text/event-stream"):
+            # One write, as ctxstack proxy does for a small body of known length.
+            try:
+                raw = await answer.aread()
+            finally:
+                await answer.aclose()
+            return Response(raw, status_code=answer.status_code, headers=kept)
 
         async def body() -> AsyncIterator[bytes]:
             async for chunk in answer.aiter_raw():

@@ -269,7 +269,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
     retried = False
     while True:
         recall_body: dict[str, Any] | None = None
-        if fit.recall and fit.messages is not None:
+        if fit.recall and fit.messages is not None and state.chat_wire.can_offer(chat.body):
             recall_body = state.chat_wire.add_tool({**chat.body, "messages": fit.messages})
             body = dumps_body(recall_body)
         else:

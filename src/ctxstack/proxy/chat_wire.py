@@ -99,6 +99,11 @@ class ChatRecallWire:
     def tool_tokens(self, counter: TokenCounter) -> int:
         return counter.count_text(_SPEC_JSON)
 
+    def can_offer(self, body: Mapping[str, Any]) -> bool:
+        """Whether the tool may be added: not beside legacy ``functions`` (providers refuse
+        both at once), not when the client turned tools off (``tool_choice: "none"``)."""
+        return "functions" not in body and body.get("tool_choice") != "none"
+
     def added_tokens(self, body: dict[str, Any], counter: TokenCounter) -> int:
         """What adding the tool to ``body`` adds to its schemas' count, exactly."""
         return schema_tokens(self.add_tool(body), counter) - schema_tokens(body, counter)

@@ -84,6 +84,10 @@ class RecallWire(Protocol):
         """What the recall tool's definition costs in the prompt."""
         ...
 
+    def can_offer(self, body: Mapping[str, Any]) -> bool:
+        """Whether this request may be offered the tool at all."""
+        ...
+
     def add_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with the recall tool added to its tools (a new dict)."""
         ...
