@@ -230,7 +230,7 @@ async def _fit(state: ProxyState, request: Request, chat: CompletionRequest, bud
             prefix = _prefix_summarizer(state, request, chat)
         return await state.session_fitter.fit(
             chat, budget, salt=salt, summarizer=summarizer, session=session,
-            extra_tools=state.chat_wire.added_tokens(chat.body, counter),
+            extra_tools=lambda: state.chat_wire.added_tokens(chat.body, counter),
             prefix_summarizer=prefix)
     except ProxyError:
         raise

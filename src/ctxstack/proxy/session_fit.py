@@ -56,11 +56,22 @@ class SessionFitter:
         self.flight = flight
 
     async def fit(self, request: CompletionRequest, budget: int, *, salt: str,
-                  summarizer: LLM | None, session: str, extra_tools: int = 0,
+                  summarizer: LLM | None, session: str,
+                  extra_tools: int | Callable[[], int] = 0,
                   prefix_summarizer: PrefixFactory | None = None) -> Fit:
         """Fit ``request`` of ``session`` into ``budget`` (``extra_tools``: tokens of a
         tool the proxy adds when the session has an archive — ``ctxstack_recall``;
-        ``prefix_summarizer``: builds the summariser that continues a given prefix)."""
+        ``prefix_summarizer``: builds the summariser that continues a given prefix).
+        ``extra_tools`` may be a function: it is called only for a request that may be
+        over budget (a request within budget pays nothing for it)."""
+        extra = extra_tools if isinstance(extra_tools, int) else None
+
+        def reserve() -> int:
+            nonlocal extra
+            if extra is None:
+                extra = extra_tools() if callable(extra_tools) else extra_tools
+            return extra
+
         counter = await self.fitter.counters.aget(request.model)
         conv = request.conversation
         tools = request.tools_tokens(counter)
@@ -71,8 +82,8 @@ class SessionFitter:
             # counting only the messages after it, not the whole history again.
             record = await self.store.load(session)
             extended = self._extend(request, counter, record, max(
-                MIN_LIMIT, budget - tools - extra_tools), tools + extra_tools, session,
-                extra_tools)
+                MIN_LIMIT, budget - tools - reserve()), tools + reserve(), session,
+                reserve())
             if extended is not None:
                 return extended
         total = conv.tokens(counter)
@@ -80,12 +91,13 @@ class SessionFitter:
                 and conv.longest_text() <= DEFAULT_CUT_CHARS):
             return Fit(None, "none", n, n, 0, total + tools, total + tools,
                        counter=counter.cache_key, session=session)
-        tools += extra_tools
+        extra_tokens = reserve()
+        tools += extra_tokens
         limit = max(MIN_LIMIT, budget - tools)
         if record is None:
             record = await self.store.load(session)
             extended = self._extend(request, counter, record, limit, tools, session,
-                                    extra_tools)
+                                    extra_tokens)
             if extended is not None:
                 return extended
         try:
@@ -93,7 +105,7 @@ class SessionFitter:
                 if waited:
                     record = await self.store.load(session)
                     extended = self._extend(request, counter, record, limit, tools,
-                                            session, extra_tools)
+                                            session, extra_tokens)
                     if extended is not None:
                         return extended
                 if summarizer is not None and prefix_summarizer is not None:
@@ -101,7 +113,7 @@ class SessionFitter:
                     summarizer = prefix_summarizer(prefix, summarizer)
                 return await self._recompute(request, counter, record, limit, tools, total,
                                              salt=salt, summarizer=summarizer,
-                                             session=session, extra_tools=extra_tools)
+                                             session=session, extra_tools=extra_tokens)
         except FlightTimeout:
             log.warning("proxy: session busy for too long; fitting without a summariser")
             fit = await self.fitter._compact(request, counter, limit, tools, total,
