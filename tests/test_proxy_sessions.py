@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import statistics
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from tests.proxy_support import (
     running_proxy,
     tool_sequence_problems,
 )
+from tests.store.dbkit import Backend, postgres_backend
 
 BUDGET = 4_000
 SYSTEM = "You are the operations assistant of ACME-7."
@@ -290,8 +291,21 @@ async def db_url(tmp_path: Path) -> str:
     return url
 
 
-def _settings(db_url: str, upstream: str) -> ProxySettings:
-    return ProxySettings(upstream=upstream, database_url=db_url,
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def backend(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend("sqlite", db_url)
+        return
+    async for pg in postgres_backend():
+        engine = pg.engine()
+        await upgrade(engine)
+        await engine.dispose()
+        yield pg
+
+
+def _settings(db_url: str | Backend, upstream: str) -> ProxySettings:
+    url, schema = (db_url, None) if isinstance(db_url, str) else (db_url.url, db_url.schema)
+    return ProxySettings(upstream=upstream, database_url=url, database_schema=schema,
                          budget_env={"LLM_CONTEXT_SIZE": str(BUDGET + 1000),
                                      "LLM_MAX_OUTPUT_TOKENS": "1000"})
 
@@ -330,10 +344,10 @@ async def _two_at_once(first: httpx.AsyncClient, second: httpx.AsyncClient,
 
 @pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, db_url: str, stub: StubServer) -> None:
+        apps: int, backend: Backend, stub: StubServer) -> None:
     stub.rule = Upstream(summary_delay=1.0)
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, _settings(db_url, stub.base_url))
+        clients = [await _app_client(stack, _settings(backend, stub.base_url))
                    for _ in range(apps)]
         a, b = await _two_at_once(clients[0], clients[-1],
                                   {"x-ctxstack-session": "s-1", "authorization": "Bearer k1"})
