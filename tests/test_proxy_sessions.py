@@ -411,3 +411,29 @@ async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
     assert len(retried.messages) < len(rejected.messages)
     assert extended.body["messages"][:len(retried.body["messages"])] == \
         retried.body["messages"]
+
+
+async def test_a_session_archive_is_searched_and_read_by_ref_and_kept_per_session(
+        db_url: str) -> None:
+    from ctxstack.proxy.recall import recall_text
+    from ctxstack.proxy.sessions import SessionArchive
+    from ctxstack.store import session_factory
+
+    engine = create_engine_from_url(db_url)
+    try:
+        factory = session_factory(engine)
+        mine, other = SessionArchive(factory, "a" * 64), SessionArchive(factory, "b" * 64)
+        refs = await mine.add([ChatMessage.tool("call_1", FACT, name="read_log"),
+                               ChatMessage.user("Ship order #A-1042 on Friday.")])
+        assert await mine.add([ChatMessage.tool("call_1", FACT, name="read_log")]) \
+            == refs[:1]  # archiving it again keeps its ref
+        assert len(mine) == 2
+        found = await recall_text(mine, "vault combination", 200, DEFAULT_COUNTER)
+        assert "7391-ALPHA" in found
+        assert refs[0] in found
+        by_ref = await recall_text(mine, refs[1], 200, DEFAULT_COUNTER)
+        assert "#A-1042" in by_ref
+        assert "7391" not in await recall_text(other, "vault combination", 200,
+                                               DEFAULT_COUNTER)
+    finally:
+        await engine.dispose()

@@ -90,7 +90,7 @@ class Fitter:
                 and conv.longest_text() <= DEFAULT_CUT_CHARS):
             return Fit(None, "none", n, n, 0, total + tools, total + tools,
                        counter=counter.cache_key)
-        return await self._compact(request, counter, limit, tools, total, salt=salt,
+        return await self.compact(request, counter, limit, tools, total, salt=salt,
                                    summarizer=summarizer)
 
     async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
@@ -99,10 +99,10 @@ class Fitter:
         counter = await self.counters.aget(request.model)
         tools = request.tools_tokens(counter)
         total = request.conversation.tokens(counter)
-        return await self._compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
+        return await self.compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
                                    total, salt=salt, summarizer=summarizer)
 
-    async def _compact(self, request: CompletionRequest, counter: TokenCounter, limit: int,
+    async def compact(self, request: CompletionRequest, counter: TokenCounter, limit: int,
                        tools: int, total: int, *, salt: str, summarizer: LLM | None,
                        archive: Archive | None = None, reuse: bool = True) -> Fit:
         """The checkpoint, else the guard (with ``archive``: what it compacts away is

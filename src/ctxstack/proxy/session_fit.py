@@ -116,7 +116,7 @@ class SessionFitter:
                                              session=session, extra_tools=extra_tokens)
         except FlightTimeout:
             log.warning("proxy: session busy for too long; fitting without a summariser")
-            fit = await self.fitter._compact(request, counter, limit, tools, total,
+            fit = await self.fitter.compact(request, counter, limit, tools, total,
                                              salt=salt, summarizer=None)
             return dataclasses.replace(fit, session=session)
 
@@ -192,7 +192,7 @@ class SessionFitter:
                          session: str, extra_tools: int) -> Fit:
         conv = request.conversation
         archive = self.store.archive(session, record.archived if record else 0)
-        fit = await self.fitter._compact(request, counter, limit, tools, total, salt=salt,
+        fit = await self.fitter.compact(request, counter, limit, tools, total, salt=salt,
                                          summarizer=summarizer, archive=archive, reuse=False)
         recall = len(archive) > 0
         fit = dataclasses.replace(

@@ -30,14 +30,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ctxstack.compaction._archive import (
-    ARCHIVE_REF_KEY,
-    MAX_INDEXED_CHARS,
-    ArchiveHit,
-    HistoryArchive,
-    ngrams,
-    searchable_text,
-)
+from ctxstack.compaction import ArchiveHit, HistoryArchive
 from ctxstack.messages import ChatMessage
 from ctxstack.proxy.checkpoints import PrefixHasher, root_length
 from ctxstack.store import SessionFactory
@@ -133,37 +126,28 @@ class SessionArchive:
         self._count = max(self._count, len(set(ids)))
         return [f"{REF_PREFIX}{i}" for i in ids]
 
-    async def _loaded(self) -> HistoryArchive:
-        rows = await load_session_archive(self.factory, self.key)
-        memory = _RefArchive()
-        for row_id, text in rows:
+    async def _rows(self) -> list[tuple[str, ChatMessage]]:
+        out = []
+        for row_id, text in await load_session_archive(self.factory, self.key):
             try:
-                message = ChatMessage.from_openai(json.loads(text))
+                out.append((f"{REF_PREFIX}{row_id}", ChatMessage.from_openai(json.loads(text))))
             except Exception:  # an entry that no longer parses is skipped, not fatal
                 continue
-            memory.put(f"{REF_PREFIX}{row_id}", message)
-        self._count = len(rows)
-        return memory
+        self._count = max(self._count, len(out))
+        return out
 
     async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
-        return await (await self._loaded()).search(query, k)
+        """The library's n-gram BM25 over the session's archive (loaded per search:
+        recall is rare, an archive is one session's)."""
+        rows = await self._rows()
+        memory = HistoryArchive()
+        ours = dict(zip(await memory.add([m for _, m in rows]), (r for r, _ in rows),
+                        strict=True))
+        return [hit.model_copy(update={"ref": ours[hit.ref]})
+                for hit in await memory.search(query, k)]
 
     async def get(self, ref: str) -> ChatMessage | None:
-        return await (await self._loaded()).get(ref)
-
-
-class _RefArchive(HistoryArchive):
-    """A :class:`HistoryArchive` filled with messages under given references."""
-
-    def put(self, ref: str, message: ChatMessage) -> None:
-        stored = message.replace(metadata={**message.metadata, ARCHIVE_REF_KEY: ref})
-        self._messages[ref] = stored
-        grams = ngrams(searchable_text(stored)[:MAX_INDEXED_CHARS])
-        for gram, count in grams.items():
-            self._postings[gram][ref] = count
-        length = sum(grams.values())
-        self._lengths[ref] = length
-        self._total_length += length
+        return dict(await self._rows()).get(ref.strip())
 
 
 class SingleFlight:
