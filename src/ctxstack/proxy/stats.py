@@ -120,6 +120,12 @@ def usage_keys(wire: str, model: str, usage: UpstreamUsage, rounds: int) -> dict
             f"{prefix}recall_rounds": rounds}
 
 
+def _cache_keys(wire: str, model: str, read: int, write: int) -> dict[str, int]:
+    model = model[:60]
+    return {f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
+            f"cache_tokens.{wire}:{model}:cache_write_tokens": write}
+
+
 class ProxyStats(BaseModel):
     """Running totals (the ``/ctxstack/stats`` body; see the module doc for their scope)."""
 
@@ -150,10 +156,14 @@ class ProxyStats(BaseModel):
     timeouts: int = 0
     fit_failures: int = 0
     """Requests whose fitting failed (a bug, an unknown shape, a database error): forwarded
-    unchanged instead (do no harm)."""
+    unchanged instead (do no harm; logged)."""
+    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire, then model: ``cache_read_tokens`` and ``cache_write_tokens`` as the
+    upstream reported them (Anthropic ``cache_read_input_tokens`` /
+    ``cache_creation_input_tokens``, Chat ``prompt_tokens_details.cached_tokens``)."""
     by_model: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
     """Per wire (``chat``, …) and model: usage, prompt-cache reads and writes, recall
-    rounds, as the upstream reported them."""
+    rounds, as the upstream reported them (the cache figures are ``cache_tokens``'s)."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -175,6 +185,12 @@ class ProxyStats(BaseModel):
             elif group in ("compactions", "upstream_errors") and name:
                 counts: dict[str, int] = getattr(stats, group)
                 counts[name] = counts.get(name, 0) + value
+            elif group == "cache_tokens" and name.count(":") >= 2:
+                wire, _, rest = name.partition(":")
+                model, _, kind = rest.rpartition(":")
+                per = stats.cache_tokens.setdefault(wire, {}).setdefault(
+                    model, {"cache_read_tokens": 0, "cache_write_tokens": 0})
+                per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
         return stats
@@ -227,6 +243,14 @@ class StatsRecorder:
     def usage(self, wire: str, model: str, usage: UpstreamUsage, rounds: int = 0) -> None:
         """What the upstream reported for one client request (summed over its calls)."""
         self._add(usage_keys(wire, model, usage, rounds))
+        self._add(_cache_keys(wire, model, usage.cache_read_tokens, usage.cache_write_tokens))
+
+    def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
+        """Prompt-cache tokens the upstream reported for one answer (``wire``:
+        ``anthropic``, …; the model name is cut to keep the stored key short)."""
+        self._add(_cache_keys(wire, model, read, write))
+        self._add(usage_keys(wire, model, UpstreamUsage(cache_read_tokens=read,
+                                                        cache_write_tokens=write), 0))
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})
