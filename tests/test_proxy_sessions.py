@@ -437,3 +437,24 @@ async def test_a_session_archive_is_searched_and_read_by_ref_and_kept_per_sessio
                                                DEFAULT_COUNTER)
     finally:
         await engine.dispose()
+
+
+async def test_single_flight_through_redis_when_configured(db_url: str,
+                                                           stub: StubServer) -> None:
+    """With ``CTXSTACK_REDIS_URL`` the lease is Redis's: still one summary call for two
+    concurrent requests on two apps, and the lease is gone afterwards."""
+    import redis
+
+    from tests.service_support import redis_url_or_skip
+
+    url = redis_url_or_skip()
+    stub.rule = Upstream(summary_delay=1.0)
+    settings = _settings(db_url, stub.base_url).model_copy(update={"redis_url": url})
+    async with AsyncExitStack() as stack:
+        clients = [await _app_client(stack, settings) for _ in range(2)]
+        a, b = await _two_at_once(clients[0], clients[1],
+                                  {"x-ctxstack-session": "s-redis", "authorization": "Bearer r"})
+    assert a.status_code == b.status_code == 200
+    assert len([r for r in stub.requests if is_summary_request(r)]) == 1
+    leases = redis.Redis.from_url(url).keys("ctxstack:proxy:lease:*")
+    assert leases == []

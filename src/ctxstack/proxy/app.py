@@ -52,7 +52,13 @@ from ctxstack.proxy.forwarding import (
 from ctxstack.proxy.recall import MAX_ROUNDS, USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.session_fit import SessionFitter
-from ctxstack.proxy.sessions import SessionStore, SingleFlight, owner_salt, session_key
+from ctxstack.proxy.sessions import (
+    RedisLease,
+    SessionStore,
+    SingleFlight,
+    owner_salt,
+    session_key,
+)
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
@@ -89,8 +95,9 @@ class ProxyState:
                              summary_timeout=settings.summary_timeout)
         self.sessions = SessionStore(factory, ttl_seconds=settings.checkpoint_ttl)
         flight_seconds = settings.summary_timeout * 2 + 10
-        self.flight = SingleFlight(factory, lease_seconds=flight_seconds,
-                                   wait_seconds=flight_seconds + 5)
+        self.flight = SingleFlight(
+            factory, lease_seconds=flight_seconds, wait_seconds=flight_seconds + 5,
+            redis=RedisLease(settings.redis_url) if settings.redis_url else None)
         self.session_fitter = SessionFitter(self.fitter, self.sessions, self.flight)
         self.chat_wire = ChatRecallWire()
         self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
@@ -100,6 +107,7 @@ class ProxyState:
         await self.budgets.aclose()
         await self.upstream.aclose()
         await self.anthropic.aclose()
+        await self.flight.aclose()
         await self.summarizers.aclose()
 
 

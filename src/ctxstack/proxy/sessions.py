@@ -150,14 +150,44 @@ class SessionArchive:
         return dict(await self._rows()).get(ref.strip())
 
 
+class RedisLease:
+    """The cross-worker lease in Redis (``SET key owner NX PX``; released only by its
+    owner), for proxies configured with ``CTXSTACK_REDIS_URL``."""
+
+    _RELEASE = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                "return redis.call('del', KEYS[1]) else return 0 end")
+
+    def __init__(self, url: str, *, prefix: str = "ctxstack:proxy:lease:",
+                 timeout: float = 2.0) -> None:
+        import redis.asyncio as aioredis
+
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True,
+                                              socket_timeout=timeout,
+                                              socket_connect_timeout=timeout)
+        self.prefix = prefix
+
+    async def acquire(self, key: str, owner: str, *, seconds: float) -> bool:
+        return bool(await self._redis.set(self.prefix + key, owner, nx=True,
+                                          px=max(1, int(seconds * 1000))))
+
+    async def release(self, key: str, owner: str) -> None:
+        await self._redis.eval(self._RELEASE, 1, self.prefix + key, owner)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+
+
 class SingleFlight:
     """One view recomputation per session at a time, in this worker and across workers
     (see the module doc). ``async with flight.hold(key) as waited:`` — ``waited`` is True
     when another holder had it first (re-read the view: it was probably just written);
-    :class:`FlightTimeout` when it could not be had within ``wait`` seconds."""
+    :class:`FlightTimeout` when it could not be had within ``wait`` seconds. The
+    cross-worker lease is the session row's, or Redis's when ``redis`` is given."""
 
     def __init__(self, factory: SessionFactory | None, *, lease_seconds: float,
-                 wait_seconds: float, poll_seconds: float = 0.05) -> None:
+                 wait_seconds: float, poll_seconds: float = 0.05,
+                 redis: RedisLease | None = None) -> None:
+        self.redis = redis
         self.factory = factory
         self.lease_seconds = lease_seconds
         self.wait_seconds = wait_seconds
@@ -176,14 +206,15 @@ class SingleFlight:
         except TimeoutError:
             raise FlightTimeout(key) from None
         try:
-            if self.factory is not None:
+            shared = self.redis is not None or self.factory is not None
+            if shared:
                 waited = await self._lease(key, deadline) or waited
             try:
                 yield waited
             finally:
-                if self.factory is not None:
+                if shared:
                     try:
-                        await release_session_lease(self.factory, key, self.owner)
+                        await self._release(key)
                     except Exception as exc:  # it expires on its own
                         log.warning("proxy: releasing a session lease failed: %s", exc)
         finally:
@@ -191,17 +222,32 @@ class SingleFlight:
             if not lock.locked() and not getattr(lock, "_waiters", None):
                 self._locks.pop(key, None)
 
-    async def _lease(self, key: str, deadline: float) -> bool:
-        """Take the database lease; True if another worker held it first."""
+    async def _acquire(self, key: str) -> bool:
+        if self.redis is not None:
+            return await self.redis.acquire(key, self.owner, seconds=self.lease_seconds)
         assert self.factory is not None
+        return await acquire_session_lease(self.factory, key, self.owner,
+                                           seconds=self.lease_seconds)
+
+    async def _release(self, key: str) -> None:
+        if self.redis is not None:
+            await self.redis.release(key, self.owner)
+        elif self.factory is not None:
+            await release_session_lease(self.factory, key, self.owner)
+
+    async def _lease(self, key: str, deadline: float) -> bool:
+        """Take the cross-worker lease; True if another worker held it first."""
         waited = False
-        while not await acquire_session_lease(self.factory, key, self.owner,
-                                              seconds=self.lease_seconds):
+        while not await self._acquire(key):
             waited = True
             if time.monotonic() >= deadline:
                 raise FlightTimeout(key)
             await asyncio.sleep(self.poll)
         return waited
+
+    async def aclose(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
 
 
 class FlightTimeout(Exception):

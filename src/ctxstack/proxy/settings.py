@@ -18,7 +18,10 @@
   then truncation);
 * ``LLM_MODEL`` + ``LLM_TOKENIZER`` — a ``tokenizer.json`` for exact counts of requests
   naming exactly that model (other models: tiktoken by name, else the heuristic);
-* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite).
+* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, sessions, model configs, tokens
+  (SQLite);
+* ``CTXSTACK_REDIS_URL`` — when set, the lease that lets one worker at a time recompute a
+  session's view is held in Redis instead of the session's database row.
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
 ``LLM_MAX_OUTPUT_TOKENS``, then the defaults (:mod:`ctxstack.proxy.budgets`).
@@ -82,6 +85,7 @@ class ProxySettings(BaseModel):
     summarizer_model: str | None = None
     database_url: str | None = None
     database_schema: str | None = None
+    redis_url: str | None = None
     max_checkpoints: int = Field(default=DEFAULT_MAX_CHECKPOINTS, ge=1)
     checkpoint_ttl: float = Field(default=DEFAULT_CHECKPOINT_TTL, gt=0)
     stats_flush_interval: float = Field(default=1.0, gt=0)
@@ -145,6 +149,7 @@ class ProxySettings(BaseModel):
             "tokenizer_path": _get(env, "LLM_TOKENIZER"),
             "database_url": _get(env, "CTXSTACK_DATABASE_URL"),
             "database_schema": _get(env, "CTXSTACK_DATABASE_SCHEMA"),
+            "redis_url": _get(env, "CTXSTACK_REDIS_URL"),
             "budget_env": {k: v for k, v in env.items() if k in (
                 "LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS", "FAST_LLM_CONTEXT_SIZE",
                 "FAST_LLM_MAX_OUTPUT_TOKENS")},
