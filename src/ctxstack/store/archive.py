@@ -33,10 +33,7 @@ from sqlalchemy import Select, and_, column, func, or_, select, text
 from sqlalchemy import table as table_clause
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.compaction import (
-    ArchiveHit,
-    HistoryArchive,
-)
+from ctxstack.compaction import ArchiveHit, HistoryArchive
 from ctxstack.compaction._archive import (
     ARCHIVE_REF_KEY,
     STOP_WORDS,
