@@ -194,6 +194,19 @@ class HistoryArchive:
         self._total_length = 0
         self._words: sqlite3.Connection | None = None
 
+    def close(self) -> None:
+        """Free the word index's in-memory database, when done with the archive (a search
+        afterwards ranks by n-grams alone). Also done when the archive is
+        garbage-collected."""
+        if self._words is not None:
+            self._words.close()
+            self._words = None
+
+    def __del__(self) -> None:
+        words = getattr(self, "_words", None)
+        if words is not None:
+            words.close()
+
     def _word_index(self) -> sqlite3.Connection:
         """The FTS5 word index (created on first use; one in-memory database each)."""
         if self._words is None:

@@ -183,6 +183,7 @@ class ConversationArchive:
                 k2: v for k2, v in message.metadata.items() if k2 != ARCHIVE_REF_KEY})])
             refs[local] = ref
         hits = await ranker.search(query, k=k)
+        ranker.close()
         return [
             hit.model_copy(update={
                 "ref": refs[hit.ref],
