@@ -1,5 +1,6 @@
-"""The proxy's FastAPI app: ``/v1/chat/completions`` guarded, every other ``/v1/`` route
-passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
+"""The proxy's FastAPI app: ``/v1/chat/completions`` and ``/v1/responses`` (HTTP and
+WebSocket, :mod:`ctxstack.proxy.responses_route`, :mod:`ctxstack.proxy.responses_socket`)
+guarded, every other ``/v1/`` route passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
 
 A chat completion goes: auth → parse and validate (400 before any upstream call) → the
 model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer (streams
@@ -19,8 +20,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import WebSocketRoute
 from starlette.responses import JSONResponse, Response
 
 from ctxstack import LLM
@@ -39,6 +41,9 @@ from ctxstack.proxy.forwarding import (
     relay_answer,
 )
 from ctxstack.proxy.request import CompletionRequest, parse_request
+from ctxstack.proxy.responses_chains import ChainStore
+from ctxstack.proxy.responses_route import responses_http
+from ctxstack.proxy.responses_socket import responses_socket
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
@@ -71,6 +76,8 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.chains = ChainStore(factory, ttl_seconds=settings.checkpoint_ttl)
+        """The Responses conversations behind ``previous_response_id``."""
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
@@ -152,6 +159,15 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+
+    async def responses(request: Request) -> Response:
+        return await responses_http(st(), request)
+
+    async def responses_ws(websocket: WebSocket) -> None:
+        await responses_socket(st(), websocket)
+
+    app.add_route("/v1/responses", responses, methods=["POST"])
+    app.router.routes.append(WebSocketRoute("/v1/responses", responses_ws))
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 

@@ -110,6 +110,14 @@ class ProxyStats(BaseModel):
     overflow_retries: int = 0
     unreachable: int = 0
     timeouts: int = 0
+    fit_failures: int = 0
+    """Requests whose fitting failed (a bug, an unknown shape, a database error): each was
+    forwarded unchanged, and logged."""
+    by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire (``responses``, …) and requested model: ``requests``, ``forwarded``, and
+    what the upstream reported in ``usage`` — ``input_tokens``, ``output_tokens``,
+    ``cache_read_tokens`` (prompt tokens served from the provider's cache). WebSocket
+    traffic counts with its wire."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -126,6 +134,12 @@ class ProxyStats(BaseModel):
                 counts[name] = counts.get(name, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
+            elif group == "by_wire" and name:
+                wire, _, rest = name.partition(".")
+                model, _, metric = rest.rpartition(".")
+                if wire and model and metric:
+                    per = stats.by_wire.setdefault(wire, {}).setdefault(model, {})
+                    per[metric] = per.get(metric, 0) + value
         return stats
 
 
@@ -172,6 +186,11 @@ class StatsRecorder:
             "summarizer.input_tokens": usage.input_tokens,
             "summarizer.output_tokens": usage.output_tokens,
         })
+
+    def wire(self, wire: str, model: str, **counts: int) -> None:
+        """Add ``counts`` (``requests=1``, ``cache_read_tokens=N``, …) to ``wire`` and
+        ``model`` (the name cut to 48 characters: the stored key is bounded)."""
+        self._add({f"by_wire.{wire}.{model[:48]}.{metric}": by for metric, by in counts.items()})
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})
