@@ -4,6 +4,7 @@ mode, read by the official ``openai`` SDK, with the stub's scripted faults."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
@@ -20,14 +21,17 @@ def test_json_and_stream_through_the_sdk(stub: StubServer) -> None:
                                        input="hi")
     assert response.output_text == "Hello!"
     assert response.output[0].type == "reasoning"
-    assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 2
+    assert response.usage is not None
+    assert response.usage.input_tokens_details.cached_tokens == 2
     assert stub.requests[-1].messages[0].text == "Be kind."
     with client.responses.stream(model="stub-model", input="look") as stream:
         kinds = [e.type for e in stream]
         final = stream.get_final_response()
-    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds[0] == "response.created"
+    assert kinds[-1] == "response.completed"
     assert "response.function_call_arguments.done" in kinds
-    assert final.output[0].type == "function_call" and final.output[0].call_id == "call_7"
+    assert final.output[0].type == "function_call"
+    assert final.output[0].call_id == "call_7"
     stub.push(StubReply.rate_limited(retry_after=1))
     with pytest.raises(openai.RateLimitError):
         client.responses.create(model="stub-model", input="hi")
@@ -39,12 +43,13 @@ def test_websocket_mode(stub: StubServer) -> None:
     stub.push(StubReply.text("over the socket"), StubReply.server_error())
     with ws_connect(url) as ws:
         ws.send(json.dumps({"type": "response.create", "model": "stub-model", "input": "hi"}))
-        events = []
+        events: list[dict[str, Any]] = []
         while not events or events[-1]["type"] != "response.completed":
             events.append(json.loads(ws.recv(timeout=10)))
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "over the socket"
         ws.send(json.dumps({"type": "response.create", "model": "stub-model", "input": "x"}))
         error = json.loads(ws.recv(timeout=10))
-        assert error["type"] == "error" and error["status"] == 500
+        assert error["type"] == "error"
+        assert error["status"] == 500
     assert stub.requests[0].transport == "websocket"

@@ -52,7 +52,13 @@ def _recorded(stub: StubServer) -> list[dict[str, Any]]:
 
 
 def _stats(proxy: ProxyProcess) -> dict[str, Any]:
-    return httpx.get(f"{proxy.url}/ctxstack/stats").json()
+    stats: dict[str, Any] = httpx.get(f"{proxy.url}/ctxstack/stats").json()
+    return stats
+
+
+def _items(*items: dict[str, Any]) -> Any:
+    """Input items as the SDK takes them (some are types its stubs do not know yet)."""
+    return list(items)
 
 
 def _clear(stub: StubServer) -> None:
@@ -64,9 +70,9 @@ def test_create_within_budget_goes_out_byte_for_byte(client: openai.OpenAI,
     _clear(stub)
     stub.push(StubReply.text("Hello there", reasoning="think first", cached_tokens=3))
     raw = client.responses.with_raw_response.create(
-        model=MODEL, instructions="Be brief.", input=[
+        model=MODEL, instructions="Be brief.", input=_items(
             {"role": "user", "content": "hi"},
-            {"type": "additional_tools", "tools": [{"type": "function", "name": "x"}]}],
+            {"type": "additional_tools", "tools": [{"type": "function", "name": "x"}]}),
         extra_body={"some_future_field": {"b": 1, "a": 2}})
     assert parse_compaction_header(raw.headers["x-ctxstack-compaction"])["method"] == "none"
     response = raw.parse()
@@ -98,7 +104,8 @@ def test_stream_relays_the_real_event_sequence(client: openai.OpenAI, stub: Stub
     assert "response.function_call_arguments.delta" in kinds
     assert kinds[-1] == "response.completed"
     call = final.output[0]
-    assert call.type == "function_call" and call.call_id == "call_1"
+    assert call.type == "function_call"
+    assert call.call_id == "call_1"
     assert json.loads(call.arguments) == {"query": "order"}
 
 
@@ -116,7 +123,8 @@ def test_websocket_mode_through_the_sdk_with_a_store_false_chain(
             events.append(event.type)
             if event.type in ("response.completed", "error"):
                 break
-        assert events[0] == "response.created" and events[-1] == "response.completed"
+        assert events[0] == "response.created"
+        assert events[-1] == "response.completed"
         first = event.response  # type: ignore[union-attr]
         # Continue as Codex does: only the new item, with previous_response_id.
         conn.response.create(model=MODEL, store=False, previous_response_id=first.id, input=[
@@ -125,7 +133,7 @@ def test_websocket_mode_through_the_sdk_with_a_store_false_chain(
             if event.type in ("response.completed", "error"):
                 break
         assert event.type == "response.completed"
-        assert event.response.output_text == "It ships on 2026-03-14."  # type: ignore[union-attr]
+        assert event.response.output_text == "It ships on 2026-03-14."
     second = stub.requests[-1]
     assert second.transport == "http"  # the upstream needs no WebSocket
     body = second.body
@@ -143,19 +151,23 @@ def test_websocket_errors_are_error_frames_and_the_socket_stays_open(
     with ws_connect(url, additional_headers={"Authorization": "Bearer k"}) as ws:
         ws.send(json.dumps({"type": "response.cancel"}))
         bad = json.loads(ws.recv(timeout=10))
-        assert bad["type"] == "error" and bad["status"] == 400 and bad["error"]["param"] == "type"
+        assert bad["type"] == "error"
+        assert bad["status"] == 400
+        assert bad["error"]["param"] == "type"
         calls = stub.state.calls
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": [
             {"type": "function_call_output", "call_id": "nope", "output": "x"}]}))
         invalid = json.loads(ws.recv(timeout=10))
-        assert invalid["status"] == 400 and invalid["error"]["param"] == "input[0].call_id"
+        assert invalid["status"] == 400
+        assert invalid["error"]["param"] == "input[0].call_id"
         assert stub.state.calls == calls  # refused before any upstream call
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "hi"}))
         limited = json.loads(ws.recv(timeout=10))
-        assert limited["status"] == 429 and limited["headers"]["retry-after"] == "7"
+        assert limited["status"] == 429
+        assert limited["headers"]["retry-after"] == "7"
         assert limited["error"]["code"] == "rate_limit_exceeded"
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "again"}))
-        kinds = []
+        kinds: list[str] = []
         while not kinds or kinds[-1] != "response.completed":
             kinds.append(json.loads(ws.recv(timeout=10))["type"])
     assert kinds[0] == "response.created"
@@ -164,7 +176,7 @@ def test_websocket_errors_are_error_frames_and_the_socket_stays_open(
 def test_bad_input_is_a_400_naming_the_field_before_any_upstream_call(
         client: openai.OpenAI, stub: StubServer) -> None:
     calls = stub.state.calls
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"input": [{"type": "function_call", "call_id": "c1", "name": "f",
                      "arguments": "{}"}]}, "input[0]"),
         ({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]},
@@ -176,7 +188,7 @@ def test_bad_input_is_a_400_naming_the_field_before_any_upstream_call(
     ]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(model=MODEL, **extra)  # type: ignore[call-overload]
+            client.responses.create(model=MODEL, **extra)
         assert caught.value.status_code == 400
         assert caught.value.param == param, extra
     with pytest.raises(openai.BadRequestError) as missing:

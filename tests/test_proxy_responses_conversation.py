@@ -105,7 +105,8 @@ def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
         sent.append(list(history))
         raw = client.responses.with_raw_response.create(
             model=MODEL, instructions=INSTRUCTIONS, tools=TOOLS,  # type: ignore[arg-type]
-            input=history, store=False, include=["reasoning.encrypted_content"])
+            input=history,  # type: ignore[arg-type]
+            store=False, include=["reasoning.encrypted_content"])
         methods.append(parse_compaction_header(raw.headers["x-ctxstack-compaction"])["method"])
         return raw.parse()
 
@@ -133,7 +134,8 @@ def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
         body = request.body
         assert _tokens(dict(body)) <= BUDGET, k
         validate_pairs([], body["input"])  # raises on a call without its output or vice versa
-        assert body["instructions"] == INSTRUCTIONS and body["tools"] == TOOLS
+        assert body["instructions"] == INSTRUCTIONS
+        assert body["tools"] == TOOLS
         assert json.dumps(body["input"][-1]) == json.dumps(mine[-1])
         _check_turns(body["input"], mine)
     assert methods.count("none") < len(methods)  # the conversation did overflow

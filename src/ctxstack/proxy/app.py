@@ -1,6 +1,7 @@
 """The proxy's FastAPI app: ``/v1/chat/completions`` and ``/v1/responses`` (HTTP and
 WebSocket, :mod:`ctxstack.proxy.responses_route`, :mod:`ctxstack.proxy.responses_socket`)
-guarded, every other ``/v1/`` route passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
+guarded, every other ``/v1/`` route passed through, ``/ctxstack/stats`` and
+``/ctxstack/health`` its own.
 
 A chat completion goes: auth → parse and validate (400 before any upstream call) → the
 model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer (streams
@@ -22,8 +23,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request, WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import WebSocketRoute
 from starlette.responses import JSONResponse, Response
+from starlette.routing import WebSocketRoute
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow

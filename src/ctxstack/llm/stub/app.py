@@ -13,11 +13,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 from starlette.routing import WebSocketRoute
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ctxstack.errors import ConfigError, MessageError
+from ctxstack.llm.stub import responses as wire
 from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
@@ -28,7 +29,6 @@ from ctxstack.llm.stub.replies import (
     ids,
     stub_usage,
 )
-from ctxstack.llm.stub import responses as wire
 from ctxstack.messages import from_openai_messages
 
 

@@ -228,4 +228,4 @@ async def sse_bytes(state: StubState, events: list[dict[str, Any]], reply: StubR
         if reply.pause_after is not None and i == reply.pause_after:
             await state.sleep(reply.pause)
         yield (f"event: {event['type']}\ndata: "
-               f"{json.dumps(event, ensure_ascii=False)}\n\n").encode("utf-8")
+               f"{json.dumps(event, ensure_ascii=False)}\n\n").encode()
