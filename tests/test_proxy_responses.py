@@ -269,3 +269,32 @@ def test_stats_count_usage_and_cache_reads_per_wire_and_model(
     assert after["cache_read_tokens"] - before.get("cache_read_tokens", 0) == 16
     assert after["requests"] - before.get("requests", 0) == 2
     assert after["output_tokens"] > before.get("output_tokens", 0)
+
+
+def test_a_websocket_prewarm_is_answered_by_the_proxy_and_continued(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    url = proxy.base_url.replace("http://", "ws://") + "/responses"
+    stub.push(StubReply.text("warm answer"))
+    calls = stub.state.calls
+    with ws_connect(url, additional_headers={
+            "Authorization": "Bearer k", "OpenAI-Beta": "responses_websockets=2026-02-06"}) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
+                            "generate": False, "instructions": "Be brief.",
+                            "input": [{"role": "user", "content": "context first"}]}))
+        created = json.loads(ws.recv(timeout=10))
+        done = json.loads(ws.recv(timeout=10))
+        assert created["type"] == "response.created"
+        assert done["type"] == "response.completed"
+        assert done["response"]["output"] == []
+        assert stub.state.calls == calls  # nothing to generate: no upstream call
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
+                            "previous_response_id": done["response"]["id"],
+                            "instructions": "Be brief.",
+                            "input": [{"role": "user", "content": "now answer"}]}))
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != "response.completed":
+            kinds.append(json.loads(ws.recv(timeout=10))["type"])
+    sent = stub.requests[-1]
+    assert "previous_response_id" not in sent.body
+    assert [i["content"] for i in sent.body["input"]] == ["context first", "now answer"]
+    assert "openai-beta" not in sent.headers  # the WebSocket flag is not sent over HTTP

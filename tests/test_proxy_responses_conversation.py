@@ -25,7 +25,7 @@ import pytest
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.proxy import parse_compaction_header
 from ctxstack.proxy.responses_request import validate_pairs
-from ctxstack.proxy.responses_view import count_tokens, schema_tokens
+from ctxstack.proxy.responses_view import count_tokens, schema_tokens, side
 from ctxstack.tokens import DEFAULT_COUNTER
 from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, running_proxy
 
@@ -77,20 +77,26 @@ def _tokens(body: dict[str, Any]) -> int:
                         DEFAULT_COUNTER)
 
 
+def _turns(items: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """The model's turns: maximal runs of assistant-side items, each as its JSON texts."""
+    runs: list[list[str]] = []
+    previous = False
+    for item in items:
+        mine = side(item) == "assistant"
+        if mine:
+            if not previous:
+                runs.append([])
+            runs[-1].append(json.dumps(item))
+        previous = mine
+    return [tuple(r) for r in runs]
+
+
 def _check_turns(forwarded: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
-    """Every reasoning item forwarded is one of the client's, byte-identical, followed by
-    the rest of its turn exactly as in the client's history."""
-    own = {json.dumps(it): k for k, it in enumerate(history)}
-    for i, item in enumerate(forwarded):
-        if item.get("type") != "reasoning":
-            continue
-        k = own[json.dumps(item)]  # KeyError: edited or invented
-        j = 0
-        while k + j < len(history) and history[k + j].get("type") in (
-                "reasoning", "function_call", "message") and (
-                history[k + j].get("type") != "message" or history[k + j]["role"] == "assistant"):
-            assert json.dumps(forwarded[i + j]) == json.dumps(history[k + j])
-            j += 1
+    """Every turn of the model forwarded is one of the client's, whole: its reasoning,
+    calls and message byte-identical (key order included), contiguous and in order."""
+    own = set(_turns(history))
+    for turn in _turns(forwarded):
+        assert turn in own, turn
 
 
 def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
@@ -130,6 +136,7 @@ def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
 
     forwarded = _forwarded(stub)
     assert len(forwarded) == len(sent) > 80
+    reasoning = 0
     for k, (request, mine) in enumerate(zip(forwarded, sent, strict=True)):
         body = request.body
         assert _tokens(dict(body)) <= BUDGET, k
@@ -138,6 +145,8 @@ def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
         assert body["tools"] == TOOLS
         assert json.dumps(body["input"][-1]) == json.dumps(mine[-1])
         _check_turns(body["input"], mine)
+        reasoning += sum(1 for item in body["input"] if item.get("type") == "reasoning")
+    assert reasoning > len(forwarded)  # reasoning items were forwarded (and checked)
     assert methods.count("none") < len(methods)  # the conversation did overflow
     assert "llm" in methods or "checkpoint" in methods
 

@@ -30,7 +30,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -107,8 +107,9 @@ class Exchange:
 
 
 async def prepare(state: ProxyState, request: ResponsesRequest, headers: Mapping[str, str],
-                  salt: str) -> Exchange:
-    """Steps 1–2 (see the module doc).
+                  salt: str, *, fit: bool = True) -> Exchange:
+    """Steps 1–2 (see the module doc); ``fit=False`` expands and validates only (a
+    WebSocket pre-warm, which never reaches the upstream).
 
     Raises:
         ProxyError: 400 for a conversation the upstream would refuse (pairing).
@@ -122,6 +123,8 @@ async def prepare(state: ProxyState, request: ResponsesRequest, headers: Mapping
     budget = model_budget.usable_input_tokens
     full = None if chain is None else [*chain, *request.input]
     ex = Exchange(request, owner, salt, budget, None, full)
+    if not fit:
+        return ex
     if full is None:
         log.info("proxy: previous_response_id %r is not known here; forwarded as sent",
                  request.previous_id)
@@ -305,7 +308,7 @@ def terminal_response(name: str | None, data: str) -> dict[str, Any] | None:
 
 
 async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyState,
-                          ) -> AsyncIterator[tuple[bytes, list[tuple[str | None, str]]]]:
+                          ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
     """The upstream's SSE body: each decoded chunk with the events completed by it. The
     terminal response is recorded as it passes. A stall or a broken connection ends it
     with :class:`ProxyError` (504/502)."""

@@ -10,11 +10,13 @@ its status, body and headers.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -70,6 +72,8 @@ async def responses_http(state: ProxyState, request: Request) -> Response:
     except ProxyError as exc:
         if exc.status == 400:
             state.stats.bump("bad_requests")
+        elif exc.status == 401:
+            state.stats.bump("unauthorized")
         elif exc.code == "upstream_unreachable":
             state.stats.bump("unreachable")
         elif exc.code == "upstream_timeout":
@@ -82,10 +86,12 @@ async def responses_http(state: ProxyState, request: Request) -> Response:
             await close(ex)
 
 
-async def _relay(state: ProxyState, ex: Exchange, upstream: object) -> AsyncIterator[bytes]:
+async def _relay(state: ProxyState, ex: Exchange, upstream: httpx.Response,
+                 ) -> AsyncIterator[bytes]:
     try:
-        async for chunk, _ in upstream_events(upstream, ex, state):  # type: ignore[arg-type]
-            yield chunk
+        async with contextlib.aclosing(upstream_events(upstream, ex, state)) as stream:
+            async for chunk, _ in stream:
+                yield chunk
     except ProxyError as exc:
         # The client's SDK raises an ``error`` event; the bytes already sent stay sent.
         event = {"type": "error", "code": exc.code, "message": exc.message, "param": None,

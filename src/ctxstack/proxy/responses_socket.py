@@ -24,7 +24,9 @@ request continues it without an upstream call that a plain HTTP upstream would r
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -49,7 +51,15 @@ from ctxstack.proxy.responses_request import dump, parse_responses
 if TYPE_CHECKING:
     from ctxstack.proxy.app import ProxyState
 
+log = logging.getLogger("ctxstack.proxy")
+
 _HANDSHAKE = ("sec-websocket-", "upgrade", "connection")
+
+
+def _beta(value: str) -> str:
+    """``OpenAI-Beta`` without the WebSocket-mode flag (the upstream is asked over HTTP)."""
+    return ",".join(v for v in value.split(",") if v.strip()
+                    and not v.strip().startswith("responses_websockets"))
 
 
 def error_frame(status: int, error: Mapping[str, Any],
@@ -72,8 +82,9 @@ async def responses_socket(state: ProxyState, ws: WebSocket) -> None:
         await ws.send_text(_proxy_error(exc))
         await ws.close(code=1008)
         return
-    incoming = [(k, v) for k, v in ws.headers.items()
-                if not k.lower().startswith(_HANDSHAKE)]
+    incoming = [(k, _beta(v) if k.lower() == "openai-beta" else v)
+                for k, v in ws.headers.items() if not k.lower().startswith(_HANDSHAKE)]
+    incoming = [(k, v) for k, v in incoming if v or k.lower() != "openai-beta"]
     client = {k.lower(): v for k, v in incoming}
     upstream_headers = [(k, v) for k, v in state.upstream.request_headers(incoming)
                         if k.lower() != "accept"] + [("accept", "text/event-stream")]
@@ -86,6 +97,12 @@ async def responses_socket(state: ProxyState, ws: WebSocket) -> None:
             await _one(state, ws, text, salt, client, upstream_headers)
         except WebSocketDisconnect:
             return
+        except Exception:  # a bug must not end the client's session silently
+            log.exception("proxy: a responses WebSocket frame failed")
+            with contextlib.suppress(Exception):
+                await ws.send_text(error_frame(500, {
+                    "type": "server_error", "code": "proxy_error", "param": None,
+                    "message": "the proxy failed to relay this response (see its log)"}))
 
 
 async def _one(state: ProxyState, ws: WebSocket, text: str, salt: str,
@@ -107,8 +124,9 @@ async def _one(state: ProxyState, ws: WebSocket, text: str, salt: str,
     try:
         request = parse_responses(dump(body), body)
         state.stats.wire(WIRE, request.model, requests=1)
-        ex = await prepare(state, request, client, salt)
-        if body.get("generate") is False and ex.full is not None:
+        prewarm = body.get("generate") is False
+        ex = await prepare(state, request, client, salt, fit=not prewarm)
+        if prewarm and ex.full is not None:
             await _prewarm(state, ws, ex)
             log_done(ex, started, 200, prewarm=True, transport="websocket")
             return
@@ -132,9 +150,10 @@ async def _one(state: ProxyState, ws: WebSocket, text: str, salt: str,
                                                "response": answer}, ensure_ascii=False))
                 await record(state, ex, answer)
         else:
-            async for _, events in upstream_events(upstream, ex, state):
-                for _, data_text in events:
-                    await ws.send_text(data_text)
+            async with contextlib.aclosing(upstream_events(upstream, ex, state)) as stream:
+                async for _, events in stream:
+                    for _, data_text in events:
+                        await ws.send_text(data_text)
         log_done(ex, started, upstream.status_code, transport="websocket")
     except ProxyError as exc:
         if exc.status == 400:
