@@ -35,12 +35,10 @@ from typing import Any
 
 from benchmarks.common import BenchRow, print_table
 from ctxstack.agent import ReActAgent, tool
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheck
+from ctxstack.guard import ContextGuard, GuardCheck
 from ctxstack.llm import ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.metering import UsageMeter
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, UsageMeter
 
 ITERATIONS = 50
 OBS_BASE = 1_000
@@ -51,7 +49,7 @@ AGENT_ONLY_TARGET_MS = 0.5
 
 
 class CallLog(UsageMeter):
-    """A :class:`~ctxstack.metering.UsageMeter` that also keeps each call's input tokens.
+    """A :class:`~ctxstack.tokens.UsageMeter` that also keeps each call's input tokens.
 
     The meter's ``llm_seconds`` is the time spent inside the calls (excluded from the
     overhead). ``sent`` holds each call's input tokens. With ``follows`` (the main model's

@@ -23,9 +23,12 @@ from collections.abc import Sequence
 
 from benchmarks.common import BenchRow, print_table
 from ctxstack.budget import ModelBudget
-from ctxstack.dag.enrich import build_enriched_query
-from ctxstack.dag.executor import DAGExecutor
-from ctxstack.dag.plan import Plan, PlanStep
+from ctxstack.dag import (
+    DAGExecutor,
+    Plan,
+    PlanStep,
+    build_enriched_query,
+)
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import ToolSpec

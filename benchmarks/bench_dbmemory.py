@@ -51,10 +51,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks.common import BenchRow, print_table
+from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import DbMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.store import (
     CheckpointCandidate,
     NewMessage,

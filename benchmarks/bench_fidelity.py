@@ -48,8 +48,7 @@ from benchmarks.fidelity.strategies import (
 )
 from ctxstack.llm import LLM
 from ctxstack.llm.openai import OpenAICompatibleLLM
-from ctxstack.metering import UsageMeter
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, UsageMeter
 
 TITLE = "Fidelity: planted facts kept verbatim after compaction"
 BUDGETS = (2_000, 4_000, 8_000, 16_000)

@@ -24,9 +24,13 @@ if __package__ in (None, ""):
     sys.path[:0] = [str(_root / "src"), str(_root)]
 
 from benchmarks.common import BenchRow, median_each, median_time, print_table
-from ctxstack.compact import CompactUtils
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC, heuristic_text_tokens
+from ctxstack.compaction import CompactUtils
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import heuristic_text_tokens
 
 ENGLISH = (
     "The quarterly report shows revenue of $4.2M, up 12% from last year. The team "

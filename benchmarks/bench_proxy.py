@@ -198,7 +198,8 @@ def _tokens(messages: list[dict[str, Any]]) -> int:
 def _fills() -> int:
     """What the proxy fills for SMALL_MODEL (no known tokenizer): the budget less the
     heuristic's margin."""
-    from ctxstack.tokens import DEFAULT_COUNTER, effective_budget
+    from ctxstack.tokens import DEFAULT_COUNTER
+    from ctxstack.tokens._counter import effective_budget
 
     return effective_budget(SMALL_BUDGET, DEFAULT_COUNTER)
 
@@ -206,7 +207,7 @@ def _fills() -> int:
 def _growing(client: httpx.Client, stub: str, proxy: str, requests: int,
              ) -> tuple[int, int, int]:
     """(summariser calls, overflows, requests over budget) of a growing conversation."""
-    from ctxstack.prompts import LANGUAGE_INSTRUCTION
+    from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 
     client.delete(f"{stub}/_stub/requests")
     history: list[dict[str, Any]] = [{"role": "system", "content": "You are a planner."}]

@@ -59,15 +59,23 @@ from benchmarks.fidelity.strategies import lossy_summarizer
 from benchmarks.prefix_bound import any_policy_ceiling, best_prefix_share
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.agent import ReActAgent, tool
-from ctxstack.compact import facts as facts_module
-from ctxstack.compact import smart_truncate
-from ctxstack.compact.facts import extract_candidates, message_fact_text
-from ctxstack.compact.mask import placeholder_text
-from ctxstack.compact.options import DEFAULT_MASK_ACCEPT, DEFAULT_MASK_FILL, DEFAULT_TARGET_FILL
-from ctxstack.compact.stages import compact_staged
+from ctxstack.compaction import _facts as facts_module
+from ctxstack.compaction import smart_truncate
+from ctxstack.compaction._facts import (
+    extract_candidates,
+    message_fact_text,
+)
+from ctxstack.compaction._mask import placeholder_text
+from ctxstack.compaction._options import (
+    DEFAULT_MASK_ACCEPT,
+    DEFAULT_MASK_FILL,
+    DEFAULT_TARGET_FILL,
+)
+from ctxstack.compaction._stages import compact_staged
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC, effective_budget
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
 
 TITLE = "Recall: staged compaction, archive, facts, prompt cache"
 SMOKE_ENV = "CTXSTACK_BENCH_SMOKE"

@@ -55,8 +55,8 @@ FILLER = ("We compared the quarterly figures, the 3.2% growth, order #A-1042 and
 
 def _rule(request: Any) -> Any:
     """Every role a turn needs, each answered after ``LATENCY`` seconds."""
+    from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
     from ctxstack.llm.stub import StubReply
-    from ctxstack.prompts import LANGUAGE_INSTRUCTION
 
     system = "\n".join(m.text for m in request.messages if m.role == "system")
     if system.rstrip().endswith(LANGUAGE_INSTRUCTION):

@@ -1,7 +1,7 @@
 """How far the token estimators are from exact tokenizers, per kind of text and tokenizer.
 
 Estimators: the default heuristic (``ctxstack.tokens.HeuristicCounter``, the BPE-shaped
-class-pair model of :mod:`ctxstack.token_model`) with its ``o200k`` weights against
+class-pair model of :mod:`ctxstack.tokens._model`) with its ``o200k`` weights against
 tiktoken's ``o200k_base`` (GPT-4o family) and its ``cl100k`` weights against
 ``cl100k_base`` (GPT-4 / 3.5); baselines: the seed's formula (``SeedHeuristicCounter``:
 ASCII/4 + other/1.5) and ``len(text) / 4``.
@@ -66,14 +66,26 @@ from benchmarks.common import BenchRow, no_gc, print_table
 from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.token_corpus import KIND_LABELS, KINDS, SCRIPT_GROUPS, gather, gather_scripts
 from benchmarks.vocab import ENCODINGS, ensure_offline
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.token_model import ACCELERATED, SYMBOL_NAMES, estimator
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
 from ctxstack.tokens import (
-    HEURISTIC_MARGIN,
     SEED_HEURISTIC,
     HeuristicCounter,
     TokenCounter,
+)
+from ctxstack.tokens._counter import (
+    HEURISTIC_MARGIN,
     budget_margin,
+)
+from ctxstack.tokens._model import (
+    ACCELERATED,
+    SYMBOL_NAMES,
+    estimator,
 )
 
 TITLE = "Token estimator accuracy and speed against exact tokenizers"
@@ -87,7 +99,7 @@ TARGET_P95 = {"o200k_base": 10.0, "cl100k_base": 12.0}
 TARGET_MEDIAN = 3.0
 TARGET_SPEEDUP = 20.0
 DEFAULT_PATH = "C accelerator" if ACCELERATED else "pure Python, accelerator not built"
-"""Which path of :mod:`ctxstack.token_model` the default counter runs in this process."""
+"""Which path of :mod:`ctxstack.tokens._model` the default counter runs in this process."""
 TARGET_CALIBRATED_P95 = 5.0
 CALIBRATION_CALLS = 5
 HEADLINE_ENCODING = "o200k_base"
@@ -213,7 +225,7 @@ def calibrated_errors(texts: Sequence[str], estimator: TokenCounter,
                       exact: TokenCounter) -> list[float]:
     """Errors on ``texts[CALIBRATION_CALLS:]`` after a fresh ``CalibratingCounter`` observed
     the first few as calls (estimate vs exact count)."""
-    from ctxstack.calibration import CalibratingCounter
+    from ctxstack.tokens import CalibratingCounter
 
     counter = CalibratingCounter(estimator, min_sample_tokens=1)
     for t in texts[:CALIBRATION_CALLS]:
@@ -292,8 +304,7 @@ def calibrate_on_conversations(pools: dict[str, list[str]], exact: TokenCounter,
     ``CALIBRATION_CALLS`` calls (whole conversations of ~1–6K tokens mixing prose, code,
     JSON and CJK, billed by ``exact``), then counts ``n`` other conversations: errors of
     the totals, calibrated and not."""
-    from ctxstack.calibration import CalibratingCounter
-    from ctxstack.tokens import HEURISTIC
+    from ctxstack.tokens import HEURISTIC, CalibratingCounter
 
     rng = random.Random(99)
     convs = [random_conversation(pools, rng, rng.randint(1_000, 6_000), HEURISTIC)
@@ -372,7 +383,7 @@ def fits_by_exact_count(pools: dict[str, list[str]], exact: TokenCounter,
                         n: int) -> FitsResult:
     """Conversations cut to random budgets (log-uniform 2K–128K) by the default counter,
     then counted by tiktoken (see the module docstring)."""
-    from ctxstack.compact import CompactUtils
+    from ctxstack.compaction import CompactUtils
     from ctxstack.tokens import DEFAULT_COUNTER
 
     rng = random.Random(2024)
@@ -601,7 +612,7 @@ def report_markdown(quick: bool) -> str:
         "texts. Per-call calibration on growing conversations: baseline = per-kind factors "
         "without the anchor. Fits: the baseline is the seed's formula cutting "
         f"the same conversations. Default margin: {100 * budget_margin(HeuristicCounter()):.0f}%"
-        " of the budget (`ctxstack.tokens.HEURISTIC_MARGIN`).",
+        " of the budget (`ctxstack.tokens._counter.HEURISTIC_MARGIN`).",
     ]
     for kind, why in res.kinds_missing.items():
         parts.append(f"**{KIND_LABELS[kind]}: {why}**")

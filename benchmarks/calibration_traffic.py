@@ -4,7 +4,7 @@ A provider call carries the whole request — system prompt, tool schemas, the c
 so far — and consecutive calls of one conversation share all but their newest messages.
 This module builds such traffic from the **evaluation** split of
 :mod:`benchmarks.token_corpus` (never the texts the estimator was fitted on) and replays
-it through a fresh :class:`~ctxstack.calibration.CalibratingCounter` per conversation:
+it through a fresh :class:`~ctxstack.tokens.CalibratingCounter` per conversation:
 before each call the counter predicts the request's size, then it observes what the
 "provider" reported (tiktoken's exact count of the same messages, with the same
 per-message arithmetic, plus the tool schemas' JSON). Errors are collected from the 6th
@@ -31,11 +31,16 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ctxstack.calibration import CalibratingCounter
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import HEURISTIC, TokenCounter
-from ctxstack.usage import Usage
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.protocol import ToolSpec, Usage
+from ctxstack.tokens import (
+    HEURISTIC,
+    CalibratingCounter,
+    TokenCounter,
+)
 
 CALLS_OBSERVED = 5
 TRAFFIC_KINDS = ("tool-heavy JSON", "code", "English prose", "CJK", "mixed chat")

@@ -1,10 +1,10 @@
-"""Fit the token estimator's weights (``ctxstack.token_model.PAIR_WEIGHTS``): deterministic.
+"""Fit the token estimator's weights (``ctxstack.tokens._model.PAIR_WEIGHTS``): deterministic.
 
 Data: the ``"fit"`` split of :mod:`benchmarks.token_corpus` only (the accuracy benchmark
 evaluates on the disjoint ``"eval"`` split). Exact counts: tiktoken's ``o200k_base`` and
 ``cl100k_base``, loaded offline from the ``bpe-openai`` package (:mod:`benchmarks.vocab`).
 
-Model (see :mod:`ctxstack.token_model`): tokens = Σ over characters of W[class, next
+Model (see :mod:`ctxstack.tokens._model`): tokens = Σ over characters of W[class, next
 class] + t × (traditional-Chinese characters). W is parametrised as U[class] + B[class,
 next class], and B is ridge-penalised (``RIDGE``) so that a class pair seen rarely in the
 fit data falls back to its class's own weight instead of an arbitrary one.
@@ -20,13 +20,13 @@ every step is exact arithmetic or a unique least-squares solution.
     python -m benchmarks.fit_tokens            # print the fit-set errors
     python -m benchmarks.fit_tokens --write    # also rewrite the constants in token_model.py
 
-Per-script corrections (``ctxstack.token_model.SCRIPT_WEIGHTS``), fitted *after* the pair
+Per-script corrections (``ctxstack.tokens._model.SCRIPT_WEIGHTS``), fitted *after* the pair
 weights, which stay fixed (so English, code, JSON, Chinese and Japanese keep the pair
 model's behaviour): ``--scripts``. Data: the ``"fit"`` split of
 :func:`benchmarks.token_corpus.gather_scripts` (translations in other scripts) plus the
 pair fit's own texts (so that a stray accent in English prose or a Greek letter in code
 constrains the weights too). Method: ridge least squares (``SCRIPT_RIDGE``) of the
-relative residual (exact − pair estimate) / exact on :func:`ctxstack.token_model.
+relative residual (exact − pair estimate) / exact on :func:`ctxstack.tokens._model.
 script_features`, each language group and kind weighted equally; weights rounded to
 1/10,000 token.
 
@@ -61,7 +61,7 @@ import numpy as np
 
 from benchmarks.token_corpus import gather, gather_scripts
 from benchmarks.vocab import ensure_offline
-from ctxstack.token_model import (
+from ctxstack.tokens._model import (
     CLASSES,
     OFFSET,
     SCALE,
@@ -186,7 +186,7 @@ def pair_only_estimate(text: str, family: Family) -> float:
     """The pair model's estimate without the script correction (what the correction is
     fitted on top of): the full estimate minus the correction currently in force, before
     rounding — recomputed from the features so rounding does not leak in."""
-    from ctxstack.token_model import SCRIPT_WEIGHTS
+    from ctxstack.tokens._model import SCRIPT_WEIGHTS
 
     raw = text.encode("utf-8", "surrogatepass")
     current = float(np.dot(SCRIPT_WEIGHTS[family], script_features(raw)))
@@ -251,7 +251,11 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     """Ridge least squares of the relative residual on the symbol features, then each
     block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
     that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
-    from ctxstack.token_scripts import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
+    from ctxstack.tokens._scripts import (
+        _SYMBOL_UNITS,
+        SCRIPT_SCALE,
+        SYMBOL_NAMES,
+    )
 
     flat = [(k, t) for k, items in texts.items() for t in items]
     raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
@@ -289,7 +293,7 @@ def frequent_symbols() -> str:
     import tiktoken
 
     from benchmarks.symbol_corpus import block_chars
-    from ctxstack.token_model import SYMBOL_BLOCKS
+    from ctxstack.tokens._model import SYMBOL_BLOCKS
 
     ensure_offline(ENCODING_OF["o200k"])
     enc = tiktoken.get_encoding(ENCODING_OF["o200k"])
@@ -325,7 +329,11 @@ def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
 
 def main_symbols(argv: Sequence[str]) -> int:
     from benchmarks.symbol_corpus import symbol_texts
-    from ctxstack.token_model import FREQUENT_SYMBOLS, SYMBOL_FEATURES, SYMBOL_WEIGHTS
+    from ctxstack.tokens._model import (
+        FREQUENT_SYMBOLS,
+        SYMBOL_FEATURES,
+        SYMBOL_WEIGHTS,
+    )
 
     frequent = frequent_symbols()
     if frequent != FREQUENT_SYMBOLS:

@@ -4,7 +4,7 @@ Unlike :mod:`benchmarks.token_corpus` (real text only), these texts are *arrange
 because no installed corpus holds enough spinners, progress bars, box-drawn tables or
 emoji to fit or test anything on: what the terminal output of a CLI tool or a chat message
 looks like is imitated from a handful of layouts (below). What is real: the characters,
-every assigned code point of each block of ``ctxstack.token_model.SYMBOL_BLOCKS`` (from
+every assigned code point of each block of ``ctxstack.tokens._model.SYMBOL_BLOCKS`` (from
 Python's :mod:`unicodedata`), and the words around them, English prose of the
 corresponding split of :func:`benchmarks.token_corpus.gather`.
 
@@ -29,7 +29,11 @@ from functools import cache
 from typing import Literal
 
 from benchmarks.token_corpus import gather
-from ctxstack.token_model import FREQUENT_SYMBOLS, SYMBOL_BLOCKS, SYMBOL_NAMES
+from ctxstack.tokens._model import (
+    FREQUENT_SYMBOLS,
+    SYMBOL_BLOCKS,
+    SYMBOL_NAMES,
+)
 
 Split = Literal["fit", "eval"]
 LAYOUTS = ("spinner", "bar", "runs", "inline", "table")

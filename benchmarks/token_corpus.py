@@ -33,7 +33,7 @@ Two **disjoint** splits:
 
 **Other scripts** (:func:`gather_scripts`, per language group of :data:`SCRIPT_GROUPS`; what
 ``benchmarks/fit_tokens.py --scripts`` fits the per-script corrections of
-:mod:`ctxstack.token_model` on, and what the accuracy benchmark's per-language rows
+:mod:`ctxstack.tokens._model` on, and what the accuracy benchmark's per-language rows
 evaluate): human translations shipped by Debian packages, read where they are installed —
 
 * gettext catalogs (``/usr/share/locale/<lang>/LC_MESSAGES/<domain>.mo``, read with

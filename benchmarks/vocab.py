@@ -6,7 +6,7 @@ vocabulary files, gzipped, as package data (``bpe_openai/data/<name>.tiktoken.gz
 do not use its tokenizer: we copy those files into tiktoken's own cache, under the name
 tiktoken looks for, after checking each against the SHA-256 that tiktoken itself expects.
 From then on ``tiktoken.get_encoding(name)`` — and so
-``ctxstack.tokens.TiktokenCounter(name)`` — loads from the cache with no network.
+``ctxstack.tokens._counter.TiktokenCounter(name)`` — loads from the cache with no network.
 
 How tiktoken's cache works (tiktoken 0.7 – 0.14): ``read_file_cached(url, expected_hash)``
 looks in ``$TIKTOKEN_CACHE_DIR`` (else ``$DATA_GYM_CACHE_DIR``, else

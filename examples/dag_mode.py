@@ -24,7 +24,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ctxstack import ChatMessage, ScriptedLLM, ToolSpec
+from ctxstack import ChatMessage
 from ctxstack.agent import tool
 from ctxstack.budget import ModelBudget
 from ctxstack.dag import (
@@ -38,7 +38,14 @@ from ctxstack.dag import (
     StepFinishedEvent,
     StepStartedEvent,
 )
-from ctxstack.dag.prompts import ANALYZER_ROLE, PLANNER_ROLE, STEP_ROLE, SYNTHESIS_ROLE
+from ctxstack.dag._prompts import (
+    ANALYZER_ROLE,
+    PLANNER_ROLE,
+    STEP_ROLE,
+    SYNTHESIS_ROLE,
+)
+from ctxstack.protocol import ToolSpec
+from ctxstack.testing import ScriptedLLM
 
 FORECASTS = {"Paris": "14°C, light rain", "Tokyo": "22°C, clear"}
 

@@ -25,8 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ctxstack import ChatMessage, DbMemory, ScriptedLLM
-from ctxstack.llm.scripted import first_sentence_summarizer
+from ctxstack import ChatMessage, DbMemory
 from ctxstack.store import (
     NewMessage,
     append_messages,
@@ -37,6 +36,7 @@ from ctxstack.store import (
     upgrade,
 )
 from ctxstack.store.files import FileStore
+from ctxstack.testing import ScriptedLLM, first_sentence_summarizer
 from ctxstack.tokens import estimate_messages_tokens
 
 BUDGET = 1_500

@@ -25,8 +25,8 @@ import asyncio
 import json
 import sys
 
-from ctxstack import ChatMessage, CompactionEvent, ContextGuard, ScriptedLLM, ToolCall
-from ctxstack.llm.scripted import first_sentence_summarizer
+from ctxstack import ChatMessage, CompactionEvent, ContextGuard, ToolCall
+from ctxstack.testing import ScriptedLLM, first_sentence_summarizer
 from ctxstack.tokens import estimate_messages_tokens
 
 BUDGET = 3_000

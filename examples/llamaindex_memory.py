@@ -20,8 +20,9 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallB
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from ctxstack import ContextGuard, ScriptedLLM
+from ctxstack import ContextGuard
 from ctxstack.integrations.llamaindex import GuardedMemory
+from ctxstack.testing import ScriptedLLM
 
 
 def lookup(shelf: str) -> str:

@@ -20,8 +20,9 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from ctxstack import ContextGuard, ScriptedLLM
+from ctxstack import ContextGuard
 from ctxstack.integrations.openai_agents import CtxstackSession, input_filter
+from ctxstack.testing import ScriptedLLM
 
 
 @function_tool

@@ -19,8 +19,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ctxstack import LLM, ChatMessage, ContextGuard, ScriptedLLM, ToolSpec, resolve_budget
+from ctxstack import LLM, ChatMessage, ContextGuard, resolve_budget
 from ctxstack.agent import ReActAgent, tool
+from ctxstack.protocol import ToolSpec
+from ctxstack.testing import ScriptedLLM
 
 
 @tool

@@ -13,8 +13,14 @@ from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.prompts import SUMMARY_PREFIX
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
 from ctxstack.tokens import HEURISTIC
 
 _ids = itertools.count()
@@ -196,9 +202,9 @@ def snapshot(msgs: Sequence[ChatMessage]) -> list[tuple[int, dict[str, object]]]
 
 def budget_for(tokens: int, counter: object = HEURISTIC) -> int:
     """The smallest nominal budget whose usable part (after ``counter``'s margin, see
-    :func:`ctxstack.tokens.effective_budget`) holds ``tokens``: tests written as "a budget
+    :func:`ctxstack.tokens._counter.effective_budget`) holds ``tokens``: tests written as "a budget
     that fits exactly this much" stay exact whatever the default margin."""
-    from ctxstack.tokens import effective_budget
+    from ctxstack.tokens._counter import effective_budget
 
     budget = max(1, tokens)
     while effective_budget(budget, counter) < tokens:  # type: ignore[arg-type]

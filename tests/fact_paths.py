@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ctxstack.compact import facts
+from ctxstack.compaction import _facts as facts
 
 REQUIRED = os.environ.get("CTXSTACK_REQUIRE_SPEEDUPS") == "1"
 NATIVE = facts._NATIVE

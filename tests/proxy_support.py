@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
+from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest
-from ctxstack.prompts import LANGUAGE_INSTRUCTION
 from tests.service_support import clean_env, free_port
 
 _LAUNCH = "import ctxstack.cli.proxy\nfrom ctxstack.cli import main\nmain()\n"

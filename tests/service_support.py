@@ -211,14 +211,14 @@ class ServiceRule:
         return reply
 
     def decide(self, request: Any) -> tuple[str, Any]:
+        from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
         from ctxstack.llm.stub import StubReply
-        from ctxstack.prompts import LANGUAGE_INSTRUCTION
 
         system = "\n".join(m.text for m in request.messages if m.role == "system")
         if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
             return "summary", StubReply.text(self.summary)
         try:
-            from ctxstack.dag import prompts as dag_prompts
+            from ctxstack.dag import _prompts as dag_prompts
         except ImportError:  # pragma: no cover - the DAG engine ships with ctxstack
             dag_prompts = None
         if dag_prompts is not None and system.startswith(dag_prompts.PLANNER_ROLE):

@@ -7,11 +7,13 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack.agent import decisions
-from ctxstack.agent.prompts import CHECKLIST_PROMPT
-from ctxstack.agent.result import ToolTraceEntry
-from ctxstack.agent.tools import ToolOutcome
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.agent import ToolOutcome, ToolTraceEntry
+from ctxstack.agent import _decisions as decisions
+from ctxstack.agent._prompts import CHECKLIST_PROMPT
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 
 
 def calls(*specs: tuple[str, dict[str, object]]) -> list[ToolCall]:

@@ -11,12 +11,12 @@ import pytest
 
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.errors import AgentError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheck
+from ctxstack.guard import ContextGuard, GuardCheck
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC, tool_specs_tokens
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import tool_specs_tokens
 
 
 class SpyGuard(ContextGuard):

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from ctxstack.agent import (
+    AGENT_EVENT_ADAPTER,
+    AgentEvent,
     AgentResult,
     ChecklistEvent,
     DoneEvent,
@@ -23,17 +25,16 @@ from ctxstack.agent import (
     WarningEvent,
     tool,
 )
-from ctxstack.agent.events import AGENT_EVENT_ADAPTER, AgentEvent
-from ctxstack.agent.prompts import CHECKLIST_PROMPT
+from ctxstack.agent._prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
-from ctxstack.compact.options import CompactionOptions
+from ctxstack.compaction import CompactionOptions
 from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheck
+from ctxstack.guard import ContextGuard, GuardCheck
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
-from ctxstack.memory.base import BaseMemory
+from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC, tool_specs_tokens
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import tool_specs_tokens
 
 
 class SpyGuard(ContextGuard):

@@ -9,8 +9,7 @@ from typing import Any
 from ctxstack import ContextGuard, HistoryArchive
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.budget import ModelBudget
-from ctxstack.dag.engine import DAGEngine
-from ctxstack.dag.events import DAGDoneEvent
+from ctxstack.dag import DAGDoneEvent, DAGEngine
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import ToolSpec

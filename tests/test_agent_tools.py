@@ -11,7 +11,15 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from ctxstack.agent.tools import Tool, ToolRegistry, parse_docstring, render_result, tool
+from ctxstack.agent import (
+    Tool,
+    ToolRegistry,
+    tool,
+)
+from ctxstack.agent._tools import (
+    parse_docstring,
+    render_result,
+)
 from ctxstack.errors import ToolArgumentsError, ToolError
 from ctxstack.messages import ToolCall
 
@@ -272,7 +280,12 @@ def test_render_result() -> None:
 
 
 def test_calculator_evaluates_arithmetic_only() -> None:
-    from ctxstack.agent.demo_tools import CalculationError, calculator, evaluate, word_count
+    from ctxstack.agent._demo_tools import (
+        CalculationError,
+        calculator,
+        evaluate,
+        word_count,
+    )
 
     assert evaluate("(12.5 + 7) * 3") == 58.5
     assert evaluate("2^10") == 1024
@@ -293,7 +306,7 @@ def test_calculator_evaluates_arithmetic_only() -> None:
 
 
 async def test_demo_tools_through_the_registry() -> None:
-    from ctxstack.agent.demo_tools import demo_tools
+    from ctxstack.agent._demo_tools import demo_tools
 
     reg = ToolRegistry(demo_tools())
     assert reg.names == ["calculator", "clock", "word_count"]

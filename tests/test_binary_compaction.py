@@ -1,6 +1,6 @@
 """Audio and file parts under every stage that shortens a conversation.
 
-The contract (``ctxstack.compact.cut``, ``ctxstack.guard_rules``): a binary part is never
+The contract (``ctxstack.compaction._cut``, ``ctxstack.guard._rules``): a binary part is never
 cut, never read as text; a message holding one keeps it byte-identical (the very part
 object) or is dropped whole; summaries, facts and the archive index never see its base64.
 """
@@ -14,17 +14,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstack import AudioPart, ChatMessage, ContextGuard, FilePart, HistoryArchive
-from ctxstack.archive import searchable_text
-from ctxstack.compact import CompactUtils
-from ctxstack.compact.cut import cut_group
-from ctxstack.compact.cut import cut_message as cut_to_budget
-from ctxstack.guard_rules import cut_message, cut_to_tokens, is_oversized
+from ctxstack import ChatMessage, ContextGuard, HistoryArchive
+from ctxstack.compaction import CompactUtils
+from ctxstack.compaction import cut_message as cut_to_budget
+from ctxstack.compaction._archive import searchable_text
+from ctxstack.compaction._cut import cut_group
+from ctxstack.guard._rules import (
+    cut_message,
+    cut_to_tokens,
+    is_oversized,
+)
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import TextPart, ToolCall
-from ctxstack.part_tokens import binary_part_tokens
-from ctxstack.tokens import HEURISTIC, effective_budget
-from ctxstack.tool_turns import tool_turn_problems
+from ctxstack.messages import (
+    AudioPart,
+    FilePart,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.messages._tool_turns import tool_turn_problems
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
+from ctxstack.tokens._parts import binary_part_tokens
 from tests.conversations import conversation, fixed_tokens, rarely, snapshot
 
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -265,8 +275,11 @@ def test_the_newest_message_is_cut_around_its_binary_part_when_that_fits() -> No
 
 
 def test_masking_a_tool_output_that_carries_a_file_drops_the_file_whole() -> None:
-    from ctxstack.compact.mask import apply_mask, plan_mask
-    from ctxstack.compact.options import CompactionOptions
+    from ctxstack.compaction import CompactionOptions
+    from ctxstack.compaction._mask import (
+        apply_mask,
+        plan_mask,
+    )
 
     msgs: list[ChatMessage] = [ChatMessage.system("s"), ChatMessage.user("go")]
     for i in range(4):

@@ -6,11 +6,20 @@ import random
 
 import pytest
 
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.tokens import HEURISTIC, TokenCounter
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    CalibratingCounter,
+    TokenCounter,
+)
 
 
 def _conversation(rng: random.Random, n: int) -> list[ChatMessage]:
@@ -149,7 +158,10 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, float]) -> None:
 
 # ---------------------------------------------------------------- per content kind
 def test_content_kinds_are_told_apart() -> None:
-    from ctxstack.token_model import CONTENT_KINDS, content_kind
+    from ctxstack.tokens._model import (
+        CONTENT_KINDS,
+        content_kind,
+    )
 
     assert CONTENT_KINDS[content_kind("The meeting moved to Thursday; bring the notes.")] \
         == "prose"
@@ -163,8 +175,8 @@ def test_content_kinds_are_told_apart() -> None:
 def test_per_kind_factors_are_learnt_from_mixed_calls() -> None:
     """A provider whose tokenizer bills CJK at 1.6x the heuristic and everything else at
     1.0x: one overall factor cannot be right for both; per-kind factors are."""
-    from ctxstack.calibration import message_kind
-    from ctxstack.token_model import CONTENT_KINDS
+    from ctxstack.tokens._calibration import message_kind
+    from ctxstack.tokens._model import CONTENT_KINDS
 
     prose = ChatMessage.user("Please summarise the quarterly report for the board. " * 12)
     cjk = ChatMessage.user("四半期報告書を取締役会向けに要約してください。" * 12)
@@ -198,8 +210,11 @@ def _reference_count(counter: CalibratingCounter, message: ChatMessage) -> int:
     """The calibrated per-message rule, written out plainly (no fast paths)."""
     import math
 
-    from ctxstack.calibration import message_floor, message_kind
-    from ctxstack.token_model import CONTENT_KINDS
+    from ctxstack.tokens._calibration import (
+        message_floor,
+        message_kind,
+    )
+    from ctxstack.tokens._model import CONTENT_KINDS
 
     base = counter.base.count_message(message)
     if base <= 0:

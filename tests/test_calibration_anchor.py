@@ -8,12 +8,19 @@ import random
 
 import pytest
 
-from ctxstack.calibration import CalibratingCounter, message_floor
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.protocol import ToolSpec
-from ctxstack.token_model import lower_bound
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, TokenCounter
-from ctxstack.usage import Usage
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.protocol import ToolSpec, Usage
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    CalibratingCounter,
+    TokenCounter,
+)
+from ctxstack.tokens._calibration import message_floor
+from ctxstack.tokens._model import lower_bound
 
 TOOLS: list[ToolSpec] = [{"type": "function", "function": {
     "name": "search", "description": "Search the archive for a phrase.",

@@ -7,13 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.metering import UsageMeter
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, CalibratingCounter, UsageMeter
 
 TRUE_FACTOR = 1.6
 

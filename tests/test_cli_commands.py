@@ -11,7 +11,10 @@ from click.testing import CliRunner
 import ctxstack.cli.chat  # noqa: F401  (registers the command)
 from ctxstack.cli import main
 from ctxstack.cli.commands import Parsed, context_parts, meter_line, parse_line
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 
 
 def test_parse_line_tells_commands_from_questions() -> None:
@@ -109,7 +112,7 @@ def test_demo_counts_with_the_named_models_tokenizer_and_fits_by_it() -> None:
     import asyncio
 
     from ctxstack.cli.walkthrough import run_demo
-    from ctxstack.model_counters import counter_for_model
+    from ctxstack.tokens import counter_for_model
 
     result = CliRunner().invoke(main, ["demo", "--turns", "4", "--model", "gpt-4o"],
                                 env={"COLUMNS": "200"})

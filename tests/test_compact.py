@@ -8,21 +8,34 @@ from collections.abc import Sequence
 
 import pytest
 
-from ctxstack.compact import (
+from ctxstack.compaction import (
+    FACTS_HEADING,
+    SUMMARY_PREFIX,
     CompactionResult,
     CompactUtils,
     cut_message,
     cut_text,
     cut_text_tokens,
 )
-from ctxstack.compact import summarize as summarize_module
-from ctxstack.compact.compaction import MAX_FACTS_SHARE
-from ctxstack.compact.facts import FACTS_HEADING, extract_facts
+from ctxstack.compaction import _summarize as summarize_module
+from ctxstack.compaction._facts import extract_facts
+from ctxstack.compaction._llm_compact import MAX_FACTS_SHARE
+from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, HeuristicCounter, effective_budget
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    HeuristicCounter,
+)
+from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 
 SYS = ChatMessage.system("You are a careful assistant.")
@@ -542,7 +555,7 @@ async def test_summariser_failures_fall_back_to_truncation(
 ) -> None:
     msgs = chat(20)
     llm = scripted(reply)
-    with caplog.at_level(logging.WARNING, logger="ctxstack.compact"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.compaction"):
         res = await CompactUtils.compact_detailed(msgs, llm, 500)
     assert res.method == "truncate"
     assert res.reason == reason
@@ -700,7 +713,7 @@ async def test_user_facts_survive_rolling_compactions_despite_bulky_tool_output(
     """Early user constraints must outlive the second and third rolling summary, even when
     every later turn brings a JSON tool result full of numbers and the summariser keeps
     only first sentences (regression: tool numbers used to crowd them out)."""
-    from ctxstack.llm.scripted import first_sentence_summarizer
+    from ctxstack.testing import first_sentence_summarizer
 
     llm = ScriptedLLM(handler=first_sentence_summarizer)
     system = ChatMessage.system("You plan events.")

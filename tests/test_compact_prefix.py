@@ -8,13 +8,21 @@ import itertools
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
-from ctxstack.compact.mask import MASKED_KEY, apply_mask, plan_mask
-from ctxstack.compact.stages import compact_staged
+from ctxstack.compaction._mask import (
+    MASKED_KEY,
+    apply_mask,
+    plan_mask,
+)
+from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC, effective_budget
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
 
 SYS = ChatMessage.system("You are a research agent.")
 QUERY = ChatMessage.user("Read the pages.", pinned=True, metadata={"kind": "query"})

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstack.compact import CompactUtils
+from ctxstack.compaction import CompactUtils
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC, effective_budget
+from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
 from tests.conversations import (
     assert_opens_with_user,
     assert_subsequence,
@@ -35,7 +36,7 @@ def check_common(out: list[ChatMessage], msgs: list[ChatMessage], budget: int) -
     for m in msgs:
         if m.pinned and not is_summary(m):
             assert any(o is m for o in out), f"pinned message lost: {m!r}"
-    # "fits" keeps the default counter's margin free (ctxstack.tokens.effective_budget)
+    # "fits" keeps the default counter's margin free (ctxstack.tokens._counter.effective_budget)
     limit = effective_budget(budget, HEURISTIC)
     if fixed_tokens(msgs) <= limit:
         assert HEURISTIC.count_messages(out) <= limit

@@ -9,14 +9,28 @@ import textwrap
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
-from ctxstack.compact.facts import extract_facts, select_facts
-from ctxstack.compact.mask import MASKED_KEY, plan_mask
-from ctxstack.compact.stages import RECALL_NOTE, compact_staged
+from ctxstack.compaction import CompactionContext, CompactionResult, RollingSummary, Truncate
+from ctxstack.compaction._facts import (
+    extract_facts,
+    select_facts,
+)
+from ctxstack.compaction._mask import (
+    MASKED_KEY,
+    plan_mask,
+)
+from ctxstack.compaction._stages import (
+    RECALL_NOTE,
+    compact_staged,
+)
 from ctxstack.errors import ConfigError, InputError
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
 
 SYS = ChatMessage.system("You are a research agent.")
 QUERY = ChatMessage.user("Compare the hotels.", pinned=True, metadata={"kind": "query"})
@@ -230,8 +244,8 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
     """Each 100,000-character adversarial string goes through the whole extractor in a
     subprocess bounded by a generous wall clock (a quadratic regex takes minutes)."""
     code = textwrap.dedent(f"""
-        from ctxstack.compact import facts
-        from ctxstack.compact.facts import extract_candidates
+        from ctxstack.compaction import _facts as facts
+        from ctxstack.compaction._facts import extract_candidates
         for native in dict.fromkeys([facts._NATIVE, None]):  # the C scanner, then pure
             facts._NATIVE = native
             for unit in {ADVERSARIAL!r}:
@@ -254,3 +268,89 @@ def test_a_lone_surrogate_in_a_quoted_phrase_does_not_break_extraction() -> None
     found = extract_facts('keep "room \ud800 with a view" and ORD-12-X')
     assert '"room \ud800 with a view"' in found
     assert "ORD-12-X" in found
+
+
+# ------------------------------------------------------------ strategies as a pipeline
+
+
+class _Halve:
+    """A test strategy: drops every other tool *output text* (a partial step: never fits
+    by itself on a long run), recording what it was handed."""
+
+    name = "halve"
+    method = "mask"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def compact(self, messages: list[ChatMessage], ctx: CompactionContext
+                      ) -> CompactionResult | None:
+        self.seen.append(len(messages))
+        out = [m.model_copy(update={"content": "[halved]"}) if m.role == "tool" and i % 4 == 1
+               else m for i, m in enumerate(messages)]
+        return ctx.result(messages, out, "mask", masked=sum(m is not o for m, o in
+                                                             zip(out, messages, strict=True)))
+
+
+async def test_a_strategy_list_without_mask_summarises_at_once() -> None:
+    msgs = tool_run(10)
+    llm = ScriptedLLM(handler=lambda m, t: "Pages read; HOTEL-0003 is the cheapest.")
+    opts = CompactionOptions(strategies=[RollingSummary(), Truncate()])
+    res = await compact_staged(msgs, llm, 4_000, opts, counter=HEURISTIC)
+    assert res.method == "llm"
+    assert res.masked == 0
+    assert not any(m.metadata.get(MASKED_KEY) for m in res.messages)
+
+
+async def test_partial_progress_is_handed_to_the_next_strategy_and_totals_add_up() -> None:
+    msgs = tool_run(12)
+    halve = _Halve()
+    opts = CompactionOptions(strategies=[halve, Truncate()])
+    res = await compact_staged(msgs, None, 1_500, opts, counter=HEURISTIC)
+    assert halve.seen == [len(msgs)]
+    assert res.method == "truncate"
+    assert res.masked > 0
+    assert res.tokens_after <= 1_500
+    assert valid_pairs(res.messages)
+    # the truncation started from the halved messages, not from the originals
+    assert any(m.text == "[halved]" for m in res.messages)
+    assert res.tokens_before == HEURISTIC.count_messages(msgs)
+    assert res.messages_before == len(msgs)
+
+
+async def test_a_pipeline_that_never_fits_still_ends_within_budget() -> None:
+    msgs = tool_run(12)
+    opts = CompactionOptions(strategies=[_Halve()])  # no truncation listed
+    res = await compact_staged(msgs, None, 2_000, opts, counter=HEURISTIC)
+    assert res.method == "truncate"
+    assert res.tokens_after <= 2_000
+    assert valid_pairs(res.messages)
+
+
+async def test_a_truncation_never_replaces_a_fitting_mask_offered_earlier() -> None:
+    """With a summariser that fails, a mask that fits but leaves the context near the
+    budget (above mask_accept) is used rather than the summariser's truncation."""
+    msgs = tool_run(10)
+
+    def broken(m: list[ChatMessage], t: object) -> str:
+        raise RuntimeError("summariser down")
+
+    llm = ScriptedLLM(handler=broken)
+    # only the 3 oldest outputs may be cleared: the mask fits, but above mask_accept
+    opts = CompactionOptions(mask_fill=0.5, mask_accept=0.5, mask_keep_groups=7)
+    fits = effective_budget(4_000, HEURISTIC)
+    plan = plan_mask(msgs, fits, opts, HEURISTIC)
+    assert fits * 0.5 < plan.tokens_after <= fits  # the scenario
+    res = await compact_staged(msgs, llm, 4_000, opts, counter=HEURISTIC)
+    assert res.method == "mask"
+    assert res.reason
+    assert len(res.messages) == len(msgs)  # nothing dropped
+
+
+def test_strategies_must_be_compactors() -> None:
+    with pytest.raises(ConfigError, match="strategies"):
+        CompactionOptions(strategies=[object()])
+    with pytest.raises(ConfigError, match="strategies"):
+        CompactionOptions(strategies=[])
+    opts = CompactionOptions(strategies=[Truncate()])
+    assert opts.with_(keep_recent=2).strategies == opts.strategies

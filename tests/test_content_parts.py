@@ -9,15 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack import AudioPart, ChatMessage, FilePart, RefusalPart
+from ctxstack import ChatMessage
 from ctxstack.errors import InputError, MessageError
 from ctxstack.messages import (
-    AUDIO_KEY,
+    AudioPart,
+    FilePart,
+    RefusalPart,
     TextPart,
-    binary_note,
-    coerce_content,
     from_openai_messages,
     to_openai_messages,
+)
+from ctxstack.messages._model import (
+    AUDIO_KEY,
+    binary_note,
+    coerce_content,
 )
 
 B64 = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA="

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxstack.agent import CompactionNoticeEvent
-from ctxstack.dag import DAGEngine, StepActivityEvent
-from ctxstack.dag.context import build_step_context, dependency_shares
-from ctxstack.dag.plan import PlanStep
-from ctxstack.dag.results import StepResult
+from ctxstack.compaction._prompts import compaction_prompt
+from ctxstack.dag import DAGEngine, PlanStep, StepActivityEvent, StepResult
+from ctxstack.dag._context import (
+    build_step_context,
+    dependency_shares,
+)
 from ctxstack.llm import ScriptedLLM, ToolSpec
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import compaction_prompt
 from tests.test_dag_engine import FAST, Reply, Router, collect, plan_json, step_task
 
 DEPENDENCY_PROMPT = compaction_prompt("step_dependency")

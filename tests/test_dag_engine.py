@@ -16,6 +16,10 @@ from hypothesis import strategies as st
 
 from ctxstack.agent import tool
 from ctxstack.budget import ModelBudget
+from ctxstack.compaction._prompts import (
+    HINTS,
+    compaction_prompt,
+)
 from ctxstack.dag import (
     AnalysisEvent,
     DAGDoneEvent,
@@ -33,14 +37,19 @@ from ctxstack.dag import (
     ReplanFailedEvent,
     StepFinishedEvent,
     StepStartedEvent,
+    build_enriched_query,
 )
-from ctxstack.dag.enrich import HISTORY_PREFIX, build_enriched_query
-from ctxstack.dag.prompts import ANALYZER_ROLE, PLANNER_ROLE, STEP_ROLE, SYNTHESIS_ROLE
+from ctxstack.dag._enrich import HISTORY_PREFIX
+from ctxstack.dag._prompts import (
+    ANALYZER_ROLE,
+    PLANNER_ROLE,
+    STEP_ROLE,
+    SYNTHESIS_ROLE,
+)
 from ctxstack.errors import LLMError, PlanError
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
-from ctxstack.memory.base import BaseMemory
+from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import HINTS, compaction_prompt
 from ctxstack.protocol import LLMResult
 from ctxstack.tokens import HEURISTIC
 
@@ -320,7 +329,7 @@ async def test_planner_lists_the_step_tools() -> None:
 
 async def test_analyzer_sees_each_result_cut_at_10k() -> None:
     plan = Plan(steps=[PlanStep(id="a", task="task a"), PlanStep(id="b", task="task b")])
-    from ctxstack.dag.results import StepResult
+    from ctxstack.dag import StepResult
 
     results = {
         "a": StepResult(step_id="a", task="task a", status="done", answer="A" * 40_000 + "END-A"),
@@ -416,7 +425,7 @@ async def test_no_replan_when_achieved_or_confident(achieved: bool, confidence: 
 
 
 def test_should_replan_rule() -> None:
-    from ctxstack.dag.analyzer import Analysis
+    from ctxstack.dag import Analysis
 
     engine = DAGEngine(ScriptedLLM(), fast_budget=FAST, max_replans=2, confidence_threshold=0.8)
     low = Analysis(achieved=False, confidence=0.79, reasoning="")

@@ -12,9 +12,21 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from ctxstack.dag import DAGDoneEvent, DAGEngine, DAGErrorEvent, StepFinishedEvent
-from ctxstack.dag.events import DAG_EVENT_ADAPTER, DAGEvent, DAGInjectedEvent
-from ctxstack.dag.injects import FOLLOWUP_HEADER, InjectRoute, route_inject, with_followups
+from ctxstack.dag import (
+    DAG_EVENT_ADAPTER,
+    DAGDoneEvent,
+    DAGEngine,
+    DAGErrorEvent,
+    DAGEvent,
+    DAGInjectedEvent,
+    StepFinishedEvent,
+)
+from ctxstack.dag._injects import (
+    FOLLOWUP_HEADER,
+    InjectRoute,
+    route_inject,
+    with_followups,
+)
 from ctxstack.errors import InputError
 from ctxstack.llm import ScriptedLLM, ToolSpec
 from ctxstack.messages import ChatMessage

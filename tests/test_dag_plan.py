@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ctxstack.dag.context import (
+from ctxstack.dag import (
+    DAG_EVENT_ADAPTER,
+    Plan,
+    PlanCreatedEvent,
+    PlanDraft,
+    PlanStep,
+    StepFinishedEvent,
+    StepResult,
+)
+from ctxstack.dag._context import (
     build_step_context,
     cut_middle,
     fair_shares,
@@ -18,13 +27,10 @@ from ctxstack.dag.context import (
     format_for_synthesis,
     format_replan_context,
 )
-from ctxstack.dag.events import (
-    DAG_EVENT_ADAPTER,
-    PlanCreatedEvent,
-    StepFinishedEvent,
+from ctxstack.dag._plan import (
+    find_cycle,
+    plan_problems,
 )
-from ctxstack.dag.plan import Plan, PlanDraft, PlanStep, find_cycle, plan_problems
-from ctxstack.dag.results import StepResult
 from ctxstack.errors import InputError
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack.compact import facts
+from ctxstack.compaction import _facts as facts
 from tests.fact_paths import NATIVE, REQUIRED, require_native
 
 # --------------------------------------------------------------------------- inputs

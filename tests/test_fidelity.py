@@ -25,7 +25,10 @@ from benchmarks.fidelity.strategies import (
     naive_drop_oldest,
     window_size,
 )
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.tokens import HEURISTIC
 
 
@@ -240,8 +243,8 @@ def test_naive_baseline_fits_keeps_system_and_can_orphan_tool_results() -> None:
 async def test_the_lossy_summariser_never_carries_a_fact(language: str) -> None:
     """The benchmark's premise, on real compaction requests: every kept fact was kept by
     the library, none by the summariser."""
-    from ctxstack.compact import CompactUtils
-    from ctxstack.llm.scripted import first_sentence_summarizer
+    from ctxstack.compaction import CompactUtils
+    from ctxstack.testing import first_sentence_summarizer
 
     conv = generate(6, language, target_tokens=12_000, n_facts=12)  # type: ignore[arg-type]
     llm = lossy_summarizer()

@@ -10,17 +10,26 @@ from typing import Any
 import pytest
 
 from ctxstack.budget import ModelBudget
-from ctxstack.calibration import CalibratingCounter
-from ctxstack.compact.options import CompactionOptions
+from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
+from ctxstack.compaction._prompts import (
+    HINTS,
+    LANGUAGE_INSTRUCTION,
+    compaction_prompt,
+)
+from ctxstack.compaction._working_summary import parse_summary
 from ctxstack.errors import ConfigError, LLMError, MessageError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent, ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.prompts import HINTS, LANGUAGE_INSTRUCTION, SUMMARY_PREFIX, compaction_prompt
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
-from ctxstack.working_summary import parse_summary
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    CalibratingCounter,
+)
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 BUDGET = 3_000
@@ -30,8 +39,8 @@ masking (which now runs first and would satisfy the budget on its own) is turned
 the staged order is tested in tests/test_compact_stages.py."""
 
 
-def summary_guard(*args: Any, **kwargs: Any) -> ContextGuard:
-    return ContextGuard(*args, options=SUMMARY_ONLY, **kwargs)
+def summary_guard(*args: Any, timeout: float | None = None, **kwargs: Any) -> ContextGuard:
+    return ContextGuard(*args, options=SUMMARY_ONLY.with_(timeout=timeout), **kwargs)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -254,7 +263,8 @@ async def test_each_hint_sends_its_own_prompt_with_the_language_instruction(hint
 
 async def test_a_custom_prompt_replaces_the_hint_prompt() -> None:
     llm = summariser()
-    guard = summary_guard(llm, default_budget=BUDGET, prompt="Summarise for an auditor.")
+    guard = ContextGuard(llm, default_budget=BUDGET,
+                         options=SUMMARY_ONLY.with_(prompt="Summarise for an auditor."))
     await guard.check_and_compact(conversation(12), hint="planner_input")
     sent = "\n".join(m.text for m in llm.calls[0].messages)
     assert compaction_prompt("planner_input", custom="Summarise for an auditor.") in sent
@@ -431,7 +441,7 @@ async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
         raise ValueError("dashboard down")
 
     guard = summary_guard(summariser(), default_budget=BUDGET, on_compact=broken)
-    with caplog.at_level(logging.WARNING, logger="ctxstack.guard"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.guard._guard"):
         out = await guard.check_and_compact(conversation(12))
     assert tokens(out) <= BUDGET
     assert "on_compact listener failed" in caplog.text
@@ -439,9 +449,9 @@ async def test_async_callbacks_are_awaited_and_failing_ones_ignored(
 
 async def test_compactions_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     guard = summary_guard(summariser(), default_budget=BUDGET)
-    with caplog.at_level(logging.INFO, logger="ctxstack.guard"):
+    with caplog.at_level(logging.INFO, logger="ctxstack.guard._guard"):
         await guard.check_and_compact(conversation(12), hint="general")
-    records = [r for r in caplog.records if r.name == "ctxstack.guard"]
+    records = [r for r in caplog.records if r.name == "ctxstack.guard._guard"]
     assert any(r.levelno == logging.INFO and "compacted (llm, hint general)" in r.getMessage()
                for r in records)
 
@@ -516,18 +526,36 @@ async def test_bad_budget_and_bad_messages_are_clear_errors() -> None:
     [
         ({"default_budget": 0}, "default_budget"),
         ({"max_message_chars": 10}, "max_message_chars"),
-        ({"keep_recent": -1}, "keep_recent"),
-        ({"timeout": 0}, "timeout"),
         ({"pinned_cap": 0}, "pinned_cap"),
         ({"pinned_cap": 1.5}, "pinned_cap"),
-        ({"target_fill": 0}, "target_fill"),
-        ({"prompt": "  "}, "prompt"),
+        ({"options": {"keep_recent": 2}}, "options"),
+        ({"archive": "not an archive"}, "archive"),
     ],
 )
 def test_bad_settings_are_config_errors_naming_the_setting(
     kwargs: dict[str, object], name: str
 ) -> None:
     with pytest.raises(ConfigError, match=name):
+        ContextGuard(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"timeout": 0}, "timeout"),
+        ({"target_fill": 0}, "target_fill"),
+        ({"prompt": "  "}, "prompt"),
+        ({"strategies": []}, "strategies"),
+        ({"strategies": ["mask"]}, "strategies"),
+    ],
+)
+def test_compaction_settings_live_in_the_options_and_name_the_bad_one(
+    kwargs: dict[str, object], name: str
+) -> None:
+    with pytest.raises(ConfigError, match=name):
+        CompactionOptions(**kwargs)
+    with pytest.raises(TypeError):  # the guard no longer repeats the options' fields
         ContextGuard(**kwargs)  # type: ignore[arg-type]
 
 
@@ -549,7 +577,7 @@ async def test_listeners_are_a_list_and_check_returns_its_own_event() -> None:
 
 
 def test_totals_sum_every_field_of_an_event() -> None:
-    from ctxstack.guard_events import GuardTotals
+    from ctxstack.guard import GuardTotals
 
     event = CompactionEvent(
         hint="general", method="llm", budget=10, messages_before=9, messages_after=3,

@@ -9,12 +9,17 @@ import logging
 import pytest
 
 from ctxstack.budget import ModelBudget
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError, MessageError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheckEvent
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC, HeuristicCounter
+from ctxstack.guard import ContextGuard, GuardCheckEvent
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    CalibratingCounter,
+    HeuristicCounter,
+)
 
 
 def conversation(rounds: int, tool_chars: int = 2_000) -> list[ChatMessage]:
@@ -82,7 +87,7 @@ async def test_a_failing_check_listener_is_logged_and_ignored(
 
     guard = ContextGuard(on_check=[broken, after.append])
     msgs = conversation(1)
-    with caplog.at_level(logging.WARNING, logger="ctxstack.guard"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.guard._guard"):
         out = await guard.check_and_compact(msgs)
     assert out is msgs  # the agent goes on
     assert len(after) == 1  # and later listeners still hear of the check

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ctxstack.guard_rules import (
+from ctxstack.guard._rules import (
     allocate,
     apply_pinned_cap,
     cut_message,
@@ -12,8 +12,17 @@ from ctxstack.guard_rules import (
     cut_to_tokens,
     is_oversized,
 )
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+)
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 

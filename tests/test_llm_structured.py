@@ -9,16 +9,19 @@ from typing import Generic, TypeVar
 import pytest
 from pydantic import BaseModel, Field
 
-from ctxstack.errors import StructuredOutputError
-from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.llm.openai import OpenAICompatibleLLM
-from ctxstack.llm.stub import StubReply, StubServer, stub_usage
-from ctxstack.messages import ChatMessage, TextPart
-from ctxstack.structured import (
+from ctxstack.dag._structured import (
     extract_json,
     response_format_for,
     structured_call,
     with_instruction,
+)
+from ctxstack.errors import StructuredOutputError
+from ctxstack.llm import LLMResult, ScriptedLLM, Usage
+from ctxstack.llm.openai import OpenAICompatibleLLM
+from ctxstack.llm.stub import StubReply, StubServer, stub_usage
+from ctxstack.messages import (
+    ChatMessage,
+    TextPart,
 )
 
 T = TypeVar("T")

@@ -9,11 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, LLMError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import BaseMemory, SummaryMemory
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.prompts import SUMMARY_PREFIX, compaction_prompt
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.tokens import HEURISTIC
 from tests.conversations import (
     assert_opens_with_user,

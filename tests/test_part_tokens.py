@@ -11,15 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack import AudioPart, ChatMessage, FilePart
-from ctxstack import part_tokens as pt
-from ctxstack.calibration import CalibratingCounter
+from ctxstack import ChatMessage
+from ctxstack.messages import AudioPart, FilePart
 from ctxstack.tokens import (
     HEURISTIC,
+    SEED_HEURISTIC,
+    CalibratingCounter,
+    estimate_tokens,
+)
+from ctxstack.tokens import _parts as pt
+from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
-    SEED_HEURISTIC,
-    estimate_tokens,
 )
 
 

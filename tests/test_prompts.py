@@ -6,17 +6,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack.errors import ConfigError
-from ctxstack.prompts import (
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.compaction._prompts import (
     HINTS,
     LANGUAGE_INSTRUCTION,
-    SUMMARY_PREFIX,
     check_hint,
     compaction_prompt,
     finalize_summary,
     strip_scratchpad,
 )
-from ctxstack.working_summary import SECTIONS, closed_core, parse_summary, words
+from ctxstack.compaction._working_summary import (
+    SECTIONS,
+    closed_core,
+    parse_summary,
+    words,
+)
+from ctxstack.errors import ConfigError
 
 # ---------------------------------------------------------------------------- prompts
 

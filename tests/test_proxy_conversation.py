@@ -21,7 +21,8 @@ import pytest
 from ctxstack import ChatMessage
 from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import parse_compaction_header
-from ctxstack.tokens import DEFAULT_COUNTER, effective_budget
+from ctxstack.tokens import DEFAULT_COUNTER
+from ctxstack.tokens._counter import effective_budget
 from tests.proxy_support import (
     ConversationRule,
     ProxyProcess,

@@ -25,7 +25,12 @@ from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import ProxySettings, create_app, parse_compaction_header
 from ctxstack.proxy.counting import MemoCounter, ModelCounters
 from ctxstack.store import create_engine_from_url, upgrade
-from ctxstack.tokens import HEURISTIC, HeuristicCounter, TiktokenCounter, effective_budget
+from ctxstack.tokens import (
+    HEURISTIC,
+    HeuristicCounter,
+    TiktokenCounter,
+)
+from ctxstack.tokens._counter import effective_budget
 from tests.proxy_support import ConversationRule, chat_requests
 
 BUDGET = 4_000
@@ -135,7 +140,7 @@ async def test_a_missing_vocabulary_falls_back_to_the_heuristic_and_says_so(
     messages = between_margin_and_budget(exact)
     import tiktoken.registry
 
-    from ctxstack import model_counters
+    from ctxstack.tokens import _exact as model_counters
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty"))  # nothing offline
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})

@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
+from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubServer
-from ctxstack.part_tokens import MP3_BYTES_PER_SECOND
-from ctxstack.prompts import LANGUAGE_INSTRUCTION
 from ctxstack.proxy import parse_compaction_header
+from ctxstack.tokens._parts import MP3_BYTES_PER_SECOND
 from tests.proxy_support import ProxyProcess, running_proxy, tool_sequence_problems
 
 MODEL = "stub-model"

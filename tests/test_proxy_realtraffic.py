@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
+from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
-from ctxstack.prompts import LANGUAGE_INSTRUCTION
 from ctxstack.proxy import parse_compaction_header
 from tests.proxy_support import ProxyProcess, running_proxy, tool_sequence_problems
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from ctxstack import ScriptedLLM
 from ctxstack.errors import ConfigError
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.fitting import Fitter
 from ctxstack.proxy.request import parse_request
 from ctxstack.proxy.settings import ProxySettings
+from ctxstack.testing import ScriptedLLM
 from ctxstack.tokens import DEFAULT_COUNTER
 
 
@@ -137,7 +137,7 @@ def test_images_count_as_image_tokens_and_are_forwarded_as_sent() -> None:
 
 
 def test_binary_parts_are_modelled_never_read_and_forwarded_as_the_clients_own() -> None:
-    from ctxstack.guard_rules import cut_message
+    from ctxstack.guard._rules import cut_message
 
     data = "QUFB" * 2_500_000  # 10 MB of base64
     audio = {"type": "input_audio", "input_audio": {"data": data, "format": "mp3"},
@@ -161,7 +161,7 @@ def test_binary_parts_are_modelled_never_read_and_forwarded_as_the_clients_own()
 
 @pytest.mark.parametrize("content", [None, "Here is my answer."])
 def test_an_assistant_audio_reference_is_counted(content: str | None) -> None:
-    from ctxstack.part_tokens import AUDIO_REFERENCE_TOKENS
+    from ctxstack.tokens._parts import AUDIO_REFERENCE_TOKENS
 
     plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content},
              {"role": "user", "content": "again"}]

@@ -18,8 +18,8 @@ from ctxstack import ChatMessage, ContextGuard, HistoryArchive, ToolCall, Window
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import from_openai_messages
+from ctxstack.messages._tool_turns import tool_turn_problems
 from ctxstack.tokens import TiktokenCounter
-from ctxstack.tool_turns import tool_turn_problems
 from tests import realdata
 
 pytest.importorskip("tiktoken")

@@ -13,11 +13,14 @@ import pytest
 
 from ctxstack import ChatMessage, ToolCall
 from ctxstack.errors import MessageError
-from ctxstack.messages import from_openai_messages, to_openai_messages
-from ctxstack.tool_turns import (
+from ctxstack.messages import (
+    from_openai_messages,
+    repair_tool_turns,
+    to_openai_messages,
+)
+from ctxstack.messages._tool_turns import (
     INTERRUPTED_RESULT,
     REPAIRED_KEY,
-    repair_tool_turns,
     tool_turn_problems,
 )
 from tests import realdata

@@ -14,8 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxstack import ChatMessage, CompactUtils, ToolCall, WindowMemory
-from ctxstack.tokens import DEFAULT_COUNTER, effective_budget
-from ctxstack.tool_turns import repair_tool_turns, tool_turn_problems, tool_turns_valid
+from ctxstack.messages import (
+    repair_tool_turns,
+    tool_turns_valid,
+)
+from ctxstack.messages._tool_turns import tool_turn_problems
+from ctxstack.tokens import DEFAULT_COUNTER
+from ctxstack.tokens._counter import effective_budget
 
 IDS = ["call_1", "call_2", "toolu_3", "4f1c-uuid", "functions.f:0"]
 

@@ -8,15 +8,13 @@ from collections.abc import Sequence
 import pytest
 
 from ctxstack.budget import ModelBudget
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError
 from ctxstack.guard import ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.metering import UsageMeter
 from ctxstack.server.settings import Settings
 from ctxstack.server.state import LLMProvider
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import HEURISTIC, CalibratingCounter, UsageMeter
 
 MAIN = ModelBudget(role="main", context_size=32_000, max_output_tokens=4_000)
 FAST = ModelBudget(role="fast", context_size=16_000, max_output_tokens=2_000)

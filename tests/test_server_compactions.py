@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from ctxstack.budget import ModelBudget
-from ctxstack.guard_events import CompactionEvent
+from ctxstack.guard import CompactionEvent
 from ctxstack.llm.stub import StubServer
 from ctxstack.messages import ChatMessage
 from ctxstack.server.compactions import GuardFold, Span, run_compaction, split_summary

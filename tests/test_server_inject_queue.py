@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxstack.errors import NoRunningTurnError, TurnBusyError
+from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.inject_dispatch import InjectDispatcher
 from ctxstack.server.injects import (
     DbInjectQueue,

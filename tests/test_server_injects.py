@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ctxstack.dag import prompts as dag_prompts
+from ctxstack.dag import _prompts as dag_prompts
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
     ServerProcess,

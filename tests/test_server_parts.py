@@ -7,11 +7,10 @@ import json
 
 import pytest
 
+from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
-from ctxstack.metering import MeteredLLM, UsageMeter
-from ctxstack.prompts import compaction_prompt
 from ctxstack.server.demo_model import DemoHandler, build_demo_llm, demo_plan, is_japanese
 from ctxstack.server.settings import Settings, is_loopback
 from ctxstack.server.sse import (
@@ -28,6 +27,10 @@ from ctxstack.server.sse import (
     stored_form,
 )
 from ctxstack.server.tools import CalculationError, calculate, find_arithmetic, text_stats
+from ctxstack.tokens import (
+    MeteredLLM,
+    UsageMeter,
+)
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}}
          for n in ("calculate", "text_stats")]
@@ -172,7 +175,7 @@ def test_demo_summarises_keeping_numbers() -> None:
 
 
 def test_demo_plan_is_a_valid_dag_plan() -> None:
-    from ctxstack.dag.plan import Plan
+    from ctxstack.dag import Plan
 
     plan = Plan.model_validate(demo_plan("Compute 6*7 and describe it"))
     assert [s.id for s in plan.steps] == ["s1", "s2"]

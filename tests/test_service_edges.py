@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from ctxstack.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.app import create_app
+from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.injects import DbInjectQueue
 from ctxstack.server.settings import Settings
 from ctxstack.store import create_conversation, create_user, session_factory, upgrade

@@ -32,8 +32,8 @@ KNOWN = {
 
 _PROBE = r'''
 import re, sys, time
-from ctxstack.agent.demo_tools import CalculationError, evaluate
-from ctxstack.messages import ChatMessage
+from ctxstack.agent._demo_tools import CalculationError, evaluate
+from ctxstack.messages._model import ChatMessage
 from ctxstack.server.demo_model import DemoHandler
 from ctxstack.server.failures import scrub
 from ctxstack.server.tools import find_arithmetic, text_stats
@@ -108,7 +108,7 @@ def test_the_arithmetic_finder_still_finds_arithmetic() -> None:
 
 _FACTS_PROBE = r'''
 import re, sys
-from ctxstack.compact import facts
+from ctxstack.compaction import _facts as facts
 
 patterns = [p for p in vars(facts).values() if isinstance(p, re.Pattern)]
 assert len(patterns) >= 5, "the scan found too few of the extractor's patterns"

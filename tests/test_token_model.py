@@ -11,16 +11,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstack.calibration import CalibratingCounter
-from ctxstack.compact import CompactUtils
+from ctxstack.compaction import CompactUtils
 from ctxstack.errors import TokenizerUnavailableError
 from ctxstack.messages import ChatMessage
-from ctxstack.model_counters import (
+from ctxstack.tokens import (
+    HEURISTIC,
+    SEED_HEURISTIC,
+    CalibratingCounter,
+    HeuristicCounter,
+    TiktokenCounter,
     TokenizerJsonCounter,
     counter_for_model,
-    family_for_model,
 )
-from ctxstack.token_model import (
+from ctxstack.tokens._counter import (
+    budget_margin,
+    effective_budget,
+    tool_specs_tokens,
+)
+from ctxstack.tokens._exact import family_for_model
+from ctxstack.tokens._model import (
     _CLASS,
     FAMILIES,
     FREQUENT_SYMBOLS,
@@ -41,15 +50,6 @@ from ctxstack.token_model import (
     lower_bound,
     pair_codes,
     traditional_count,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    HeuristicCounter,
-    TiktokenCounter,
-    budget_margin,
-    effective_budget,
-    tool_specs_tokens,
 )
 from tests.exact_tokens import exact
 
@@ -106,7 +106,7 @@ def test_pair_codes_hold_this_and_the_next_class() -> None:
 
 
 def reference_estimate(text: str, family: Family) -> int:
-    """The model of ctxstack.token_model, one character at a time in Python."""
+    """The model of ctxstack.tokens._model, one character at a time in Python."""
     if not text:
         return 0
     classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
@@ -124,7 +124,7 @@ def reference_estimate(text: str, family: Family) -> int:
 
 
 def reference_script_features(text: str) -> list[int]:
-    """ctxstack.token_model.script_features, one character at a time in Python."""
+    """ctxstack.tokens._model.script_features, one character at a time in Python."""
     leads = ((0xC2, 0xC3), (0xC4, 0xCC), (0xCD, 0xCF), (0xD0, 0xD4), (0xD5, 0xD7), (0xD8, 0xDF),
              (0xE0, 0xE0), (0xE1, 0xE1), (0xEA, 0xED), (0xF0, 0xF4))
     groups = len(SCRIPT_GROUPS)
@@ -143,7 +143,7 @@ def reference_script_features(text: str) -> list[int]:
 
 
 def reference_symbol_features(text: str) -> list[int]:
-    """ctxstack.token_model.symbol_features, one character at a time in Python."""
+    """ctxstack.tokens._model.symbol_features, one character at a time in Python."""
     blocks = len(SYMBOL_NAMES)
     out = [0] * (3 * blocks)
     previous: tuple[int | None, str] = (None, "")
@@ -248,7 +248,7 @@ def test_counter_for_model_falls_back_to_the_matching_heuristic(
     pytest.importorskip("tiktoken")
     import tiktoken.registry
 
-    from ctxstack import model_counters
+    from ctxstack.tokens import _exact as model_counters
 
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing offline
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # forget loaded vocabularies
@@ -264,7 +264,7 @@ def test_counters_are_shared_per_family_whatever_the_model_name(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A proxy forwards any model name clients send: the shared counters must not grow
     with them, and names of one tokenizer family share one counter."""
-    from ctxstack import model_counters
+    from ctxstack.tokens import _exact as model_counters
 
     monkeypatch.setattr(model_counters, "_built", {})
     unknown = {id(counter_for_model(f"client-model-{i}")) for i in range(500)}
@@ -299,7 +299,7 @@ def test_tokenizer_json_counts_exactly(tmp_path: Path) -> None:
 def test_digit_runs_never_cost_less_than_a_token_per_three_digits() -> None:
     """Both vocabularies cut digit runs into pieces of ≤ 3 digits: a long number, an ID or
     a timestamp list cannot be estimated below that, whatever the pair weights say."""
-    from ctxstack.token_model import estimate
+    from ctxstack.tokens._model import estimate
 
     for family in ("o200k", "cl100k"):
         assert estimate("0" * 800, family) >= 267  # type: ignore[arg-type]

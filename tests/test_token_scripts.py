@@ -1,4 +1,4 @@
-"""The per-script correction of the token estimator (ctxstack.token_model.script_correction):
+"""The per-script correction of the token estimator (ctxstack.tokens._model.script_correction):
 its features on known strings, its neutrality on ASCII and CJK, and its accuracy on real
 sentences in other scripts against the real vocabularies (offline, like test_token_model)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxstack.token_model import (
+from ctxstack.tokens._model import (
     FAMILIES,
     SCRIPT_FEATURES,
     SCRIPT_SCALE,
@@ -26,7 +26,7 @@ def features(text: str) -> dict[str, int]:
 
 
 def test_feature_names_and_weights_line_up() -> None:
-    from ctxstack.token_scripts import _BlockPass
+    from ctxstack.tokens._scripts import _BlockPass
 
     assert len(set(SCRIPT_FEATURES)) == len(SCRIPT_FEATURES)
     # a block pass writes a lead and a second-byte segment as one hex digit each

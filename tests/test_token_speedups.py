@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.token_corpus import gather
-from ctxstack import token_model
 from ctxstack.errors import ConfigError
-from ctxstack.token_model import (
+from ctxstack.tokens import HeuristicCounter
+from ctxstack.tokens import _model as token_model
+from ctxstack.tokens._model import (
     _TRADITIONAL_CHARS,
     ACCELERATED,
     FAMILIES,
@@ -28,7 +29,6 @@ from ctxstack.token_model import (
     estimate,
     estimator,
 )
-from ctxstack.tokens import HeuristicCounter
 
 REQUIRED = os.environ.get("CTXSTACK_REQUIRE_SPEEDUPS") == "1"
 needs_speedups = pytest.mark.skipif(

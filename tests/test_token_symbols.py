@@ -1,4 +1,4 @@
-"""The symbol blocks of the token estimator's correction (ctxstack.token_model.SYMBOL_BLOCKS):
+"""The symbol blocks of the token estimator's correction (ctxstack.tokens._model.SYMBOL_BLOCKS):
 their features on known strings, and — against the real vocabularies, offline — that text
 made of spinners, bars, tables, arrows and emoji is no longer under-counted by more than
 the default counter's budget margin, which is what made a fitted budget overflow."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.symbol_corpus import symbol_texts
-from ctxstack.token_model import (
+from ctxstack.tokens._counter import HEURISTIC_MARGIN
+from ctxstack.tokens._model import (
     FREQUENT_SYMBOLS,
     SYMBOL_BLOCKS,
     SYMBOL_FEATURES,
@@ -21,7 +22,6 @@ from ctxstack.token_model import (
     script_units,
     symbol_features,
 )
-from ctxstack.tokens import HEURISTIC_MARGIN
 from tests.exact_tokens import exact
 
 
@@ -78,7 +78,7 @@ def test_the_symbol_check_finds_exactly_the_blocks_lead_and_second_bytes() -> No
 
 
 def test_the_symbol_blocks_are_exactly_the_two_ranges_scanned_first() -> None:
-    from ctxstack.token_scripts import _code_point_ranges
+    from ctxstack.tokens._scripts import _code_point_ranges
 
     covered: set[int] = set()
     for _name, ranges in SYMBOL_BLOCKS:

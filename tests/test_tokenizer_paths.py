@@ -20,14 +20,17 @@ from ctxstack.cli.chat import model_counter
 from ctxstack.errors import InputError
 from ctxstack.llm.config import tokenizer_path
 from ctxstack.llm.stub.server import StubServer
-from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.server.app import create_app
 from ctxstack.server.settings import Settings
 from ctxstack.store import session_factory, upgrade
 from ctxstack.store.db import create_engine_from_url
 from ctxstack.store.model_configs import list_model_configs, set_model_config
-from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens import (
+    HEURISTIC,
+    TokenizerJsonCounter,
+    counter_for_model,
+)
 from tests.tokenizer_support import build_tokenizer
 
 TEXT = "Tokens before every call: the guard folds old messages. Unseen words like zebra."
@@ -58,7 +61,7 @@ def test_counter_for_model_counts_like_the_tokenizers_library(tok: Path, tok_b: 
 def test_missing_tokenizer_falls_back_to_the_heuristic_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="ctxstack.model_counters"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.tokens._exact"):
         counter = counter_for_model("my-model", tmp_path / "nowhere" / "tokenizer.json")
     assert not isinstance(counter, TokenizerJsonCounter)
     assert counter.count_text(TEXT) == HEURISTIC.count_text(TEXT)
@@ -184,7 +187,7 @@ async def test_admin_tokenizer_path_switches_the_main_counter_next_turn(
                                    json={"model": "stub-model", "tokenizer_path": bad})
             assert response.status_code == 422, bad
         missing = str(tmp_path / "gone" / "tokenizer.json")
-        with caplog.at_level(logging.WARNING, logger="ctxstack.model_counters"):
+        with caplog.at_level(logging.WARNING, logger="ctxstack.tokens._exact"):
             put = await c.put("/api/admin/model-configs/main",
                               json={"model": "stub-model", "tokenizer_path": missing})
             assert put.status_code == 200, put.text
@@ -199,7 +202,7 @@ async def test_missing_llm_tokenizer_does_not_stop_the_service(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     missing = str(tmp_path / "absent" / "tokenizer.json")
-    with caplog.at_level(logging.WARNING, logger="ctxstack.model_counters"):
+    with caplog.at_level(logging.WARNING, logger="ctxstack.tokens._exact"):
         async with service(tmp_path, stub_env(stub, LLM_TOKENIZER=missing), monkeypatch) as (
                 c, _app):
             response = await c.get("/api/info")

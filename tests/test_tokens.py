@@ -8,20 +8,28 @@ import pickle
 import pytest
 
 from ctxstack.errors import ConfigError, TokenizerUnavailableError
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+    ToolCall,
+)
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     HEURISTIC,
-    MEMO_MIN_MESSAGES,
     SEED_HEURISTIC,
     HeuristicCounter,
-    MessageListMemo,
     SeedHeuristicCounter,
     TiktokenCounter,
     TokenCounter,
-    common_prefix,
     estimate_messages_tokens,
     estimate_tokens,
+)
+from ctxstack.tokens._counter import (
+    MEMO_MIN_MESSAGES,
+    MessageListMemo,
+    common_prefix,
     heuristic_text_tokens,
 )
 

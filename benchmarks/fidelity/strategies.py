@@ -11,7 +11,7 @@ token budget and a summariser LLM, and returns the messages it would send:
   o200k tokenizer (when it is available offline): the fair bound, the one
   ``smart_truncate`` is held to through its counter's safety margin;
 * ``smart_truncate`` and ``llm_compact (<hint>)`` for each of the four hints — ctxstack's
-  :class:`~ctxstack.compact.CompactUtils`;
+  :class:`~ctxstack.compaction.CompactUtils`;
 * ``WindowMemory`` — sized in messages, as a user would size it: the budget divided by the
   conversation's mean message size (it has no token budget, so it may overshoot);
 * ``SummaryMemory`` — its message threshold sized like ``WindowMemory``'s window, and the
@@ -31,14 +31,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxstack.compact import CompactUtils
+from ctxstack.compaction import CompactUtils
+from ctxstack.compaction._prompts import HINTS
 from ctxstack.errors import TokenizerUnavailableError
 from ctxstack.llm import LLM, ScriptedLLM
-from ctxstack.llm.scripted import first_sentence_summarizer
 from ctxstack.memory import SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import HINTS
-from ctxstack.tokens import HEURISTIC, TiktokenCounter, TokenCounter
+from ctxstack.testing import first_sentence_summarizer
+from ctxstack.tokens import (
+    HEURISTIC,
+    TiktokenCounter,
+    TokenCounter,
+)
 
 StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
 KEEP_RECENT = 4

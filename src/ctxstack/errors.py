@@ -9,7 +9,7 @@ cases apart::
     ├── MessageError (ValueError)   a message or message list that breaks the format
     ├── InputError (ValueError)     another value handed to ctxstack is invalid (a title,
     │   │                           a token, a role…); the message names it
-    │   └── FileRejectedError       an upload is not an accepted image, empty or too large
+    │   └── store.FileRejectedError an upload is not an accepted image, empty or too large
     ├── TokenizerUnavailableError   an exact tokenizer asked for but not available offline
     ├── LLMError                    a provider call failed
     │   ├── AuthenticationError     401/403: the key is wrong or lacks access
@@ -20,10 +20,10 @@ cases apart::
     │   │   └── ContextOverflowError  the prompt is longer than the model's window
     │   ├── ServerError             5xx after the retry budget was spent
     │   └── StructuredOutputError   the model's JSON did not validate after a re-ask
-    ├── StorageError                the database or file store failed
-    │   └── NotFoundError           a row or file does not exist *for this owner*
-    ├── TurnBusyError               a chat turn is already running on the conversation
-    ├── NoRunningTurnError          an inject for a conversation with no turn running
+    ├── store.StorageError          the database or file store failed
+    │   └── store.NotFoundError     a row or file does not exist *for this owner*
+    ├── server.TurnBusyError        a chat turn is already running on the conversation
+    ├── server.NoRunningTurnError   an inject for a conversation with no turn running
     ├── ToolError                   a tool definition is invalid (not a tool *run* error:
     │                               those become tool results the model can read)
     ├── ToolArgumentsError (ValueError)  a call's arguments do not match the tool's schema
@@ -31,16 +31,21 @@ cases apart::
     ├── PlanError                   a DAG plan is invalid after a re-ask
     └── AgentError                  the agent loop cannot go on (e.g. overflow twice)
 
+The classes marked ``store.`` and ``server.`` are raised only by the storage side and the
+chat service, so they live there (:mod:`ctxstack.store.errors`,
+:mod:`ctxstack.server.errors`, both with the ``server`` extra) and still derive from this
+tree; the proxy's own error is :class:`ctxstack.proxy.errors.ProxyError`.
+
 ``MessageError`` and ``InputError`` are also ``ValueError`` because invalid input is a value
 problem and callers that validate generically (pydantic, FastAPI) already treat it so.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxstack.usage import Usage
+    from ctxstack.protocol._usage import Usage
 
 
 class CtxstackError(Exception):
@@ -58,17 +63,6 @@ class MessageError(CtxstackError, ValueError):
 class InputError(CtxstackError, ValueError):
     """A value handed to ctxstack (other than a chat message) is invalid; names the field."""
 
-
-class FileRejectedError(InputError):
-    """An uploaded file was refused before anything was stored.
-
-    ``reason`` tells a service which status to answer: ``"type"`` (not a PNG, JPEG, WebP or
-    GIF by its magic bytes — 415), ``"size"`` (over the limit — 413) or ``"empty"`` (400).
-    """
-
-    def __init__(self, message: str, *, reason: Literal["type", "size", "empty"]) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class TokenizerUnavailableError(CtxstackError):
@@ -133,20 +127,8 @@ class StructuredOutputError(LLMError):
         self.usage = usage
 
 
-class StorageError(CtxstackError):
-    """The database or the file store failed; nothing is silently treated as empty."""
 
 
-class NotFoundError(StorageError):
-    """The requested row or file does not exist, or does not belong to the caller."""
-
-
-class NoRunningTurnError(CtxstackError):
-    """An inject was sent for a conversation that has no turn running."""
-
-
-class TurnBusyError(CtxstackError):
-    """A turn was started for a conversation that already has one running."""
 
 
 class ToolError(CtxstackError):

@@ -149,7 +149,7 @@ def sdk_items(turns: int) -> list[dict[str, Any]]:
                 {"type": "input_text", "text": f"question {i}: {WORDS * 4}"},
                 {"type": "input_image", "image_url": "https://example.com/a.png",
                  "detail": "low"},
-                # a file by id is estimated at 10 PDF pages (ctxstack.part_tokens): once
+                # a file by id is estimated at 10 PDF pages (ctxstack.tokens._parts): once
                 *([{"type": "input_file", "file_id": "file-abc"}] if i == 0 else [])]},
             {"type": "reasoning", "id": f"rs_{i}",
              "summary": [{"type": "summary_text", "text": "weighing " * 20}]},

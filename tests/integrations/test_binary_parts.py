@@ -2,7 +2,7 @@
 
 Each adapter maps the framework's audio / file / document block to ctxstack's audio or
 file part (counted by size, never cut), gives it back unchanged, and raises an
-:class:`~ctxstack.InputError` naming a block whose content it does not hold.
+:class:`~ctxstack.errors.InputError` naming a block whose content it does not hold.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxstack import AudioPart, ChatMessage, FilePart, InputError, MessageError
-from ctxstack.guard_rules import cut_message
+from ctxstack import ChatMessage, MessageError
+from ctxstack.errors import InputError
+from ctxstack.guard._rules import cut_message
 from ctxstack.integrations import langchain as lc
 from ctxstack.integrations import pydantic_ai as pai
 from ctxstack.integrations._responses import items_to_messages, messages_to_items
 from ctxstack.integrations.llamaindex import from_ctx, to_ctx
-from ctxstack.part_tokens import binary_part_tokens
+from ctxstack.messages import AudioPart, FilePart
+from ctxstack.tokens._parts import binary_part_tokens
 
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 200
 WAV_B64 = base64.b64encode(WAV).decode()

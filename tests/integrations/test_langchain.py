@@ -32,10 +32,10 @@ from ctxstack import (
     CompactionEvent,
     ConfigError,
     ContextGuard,
-    InputError,
     LLMError,
     ToolCall,
 )
+from ctxstack.errors import InputError
 from ctxstack.integrations.langchain import (
     EVENT_NAME,
     ContextGuardMiddleware,

@@ -33,13 +33,14 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent
 from llama_index.core.llms import ChatResponse, MockFunctionCallingLLM, MockLLM
 from llama_index.core.tools import FunctionTool
 
-from ctxstack import CalibratingCounter, ConfigError, ContextGuard, ScriptedLLM
+from ctxstack import CalibratingCounter, ConfigError, ContextGuard
 from ctxstack.integrations.llamaindex import (
     CalibrationHandler,
     CompactionInstrumentEvent,
     GuardedMemory,
     to_ctx,
 )
+from ctxstack.testing import ScriptedLLM
 
 # LlamaIndex's workflow engine walks each agent with inspect.getmembers, touching pydantic's
 # deprecated attributes (`__fields__`, `model_computed_fields` on an instance, ...): their

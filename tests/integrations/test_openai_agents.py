@@ -25,14 +25,8 @@ from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxstack import (
-    CalibratingCounter,
-    ChatMessage,
-    ConfigError,
-    ContextGuard,
-    InputError,
-    ScriptedLLM,
-)
+from ctxstack import CalibratingCounter, ChatMessage, ConfigError, ContextGuard
+from ctxstack.errors import InputError
 from ctxstack.integrations._responses import PrefixCache, items_to_messages
 from ctxstack.integrations.openai_agents import (
     CalibrationHooks,
@@ -41,6 +35,7 @@ from ctxstack.integrations.openai_agents import (
 )
 from ctxstack.store import list_messages, session_factory
 from ctxstack.store.db import create_engine_from_url
+from ctxstack.testing import ScriptedLLM
 from tests.store.dbkit import postgres_backend
 
 

@@ -31,15 +31,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from ctxstack import (
-    ChatMessage,
-    CompactionEvent,
-    ConfigError,
-    ContextGuard,
-    InputError,
-    LLMError,
-    ToolCall,
-)
+from ctxstack import ChatMessage, CompactionEvent, ConfigError, ContextGuard, LLMError, ToolCall
+from ctxstack.errors import InputError
 from ctxstack.integrations.pydantic_ai import (
     GuardedHistory,
     PydanticAISummarizer,

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from ctxstack.archive import Archive
+from ctxstack.compaction import Archive
 from ctxstack.errors import InputError
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
 from ctxstack.store import SessionFactory, UserRecord, create_conversation
 from ctxstack.store.archive import ConversationArchive, query_terms
 from ctxstack.store.messages import NewMessage, append_messages

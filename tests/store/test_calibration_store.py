@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import InputError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.server.settings import Settings
 from ctxstack.server.state import LLMProvider
 from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory
+from ctxstack.tokens import CalibratingCounter
 
 
 def _learnt(factor: float, calls: int = 5) -> CalibratingCounter:

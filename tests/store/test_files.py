@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstack.errors import FileRejectedError, InputError, NotFoundError
+from ctxstack.errors import InputError
 from ctxstack.store import SessionFactory, UserRecord
+from ctxstack.store.errors import FileRejectedError, NotFoundError
 from ctxstack.store.files import ENV_FILES_DIR, FileStore, sniff_image_type, valid_file_id
 from tests.store.samples import GIF, JPEG, WEBP, png
 

@@ -18,11 +18,15 @@ from hypothesis import strategies as st
 from sqlalchemy import event, text
 
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import ConfigError, NotFoundError, StorageError
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.errors import ConfigError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import BaseMemory, DbMemory
-from ctxstack.messages import ChatMessage, ImagePart, TextPart
-from ctxstack.prompts import SUMMARY_PREFIX
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    TextPart,
+)
 from ctxstack.store import (
     CheckpointCandidate,
     NewMessage,
@@ -37,9 +41,13 @@ from ctxstack.store import (
     session_factory,
     set_model_config,
 )
+from ctxstack.store.errors import NotFoundError, StorageError
 from ctxstack.store.files import FileStore
 from ctxstack.store.messages import HistoryRow, MessageRecord
-from ctxstack.tokens import HEURISTIC, HeuristicCounter
+from ctxstack.tokens import (
+    HEURISTIC,
+    HeuristicCounter,
+)
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
 
@@ -588,8 +596,11 @@ async def test_folding_is_bounded_per_load_and_reports_what_is_left(
 async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory, conv: str) -> None:
     """What the agent adds to the loaded history — system prompt, tool specs, the trailing
     question — fits beside it, so the guard does not compact again at the first call."""
-    from ctxstack.agent.tools import tool
-    from ctxstack.tokens import effective_budget, tool_specs_tokens
+    from ctxstack.agent import tool
+    from ctxstack.tokens._counter import (
+        effective_budget,
+        tool_specs_tokens,
+    )
 
     @tool
     def lookup(order_id: str) -> str:
@@ -636,9 +647,9 @@ async def test_each_stored_message_is_estimated_once_per_load(
     so a load estimates (and classifies) every stored text once; the turn's later passes
     over the history — the guard, the context meter — find every figure cached on them.
     With the service's calibrating counter (per-kind factors learnt, upward only)."""
-    from ctxstack import calibration
-    from ctxstack.calibration import CalibratingCounter
     from ctxstack.protocol import Usage
+    from ctxstack.tokens import CalibratingCounter
+    from ctxstack.tokens import _calibration as calibration
 
     await seed(sf, conv, 301)  # several pages, each counted in slices
     spy = _CountingHeuristic()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from ctxstack.memory import DbMemory
-from ctxstack.messages import scrub_surrogates
+from ctxstack.messages._model import scrub_surrogates
+from ctxstack.messages._tool_turns import tool_turn_problems
 from ctxstack.store import (
     NewMessage,
     SessionFactory,
@@ -20,7 +21,6 @@ from ctxstack.store import (
     create_conversation,
 )
 from ctxstack.tokens import TiktokenCounter
-from ctxstack.tool_turns import tool_turn_problems
 from tests import realdata
 
 pytest.importorskip("tiktoken")

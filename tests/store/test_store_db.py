@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import ctxstack.cli.db  # noqa: F401  (registers `ctxstack db`)
 from ctxstack.cli import main
-from ctxstack.errors import StorageError
 from ctxstack.store import (
     create_conversation,
     create_user,
@@ -39,6 +38,7 @@ from ctxstack.store.db import (
     reading,
     transaction,
 )
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import Base
 from tests.store.dbkit import PG_URL, Backend, postgres_backend
 
@@ -217,8 +217,8 @@ def test_cli_db_upgrade_reports_a_broken_url_without_a_traceback() -> None:
 async def test_retry_transaction_retries_transient_errors_only(sf: SessionFactory) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from ctxstack.errors import NotFoundError, StorageError
     from ctxstack.store import retry_transaction
+    from ctxstack.store.errors import NotFoundError, StorageError
 
     calls: list[int] = []
     retried: list[str] = []

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select, text, update
 
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import ConfigError, InputError, NotFoundError, StorageError
+from ctxstack.errors import ConfigError, InputError
 from ctxstack.llm import Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.store import (
@@ -38,6 +38,7 @@ from ctxstack.store import (
     set_model_config,
     user_by_token,
 )
+from ctxstack.store.errors import NotFoundError, StorageError
 from ctxstack.store.models import Conversation, Message, User
 
 

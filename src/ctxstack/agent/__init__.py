@@ -1,11 +1,11 @@
 """The ReAct agent: tools, the guarded tool loop, injections, checklist and streamed synthesis.
 
 ``from ctxstack.agent import ReActAgent, AgentResult, Tool, tool`` is the public surface;
-events are in :mod:`ctxstack.agent.events`, the pure decisions in
-:mod:`ctxstack.agent.decisions`.
+events are in :mod:`ctxstack.agent._events`, the pure decisions in
+:mod:`ctxstack.agent._decisions`.
 """
 
-from ctxstack.agent.events import (
+from ctxstack.agent._events import (
     AGENT_EVENT_ADAPTER,
     AgentEvent,
     AnswerDeltaEvent,
@@ -19,9 +19,17 @@ from ctxstack.agent.events import (
     ToolResultEvent,
     WarningEvent,
 )
-from ctxstack.agent.react import ReActAgent
-from ctxstack.agent.result import AgentResult, ToolTraceEntry
-from ctxstack.agent.tools import Tool, ToolOutcome, ToolRegistry, tool
+from ctxstack.agent._react import ReActAgent
+from ctxstack.agent._result import (
+    AgentResult,
+    ToolTraceEntry,
+)
+from ctxstack.agent._tools import (
+    Tool,
+    ToolOutcome,
+    ToolRegistry,
+    tool,
+)
 
 __all__ = [
     "AGENT_EVENT_ADAPTER",

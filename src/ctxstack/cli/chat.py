@@ -25,24 +25,21 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from ctxstack.agent import ReActAgent
-from ctxstack.agent.demo_tools import demo_tools
-from ctxstack.agent.events import AgentEvent
-from ctxstack.agent.prompts import DEFAULT_SYSTEM_PROMPT
+from ctxstack.agent import AgentEvent, ReActAgent
+from ctxstack.agent._demo_tools import demo_tools
+from ctxstack.agent._prompts import DEFAULT_SYSTEM_PROMPT
 from ctxstack.cli.app import main, needs_extra
 from ctxstack.cli.commands import HELP, context_parts, counter_label, meter_line, parse_line
-from ctxstack.compact import CompactUtils
+from ctxstack.compaction import CompactUtils
 from ctxstack.errors import CtxstackError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheckEvent
+from ctxstack.guard import ContextGuard, GuardCheckEvent
 from ctxstack.llm.config import tokenizer_path
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
-from ctxstack.memory.base import BaseMemory
+from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.model_counters import counter_for_model
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import TokenCounter
+from ctxstack.tokens import TokenCounter, counter_for_model
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
 COMPACT_KEEP_RECENT = 2
@@ -192,7 +189,7 @@ async def _session(
 
 
 def model_counter(llm: LLM) -> TokenCounter:
-    """The main model's counter (:func:`~ctxstack.model_counters.counter_for_model`): exact
+    """The main model's counter (:func:`~ctxstack.tokens.counter_for_model`): exact
     when its tokenizer is available offline (``LLM_TOKENIZER``'s ``tokenizer.json``, else
     tiktoken by model name), else the heuristic with its margin."""
     name = getattr(llm, "model", None)

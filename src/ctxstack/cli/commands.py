@@ -18,9 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, budget_margin
+from ctxstack.tokens import (
+    DEFAULT_COUNTER,
+    TokenCounter,
+)
+from ctxstack.tokens._counter import budget_margin
 
 Command = Literal["help", "context", "compact", "new", "quit"]
 COMMANDS: dict[str, Command] = {

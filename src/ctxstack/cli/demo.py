@@ -13,7 +13,7 @@ from ctxstack.cli.app import main
 from ctxstack.cli.commands import counter_label
 from ctxstack.cli.walkthrough import FACTS, DemoReport, run_demo
 from ctxstack.llm.config import tokenizer_path
-from ctxstack.model_counters import counter_for_model
+from ctxstack.tokens import counter_for_model
 
 
 def _k(tokens: int) -> str:

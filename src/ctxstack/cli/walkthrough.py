@@ -8,7 +8,7 @@ the early turns, and the final question depends on them.
 
 Each turn the conversation grows and goes through :class:`~ctxstack.guard.ContextGuard`
 the way an agent's context would, at a small budget, with a deliberately lossy scripted
-summariser (:func:`~ctxstack.llm.scripted.first_sentence_summarizer`). At the end the same
+summariser (:func:`~ctxstack.testing.first_sentence_summarizer`). At the end the same
 history is also cut by plain ``smart_truncate`` and by a naive "drop the oldest messages"
 baseline, and the report shows which planted facts each approach still carries.
 """
@@ -19,12 +19,20 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ctxstack.compact import CompactUtils
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import CompactionEvent
-from ctxstack.llm.scripted import ScriptedLLM, first_sentence_summarizer
-from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC, TokenCounter
+from ctxstack.compaction import CompactUtils
+from ctxstack.guard import CompactionEvent, ContextGuard
+from ctxstack.messages import (
+    ChatMessage,
+    ToolCall,
+)
+from ctxstack.testing import (
+    ScriptedLLM,
+    first_sentence_summarizer,
+)
+from ctxstack.tokens import (
+    HEURISTIC,
+    TokenCounter,
+)
 
 SYSTEM_PROMPT = (
     "You are Atlas, an operations assistant. You plan company events with the tools you "

@@ -10,7 +10,7 @@ v1 ``{"type": "image", "url" | "base64"}``, the older ``source_type`` form) → 
 with their data inline (OpenAI ``input_audio`` / ``file``, v1 ``{"type": "audio" | "file",
 "base64": ...}``, the older ``source_type="base64"`` form) and files by id or URL → an
 audio or file part, counted by size and never cut; an audio block by URL or id, which
-ctxstack cannot count, raises :class:`~ctxstack.InputError` naming it; reasoning text is
+ctxstack cannot count, raises :class:`~ctxstack.errors.InputError` naming it; reasoning text is
 counted as text; video counts as a short placeholder; ``tool_use`` blocks are carried by
 ``tool_calls``.
 
@@ -42,19 +42,10 @@ from langchain_core.messages import (
 )
 from langchain_core.messages import ChatMessage as LCChatMessage
 
-from ctxstack import (
-    AudioPart,
-    ChatMessage,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    InputError,
-    MessageError,
-    RefusalPart,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.messages import parse_part
+from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall
+from ctxstack.errors import InputError
+from ctxstack.messages import AudioPart, FilePart, RefusalPart
+from ctxstack.messages._model import parse_part
 
 LC_KEY = "langchain"
 """``ChatMessage.metadata`` key holding the LangChain-only fields of a converted message."""

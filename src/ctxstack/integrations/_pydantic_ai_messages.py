@@ -57,18 +57,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from ctxstack import (
-    AudioPart,
-    ChatMessage,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    InputError,
-    RefusalPart,
-    ToolCall,
-)
+from ctxstack import ChatMessage, ContentPart, ImagePart, ToolCall
 from ctxstack import TextPart as CtxTextPart
-from ctxstack.prompts import SUMMARY_PREFIX
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.errors import InputError
+from ctxstack.messages import AudioPart, FilePart, RefusalPart
 
 PAI_KEY = "pydantic_ai"
 """``ChatMessage.metadata`` key holding the original parts and message."""

@@ -16,9 +16,10 @@ is opaque and providers do not bill earlier turns' reasoning as prompt text).
 Items the converter has no model for (hosted tool calls, ``item_reference``,
 ``compaction``, MCP items) also join the group and are counted by their JSON text.
 
-**Audio and files.** An ``input_audio`` content part becomes an :class:`~ctxstack.AudioPart`
+**Audio and files.** An ``input_audio`` part becomes an
+:class:`~ctxstack.messages.AudioPart`
 and an ``input_file`` part (``file_data``, ``file_id`` or ``file_url``) a
-:class:`~ctxstack.FilePart`, so they are counted by size and never cut; a malformed one
+:class:`~ctxstack.messages.FilePart`, so they are counted by size and never cut; a malformed one
 (no data, no reference) raises :class:`~ctxstack.MessageError` naming it.
 
 **Lossless back.** Each message records the keys of its items in ``metadata["items"]``
@@ -35,18 +36,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ctxstack import (
-    AudioPart,
-    ChatMessage,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    MessageError,
-    RefusalPart,
-    TextPart,
-    ToolCall,
+from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall
+from ctxstack.messages import AudioPart, FilePart, ImageURL, RefusalPart
+from ctxstack.messages._model import (
+    parse_arguments,
+    parse_part,
+    part_text,
 )
-from ctxstack.messages import ImageURL, parse_arguments, parse_part, part_text
 
 Item = dict[str, Any]
 ITEMS_KEY = "items"

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxstack import InputError
+from ctxstack.errors import InputError
 from ctxstack.store import (
     CheckpointCandidate,
     CheckpointRecord,

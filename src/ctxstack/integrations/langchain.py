@@ -63,7 +63,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from ctxstack import (
     ChatMessage,
-    ChatStream,
     CompactionEvent,
     ConfigError,
     ContextGuard,
@@ -82,6 +81,7 @@ from ctxstack.integrations._langchain_messages import (
     to_chat_message,
     to_chat_messages,
 )
+from ctxstack.protocol import ChatStream
 
 __all__ = [
     "EVENT_NAME",

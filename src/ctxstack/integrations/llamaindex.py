@@ -17,7 +17,7 @@ or dropped together. Thinking blocks ride with their message and are not counted
 An ``AudioBlock`` with its data becomes an audio part and a ``DocumentBlock`` with its data
 (or a URL) a file part: counted by size, never cut (a cut message keeps its media blocks
 as they were). Audio or a document by file path or audio by URL — content ctxstack does
-not hold, so cannot count — raises :class:`~ctxstack.InputError` naming the block.
+not hold, so cannot count — raises :class:`~ctxstack.errors.InputError` naming the block.
 Untouched messages come back as the very objects that were put.
 
 Each compaction is dispatched as a :class:`CompactionInstrumentEvent` on LlamaIndex's
@@ -35,22 +35,21 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ctxstack import (
-    AudioPart,
     CalibratingCounter,
     ChatMessage,
     CompactionEvent,
     ContentPart,
     ContextGuard,
-    FilePart,
     ImagePart,
-    InputError,
     TextPart,
     ToolCall,
 )
+from ctxstack.compaction._prompts import check_hint
+from ctxstack.errors import InputError
 from ctxstack.integrations._extra import missing_extra
 from ctxstack.integrations._guarding import check_counter, check_guard, guarded, summary_boundary
-from ctxstack.messages import ImageURL, parse_arguments
-from ctxstack.prompts import check_hint
+from ctxstack.messages import AudioPart, FilePart, ImageURL
+from ctxstack.messages._model import parse_arguments
 
 try:
     from llama_index.core.base.llms.types import (

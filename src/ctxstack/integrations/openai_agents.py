@@ -38,6 +38,7 @@ from ctxstack import (
     Hint,
     ModelBudget,
 )
+from ctxstack.compaction._prompts import check_hint
 from ctxstack.integrations._extra import missing_extra
 from ctxstack.integrations._guarding import check_counter, check_guard, guarded, summary_boundary
 from ctxstack.integrations._responses import (
@@ -49,9 +50,9 @@ from ctxstack.integrations._responses import (
     messages_to_items,
 )
 from ctxstack.integrations._session_store import ItemStore
-from ctxstack.prompts import check_hint
-from ctxstack.protocol import FunctionSpec, ToolSpec
-from ctxstack.tokens import effective_budget
+from ctxstack.protocol import ToolSpec
+from ctxstack.protocol._llm import FunctionSpec
+from ctxstack.tokens._counter import effective_budget
 
 try:
     from agents import Agent, ModelResponse, RunContextWrapper, RunHooks

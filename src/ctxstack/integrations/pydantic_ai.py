@@ -61,7 +61,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 
 from ctxstack import (
     ChatMessage,
-    ChatStream,
     CompactionEvent,
     CompactUtils,
     ConfigError,
@@ -78,6 +77,7 @@ from ctxstack.integrations._pydantic_ai_messages import (
     from_chat_messages,
     to_chat_messages,
 )
+from ctxstack.protocol import ChatStream
 
 __all__ = [
     "GuardedHistory",

@@ -8,7 +8,10 @@ The OpenAI-compatible client lives in :mod:`ctxstack.llm.openai` and is imported
 there (it pulls in the ``openai`` SDK, which the core layers do not need).
 """
 
-from ctxstack.llm.scripted import ScriptedCall, ScriptedLLM
 from ctxstack.protocol import LLM, ChatStream, LLMResult, ToolSpec, Usage
+from ctxstack.testing import (
+    ScriptedCall,
+    ScriptedLLM,
+)
 
 __all__ = ["LLM", "ChatStream", "LLMResult", "ScriptedCall", "ScriptedLLM", "ToolSpec", "Usage"]

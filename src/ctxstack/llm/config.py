@@ -106,7 +106,7 @@ def tokenizer_path(role: LLMRole = "main", env: Mapping[str, str] | None = None)
     falls back to ``LLM_TOKENIZER`` only when its model *is* the main model (no
     ``FAST_LLM_MODEL``, or the same name): a tokenizer belongs to one model, and counting
     a different model with it would be wrong without saying so. Whether the file exists
-    is checked when the counter is built (:func:`ctxstack.model_counters.counter_for_model`
+    is checked when the counter is built (:func:`ctxstack.tokens.counter_for_model`
     logs and falls back to the heuristic).
     """
     env = os.environ if env is None else env

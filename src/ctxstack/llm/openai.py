@@ -66,7 +66,8 @@ from ctxstack.llm.wire import (
     parse_completion,
     sse_data,
 )
-from ctxstack.messages import RAW_ARGUMENTS_KEY, ChatMessage
+from ctxstack.messages import ChatMessage
+from ctxstack.messages._model import RAW_ARGUMENTS_KEY
 from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
@@ -103,7 +104,7 @@ class OpenAICompatibleLLM:
         role: "main" or "fast" (selects the budget).
         retry_policy: a full :class:`~ctxstack.llm.retry.RetryPolicy` (overrides the two
             retry arguments above).
-        response_format_support: what :func:`~ctxstack.structured.structured_call`
+        response_format_support: what :func:`~ctxstack.dag._structured.structured_call`
             may ask this server for: "json_schema" (OpenAI, vLLM, Ollama, LM Studio),
             "json_object", or "none" (servers that reject ``response_format``).
         max_tokens_param: the wire name a per-call ``max_tokens`` is sent under

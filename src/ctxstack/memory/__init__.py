@@ -7,9 +7,9 @@ importing the core never imports the store.
 
 from typing import TYPE_CHECKING, Any
 
-from ctxstack.memory.base import BaseMemory
-from ctxstack.memory.summary import SummaryMemory
-from ctxstack.memory.window import WindowMemory
+from ctxstack.memory._base import BaseMemory
+from ctxstack.memory._summary import SummaryMemory
+from ctxstack.memory._window import WindowMemory
 
 if TYPE_CHECKING:
     from ctxstack.memory.db import DbMemory

@@ -15,10 +15,10 @@ import time
 
 from starlette.datastructures import Headers
 
-from ctxstack.errors import StorageError
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.forwarding import PROXY_KEY_HEADER
 from ctxstack.store import SessionFactory, user_by_token
+from ctxstack.store.errors import StorageError
 
 CACHE_SECONDS = 30.0
 MAX_CACHED = 4096

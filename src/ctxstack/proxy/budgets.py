@@ -24,12 +24,13 @@ from collections.abc import Mapping
 from sqlalchemy import case, select
 
 from ctxstack import ModelBudget, resolve_budget
-from ctxstack.errors import ConfigError, StorageError
+from ctxstack.errors import ConfigError
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.retry import RetryPolicy
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.store import SessionFactory
 from ctxstack.store.db import reading
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import ModelConfig
 
 log = logging.getLogger("ctxstack.proxy")

@@ -1,11 +1,11 @@
 """The token counter of each requested model: exact when its tokenizer is known offline.
 
 :class:`ModelCounters` gives, per model name in a request, what
-:func:`ctxstack.model_counters.counter_for_model` picks for it: tiktoken's ``o200k_base``
+:func:`ctxstack.tokens.counter_for_model` picks for it: tiktoken's ``o200k_base``
 for ``gpt-4o`` / ``gpt-4.1`` / ``o3`` …, ``cl100k_base`` for ``gpt-4`` / ``gpt-3.5``, when
 the vocabulary is on disk (nothing is downloaded); otherwise the default heuristic with
 the matching weights and its safety margin. The proxy then fits to
-``effective_budget(budget, counter)`` (:func:`ctxstack.tokens.effective_budget`): the
+``effective_budget(budget, counter)`` (:func:`ctxstack.tokens._counter.effective_budget`): the
 whole budget with an exact counter (margin 0), the budget less the heuristic's margin
 otherwise. A vocabulary that is not available offline is an explicit fallback: logged
 once per model name, and the log line of each request names the counter it used.
@@ -33,9 +33,14 @@ import logging
 import threading
 from collections import OrderedDict
 
-from ctxstack.model_counters import counter_for_model as _counter_for_model
-from ctxstack.model_counters import family_for_model
-from ctxstack.tokens import BaseCounter, HeuristicCounter, TokenCounter, budget_margin
+from ctxstack.tokens import (
+    BaseCounter,
+    HeuristicCounter,
+    TokenCounter,
+)
+from ctxstack.tokens import counter_for_model as _counter_for_model
+from ctxstack.tokens._counter import budget_margin
+from ctxstack.tokens._exact import family_for_model
 
 log = logging.getLogger("ctxstack.proxy")
 

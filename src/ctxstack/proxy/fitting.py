@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxstack import LLM, ChatMessage, ContextGuard, TokenCounter, Usage
+from ctxstack import LLM, ChatMessage, CompactionOptions, ContextGuard, TokenCounter, Usage
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
-from ctxstack.tokens import effective_budget
+from ctxstack.tokens._counter import effective_budget
 
 FitMethod = Literal["none", "checkpoint", "mask", "llm", "truncate"]
 DEFAULT_CUT_CHARS = 50_000
@@ -116,7 +116,7 @@ class Fitter:
             compact_llm=summarizer,
             default_budget=limit,
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
-            timeout=self.summary_timeout,
+            options=CompactionOptions(timeout=self.summary_timeout),
             counter=counter,
         )
         result, event = await guard.check(working, limit)

@@ -12,7 +12,7 @@ A message's guard view differs from its wire form only where the guard needs it 
 own part types) count as their JSON text, tool-call arguments that are not a JSON object
 are kept as ``{"_raw": text}``, and the last user message is pinned (never compacted).
 Audio (``input_audio``) and file parts are modelled: counted by size, never by their
-base64 (:mod:`ctxstack.part_tokens`), never cut; a malformed one is a 400 naming the
+base64 (:mod:`ctxstack.tokens._parts`), never cut; a malformed one is a 400 naming the
 field. Each view records its wire index in ``metadata["wire"]``; what is forwarded for an
 unchanged message is always the client's own dict, unknown fields included, and a message
 the guard cut forwards the client's own audio and file part dicts, byte-identical.
@@ -26,7 +26,7 @@ from typing import Any
 
 from ctxstack import ChatMessage, TokenCounter
 from ctxstack.errors import MessageError
-from ctxstack.messages import AUDIO_KEY
+from ctxstack.messages._model import AUDIO_KEY
 from ctxstack.proxy.errors import bad_request
 
 WIRE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

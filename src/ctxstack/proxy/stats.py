@@ -40,9 +40,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ctxstack import Usage
-from ctxstack.errors import StorageError
 from ctxstack.proxy.fitting import Fit
 from ctxstack.store import SessionFactory
+from ctxstack.store.errors import StorageError
 from ctxstack.store.proxy_stats import add_proxy_stats, load_proxy_stats
 
 log = logging.getLogger("ctxstack.proxy")

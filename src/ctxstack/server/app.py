@@ -33,17 +33,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxstack import __version__
-from ctxstack.errors import (
-    ConfigError,
-    CtxstackError,
-    FileRejectedError,
-    InputError,
-    MessageError,
-    NoRunningTurnError,
-    NotFoundError,
-    StorageError,
-    TurnBusyError,
-)
+from ctxstack.errors import ConfigError, CtxstackError, InputError, MessageError
+from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.failures import classify
 from ctxstack.server.health import LoopLagProbe
 from ctxstack.server.health import router as health_router
@@ -52,6 +43,7 @@ from ctxstack.server.settings import Settings
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, close_state, open_state
 from ctxstack.store.db import SessionFactory
+from ctxstack.store.errors import FileRejectedError, NotFoundError, StorageError
 
 log = logging.getLogger(__name__)
 

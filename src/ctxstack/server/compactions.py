@@ -29,13 +29,15 @@ from typing import Literal
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
-from ctxstack.agent.events import CompactionNoticeEvent
-from ctxstack.compact.facts import FACTS_HEADING
-from ctxstack.compact.stages import RECALL_NOTE
-from ctxstack.dag.events import StepActivityEvent
-from ctxstack.guard_events import CompactionEvent, GuardCheckEvent
+from ctxstack.agent import CompactionNoticeEvent
+from ctxstack.compaction import FACTS_HEADING, SUMMARY_PREFIX
+from ctxstack.compaction._stages import RECALL_NOTE
+from ctxstack.dag import StepActivityEvent
+from ctxstack.guard import (
+    CompactionEvent,
+    GuardCheckEvent,
+)
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.server.sse import CompactData
 from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading

@@ -25,11 +25,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ctxstack.budget import ModelBudget
+from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.server.compactions import stored_seq
 from ctxstack.server.sse import ContextData, ContextParts
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import (
+    DEFAULT_COUNTER,
+    TokenCounter,
+)
 
 Part = Literal["system", "summary", "history", "tools", "question"]
 

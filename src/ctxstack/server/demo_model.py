@@ -30,9 +30,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ctxstack.budget import ModelBudget
+from ctxstack.compaction import SUMMARY_PREFIX
+from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import LANGUAGE_INSTRUCTION, SUMMARY_PREFIX
 from ctxstack.server.tools import find_arithmetic
 
 DEMO_MODEL_NAME = "ctxstack-demo"
@@ -187,7 +188,7 @@ class DemoHandler:
     def structured(self, system: str, messages: Sequence[ChatMessage]) -> str | None:
         """JSON for the DAG planner and analyzer, recognised by their system prompts."""
         try:
-            from ctxstack.dag import prompts as dag_prompts
+            from ctxstack.dag import _prompts as dag_prompts
         except ImportError:  # the DAG engine is optional for the demo
             return None
         question = _last_user_text(messages)

@@ -28,12 +28,11 @@ from ctxstack.errors import (
     LLMConnectionError,
     LLMError,
     LLMTimeoutError,
-    NotFoundError,
     RateLimitError,
     ServerError,
-    StorageError,
     StructuredOutputError,
 )
+from ctxstack.store.errors import NotFoundError, StorageError
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from sqlalchemy import ColumnElement, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.errors import NoRunningTurnError, TurnBusyError
+from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.failures import DependencyError
 from ctxstack.server.lifecycle import (
     DEFAULT_LEASE_SECONDS,

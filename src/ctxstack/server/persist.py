@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.messages import kind_metadata
+from ctxstack.messages._model import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
 from ctxstack.server.sse import EVENT_NAMES, SSEEvent, stored_form

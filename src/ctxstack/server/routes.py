@@ -19,8 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack import __version__
 from ctxstack.budget import ModelBudget
-from ctxstack.errors import NotFoundError
-from ctxstack.messages import kind_metadata
+from ctxstack.messages._model import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
 from ctxstack.server.compactions import CompactionOut, list_compactions
 from ctxstack.server.injects import MAX_INJECT_CHARS
@@ -53,6 +52,7 @@ from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.turn import Turn, TurnSpec
 from ctxstack.store import conversations as conv_store
 from ctxstack.store import model_configs as config_store
+from ctxstack.store.errors import NotFoundError
 from ctxstack.store.files import FileRecord
 from ctxstack.store.messages import (
     MessageRecord,

@@ -19,10 +19,7 @@ from typing import Literal, cast
 from starlette.requests import Request
 
 from ctxstack.budget import ModelBudget
-from ctxstack.calibration import CalibratingCounter
 from ctxstack.errors import ConfigError, CtxstackError
-from ctxstack.metering import MeteredLLM, UsageMeter
-from ctxstack.model_counters import TokenizerJsonCounter, counter_for_model
 from ctxstack.protocol import LLM
 from ctxstack.server.demo_model import DEMO_MODEL_NAME, build_demo_llm, demo_budget
 from ctxstack.server.identity import CurrentUser, ensure_local_user
@@ -33,7 +30,14 @@ from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
 from ctxstack.store.model_configs import ModelConfigRecord, load_turn_models
-from ctxstack.tokens import TokenCounter
+from ctxstack.tokens import (
+    CalibratingCounter,
+    MeteredLLM,
+    TokenCounter,
+    TokenizerJsonCounter,
+    UsageMeter,
+    counter_for_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ class LLMProvider:
     record of its calls, so each turn gets its own instance.
 
     Calibration (``CTXSTACK_CALIBRATE``, on by default): one
-    :class:`~ctxstack.calibration.CalibratingCounter` per role lives as long as the
+    :class:`~ctxstack.tokens.CalibratingCounter` per role lives as long as the
     process; every turn's metered models feed it the ``input_tokens`` the provider
     reports, and the turn's guard and memory count with it (:meth:`counter`), so the
     budget checks follow the real tokenizer after a few calls. Each worker process learns
@@ -106,7 +110,7 @@ class LLMProvider:
             self._fast = OpenAICompatibleLLM.from_env("fast", timeout=fast_s,
                                                       max_retry_time=fast_s, transport=transport)
         # Each role counts with its model's own tokenizer when it is available offline
-        # (ctxstack.model_counters: a tokenizer.json from LLM_TOKENIZER / an admin model
+        # (ctxstack.tokens._exact: a tokenizer.json from LLM_TOKENIZER / an admin model
         # config, else tiktoken by model name), else the heuristic with matching weights.
         self._factory: SessionFactory | None = None
         self._saves: set[asyncio.Task[None]] = set()

@@ -3,7 +3,7 @@
 They are plain typed functions (the agent package turns them into tools) so the service,
 the demo model and the tests share them. None of them touches the network, the file system
 or evaluates code: ``calculate`` uses the library's safe evaluator
-(:func:`ctxstack.agent.demo_tools.evaluate`), which walks the parsed expression itself.
+(:func:`ctxstack.agent._demo_tools.evaluate`), which walks the parsed expression itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime
 
 from ctxstack.agent import Tool, tool
-from ctxstack.agent.demo_tools import (
+from ctxstack.agent._demo_tools import (
     CalculationError,
     evaluate,
     format_number,

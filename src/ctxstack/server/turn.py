@@ -38,16 +38,19 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.agent import ReActAgent
-from ctxstack.agent import events as agent_events
+from ctxstack.agent import _events as agent_events
 from ctxstack.budget import ModelBudget
-from ctxstack.dag import events as dag_events
-from ctxstack.dag.engine import DAGEngine
+from ctxstack.dag import DAGEngine
+from ctxstack.dag import _events as dag_events
 from ctxstack.errors import CtxstackError
-from ctxstack.guard import ContextGuard
-from ctxstack.guard_events import GuardCheckEvent
-from ctxstack.memory.base import BaseMemory
-from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
-from ctxstack.metering import UsageMeter
+from ctxstack.guard import ContextGuard, GuardCheckEvent
+from ctxstack.memory import BaseMemory
+from ctxstack.messages import (
+    ChatMessage,
+    ImagePart,
+    ImageURL,
+    TextPart,
+)
 from ctxstack.protocol import LLM, Usage
 from ctxstack.server.compactions import (
     FoldTracker,
@@ -91,7 +94,7 @@ from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.files import FileRecord
 from ctxstack.store.memory import DbMemory
-from ctxstack.tokens import DEFAULT_COUNTER
+from ctxstack.tokens import DEFAULT_COUNTER, UsageMeter
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Everything here takes a session factory (:func:`session_factory`) and returns plain,
 frozen records — never live ORM objects — so callers cannot trigger lazy I/O by accident.
-Every database failure is a :class:`~ctxstack.errors.StorageError`; a row that does not
-exist *for the caller* is a :class:`~ctxstack.errors.NotFoundError`.
+Every database failure is a :class:`~ctxstack.store.errors.StorageError`; a row that does not
+exist *for the caller* is a :class:`~ctxstack.store.errors.NotFoundError`.
 
 Typical start-up::
 

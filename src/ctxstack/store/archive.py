@@ -1,6 +1,6 @@
 """The service's archive: a conversation's stored messages, searched by the database.
 
-:class:`ConversationArchive` implements :class:`ctxstack.archive.Archive` over
+:class:`ConversationArchive` implements :class:`ctxstack.compaction.Archive` over
 
 * the conversation's stored ``user``/``assistant`` messages — they *are* the archive: a
   message DbMemory summarised or trimmed is still in the table (ref ``m<seq>``);
@@ -10,7 +10,7 @@
 Search finds candidates with the database's own full-text machinery — SQLite FTS5 with
 the trigram tokenizer, PostgreSQL ``simple`` full-text search plus ``pg_trgm``-indexed
 ``ILIKE`` (migration 0004) — then ranks them with the same character n-gram BM25 as the
-in-memory :class:`~ctxstack.archive.HistoryArchive`, so both backends and the library
+in-memory :class:`~ctxstack.compaction.HistoryArchive`, so both backends and the library
 order results alike, Chinese and Japanese included.
 """
 
@@ -23,9 +23,17 @@ from typing import Any
 from sqlalchemy import Select, and_, func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.archive import ARCHIVE_REF_KEY, ArchiveHit, HistoryArchive, normalize_text
+from ctxstack.compaction import (
+    ArchiveHit,
+    HistoryArchive,
+)
+from ctxstack.compaction._archive import (
+    ARCHIVE_REF_KEY,
+    normalize_text,
+)
 from ctxstack.errors import InputError
-from ctxstack.messages import ChatMessage, binary_note
+from ctxstack.messages import ChatMessage
+from ctxstack.messages._model import binary_note
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import ArchivedMessage, Message
@@ -64,7 +72,7 @@ def query_terms(query: str) -> list[str]:
 
 
 class ConversationArchive:
-    """:class:`~ctxstack.archive.Archive` over one conversation (see the module doc).
+    """:class:`~ctxstack.compaction.Archive` over one conversation (see the module doc).
 
     Args:
         factory: the store's session factory.

@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.errors import InputError, StorageError
+from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import TokenCalibration, utcnow
 
 MAX_MODEL_CHARS = 200

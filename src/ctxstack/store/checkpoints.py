@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Row, bindparam, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.errors import InputError, NotFoundError
+from ctxstack.errors import InputError
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import NotFoundError
 from ctxstack.store.models import (
     CompactionCheckpoint,
     Conversation,

@@ -1,7 +1,7 @@
 """Conversations: create, list, rename, delete — always scoped to their owner.
 
 A conversation id that is malformed, unknown, or owned by someone else gives the same
-:class:`~ctxstack.errors.NotFoundError`: a caller cannot learn whether another user's
+:class:`~ctxstack.store.errors.NotFoundError`: a caller cannot learn whether another user's
 conversation exists.
 """
 
@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.errors import InputError, NotFoundError
+from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import NotFoundError
 from ctxstack.store.models import Conversation, table_of, utcnow
 
 _CONVERSATIONS = table_of(Conversation)

@@ -28,7 +28,7 @@ Every wait is bounded: opening a connection by ``connect_timeout`` (PostgreSQL; 
 and never answers — plus the server's own ``statement_timeout``; SQLite's busy timeout;
 and the wait for a pooled connection).
 
-Every database failure leaves the store as a :class:`~ctxstack.errors.StorageError` whose
+Every database failure leaves the store as a :class:`~ctxstack.store.errors.StorageError` whose
 message says what was being done and on which database (password hidden), never as a
 driver exception and never as an empty result.
 """
@@ -56,7 +56,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from ctxstack.errors import StorageError
+from ctxstack.store.errors import StorageError
 
 ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 DEFAULT_DB_FILENAME = "ctxstack.db"

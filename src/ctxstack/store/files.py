@@ -11,7 +11,7 @@ Safety rules, and why:
   bytes; the file name and the client's declared type are ignored.
 * **Size limit.** Uploads over ``max_bytes`` (default 10 MiB) are refused before writing.
 * **Owner scoping.** Every lookup filters by owner; another user's id looks exactly like a
-  missing one (:class:`~ctxstack.errors.NotFoundError`).
+  missing one (:class:`~ctxstack.store.errors.NotFoundError`).
 * **Integrity.** The SHA-256 recorded at upload is checked on every read, so a truncated
   or swapped file is reported rather than sent to a model.
 
@@ -37,8 +37,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, select
 
-from ctxstack.errors import FileRejectedError, NotFoundError, StorageError
 from ctxstack.store.db import SessionFactory, data_dir, reading, transaction
+from ctxstack.store.errors import FileRejectedError, NotFoundError, StorageError
 from ctxstack.store.models import StoredFile
 
 ENV_FILES_DIR = "CTXSTACK_FILES_DIR"

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.compact.compaction import summary_sizes
-from ctxstack.compact.options import CompactionOptions
-from ctxstack.compact.summarize import (
+from ctxstack.compaction import CompactionOptions
+from ctxstack.compaction._llm_compact import summary_sizes
+from ctxstack.compaction._summarize import (
     build_request,
     build_summary_message,
     call_summarizer,

@@ -30,7 +30,7 @@ What one :meth:`~DbMemory.get_messages` call does:
    at its token cost without needing its bytes; the summariser sees images as
    ``[image]``).
 5. **Compact to the budget**, cheapest stage first
-   (:func:`ctxstack.compact.stages.compact_staged`, hint "general"), with the compact
+   (:func:`ctxstack.compaction._stages.compact_staged`, hint "general"), with the compact
    LLM when one is given (any LLM failure falls back to truncation inside it). The
    summary folds history down to ``target_fill`` — so the checkpoint leaves room for the
    next turns and the summariser runs once per overflow — but the context this load
@@ -45,7 +45,7 @@ What one :meth:`~DbMemory.get_messages` call does:
 
 Every stored message comes back with ``metadata["seq"]`` (the summary carries
 ``metadata["checkpoint_seq"]`` instead). A database failure raises
-:class:`~ctxstack.errors.StorageError` (the caller decides what to do); it is never turned
+:class:`~ctxstack.store.errors.StorageError` (the caller decides what to do); it is never turned
 into an empty history. One instance serves one load at a time: the statistics of a load
 are attributes, so create one ``DbMemory`` per request.
 """
@@ -61,13 +61,12 @@ from typing import Any, Literal
 from sqlalchemy import func, select
 
 from ctxstack.budget import ModelBudget
-from ctxstack.compact.compaction import resolve_options
-from ctxstack.compact.options import CompactionOptions
-from ctxstack.compact.stages import compact_staged
+from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
+from ctxstack.compaction._llm_compact import resolve_options
+from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
-from ctxstack.memory.base import BaseMemory
+from ctxstack.memory._base import BaseMemory
 from ctxstack.messages import ChatMessage
-from ctxstack.prompts import SUMMARY_PREFIX
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
     CheckpointCandidate,
@@ -84,8 +83,10 @@ from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
-    IMAGE_TOKENS,
     TokenCounter,
+)
+from ctxstack.tokens._counter import (
+    IMAGE_TOKENS,
     budget_margin,
     effective_budget,
     tool_specs_tokens,
@@ -117,7 +118,7 @@ class DbMemory(BaseMemory):
         budget: a :class:`ModelBudget` (its ``usable_input_tokens``) or a token count.
         compact_llm: summariser for over-budget history; without one, smart truncation.
         user_id: when given, the conversation must be this user's (else
-            :class:`~ctxstack.errors.NotFoundError`); images are always read as the
+            :class:`~ctxstack.store.errors.NotFoundError`); images are always read as the
             conversation owner's files.
         owner_verified: ``user_id`` is known to own the conversation (the caller checked
             it, as the chat service does before claiming a turn): the load skips that

@@ -18,7 +18,7 @@ The unique ``(conversation_id, seq)`` constraint backs this up. Should the count
 lag the rows (restored backup, rows written by another tool), the insert violates it, the
 counter is re-synchronised to ``max(seq)`` and the append retried. Transient lock errors
 (SQLite busy, PostgreSQL deadlock / serialisation failure) are retried too, with a short
-back-off; anything else is a :class:`~ctxstack.errors.StorageError`.
+back-off; anything else is a :class:`~ctxstack.store.errors.StorageError`.
 
 A caller that must write messages together with other rows in one transaction (the chat
 service saves a turn's messages with its compaction checkpoint) calls
@@ -39,8 +39,12 @@ from sqlalchemy import Integer, Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.errors import InputError, NotFoundError
-from ctxstack.messages import ChatMessage, Role, scrub_surrogates
+from ctxstack.errors import InputError
+from ctxstack.messages import (
+    ChatMessage,
+    Role,
+)
+from ctxstack.messages._model import scrub_surrogates
 from ctxstack.protocol import Usage
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import (
@@ -52,6 +56,7 @@ from ctxstack.store.db import (
     retry_transaction,
     storage_error,
 )
+from ctxstack.store.errors import NotFoundError
 from ctxstack.store.models import Conversation, Message, table_of, utcnow
 
 # Every turn appends its question and its answer and reads its history: Core statements

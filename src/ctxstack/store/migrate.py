@@ -30,8 +30,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxstack.errors import StorageError
 from ctxstack.store.db import DB_ERRORS, create_engine_from_url, storage_error
+from ctxstack.store.errors import StorageError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 MIGRATION_STATEMENT_TIMEOUT_S = 600.0

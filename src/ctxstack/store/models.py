@@ -221,7 +221,7 @@ class ModelConfig(Base):
     model: Mapped[str] = mapped_column(String(200))
     context_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_output_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # A tokenizer.json for exact counts (ctxstack.model_counters); NULL: by model name.
+    # A tokenizer.json for exact counts (ctxstack.tokens._exact); NULL: by model name.
     tokenizer_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -347,7 +347,7 @@ class ProxyStat(Base):
 
 
 class TokenCalibration(Base):
-    """What a :class:`~ctxstack.calibration.CalibratingCounter` learnt for one model:
+    """What a :class:`~ctxstack.tokens.CalibratingCounter` learnt for one model:
     its correction factors and sample counts as JSON (``CalibratingCounter.export_state``).
     Loaded when a service process starts and saved after it learns, so what one worker
     learnt survives restarts and reaches the others."""

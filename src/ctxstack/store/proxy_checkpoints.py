@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.errors import InputError, StorageError
+from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import ProxyCheckpoint, utcnow
 
 DEFAULT_MAX_ROWS = 10_000

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.errors import InputError, NotFoundError
+from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import NotFoundError
 from ctxstack.store.models import User
 
 TOKEN_PREFIX = "ctx_"

@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ctxstack.messages import scrub_surrogates
+from ctxstack.messages._model import scrub_surrogates
 
 DEFAULT_LIMIT = 1000
 PREFIX = "/_stub/"

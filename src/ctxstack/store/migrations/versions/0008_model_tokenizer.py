@@ -1,7 +1,7 @@
 """Model configs name the model's tokenizer: ``model_configs.tokenizer_path``.
 
 An optional path of a Hugging Face ``tokenizer.json``; when set, the service counts the
-role's tokens with it (:func:`ctxstack.model_counters.counter_for_model`). NULL keeps the
+role's tokens with it (:func:`ctxstack.tokens.counter_for_model`). NULL keeps the
 choice by model name (tiktoken or the heuristic).
 
 Revision ID: 0008

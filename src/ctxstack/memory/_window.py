@@ -1,0 +1,100 @@
+"""``WindowMemory``: the last N non-system messages plus every system message, no LLM.
+
+The window is rounded so it is always something a model can read:
+
+* it never starts inside a tool group (an assistant tool call and its results are kept
+  or dropped together) — so it may hold fewer than N messages;
+* it opens with a user turn: assistant/tool units at its old edge are dropped;
+* if the last N messages hold no user turn at all (one long tool loop), the user message
+  that opened the loop is kept in front of the newest whole units that fit in N - 1.
+
+Messages added from a broken log (a tool result whose call is missing, a call that never
+got its result) are repaired before windowing (:func:`ctxstack.messages.repair_tool_turns`),
+so the window is always a valid request.
+
+System messages are all kept, in their original positions. ``pinned`` has no meaning
+here (it is a compaction concept): a window is purely positional.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ctxstack.compaction._groups import split_layout
+from ctxstack.errors import ConfigError
+from ctxstack.memory._base import BaseMemory
+from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.tokens import DEFAULT_COUNTER
+
+_PRUNE_SLACK = 16
+
+
+def window_indices(messages: Sequence[ChatMessage], max_messages: int) -> list[int]:
+    """Indices (ascending) of the non-system messages in the window. Pure function."""
+    positions = [i for i, m in enumerate(messages) if m.role != "system"]
+    if len(positions) <= max_messages:
+        return positions
+    others = [messages[i] for i in positions]
+    units = split_layout(others, DEFAULT_COUNTER).units
+    edge = len(others) - max_messages
+    first = next((n for n, u in enumerate(units) if u.start >= edge and u.user_led), None)
+    if first is not None:
+        return positions[units[first].start :]
+    anchor = next(
+        (n for n in range(len(units) - 1, -1, -1) if units[n].start < edge and units[n].user_led),
+        None,
+    )
+    if anchor is None:
+        # No user turn anywhere before the edge: whole units inside the window.
+        start = next((u.start for u in units if u.start >= edge), len(others))
+        return positions[start:]
+    room = max_messages - units[anchor].size
+    start = len(others)
+    for unit in reversed(units[anchor + 1 :]):
+        if len(others) - unit.start > room:
+            break
+        start = unit.start
+    kept = list(range(units[anchor].start, units[anchor].stop)) + list(range(start, len(others)))
+    return [positions[i] for i in kept]
+
+
+class WindowMemory(BaseMemory):
+    """Keeps the last ``max_messages`` non-system messages and all system messages.
+
+    Safe under concurrent ``add_message`` calls; old messages that can never re-enter
+    the window are discarded so memory use stays bounded by the window size.
+    """
+
+    def __init__(self, max_messages: int) -> None:
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise ConfigError(f"max_messages: must be a positive integer, got {max_messages!r}")
+        self.max_messages = max_messages
+        self._messages: list[ChatMessage] = []
+        self._lock = asyncio.Lock()
+
+    async def add_message(self, message: ChatMessage) -> None:
+        if not isinstance(message, ChatMessage):
+            raise TypeError(f"message: expected a ChatMessage, got {type(message).__name__}")
+        async with self._lock:
+            self._messages.append(message)
+            if len(self._messages) > 2 * self.max_messages + _PRUNE_SLACK:
+                self._prune()
+
+    async def get_messages(self) -> list[ChatMessage]:
+        async with self._lock:
+            msgs = repair_tool_turns(self._messages)
+            keep = set(window_indices(msgs, self.max_messages))
+            return [m for i, m in enumerate(msgs) if m.role == "system" or i in keep]
+
+    async def clear(self) -> None:
+        async with self._lock:
+            self._messages = []
+
+    def _prune(self) -> None:
+        # Windows only move forward as messages arrive, so everything before the current
+        # window's first message (anchor included) is unreachable — except system messages.
+        msgs = self._messages
+        keep = window_indices(msgs, self.max_messages)
+        cut = keep[0] if keep else len(msgs)
+        self._messages = [m for i, m in enumerate(msgs) if i >= cut or m.role == "system"]

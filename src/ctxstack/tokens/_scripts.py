@@ -1,0 +1,398 @@
+"""The per-script and per-symbol-block correction of the token estimator (its features,
+their fitted weights): see :mod:`ctxstack.tokens._model`, which adds it to the pair model on
+both of its paths and re-exports these names.
+
+Why a correction: the pair model's 16 classes put every two-byte character in one class,
+every three-byte one outside CJK in another, every symbol in a third, and its weights were
+fitted on English, code, JSON, Chinese and Japanese only. Its features here are counted by
+C-speed ``bytes``/``str`` passes (no Python step per character); the C accelerator
+(``_speedups.c``) counts the same ones from the tables :mod:`ctxstack.tokens._model` builds
+from these constants.
+"""
+
+from __future__ import annotations
+
+import re
+from binascii import unhexlify as _unhex
+from itertools import pairwise
+from typing import Final, Literal
+
+Family = Literal["o200k", "cl100k"]
+FAMILIES: Final[tuple[Family, ...]] = ("o200k", "cl100k")
+_CONTINUATION: Final = bytes(range(0x80, 0xC0))
+
+
+SCRIPT_GROUPS: Final[tuple[str, ...]] = (
+    "latin1", "latin_ext", "greek", "cyrillic", "hebrew", "arabic", "brahmic_thai", "e1", "hangul",
+    "four_byte",
+)
+"""Script groups of the per-script correction (:func:`script_correction`), by UTF-8 lead
+byte: Latin-1 letters and signs (C2–C3: French, German, Spanish, Portuguese…), the
+other accented Latin letters and combining marks (C4–CC: Polish, Czech, Turkish…), Greek
+(CD–CF), Cyrillic (D0–D4), Armenian and Hebrew (D5–D7), Arabic, Persian, Syriac, Thaana
+(D8–DF), Brahmic scripts and Thai/Lao/Tibetan (E0), U+1000–U+1FFF — Myanmar, Georgian,
+Ethiopic, Khmer, Vietnamese letters of Latin Extended Additional, Greek Extended (E1),
+Hangul syllables and other U+A000–U+DFFF (EA–ED), four-byte characters — emoji, rare
+ideographs (F0–F4)."""
+_GROUP_LEADS: Final = ((0xC2, 0xC3), (0xC4, 0xCC), (0xCD, 0xCF), (0xD0, 0xD4), (0xD5, 0xD7),
+                       (0xD8, 0xDF), (0xE0, 0xE0), (0xE1, 0xE1), (0xEA, 0xED), (0xF0, 0xF4))
+SUB_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("devanagari", 0xE0, (0xA4, 0xA5)),
+    ("bengali", 0xE0, (0xA6, 0xA7)),
+    ("gurmukhi", 0xE0, (0xA8, 0xA9)),
+    ("gujarati", 0xE0, (0xAA, 0xAB)),
+    ("oriya", 0xE0, (0xAC, 0xAD)),
+    ("tamil", 0xE0, (0xAE, 0xAF)),
+    ("telugu", 0xE0, (0xB0, 0xB1)),
+    ("kannada", 0xE0, (0xB2, 0xB3)),
+    ("malayalam", 0xE0, (0xB4, 0xB5)),
+    ("sinhala", 0xE0, (0xB6, 0xB7)),
+    ("thai_lao", 0xE0, (0xB8, 0xB9, 0xBA, 0xBB)),
+    ("myanmar", 0xE1, (0x80, 0x81)),
+    ("georgian", 0xE1, (0x82, 0x83)),
+    ("vietnamese", 0xE1, (0xBA, 0xBB)),
+)
+"""Blocks inside a three-byte group whose scripts tokenize differently enough to get a
+weight of their own: (name, lead byte, second bytes). Counted only when their group
+occurs (see :class:`_BlockPass`): at most 15 segments of second bytes fit its hex-digit
+pass; Khmer, Ethiopic and the rest of
+U+1000–U+1FFF share the ``e1`` group's weights, Lao and Thai one block (see
+:class:`_BlockPass`)."""
+TWO_BYTE_BLOCKS: Final[tuple[tuple[str, int, tuple[int, ...]], ...]] = (
+    ("latin1_capital", 0xC3, tuple(range(0x80, 0x9F))),
+    ("german", 0xC3, (0x9F, 0xA4, 0xB6, 0xBC)),
+    ("greek_capital", 0xCE, tuple(range(0x86, 0xAC))),
+    ("cyrillic_capital", 0xD0, tuple(range(0x80, 0xB0))),
+    ("ukrainian", 0xD1, (0x94, 0x95, 0x96, 0x97)),  # є ѕ і ї
+    ("ukrainian_ghe", 0xD2, (0x90, 0x91)),
+)
+"""Letters of the two-byte alphabets counted again, the same way: capitals (À–Þ, Ά–Ϋ,
+Ѐ–Я) cost more than small letters in every vocabulary (fewer merges learnt), and text in
+capitals — headings, character-name tables — is where the plain group weights
+under-counted most (Cyrillic tables by up to 39%); ß ä ö ü and Ukrainian є і ї ґ mark
+languages whose words the vocabularies split more finely than French or Russian ones
+(German and Ukrainian were under-counted by 9% and 7% at the median where French and
+Russian were over-counted)."""
+SCRIPT_FEATURES: Final[tuple[str, ...]] = (
+    tuple(f"{g}_chars" for g in SCRIPT_GROUPS) + tuple(f"{g}_runs" for g in SCRIPT_GROUPS)
+    + tuple(f"{name}_chars" for name, _lead, _seconds in SUB_BLOCKS + TWO_BYTE_BLOCKS)
+)
+"""What :func:`script_features` counts, in order: characters per group, runs per group
+(maximal runs of the group's characters, ≈ words), characters per sub-block and per
+two-byte block."""
+_GROUP_CODES: Final = tuple(bytes([0x41 + i]) for i in range(len(SCRIPT_GROUPS)))
+_OTHER_CODE: Final = b"."
+
+
+def _group_tables() -> tuple[bytes, bytes]:
+    """(byte → its group's letter, or ``.``; the bytes that are no group's lead byte)."""
+    lead_code = bytearray(_OTHER_CODE * 256)
+    for i, (lo, hi) in enumerate(_GROUP_LEADS):
+        for b in range(lo, hi + 1):
+            lead_code[b] = _GROUP_CODES[i][0]
+    grouped = {b for lo, hi in _GROUP_LEADS for b in range(lo, hi + 1)}
+    not_lead = bytes(b for b in range(256) if b not in grouped)
+    return bytes(lead_code), not_lead
+
+
+_GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
+
+
+class _BlockPass:
+    """Counts characters per block of ``blocks`` — (name, lead byte, second bytes) — in C:
+    the lead-byte digits and the next bytes' segment digits are interleaved by two strided
+    slice assignments, ``unhexlify`` turns each (byte, next byte) into one byte, and each
+    block is a few ``count`` calls of single bytes (only of those present). Exact; at most
+    15 lead bytes and 15 segments of second bytes (one hex digit each; a segment is a
+    maximal range of second bytes that no block boundary cuts)."""
+
+    def __init__(self, blocks: tuple[tuple[str, int, tuple[int, ...]], ...]) -> None:
+        leads = tuple(dict.fromkeys(lead for _name, lead, _seconds in blocks))
+        cuts = sorted({b for _n, _l, seconds in blocks for s in seconds
+                       for b in (s, s + 1) if (b - 1 in seconds) != (b in seconds)})
+        if len(leads) > 15 or len(cuts) > 16:
+            raise ValueError("too many lead bytes or second-byte segments for one pass")
+        lead_digit = bytearray(b"0" * 256)
+        for i, lead in enumerate(leads):
+            lead_digit[lead] = b"0123456789abcdef"[i + 1]
+        segment_digit = bytearray(b"f" * 256)
+        for j, (lo, hi) in enumerate(pairwise(cuts)):
+            segment_digit[lo:hi] = b"0123456789abcdef"[j:j + 1] * (hi - lo)
+        self.lead_digit, self.segment_digit = bytes(lead_digit), bytes(segment_digit)
+        self.codes = tuple(
+            tuple(bytes([(leads.index(lead) + 1) << 4 | d])
+                  for d in sorted({int(chr(segment_digit[b]), 16) for b in seconds}))
+            for _name, lead, seconds in blocks)
+        self.groups = frozenset(i for i, (lo, hi) in enumerate(_GROUP_LEADS)
+                                if any(lo <= lead <= hi for lead in leads))
+
+    def count(self, raw: bytes, out: list[int], start: int) -> None:
+        """Characters per block into ``out[start:]``."""
+        n = len(raw)
+        digits = bytearray(2 * n)
+        digits[0::2] = raw.translate(self.lead_digit)
+        digits[1::2] = raw[1:].translate(self.segment_digit) + b"f"
+        pairs = _unhex(digits)
+        for k, codes in enumerate(self.codes):
+            out[start + k] = sum(pairs.count(code) for code in codes if code in pairs)
+
+
+_SUB_PASS: Final = _BlockPass(SUB_BLOCKS)
+_TWO_BYTE_PASS: Final = _BlockPass(TWO_BYTE_BLOCKS)
+
+
+def script_features(raw: bytes) -> list[int]:
+    """The counts of :data:`SCRIPT_FEATURES` in ``raw`` (UTF-8 bytes, as
+    ``str.encode("utf-8", "surrogatepass")`` gives them): all zero for ASCII text.
+
+    C-speed passes only: one ``bytes.translate`` keeps the lead bytes of the groups (as a
+    letter per group) and drops every other byte; only when some remain, a second one maps
+    every character to its group letter or ``.`` (continuation bytes dropped), where a run
+    starts wherever a group letter follows a ``.`` (a run adjoining another group's run
+    is not counted again: rare, e.g. a combining accent after a Greek letter). Bytes that
+    are not valid UTF-8 are classified by their value like the pair model's classes.
+    """
+    groups = len(SCRIPT_GROUPS)
+    out = [0] * len(SCRIPT_FEATURES)
+    leads = raw.translate(_GROUP_CODE, _NOT_GROUP_LEAD)
+    if not leads:
+        return out
+    chars = _OTHER_CODE + raw.translate(_GROUP_CODE, _CONTINUATION)
+    present = set()
+    for i, code in enumerate(_GROUP_CODES):
+        if code in leads:  # memchr: absent groups cost next to nothing
+            out[i] = leads.count(code)
+            out[groups + i] = chars.count(_OTHER_CODE + code)
+            present.add(i)
+    if not _SUB_PASS.groups.isdisjoint(present):
+        _SUB_PASS.count(raw, out, 2 * groups)
+    if not _TWO_BYTE_PASS.groups.isdisjoint(present):
+        _TWO_BYTE_PASS.count(raw, out, 2 * groups + len(SUB_BLOCKS))
+    return out
+
+
+SYMBOL_BLOCKS: Final[tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]] = (
+    ("technical", ((0xE2, 0x84, 0x93),)),
+    ("box_drawing", ((0xE2, 0x94, 0x95),)),
+    ("shapes", ((0xE2, 0x96, 0x97),)),
+    ("dingbats", ((0xE2, 0x98, 0x9F), (0xE2, 0xA4, 0xAF))),
+    ("braille", ((0xE2, 0xA0, 0xA3),)),
+    ("emoji", ((0xF0, 0x9F, 0x9F),)),
+    ("astral", ((0xF0, 0x90, 0x9E), (0xF0, 0xA0, 0xBF), (0xF1, 0x80, 0xBF), (0xF2, 0x80, 0xBF),
+                (0xF3, 0x80, 0xBF), (0xF4, 0x80, 0xBF))),
+)
+"""Symbol blocks the pair model under-counts, as (name, (lead byte, first, last second
+byte) ranges): letterlike, arrows, mathematical and technical signs, enclosed
+alphanumerics (U+2100–U+24FF); box drawing (U+2500–U+257F); block elements and
+geometric shapes (U+2580–U+25FF); miscellaneous symbols, dingbats, other arrows and
+mathematical symbols (U+2600–U+27FF, U+2900–U+2BFF); Braille (U+2800–U+28FF); emoji and
+other pictographs (U+1F000–U+1FFFF); every other four-byte character (historic scripts,
+CJK extensions B–G, private use). The pair model gives a run of symbols ~0.2 token a
+character (its fit texts' symbols were mostly dashes and box-drawing rules, which merge),
+where most of these cost 1.5–3 (a Braille spinner frame is three byte tokens in both
+vocabularies): a spinner or a progress bar was under-counted 3–10x. General punctuation
+(— “ ” … •), currency and the CJK-adjacent blocks stay the pair model's alone."""
+FREQUENT_SYMBOLS: Final = (
+    "℃№™\u2126ⅠⅡⅤⅴⅼ←↑→↓⇒∀∆−∙√∞∨≈≤≥≫①②③④⑤─━│┃├┣═║╗╝▀▄█▋░▒▓■□▪▫▬▲△▶▷►▼▽◆◇○◎●★☆☎☴☺♀♂♡♥♦♪♫✅✓✔"
+    "✨❤➡⠀⭐⭕🏻🏼👇👉👌👍👏💕🔥😀😁😂😉😊😍😘😭🙂🙏🤣"
+)
+"""The symbol blocks' characters that are one ``o200k_base`` token each (listed by
+``benchmarks/fit_tokens.py --symbols``): the box-drawing rules, bars, arrows, checks and
+emoji that real text uses, which cost a third of what the rest of their blocks do. They
+form a block of their own (``frequent``) whatever block they are in."""
+SYMBOL_NAMES: Final[tuple[str, ...]] = (*(name for name, _ranges in SYMBOL_BLOCKS), "frequent")
+SYMBOL_FEATURES: Final[tuple[str, ...]] = (
+    tuple(f"{name}_chars" for name in SYMBOL_NAMES)
+    + tuple(f"{name}_runs" for name in SYMBOL_NAMES)
+    + tuple(f"{name}_repeats" for name in SYMBOL_NAMES))
+"""What :func:`symbol_features` counts: characters per symbol block (the frequent ones
+apart, :data:`FREQUENT_SYMBOLS`), runs per block (maximal sequences of symbol blocks'
+characters, by the block of their first one), and repeats per block (characters equal
+to the one before them: a rule ``────`` or a bar ``████`` merges into long tokens where
+distinct symbols do not)."""
+
+
+def _code_point_ranges(ranges: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int]]:
+    """(first, last) code points of the UTF-8 (lead byte, first, last second byte) ranges."""
+    out = []
+    for lead, lo, hi in ranges:
+        if lead < 0xF0:  # 1110xxxx 10yyyyyy 10zzzzzz
+            base, shift, span = (lead & 0x0F) << 12, 6, 0x3F
+        else:  # 11110www 10xxxxxx 10yyyyyy 10zzzzzz
+            base, shift, span = (lead & 0x07) << 18, 12, 0xFFF
+        out.append((base | (lo & 0x3F) << shift, min(base | (hi & 0x3F) << shift | span,
+                                                     0x10FFFF)))
+    return out
+
+
+def _symbol_patterns() -> tuple[re.Pattern[str], tuple[tuple[
+        re.Pattern[str], re.Pattern[str], re.Pattern[str]], ...]]:
+    frequent = set(map(ord, FREQUENT_SYMBOLS))
+    classes = []
+    for _name, ranges in SYMBOL_BLOCKS:
+        parts = []
+        for first, last in _code_point_ranges(ranges):
+            start = first
+            for cp in [*sorted(c for c in frequent if first <= c <= last), last + 1]:
+                if start < cp:
+                    parts.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+                start = cp + 1
+        classes.append("[" + "".join(parts) + "]")
+    classes.append("[" + "".join(map(re.escape, FREQUENT_SYMBOLS)) + "]")
+    # every symbol block together is exactly U+2100–U+2BFF and U+10000–U+10FFFF: a class
+    # of two ranges, which the regular expression engine tests at once (the blocks'
+    # classes, with holes for the frequent characters, are range lists it walks)
+    every = "[\u2100-\u2bff\U00010000-\U0010ffff]+"
+    return re.compile(every), tuple(
+        (re.compile(f"{c}+"), re.compile(c), re.compile(f"({c})(?=\\1)")) for c in classes)
+
+
+_SYMBOL_SPANS, _SYMBOL_RUNS = _symbol_patterns()
+
+
+def _symbol_marks() -> tuple[bytes, bytes]:
+    """(byte → a mark, the bytes to drop): the symbol blocks' lead bytes (E2 → ``E``, F0 →
+    ``F``, F1–F4 → ``G``) and the continuation bytes by range (80–83 → ``a``, 84–8F →
+    ``b``, 90–AF → ``c``, B0–BF → ``d``) are kept, every other byte dropped; a text has a
+    symbol block character iff its marks contain ``G``, ``Eb``, ``Ec``, ``Fc`` or ``Fd``
+    (E2 84–AF, F0 90–BF, F1–F4: :data:`SYMBOL_BLOCKS`, checked by the tests). Exact for
+    valid UTF-8: the byte after a lead byte is a continuation byte, never dropped."""
+    marks = bytearray(b"." * 256)
+    marks[0x80:0x84] = b"a" * 4
+    marks[0x84:0x90] = b"b" * 12
+    marks[0x90:0xB0] = b"c" * 32
+    marks[0xB0:0xC0] = b"d" * 16
+    marks[0xE2], marks[0xF0] = ord("E"), ord("F")
+    marks[0xF1:0xF5] = b"G" * 4
+    return bytes(marks), bytes(b for b in range(256) if marks[b] == ord("."))
+
+
+_SYMBOL_MARKS, _NOT_SYMBOL_MARKED = _symbol_marks()
+
+
+def has_symbol(raw: bytes) -> bool:
+    """Whether ``raw`` (UTF-8) has a character of a symbol block: one ``translate`` that
+    keeps only the marked bytes (a few per symbol or punctuation character in most text),
+    then substring tests of that (a regular expression search cost ~100x more)."""
+    marks = raw.translate(_SYMBOL_MARKS, _NOT_SYMBOL_MARKED)
+    if b"G" in marks:
+        return True
+    if b"E" in marks and (b"Ec" in marks or b"Eb" in marks):
+        return True
+    return b"F" in marks and (b"Fc" in marks or b"Fd" in marks)
+
+
+def symbol_features(raw: bytes) -> list[int]:
+    """The counts of :data:`SYMBOL_FEATURES` in ``raw`` (UTF-8 bytes): :func:`has_symbol`
+    first (most text has none and stops there), then, on the decoded text, per block one
+    scan for its characters and, when some are adjacent, one for its repeats; and one
+    scan for the runs of symbols of any block, each counted as a run of its first
+    character's block (the run weight stands for how a run joins the text around it:
+    ``▁▂▃▄`` is one run, not four)."""
+    blocks = len(SYMBOL_NAMES)
+    out = [0] * (3 * blocks)
+    if not has_symbol(raw):
+        return out
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # not from a str: bytes that are no character count as none
+        text = raw.decode("utf-8", "replace")
+    spans = _SYMBOL_SPANS.findall(text)
+    firsts = "".join(span[0] for span in spans)
+    text = "\n".join(spans)  # the blocks' scans then read the symbols only
+    for k, (pattern, char_pattern, repeat_pattern) in enumerate(_SYMBOL_RUNS):
+        runs = pattern.findall(text)
+        if runs:
+            out[k] = chars = sum(map(len, runs))
+            out[blocks + k] = len(char_pattern.findall(firsts))
+            if chars > len(runs):
+                out[2 * blocks + k] = len(repeat_pattern.findall(text))
+    return out
+
+
+def script_units(raw: bytes, family: Family) -> int:
+    """:func:`script_correction` in integer units of 1/:data:`SCRIPT_SCALE` token, what
+    the estimators add: Σ :data:`SCRIPT_WEIGHTS` (rounded to that unit) × the counts of
+    :func:`script_features`, plus Σ :data:`SYMBOL_WEIGHTS` × those of
+    :func:`symbol_features`; 0 for text with none of the groups and none of the symbol
+    blocks (both checked first)."""
+    return _group_units(raw, family) + _symbol_units(raw, family)
+
+
+def _group_units(raw: bytes, family: Family) -> int:
+    if not raw.translate(None, _NOT_GROUP_LEAD):  # no group at all: the common case
+        return 0
+    return sum(w * c for w, c in zip(_SCRIPT_UNITS[family], script_features(raw), strict=True)
+               if c)
+
+
+def _symbol_units(raw: bytes, family: Family) -> int:
+    if not has_symbol(raw):
+        return 0
+    return sum(w * c for w, c in zip(_SYMBOL_UNITS[family], symbol_features(raw), strict=True)
+               if c)
+
+
+def script_correction(raw: bytes, family: Family) -> float:
+    """Tokens to add to the pair model's estimate of the text whose UTF-8 bytes are
+    ``raw`` (negative for scripts it over-counts): Σ :data:`SCRIPT_WEIGHTS` × the counts
+    of :func:`script_features`, each weight rounded to 1/:data:`SCRIPT_SCALE` token
+    (:func:`script_units` / ``SCRIPT_SCALE``). Pure; 0.0 for ASCII and for text with
+    none of the groups (Chinese, Japanese, symbols), whose behaviour stays the pair
+    model's alone.
+
+    Why: the pair model sees every three-byte character outside CJK as one class and
+    every two-byte character as another, and was fitted on English, code, JSON, Chinese
+    and Japanese only, so Devanagari or Thai (≈ 0.3–0.4 o200k tokens per character) were
+    counted like rare symbols (≈ 1.4), and Greek or Hebrew like accented Latin. A weight
+    per character and per run (≈ word) of each group, fitted after the pair weights on
+    translated text (``benchmarks/fit_tokens.py --scripts``), corrects both directions.
+    """
+    return script_units(raw, family) / SCRIPT_SCALE
+
+
+# Fitted by `python -m benchmarks.fit_tokens --scripts --write` on the FIT split of
+# benchmarks/token_corpus.gather_scripts (Debian's gettext catalogs and localised manual
+# pages, messages and pages whose hash is even) plus the pair weights' own fit texts, with
+# PAIR_WEIGHTS fixed. Order: SCRIPT_FEATURES.
+SCRIPT_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
+    "o200k": (
+        -0.1117, 0.3265, 0.2515, -0.0018, -0.1277, 0.1467, -0.9987, -0.9699,
+        -1.4375, -0.0089, -0.2809, 0.9854, -0.8443, -0.0322, 1.263, -0.2529,
+        -0.5057, -0.3918, 1.3795, -0.0085, -0.1509, -0.1338, 0.1314, -0.0914, 0.0,
+        -0.1889, -0.0666, -0.1329, -0.1781, -0.0, -0.1876, -0.0536, -0.2389,
+        -0.9345, 2.1174, 1.962, 0.629, 0.5209, 1.276, 0.0013,
+    ),
+    "cl100k": (
+        0.2649, 0.7334, 0.5397, -0.073, 0.5175, 0.236, 0.2247, 0.3765, -0.733,
+        -0.0006, 0.2191, 1.3415, -0.3191, 0.0137, 0.526, 0.2821, 0.0578, 0.1501,
+        1.2029, -0.0003, -0.4467, -0.2303, 0.3404, 0.3483, -0.0, -0.102, 0.3803,
+        0.3805, 0.1931, 0.0, -0.6389, 0.3151, 0.3186, -1.8365, 1.7874, 2.9106,
+        0.9345, 0.5802, 2.4537, -0.0011,
+    ),
+}
+SCRIPT_SCALE: Final = 4096
+"""The correction is summed in integers of 1/SCRIPT_SCALE token (each weight rounded to
+that unit, ≤ 0.00013 token per counted character): a float sum would depend on the order
+of its terms, and the pure-Python path and the C accelerator must add exactly the same
+amount before rounding. A multiple of :data:`SCALE`, so pair units convert exactly."""
+_SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
+    f: tuple(round(w * SCRIPT_SCALE) for w in SCRIPT_WEIGHTS[f]) for f in FAMILIES}
+
+# Fitted by `python -m benchmarks.fit_tokens --symbols --write` (see there: synthetic
+# texts of each block's even code points in contexts of the pair fit's English prose),
+# with PAIR_WEIGHTS and SCRIPT_WEIGHTS fixed. Order: SYMBOL_FEATURES.
+SYMBOL_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
+    "o200k": (
+        2.2292, 1.9886, 1.9839, 2.5784, 2.7258, 1.3835, 2.9225, 0.7208, -0.6717,
+        -0.83, -0.8098, -0.8834, -0.8586, 0.02, 0.4701, -0.3462, 0.0, 0.0505,
+        0.0561, 0.0089, 0.0619, 0.0459, 0.0038, 0.0,
+    ),
+    "cl100k": (
+        2.5559, 2.1045, 2.1802, 2.7232, 2.7771, 1.4816, 2.6142, 1.7459, -0.9614,
+        -0.8723, -0.8706, -0.9141, -0.9117, -0.1805, 0.2203, -0.5804, 0.0278,
+        0.0457, 0.0484, 0.0293, 0.0484, 0.0, 0.0071, 0.0,
+    ),
+}
+_SYMBOL_UNITS: Final[dict[Family, tuple[int, ...]]] = {
+    f: tuple(round(w * SCRIPT_SCALE) for w in SYMBOL_WEIGHTS[f]) for f in FAMILIES}
