@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from ctxstack.errors import StorageError
 from ctxstack.store import SessionFactory
+from ctxstack.store.errors import StorageError
 from ctxstack.store.proxy_responses import (
     ProxyResponseRecord,
     find_proxy_response,

@@ -32,24 +32,24 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.auth import TokenAuth
+from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.errors import ProxyError, upstream_failed, upstream_timeout
-from ctxstack.proxy.fitting import Fit
-from ctxstack.proxy.forwarding import read_error, upstream_timeout_seconds
+from ctxstack.proxy.fitting import Fit, Fitter
+from ctxstack.proxy.forwarding import Upstream, read_error, upstream_timeout_seconds
 from ctxstack.proxy.request import CompletionRequest
-from ctxstack.proxy.responses_chains import owner_key
+from ctxstack.proxy.responses_chains import ChainStore, owner_key
 from ctxstack.proxy.responses_request import ResponsesRequest, validate_pairs
 from ctxstack.proxy.responses_view import ResponsesConversation, count_tokens, schema_tokens
-from ctxstack.proxy.stats import log_event
+from ctxstack.proxy.settings import ProxySettings
+from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
 from ctxstack.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from ctxstack.proxy.app import ProxyState
 
 log = logging.getLogger("ctxstack.proxy")
 
@@ -58,6 +58,19 @@ TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fai
 REFIT_FILL = 0.8
 """When a rendered view counts over the budget (a kept model turn the guard wanted to
 cut), the one refit aims at this share of the budget."""
+
+
+class ProxyParts(Protocol):
+    """The parts of the proxy app (:class:`ctxstack.proxy.app.ProxyParts`) this wire uses."""
+
+    settings: ProxySettings
+    stats: StatsRecorder
+    upstream: Upstream
+    auth: TokenAuth
+    budgets: ModelBudgets
+    summarizers: Summarizers
+    fitter: Fitter
+    chains: ChainStore
 
 
 class _FitRequest(CompletionRequest):
@@ -98,15 +111,13 @@ class Exchange:
 
     def headers(self) -> dict[str, str]:
         """The ``x-ctxstack-*`` headers (today's format; counts are input items)."""
-        from ctxstack.proxy.stats import fit_headers
-
         n = len(self.full) if self.full is not None else len(self.request.input)
         fit = self.fit or Fit(None, "none", n, n, 0, 0, 0)
         kept = len(self.items) if self.items is not None else n
         return fit_headers(dataclasses.replace(fit, original=n, kept=kept))
 
 
-async def prepare(state: ProxyState, request: ResponsesRequest, headers: Mapping[str, str],
+async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping[str, str],
                   salt: str, *, fit: bool = True) -> Exchange:
     """Steps 1–2 (see the module doc); ``fit=False`` expands and validates only (a
     WebSocket pre-warm, which never reaches the upstream).
@@ -136,7 +147,7 @@ async def prepare(state: ProxyState, request: ResponsesRequest, headers: Mapping
     return ex
 
 
-def _failed(state: ProxyState, ex: Exchange, exc: BaseException) -> None:
+def _failed(state: ProxyParts, ex: Exchange, exc: BaseException) -> None:
     log.warning("proxy: fitting a responses request failed, forwarding it unchanged: %s: %s",
                 type(exc).__name__, exc, exc_info=not isinstance(exc, ProxyError))
     state.stats.bump("fit_failures")
@@ -145,7 +156,7 @@ def _failed(state: ProxyState, ex: Exchange, exc: BaseException) -> None:
     ex.items = None
 
 
-async def _fit(state: ProxyState, ex: Exchange, target: int, headers: Mapping[str, str],
+async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[str, str],
                *, refit: bool = False) -> None:
     assert ex.full is not None
     request = ex.request
@@ -194,7 +205,7 @@ async def close(ex: Exchange) -> None:
         await own.aclose()
 
 
-async def open_upstream(state: ProxyState, ex: Exchange, headers: list[tuple[str, str]],
+async def open_upstream(state: ProxyParts, ex: Exchange, headers: list[tuple[str, str]],
                         query: str, *, stream: bool, client_headers: Mapping[str, str],
                         ) -> tuple[httpx.Response, bytes | None, object]:
     """Step 3–4: the upstream's response, with its error body read (``raw`` not None)
@@ -227,7 +238,7 @@ async def open_upstream(state: ProxyState, ex: Exchange, headers: list[tuple[str
             return upstream, raw, data
 
 
-async def record(state: ProxyState, ex: Exchange, response: Mapping[str, Any]) -> None:
+async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any]) -> None:
     """Step 5 for one finished response object."""
     usage = response.get("usage")
     counts: dict[str, int] = {}
@@ -307,7 +318,7 @@ def terminal_response(name: str | None, data: str) -> dict[str, Any] | None:
     return response if isinstance(response, dict) else None
 
 
-async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyState,
+async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyParts,
                           ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
     """The upstream's SSE body: each decoded chunk with the events completed by it. The
     terminal response is recorded as it passes. A stall or a broken connection ends it

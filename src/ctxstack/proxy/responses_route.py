@@ -14,7 +14,6 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import httpx
 from starlette.requests import Request
@@ -25,6 +24,7 @@ from ctxstack.proxy.forwarding import error_passthrough, read_error, response_he
 from ctxstack.proxy.responses_exchange import (
     WIRE,
     Exchange,
+    ProxyParts,
     close,
     log_done,
     open_upstream,
@@ -34,11 +34,8 @@ from ctxstack.proxy.responses_exchange import (
 )
 from ctxstack.proxy.responses_request import parse_responses
 
-if TYPE_CHECKING:
-    from ctxstack.proxy.app import ProxyState
 
-
-async def responses_http(state: ProxyState, request: Request) -> Response:
+async def responses_http(state: ProxyParts, request: Request) -> Response:
     """Answer one ``POST /v1/responses``."""
     started = time.perf_counter()
     state.stats.bump("requests")
@@ -86,7 +83,7 @@ async def responses_http(state: ProxyState, request: Request) -> Response:
             await close(ex)
 
 
-async def _relay(state: ProxyState, ex: Exchange, upstream: httpx.Response,
+async def _relay(state: ProxyParts, ex: Exchange, upstream: httpx.Response,
                  ) -> AsyncIterator[bytes]:
     try:
         async with contextlib.aclosing(upstream_events(upstream, ex, state)) as stream:

@@ -30,7 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -39,6 +39,7 @@ from ctxstack.proxy.forwarding import response_headers
 from ctxstack.proxy.responses_exchange import (
     WIRE,
     Exchange,
+    ProxyParts,
     close,
     log_done,
     open_upstream,
@@ -47,9 +48,6 @@ from ctxstack.proxy.responses_exchange import (
     upstream_events,
 )
 from ctxstack.proxy.responses_request import dump, parse_responses
-
-if TYPE_CHECKING:
-    from ctxstack.proxy.app import ProxyState
 
 log = logging.getLogger("ctxstack.proxy")
 
@@ -73,7 +71,7 @@ def _proxy_error(exc: ProxyError) -> str:
                                     "message": exc.message, "param": exc.param})
 
 
-async def responses_socket(state: ProxyState, ws: WebSocket) -> None:
+async def responses_socket(state: ProxyParts, ws: WebSocket) -> None:
     """Serve one WebSocket connection until the client closes it."""
     await ws.accept()
     try:
@@ -105,7 +103,7 @@ async def responses_socket(state: ProxyState, ws: WebSocket) -> None:
                     "message": "the proxy failed to relay this response (see its log)"}))
 
 
-async def _one(state: ProxyState, ws: WebSocket, text: str, salt: str,
+async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
                client: Mapping[str, str], upstream_headers: list[tuple[str, str]]) -> None:
     started = time.perf_counter()
     state.stats.bump("requests")
@@ -170,7 +168,7 @@ async def _one(state: ProxyState, ws: WebSocket, text: str, salt: str,
             await close(ex)
 
 
-async def _prewarm(state: ProxyState, ws: WebSocket, ex: Exchange) -> None:
+async def _prewarm(state: ProxyParts, ws: WebSocket, ex: Exchange) -> None:
     body = ex.request.body
     response: dict[str, Any] = {
         "id": f"resp_ctxstack_{uuid.uuid4().hex}", "object": "response",

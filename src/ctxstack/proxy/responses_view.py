@@ -115,7 +115,7 @@ def _user_parts(content: list[Any]) -> list[dict[str, Any]]:
 
 
 @dataclass
-class Unit:
+class WireUnit:
     kind: UnitKind
     items: list[int] = field(default_factory=list)
     """Indices of its items in the conversation, in order."""
@@ -129,14 +129,14 @@ class ResponsesConversation:
 
     def __init__(self, items: Sequence[dict[str, Any]], instructions: object) -> None:
         self.items = list(items)
-        self.units: list[Unit] = []
+        self.units: list[WireUnit] = []
         answered = {str(it.get("call_id")) for it in self.items
                     if side(it) == "tool" and it.get("call_id") is not None}
         called = {str(it.get("call_id")) for it in self.items
                   if side(it) == "assistant" and it.get("call_id") is not None
                   and (item_kind(it) in CALL_OUTPUTS or str(it.get("call_id")) in answered)}
         leading = True
-        run: Unit | None = None
+        run: WireUnit | None = None
         waiting: list[int] = []  # unknown items before the first unit
         for i, item in enumerate(self.items):
             where = side(item)
@@ -149,7 +149,7 @@ class ResponsesConversation:
             if where == "assistant":
                 leading = False
                 if run is None:
-                    run = Unit("assistant", [*waiting])
+                    run = WireUnit("assistant", [*waiting])
                     waiting = []
                     self.units.append(run)
                 run.items.append(i)
@@ -159,10 +159,10 @@ class ResponsesConversation:
                 "user" if where == "system" else where)
             if where != "system":
                 leading = False
-            self.units.append(Unit(kind, [*waiting, i], main=i))
+            self.units.append(WireUnit(kind, [*waiting, i], main=i))
             waiting = []
         if waiting:  # only unknown items: one user unit of them
-            self.units.append(Unit("user", waiting))
+            self.units.append(WireUnit("user", waiting))
         chat: list[dict[str, Any]] = []
         if isinstance(instructions, str) and instructions:
             chat.append({"role": "system", "content": instructions, UNIT_KEY: INSTRUCTIONS})
@@ -174,11 +174,11 @@ class ResponsesConversation:
             chat.append(unit.chat)
         self.conversation = WireConversation(chat)
 
-    def _extras(self, unit: Unit) -> list[str]:
+    def _extras(self, unit: WireUnit) -> list[str]:
         return [_json(self.items[j]) for j in unit.items if j != unit.main
                 and side(self.items[j]) == "other"]
 
-    def _chat(self, unit: Unit, k: int, answered: set[str], called: set[str],
+    def _chat(self, unit: WireUnit, k: int, answered: set[str], called: set[str],
               ) -> dict[str, Any]:
         extras = self._extras(unit)
         if unit.kind == "assistant":
@@ -241,7 +241,7 @@ class ResponsesConversation:
                 out.append(self._cut(unit, message) if j == unit.main else self.items[j])
         return out
 
-    def _cut(self, unit: Unit, message: Mapping[str, Any]) -> dict[str, Any]:
+    def _cut(self, unit: WireUnit, message: Mapping[str, Any]) -> dict[str, Any]:
         item = dict(self.items[unit.main])
         text = _text_of(_chat_text_parts(message.get("content")))
         if unit.kind == "tool":

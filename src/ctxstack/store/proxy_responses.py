@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.errors import StorageError
+from ctxstack.store.errors import StorageError
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import ProxyResponse, utcnow
 

@@ -284,11 +284,11 @@ def create_app(state: StubState) -> FastAPI:
         if reply.is_error:
             return _reply_error(reply)
         if not request.stream:
-            return JSONResponse(wire.completed_json(state, request, reply))
-        events = wire.stream_events(state, request, reply)
+            return JSONResponse(wire.completed_json(state.model, request, reply))
+        events = wire.stream_events(state.model, request, reply)
         if reply.drop_after is not None:
             events = events[: max(0, reply.drop_after)]
-        return _SSEResponse(wire.sse_bytes(state, events, reply),
+        return _SSEResponse(wire.sse_bytes(state.sleep, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
 
     async def responses_socket(ws: WebSocket) -> None:
@@ -340,7 +340,7 @@ async def _answer_frame(state: StubState, ws: WebSocket, headers: dict[str, str]
         error = dict(reply.error or {"message": reply.raw_body or "", "type": "server_error"})
         await ws.send_text(json.dumps(wire.error_event(reply.status, error, reply.headers)))
         return True
-    events = wire.stream_events(state, request, reply)
+    events = wire.stream_events(state.model, request, reply)
     for i, event in enumerate(events):
         if reply.drop_after is not None and i >= reply.drop_after:
             await ws.close(code=1011)

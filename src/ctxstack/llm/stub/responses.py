@@ -31,15 +31,12 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from ctxstack.errors import MessageError
 from ctxstack.llm.stub.replies import StubReply, StubRequest, ids, stub_usage
 from ctxstack.messages import ChatMessage, ToolCall
-
-if TYPE_CHECKING:
-    from ctxstack.llm.stub.app import StubState
 
 PATH = "/v1/responses"
 
@@ -121,7 +118,7 @@ def output_items(reply: StubReply, *, generate: bool = True) -> list[dict[str, A
     return items
 
 
-def response_object(state: StubState, request: StubRequest, *, rid: str, status: str,
+def response_object(model: str, request: StubRequest, *, rid: str, status: str,
                     output: list[dict[str, Any]], usage: dict[str, Any] | None,
                     ) -> dict[str, Any]:
     body = request.body
@@ -130,7 +127,7 @@ def response_object(state: StubState, request: StubRequest, *, rid: str, status:
         "background": False, "error": None, "incomplete_details": None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"),
-        "model": str(body.get("model") or state.model), "output": output,
+        "model": str(body.get("model") or model), "output": output,
         "parallel_tool_calls": bool(body.get("parallel_tool_calls", True)),
         "previous_response_id": body.get("previous_response_id"),
         "reasoning": {"effort": None, "summary": None},
@@ -153,16 +150,16 @@ def usage_json(request: StubRequest, reply: StubReply, *, generate: bool = True,
             "total_tokens": prompt + completion}
 
 
-def completed_json(state: StubState, request: StubRequest, reply: StubReply,
-                   ) -> dict[str, Any]:
-    """The non-streamed answer: a completed ``response`` object."""
+def completed_json(model: str, request: StubRequest, reply: StubReply) -> dict[str, Any]:
+    """The non-streamed answer: a completed ``response`` object (``model``: the name
+    answered when the request names none)."""
     generate = request.body.get("generate") is not False
-    return response_object(state, request, rid=f"resp_stub_{next(ids)}", status="completed",
+    return response_object(model, request, rid=f"resp_stub_{next(ids)}", status="completed",
                            output=output_items(reply, generate=generate),
                            usage=usage_json(request, reply, generate=generate))
 
 
-def stream_events(state: StubState, request: StubRequest, reply: StubReply,
+def stream_events(model: str, request: StubRequest, reply: StubReply,
                   ) -> list[dict[str, Any]]:
     """Every event of a streamed answer, in order (``response.completed`` last)."""
     generate = request.body.get("generate") is not False
@@ -173,7 +170,7 @@ def stream_events(state: StubState, request: StubRequest, reply: StubReply,
     def emit(kind: str, **fields: Any) -> None:
         events.append({"type": kind, "sequence_number": len(events), **fields})
 
-    start = response_object(state, request, rid=rid, status="in_progress", output=[],
+    start = response_object(model, request, rid=rid, status="in_progress", output=[],
                             usage=None)
     emit("response.created", response=start)
     emit("response.in_progress", response=start)
@@ -206,7 +203,7 @@ def stream_events(state: StubState, request: StubRequest, reply: StubReply,
         else:
             emit("response.output_item.added", output_index=index, item=item)
         emit("response.output_item.done", output_index=index, item=item)
-    done = response_object(state, request, rid=rid, status="completed", output=output,
+    done = response_object(model, request, rid=rid, status="completed", output=output,
                            usage=usage_json(request, reply, generate=generate))
     emit("response.completed", response=done)
     return events
@@ -219,13 +216,14 @@ def error_event(status: int, error: Mapping[str, Any],
             "headers": dict(headers or {})}
 
 
-async def sse_bytes(state: StubState, events: list[dict[str, Any]], reply: StubReply,
-                    ) -> AsyncIterator[bytes]:
-    """The events as Server-Sent Events, paced as the reply says."""
+async def sse_bytes(sleep: Callable[[float], Awaitable[None]], events: list[dict[str, Any]],
+                    reply: StubReply) -> AsyncIterator[bytes]:
+    """The events as Server-Sent Events, paced as the reply says (``sleep``: the stub's,
+    which wakes when it stops)."""
     for i, event in enumerate(events):
         if reply.chunk_delay and i:
-            await state.sleep(reply.chunk_delay)
+            await sleep(reply.chunk_delay)
         if reply.pause_after is not None and i == reply.pause_after:
-            await state.sleep(reply.pause)
+            await sleep(reply.pause)
         yield (f"event: {event['type']}\ndata: "
                f"{json.dumps(event, ensure_ascii=False)}\n\n").encode()
