@@ -298,3 +298,30 @@ def test_a_websocket_prewarm_is_answered_by_the_proxy_and_continued(
     assert "previous_response_id" not in sent.body
     assert [i["content"] for i in sent.body["input"]] == ["context first", "now answer"]
     assert "openai-beta" not in sent.headers  # the WebSocket flag is not sent over HTTP
+
+
+def test_a_hung_upstream_over_the_websocket_is_a_504_error_frame(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    url = proxy.base_url.replace("http://", "ws://") + "/responses"
+    stub.push(StubReply.text("too late", delay=8), StubReply.text("in time"))
+    with ws_connect(url) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "hi"}))
+        hung = json.loads(ws.recv(timeout=15))
+        assert hung["type"] == "error"
+        assert hung["status"] == 504
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "again"}))
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != "response.completed":
+            kinds.append(json.loads(ws.recv(timeout=15))["type"])
+
+
+def test_a_conversation_of_the_upstream_is_forwarded_as_sent(
+        client: openai.OpenAI, stub: StubServer, proxy: ProxyProcess) -> None:
+    _clear(stub)
+    stub.push("ok")
+    raw = json.dumps({"model": MODEL, "conversation": "conv_1", "input": [
+        {"type": "function_call_output", "call_id": "c_in_conv", "output": "x"}]}).encode()
+    answer = httpx.post(f"{proxy.base_url}/responses", content=raw,
+                        headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text  # its call is in the conversation
+    assert _recorded(stub)[-1]["body"].encode() == raw

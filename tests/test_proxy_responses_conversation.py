@@ -159,15 +159,23 @@ def test_previous_response_id_chains_are_expanded_and_fitted(
     for store in (True, False):
         previous: str | None = None
         before = len(_forwarded(stub))
+        items = 0
         for turn in range(30):
             extra = {"previous_response_id": previous} if previous else {}
-            response = client.responses.create(
+            raw = client.responses.with_raw_response.create(
                 model=MODEL, instructions=INSTRUCTIONS, store=store,
                 input=[{"role": "user", "content": f"Turn {turn}: {filler}"}],
                 **extra)  # type: ignore[call-overload]
+            response = raw.parse()
             previous = response.id
+            items += 1 + len(response.output)
         chain = _forwarded(stub)[before:]
         assert len(chain) == 30
+        # The header counts the conversation's items: all of them, and those forwarded.
+        header = parse_compaction_header(raw.headers["x-ctxstack-compaction"])
+        assert header["method"] in ("llm", "checkpoint", "truncate")
+        assert int(header["original"]) == items - len(response.output)
+        assert int(header["kept"]) == len(chain[-1].body["input"])
         for k, request in enumerate(chain):
             assert "previous_response_id" not in request.body, k
             assert _tokens(dict(request.body)) <= BUDGET, k

@@ -11,7 +11,8 @@
 3. **Forward** — unchanged bytes when nothing had to change and no chain was expanded;
    otherwise the body with ``input`` replaced and ``previous_response_id`` removed (every
    other field byte-identical: ``instructions``, ``tools``, unknown fields). An unknown
-   chain is forwarded as sent: the upstream answers for it.
+   chain — or a request naming a ``conversation`` of the upstream's Conversations API,
+   whose items the proxy cannot see — is forwarded as sent: the upstream answers for it.
 4. **Overflow** — an upstream context-overflow error compacts once more to a smaller
    target and retries once; every other upstream error passes through with its status,
    body and headers (``Retry-After``, rate limits).
@@ -46,7 +47,12 @@ from ctxstack.proxy.forwarding import Upstream, read_error, upstream_timeout_sec
 from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.responses_chains import ChainStore, owner_key
 from ctxstack.proxy.responses_request import ResponsesRequest, validate_pairs
-from ctxstack.proxy.responses_view import ResponsesConversation, count_tokens, schema_tokens
+from ctxstack.proxy.responses_view import (
+    UNIT_KEY,
+    ResponsesConversation,
+    count_tokens,
+    schema_tokens,
+)
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
 from ctxstack.tokens import TokenCounter
@@ -114,7 +120,13 @@ class Exchange:
         n = len(self.full) if self.full is not None else len(self.request.input)
         fit = self.fit or Fit(None, "none", n, n, 0, 0, 0)
         kept = len(self.items) if self.items is not None else n
-        return fit_headers(dataclasses.replace(fit, original=n, kept=kept))
+        summarized = 0
+        if fit.summarized and fit.messages is not None and self.conv is not None:
+            present = {m.get(UNIT_KEY) for m in fit.messages}
+            summarized = sum(len(u.items) for k, u in enumerate(self.conv.units)
+                             if k not in present)
+        return fit_headers(dataclasses.replace(fit, original=n, kept=kept,
+                                               summarized=summarized))
 
 
 async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping[str, str],
@@ -127,7 +139,9 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
     """
     owner = owner_key(salt, headers)
     chain: list[dict[str, Any]] | None = []
-    if request.previous_id is not None:
+    if request.body.get("conversation") is not None:
+        chain = None  # the upstream's Conversations API holds the history: not ours to fit
+    elif request.previous_id is not None:
         chain = await state.chains.conversation(owner, request.previous_id)
     validate_pairs(chain, request.input)
     model_budget = await state.budgets.get(request.model)
@@ -137,7 +151,8 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
     if not fit:
         return ex
     if full is None:
-        log.info("proxy: previous_response_id %r is not known here; forwarded as sent",
+        log.info("proxy: the conversation before this request (previous_response_id %r, "
+                 "or a 'conversation') is not known here; forwarded as sent",
                  request.previous_id)
         return ex
     try:
