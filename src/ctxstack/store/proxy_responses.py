@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
-from ctxstack.store.errors import StorageError
 from ctxstack.store.db import SessionFactory, reading, transaction
+from ctxstack.store.errors import StorageError
 from ctxstack.store.models import ProxyResponse, utcnow
 
 DEFAULT_MAX_ROWS = 100_000
