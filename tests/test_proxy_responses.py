@@ -325,3 +325,82 @@ def test_a_conversation_of_the_upstream_is_forwarded_as_sent(
                         headers={"content-type": "application/json"})
     assert answer.status_code == 200, answer.text  # its call is in the conversation
     assert _recorded(stub)[-1]["body"].encode() == raw
+
+
+def _codex_input(turns: int) -> list[dict[str, Any]]:
+    """A conversation shaped like Codex's requests: a developer message, the environment,
+    then turns of reasoning, an apply_patch custom call, a shell function call, their
+    outputs and an answer."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": [
+            {"type": "input_text", "text": "<permissions instructions>sandbox: workspace-write;"
+                                           " approvals: on-request</permissions instructions>"}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context><cwd>/repo</cwd>"
+                                           "</environment_context>"}]}]
+    for t in range(turns):
+        items += [
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": f"Task {t}: fix the failing test {t}."}]},
+            {"type": "reasoning", "id": f"rs_{t}", "summary": [
+                {"type": "summary_text", "text": f"**Planning {t}**"}],
+             "content": None, "encrypted_content": f"gAAAAB{t:04d}" + "Zm9v" * 60},
+            {"type": "function_call", "id": f"fc_{t}", "name": "shell",
+             "arguments": json.dumps({"command": ["bash", "-lc", f"pytest -k t{t}"]}),
+             "call_id": f"call_sh_{t}"},
+            {"type": "function_call_output", "call_id": f"call_sh_{t}",
+             "output": json.dumps({"output": FILLER * 4, "metadata": {"exit_code": 1}})},
+            {"type": "custom_tool_call", "id": f"ctc_{t}", "status": "completed",
+             "call_id": f"call_ap_{t}", "name": "apply_patch",
+             "input": f"*** Begin Patch\n*** Update File: t{t}.py\n@@\n-bad\n+good\n"
+                      "*** End Patch\n"},
+            {"type": "custom_tool_call_output", "call_id": f"call_ap_{t}",
+             "output": "Success. Updated the following files:\nM t.py\n"},
+            {"type": "message", "role": "assistant", "id": f"msg_{t}", "content": [
+                {"type": "output_text", "text": f"Fixed test {t}.", "annotations": []}]}]
+    items.append({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Now run the whole suite."}]})
+    return items
+
+
+def test_a_codex_shaped_request_over_budget_is_fitted_validly(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    from ctxstack.proxy.responses_request import validate_pairs
+    from ctxstack.proxy.responses_view import count_tokens, schema_tokens, side
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    _clear(stub)
+    stub.rule = lambda r: StubReply.text("Summary: tests 0-20 fixed.") \
+        if r.path.endswith("chat/completions") else StubReply.text("Running it.")
+    tools = [{"type": "function", "name": "shell", "description": "Run a command",
+              "strict": False, "parameters": {"type": "object", "properties": {
+                  "command": {"type": "array", "items": {"type": "string"}}},
+                  "required": ["command"]}},
+             {"type": "custom", "name": "apply_patch", "description": "Apply a patch",
+              "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}]
+    items = _codex_input(24)
+    body = {"model": MODEL, "instructions": "You are Codex. " * 40, "input": items,
+            "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False,
+            "reasoning": {"effort": "medium", "summary": "auto"}, "store": False,
+            "stream": True, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "0199-session"}
+    with httpx.stream("POST", f"{proxy.base_url}/responses", json=body, timeout=60) as got:
+        assert got.status_code == 200
+        method = parse_compaction_header(got.headers["x-ctxstack-compaction"])["method"]
+        text = got.read().decode()
+    assert method != "none"
+    assert "response.completed" in text
+    sent = _recorded(stub)[-1]["json"]
+    assert json.dumps(sent["instructions"]) == json.dumps(body["instructions"])
+    assert json.dumps(sent["tools"]) == json.dumps(tools)
+    assert sent["prompt_cache_key"] == "0199-session"
+    forwarded = sent["input"]
+    assert json.dumps(forwarded[0]) == json.dumps(items[0])  # the developer prompt
+    assert json.dumps(forwarded[-1]) == json.dumps(items[-1])  # the current request
+    validate_pairs([], forwarded)
+    assert count_tokens(forwarded, sent["instructions"], schema_tokens(sent, DEFAULT_COUNTER),
+                        DEFAULT_COUNTER) <= 4_000
+    own = {json.dumps(i) for i in items}
+    for i, item in enumerate(forwarded):
+        if side(item) == "assistant":  # the model's turns: the client's own, whole
+            assert json.dumps(item) in own, i

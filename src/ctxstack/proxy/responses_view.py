@@ -234,7 +234,10 @@ class ResponsesConversation:
                 out.append(_generated(message))
                 continue
             unit = self.units[k]
-            if message is unit.chat or unit.kind == "assistant" or unit.main < 0:
+            # Equal counts as untouched too: a view the fitter kept from an earlier
+            # request of this conversation is the same dict, not the same object.
+            if (message is unit.chat or unit.kind == "assistant" or unit.main < 0
+                    or message == unit.chat):
                 out.extend(self.items[j] for j in unit.items)
                 continue
             for j in unit.items:
