@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.messages import (
     ChatMessage,
     ToolCall,
+    from_openai_messages,
 )
 from ctxstack.protocol import ToolSpec
 from ctxstack.tokens import (
@@ -602,3 +604,38 @@ async def test_cuts_are_counted_once_whether_or_not_the_call_compacts() -> None:
     assert compacted.event.cut_messages == 1
     assert guard.totals.cut_messages == 2
     assert guard.totals.checks == 2
+
+
+# ---------------------------------------------------------------------------- plain dicts
+
+
+async def test_openai_dicts_in_dicts_out() -> None:
+    """Most users hold OpenAI-format dicts: the guard takes them and returns dicts — the
+    very list when nothing changed, a fitted list of dicts when it compacted."""
+    guard = ContextGuard(default_budget=BUDGET)
+    small = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert await guard.check_and_compact(small) is small
+    big = [{"role": "system", "content": "Be brief."}]
+    for i in range(60):
+        big += [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "search", "arguments": json.dumps({"q": i})}}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "row " * 300}]
+    big.append({"role": "user", "content": "Which page had HOTEL-7?"})
+    original = json.dumps(big)
+    fitted = await guard.check_and_compact(big)
+    assert json.dumps(big) == original  # input untouched
+    assert all(isinstance(m, dict) for m in fitted)
+    assert fitted[0] == big[0]
+    assert fitted[-1] == big[-1]
+    assert guard.counter.count_messages(from_openai_messages(fitted)) <= BUDGET
+
+
+async def test_a_list_mixing_dicts_and_messages_names_the_converter() -> None:
+    guard = ContextGuard(default_budget=BUDGET)
+    with pytest.raises(MessageError, match=r"messages\[1\].*from_openai_messages"):
+        await guard.check_and_compact([{"role": "user", "content": "a"}, ChatMessage.user("b")])
+    with pytest.raises(MessageError, match=r"messages\[1\].*from_openai_messages"):
+        await guard.check_and_compact([ChatMessage.user("a"), {"role": "user", "content": "b"}])
+    with pytest.raises(MessageError, match=r"messages\[0\]"):
+        await guard.check_and_compact([{"content": "no role"}])

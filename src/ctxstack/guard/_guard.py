@@ -38,8 +38,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import Archive, CompactionOptions, CompactionResult, CompactUtils, Hint
@@ -62,7 +62,9 @@ from ctxstack.guard._rules import (
 )
 from ctxstack.messages import (
     ChatMessage,
+    from_openai_messages,
     repair_tool_turns,
+    to_openai_messages,
     tool_turns_valid,
 )
 from ctxstack.protocol import LLM
@@ -215,10 +217,10 @@ class ContextGuard:
 
     async def check_and_compact(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ChatMessage] | Sequence[Mapping[str, Any]],
         budget: int | ModelBudget | None = None,
         hint: Hint | str = "general",
-    ) -> list[ChatMessage]:
+    ) -> list[Any]:
         """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
 
         Within budget, with no oversized message and with valid tool turns, the very list
@@ -227,11 +229,25 @@ class ContextGuard:
         :func:`ctxstack.messages.repair_tool_turns`, so what goes to the provider is always
         a valid request. The input is never mutated.
 
+        OpenAI-format dicts are accepted too (``[{"role": "user", "content": "…"}]``):
+        converted at the boundary (:func:`ctxstack.messages.from_openai_messages`) and
+        returned as dicts (:func:`ctxstack.messages.to_openai_messages`) — the list passed
+        in when nothing changed. Each call converts the whole list, so a long-running loop
+        that checks every iteration is cheaper on :class:`ChatMessage` objects, which the
+        guard caches per message.
+
         Raises:
             ConfigError: unknown ``hint`` or an invalid ``budget``.
-            MessageError: an element of ``messages`` is not a :class:`ChatMessage`.
+            MessageError: a message is malformed (the error names its index), or the list
+                mixes dicts and :class:`ChatMessage` objects.
         """
-        return (await self.check(messages, budget, hint)).messages
+        if messages and isinstance(messages[0], Mapping):
+            converted = from_openai_messages(_all_dicts(messages))
+            fitted = (await self.check(converted, budget, hint)).messages
+            if fitted is converted:
+                return messages if isinstance(messages, list) else list(messages)
+            return to_openai_messages(fitted)
+        return (await self.check(messages, budget, hint)).messages  # type: ignore[arg-type]
 
     async def check(
         self,
@@ -331,6 +347,7 @@ class ContextGuard:
             if not isinstance(m, ChatMessage):
                 raise MessageError(
                     f"messages[{i}]: expected a ChatMessage, got {type(m).__name__}"
+                    + (_DICTS_HINT if isinstance(m, Mapping) else "")
                 )
             cache = _cache(m)
             if key in cache:
@@ -460,6 +477,22 @@ class ContextGuard:
 
     async def _report(self, event: CompactionEvent) -> None:
         await _notify(self.on_compact, event, "on_compact")
+
+
+_DICTS_HINT = (" (OpenAI-format dicts are accepted as a whole list, or convert them with "
+               "ctxstack.messages.from_openai_messages)")
+
+
+def _all_dicts(messages: Sequence[object]) -> list[Mapping[str, Any]]:
+    """``messages`` when every one is a dict; else a :class:`MessageError` naming the
+    first that is not (a list mixing the two forms is ambiguous to return)."""
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise MessageError(
+                f"messages[{i}]: expected an OpenAI-format dict like messages[0], got "
+                f"{type(m).__name__} (pass all dicts or all ChatMessage objects; "
+                "ctxstack.messages.from_openai_messages converts dicts)")
+    return messages  # type: ignore[return-value]
 
 
 def _listeners(given: _Listener[E] | Sequence[_Listener[E]] | None) -> list[_Listener[E]]:

@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import func, select
@@ -235,7 +235,7 @@ class DbMemory(BaseMemory):
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
 
     # ------------------------------------------------------------------ BaseMemory
-    async def add_message(self, message: ChatMessage) -> None:
+    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
         """Does nothing: the chat service owns all writes."""
 
     async def clear(self) -> None:
