@@ -39,6 +39,7 @@ import httpx
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.errors import ProxyError, upstream_failed, upstream_timeout
@@ -107,6 +108,8 @@ class Exchange:
     """The input to forward; None: forward the request's own body."""
     conv: ResponsesConversation | None = None
     failed: str | None = None
+    own_summarizer: OpenAICompatibleLLM | None = None
+    """A per-request summariser (carrying the client's key) to close afterwards."""
     log: dict[str, Any] = field(default_factory=dict)
 
     def body(self, *, stream: bool) -> bytes:
@@ -177,10 +180,11 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
     request = ex.request
     if ex.summarizer is None:
         model_budget = await state.budgets.get(request.model)
-        ex.summarizer, own = state.summarizers.get(request.model, model_budget,
-                                                   headers.get("authorization"))
+        summarizer, own = state.summarizers.get(request.model, model_budget,
+                                                headers.get("authorization"))
+        ex.summarizer = summarizer
         if own:
-            ex.log["own_summarizer"] = ex.summarizer
+            ex.own_summarizer = summarizer
     conv = ResponsesConversation(ex.full, request.instructions)
     fitting = _FitRequest(request, conv)
     salt = f"{WIRE}\x1f{ex.salt}"
@@ -215,7 +219,8 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
 
 
 async def close(ex: Exchange) -> None:
-    own = ex.log.pop("own_summarizer", None)
+    """Release what the exchange opened (a per-request summariser)."""
+    own, ex.own_summarizer = ex.own_summarizer, None
     if own is not None:
         await own.aclose()
 
@@ -289,7 +294,7 @@ def log_done(ex: Exchange, started: float, status: int, **extra: Any) -> None:
                       summarizer_calls=fit.summarizer_usage.calls)
     if ex.failed:
         fields["fit_failed"] = ex.failed
-    fields.update({k: v for k, v in ex.log.items() if k != "own_summarizer"})
+    fields.update(ex.log)
     log_event("responses", **fields, **extra)
 
 
