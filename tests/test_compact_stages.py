@@ -10,27 +10,16 @@ import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.compaction import CompactionContext, CompactionResult, RollingSummary, Truncate
-from ctxstack.compaction._facts import (
-    extract_facts,
-    select_facts,
-)
-from ctxstack.compaction._mask import (
-    MASKED_KEY,
-    plan_mask,
-)
-from ctxstack.compaction._stages import (
-    RECALL_NOTE,
-    compact_staged,
-)
+from ctxstack.compaction._facts import extract_facts, select_facts
+from ctxstack.compaction._mask import MASKED_KEY, plan_mask
+from ctxstack.compaction._stages import RECALL_NOTE, compact_staged
 from ctxstack.errors import ConfigError, InputError
 from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import effective_budget
+from tests.service_support import clean_env
 
 SYS = ChatMessage.system("You are a research agent.")
 QUERY = ChatMessage.user("Compare the hotels.", pinned=True, metadata={"kind": "query"})
@@ -213,7 +202,6 @@ async def test_history_archive_search_ranks_and_reads_back_cjk_included() -> Non
 
 
 # ---------------------------------------------------------------------- facts
-@pytest.mark.usefixtures("fact_path")
 def test_facts_are_chosen_by_what_they_are_not_by_where_they_are() -> None:
     """The issue's case: a user states four values once, then 20 turns of filler."""
     msgs = [ChatMessage.user("Order ORD-99812-XK, weight 3.14159 kg, file /srv/data/in.csv, "
@@ -244,24 +232,21 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
     """Each 100,000-character adversarial string goes through the whole extractor in a
     subprocess bounded by a generous wall clock (a quadratic regex takes minutes)."""
     code = textwrap.dedent(f"""
-        from ctxstack.compaction import _facts as facts
         from ctxstack.compaction._facts import extract_candidates
-        for native in dict.fromkeys([facts._NATIVE, None]):  # the C scanner, then pure
-            facts._NATIVE = native
-            for unit in {ADVERSARIAL!r}:
-                text = (unit * (100_000 // len(unit) + 1))[:100_000]
-                assert len(text) == 100_000
-                extract_candidates(text)
-                extract_candidates(text + ".py")
-            for head, char, tail in {LONG_RUNS!r}:
-                text = head + char * (100_000 - len(head) - len(tail)) + tail
-                extract_candidates(text)
+        for unit in {ADVERSARIAL!r}:
+            text = (unit * (100_000 // len(unit) + 1))[:100_000]
+            assert len(text) == 100_000
+            extract_candidates(text)
+            extract_candidates(text + ".py")
+        for head, char, tail in {LONG_RUNS!r}:
+            text = head + char * (100_000 - len(head) - len(tail)) + tail
+            extract_candidates(text)
     """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    # this checkout's sources, not whichever copy the interpreter has installed
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
+                   env=clean_env())
 
 
-
-@pytest.mark.usefixtures("fact_path")
 def test_a_lone_surrogate_in_a_quoted_phrase_does_not_break_extraction() -> None:
     """Text decoded leniently upstream can carry lone surrogates; the extractor encodes with
     ``surrogatepass`` and must decode what it found the same way (it used to raise)."""
