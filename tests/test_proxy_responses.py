@@ -257,7 +257,9 @@ def test_a_request_the_proxy_cannot_fit_goes_out_as_sent(
 
 def test_stats_count_usage_and_cache_reads_per_wire_and_model(
         client: openai.OpenAI, stub: StubServer, proxy: ProxyProcess) -> None:
-    before = _stats(proxy)["by_wire"].get("responses", {}).get(MODEL, {})
+    stats = _stats(proxy)
+    before = stats["by_wire"].get("responses", {}).get(MODEL, {})
+    cached = stats["cache_tokens"].get("responses", {}).get(MODEL, {})
     stub.push(StubReply.text("a", cached_tokens=11), StubReply.text("b", cached_tokens=5))
     client.responses.create(model=MODEL, input="one")
     with client.responses.connect() as conn:
@@ -265,8 +267,10 @@ def test_stats_count_usage_and_cache_reads_per_wire_and_model(
         for event in conn:
             if event.type == "response.completed":
                 break
-    after = _stats(proxy)["by_wire"]["responses"][MODEL]
-    assert after["cache_read_tokens"] - before.get("cache_read_tokens", 0) == 16
+    stats = _stats(proxy)
+    after = stats["by_wire"]["responses"][MODEL]
+    cache = stats["cache_tokens"]["responses"][MODEL]
+    assert cache["cache_read_tokens"] - cached.get("cache_read_tokens", 0) == 16
     assert after["requests"] - before.get("requests", 0) == 2
     assert after["output_tokens"] > before.get("output_tokens", 0)
 

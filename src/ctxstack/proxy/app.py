@@ -28,6 +28,7 @@ from starlette.routing import WebSocketRoute
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
@@ -73,11 +74,13 @@ class ProxyState:
                              summary_timeout=settings.summary_timeout)
         self.chains = ChainStore(factory, ttl_seconds=settings.checkpoint_ttl)
         """The Responses conversations behind ``previous_response_id``."""
+        self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
         await self.budgets.aclose()
         await self.upstream.aclose()
+        await self.anthropic.aclose()
         await self.summarizers.aclose()
 
 
@@ -133,6 +136,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
 
     async def passthrough(request: Request) -> Response:
         state = st()
+        if "anthropic-version" in request.headers:  # an Anthropic client's other routes
+            return await anthropic_routes.passthrough(state, request)
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
@@ -154,6 +159,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
 
     async def responses(request: Request) -> Response:
         return await responses_http(st(), request)

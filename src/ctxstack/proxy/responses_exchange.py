@@ -17,7 +17,8 @@
    target and retries once; every other upstream error passes through with its status,
    body and headers (``Retry-After``, rate limits).
 5. **Record** — a completed (or incomplete) response is remembered for the requests
-   that continue it, and its ``usage`` counted per wire and model.
+   that continue it, and its ``usage`` counted per wire and model (cached input tokens
+   as the wire's ``cache_read_tokens``).
 
 Any failure of steps 1–2 other than a 400 (a bug, an unexpected shape, a database
 error) forwards the original request unchanged; it is logged and counted
@@ -266,10 +267,11 @@ async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any]) -
         details = usage.get("input_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         for key, value in (("input_tokens", usage.get("input_tokens")),
-                           ("output_tokens", usage.get("output_tokens")),
-                           ("cache_read_tokens", cached)):
+                           ("output_tokens", usage.get("output_tokens"))):
             if isinstance(value, int) and not isinstance(value, bool):
                 counts[key] = value
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+            state.stats.cache_usage(WIRE, ex.request.model, read=cached, write=0)
     if counts:
         state.stats.wire(WIRE, ex.request.model, **counts)
     rid = response.get("id")
