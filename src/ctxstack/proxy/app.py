@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import WebSocketRoute
 
 from ctxstack import LLM
+from ctxstack._http_guard import RequestGuard
 from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
@@ -35,7 +36,16 @@ from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.errors import ProxyError, error_response
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, error_passthrough, read_error, relay, relay_answer
+from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
+    Upstream,
+    error_passthrough,
+    forwarded_body,
+    read_error,
+    relay,
+    relay_answer,
+)
+from ctxstack.proxy.guard import failures_for, refusal, request_policy
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.responses_chains import ChainStore
 from ctxstack.proxy.responses_route import responses_http
@@ -97,6 +107,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         transport: an httpx transport for the upstream (tests; default: the network).
     """
     holder: dict[str, ProxyState] = {}
+    failures = failures_for(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -112,9 +123,14 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         finally:
             await state.aclose()
             await engine.dispose()
+            if failures is not None:
+                await failures.close()
 
     app = FastAPI(title="ctxstack proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    # Every route: host/origin in no-auth mode, body size, failed-token throttle.
+    app.add_middleware(RequestGuard, policy=request_policy(settings, failures),
+                       error=refusal)
 
     def st() -> ProxyState:
         return holder["state"]
@@ -142,10 +158,10 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             path = request.path_params["path"]
+            headers = state.upstream.request_headers(request.headers.items())
             upstream = await state.upstream.open(
-                request.method, path, query=request.url.query,
-                headers=state.upstream.request_headers(request.headers.items()),
-                content=await request.body())
+                request.method, path, query=request.url.query, headers=headers,
+                content=forwarded_body(request, headers))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -231,7 +247,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
             answer = await relay_answer(upstream, extra)
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)
