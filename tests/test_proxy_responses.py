@@ -33,7 +33,7 @@ FILLER = ("We went through the quarterly plan: 3.2% growth, order #A-1042 shippi
 def proxy(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory,
           ) -> Iterator[ProxyProcess]:
     env = {"LLM_API_KEY": "k", "LLM_CONTEXT_SIZE": "5000", "LLM_MAX_OUTPUT_TOKENS": "1000",
-           "CTXSTACK_PROXY_TIMEOUT": "3"}
+           "CTXSTACK_PROXY_TIMEOUT": "3", "CTXSTACK_PROXY_MAX_BODY_BYTES": "200000"}
     with running_proxy(tmp_path_factory.mktemp("responses"), stub_server.base_url, env) as p:
         yield p
 
@@ -408,3 +408,21 @@ def test_a_codex_shaped_request_over_budget_is_fitted_validly(
     for i, item in enumerate(forwarded):
         if side(item) == "assistant":  # the model's turns: the client's own, whole
             assert json.dumps(item) in own, i
+
+
+def test_websocket_handshakes_from_another_origin_are_refused_and_frames_bounded(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    from websockets.exceptions import InvalidStatus
+
+    url = proxy.base_url.replace("http://", "ws://") + "/responses"
+    calls = stub.state.calls
+    # No tokens on loopback: a page of another site must not drive the proxy.
+    with pytest.raises(InvalidStatus) as refused:
+        ws_connect(url, origin="https://evil.example")  # type: ignore[arg-type]
+    assert refused.value.response.status_code == 403
+    with ws_connect(url, origin="http://localhost:3000") as ws:  # type: ignore[arg-type]
+        ws.send(json.dumps({"type": "response.create", "model": MODEL,
+                            "input": "x" * 300_000}))
+        too_large = json.loads(ws.recv(timeout=10))
+        assert too_large["status"] == 413
+    assert stub.state.calls == calls

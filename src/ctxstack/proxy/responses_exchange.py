@@ -45,7 +45,12 @@ from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.errors import ProxyError, upstream_failed, upstream_timeout
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, read_error, upstream_timeout_seconds
+from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
+    Upstream,
+    read_error,
+    upstream_timeout_seconds,
+)
 from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.responses_chains import ChainStore, owner_key
 from ctxstack.proxy.responses_request import ResponsesRequest, validate_pairs
@@ -243,7 +248,7 @@ async def open_upstream(state: ProxyParts, ex: Exchange, headers: list[tuple[str
                                              content=ex.body(stream=stream))
         if upstream.status_code < 400:
             return upstream, None, None
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if retried or ex.full is None or not is_context_overflow(upstream.status_code, data):
             return upstream, raw, data

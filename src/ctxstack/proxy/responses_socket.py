@@ -14,7 +14,9 @@ Errors are one frame ``{"type": "error", "status": N, "error": {…}, "headers":
 a frame that is not a ``response.create`` or a request that is invalid (400, before any
 upstream call), an upstream error (its status, its body's ``error`` object, its
 headers), an upstream that fails mid-stream (502/504). The socket stays open after an
-error. A missing proxy token closes the socket after an error frame (401).
+error. A missing proxy token closes the socket after an error frame (401); a frame
+larger than the proxy's body limit is a 413 error frame. Without tokens, a handshake to a
+host that is not loopback (or allowed), or from another origin, is refused (403).
 
 ``generate: false`` (Codex's pre-warm: "remember this input, generate nothing") is
 answered by the proxy itself when it knows the chain: a ``response.created`` and a
@@ -34,6 +36,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from ctxstack._net import host_name, is_local_host, origin_host
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.forwarding import response_headers
 from ctxstack.proxy.responses_exchange import (
@@ -71,8 +74,31 @@ def _proxy_error(exc: ProxyError) -> str:
                                     "message": exc.message, "param": exc.param})
 
 
+def handshake_refusal(state: ProxyParts, ws: WebSocket) -> str | None:
+    """Why a handshake is refused, if it is: without tokens (``auth`` none) the proxy
+    answers only sockets addressed to a loopback (or allowed) host and opened from no
+    origin or a local one — a WebSocket is not subject to CORS, so a page of another
+    site could otherwise spend the upstream key through a proxy on the user's machine
+    (what the request guard refuses for HTTP, :mod:`ctxstack.proxy.guard`)."""
+    settings = state.settings
+    if settings.auth != "none":
+        return None
+    allowed = settings.allowed_hosts
+    if not is_local_host(host_name(ws.headers.get("host", "")), allowed):
+        return "not a loopback host"
+    origin = ws.headers.get("origin")
+    if origin is not None and not is_local_host(origin_host(origin) or "", allowed):
+        return "another origin"
+    return None
+
+
 async def responses_socket(state: ProxyParts, ws: WebSocket) -> None:
     """Serve one WebSocket connection until the client closes it."""
+    refused = handshake_refusal(state, ws)
+    if refused is not None:
+        log.warning("proxy: responses WebSocket refused (%s)", refused)
+        await ws.close(code=1008)  # before accepting: the handshake is answered 403
+        return
     await ws.accept()
     try:
         salt = await state.auth.caller(ws.headers)
@@ -107,6 +133,13 @@ async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
                client: Mapping[str, str], upstream_headers: list[tuple[str, str]]) -> None:
     started = time.perf_counter()
     state.stats.bump("requests")
+    limit = state.settings.max_body_bytes
+    if len(text) > limit and len(text.encode("utf-8")) > limit:
+        state.stats.bump("bad_requests")
+        await ws.send_text(error_frame(413, {
+            "type": "invalid_request_error", "code": "request_too_large", "param": None,
+            "message": f"the frame is larger than the proxy accepts ({limit} bytes)"}))
+        return
     try:
         frame = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
