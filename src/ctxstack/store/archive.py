@@ -12,7 +12,7 @@ fused with character n-gram BM25 by reciprocal rank), run over candidates the da
 picks with its own full-text machinery, each half by its own rank:
 
 * **words** — SQLite FTS5 with the ``porter unicode61`` tokenizer ranked by ``bm25()``,
-  PostgreSQL ``to_tsvector('english', …)`` ranked by ``ts_rank`` (migration 0009); the
+  PostgreSQL ``to_tsvector('english', …)`` ranked by ``ts_rank`` (migration 0010); the
   query's stop words are left out;
 * **characters** — SQLite FTS5 with the ``trigram`` tokenizer, PostgreSQL ``pg_trgm``-
   indexed ``ILIKE`` and ``simple`` full-text search (migration 0004), for Chinese,
@@ -59,7 +59,7 @@ _WORD_FTS = {"messages": "messages_fts_words", "archived_messages": "archived_me
 
 def is_search_object(name: str | None) -> bool:
     """Whether a database object is one of the search tables or indexes of migrations 0004
-    and 0009 (outside the SQLAlchemy models; schema comparisons skip them)."""
+    and 0010 (outside the SQLAlchemy models; schema comparisons skip them)."""
     return bool(name) and bool(_SEARCH_OBJECTS.search(name or ""))
 
 

@@ -12,8 +12,8 @@ each half's candidates by its own rank:
 * PostgreSQL: GIN indexes on ``to_tsvector('english', content)`` (stemmed, stop words
   removed), ranked by ``ts_rank``.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-02
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
