@@ -24,6 +24,14 @@ Completions side, prefix-reusing summaries),
 :mod:`~ctxstack.proxy.auth` (tokens), :mod:`~ctxstack.proxy.stats` (headers, totals,
 logs), :mod:`~ctxstack.proxy.errors` (OpenAI-shaped errors), :mod:`~ctxstack.proxy.app`.
 
+The OpenAI Responses wire (``POST /v1/responses`` and its WebSocket mode) reuses that
+fitting through its own small modules: :mod:`~ctxstack.proxy.responses_request`
+(validation), :mod:`~ctxstack.proxy.responses_view` (items → units → items),
+:mod:`~ctxstack.proxy.responses_chains` (``previous_response_id``),
+:mod:`~ctxstack.proxy.responses_exchange` (expand, fit, forward, record),
+:mod:`~ctxstack.proxy.responses_route` (HTTP), :mod:`~ctxstack.proxy.responses_socket`
+(WebSocket).
+
 This is a side layer: it imports the core, :mod:`ctxstack.store` and
 :mod:`ctxstack.llm.openai`; nothing in the core imports it.
 """

@@ -20,8 +20,14 @@
   naming exactly that model (other models: tiktoken by name, else the heuristic);
 * ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, sessions, model configs, tokens
   (SQLite);
-* ``CTXSTACK_REDIS_URL`` — when set, the lease that lets one worker at a time recompute a
-  session's view is held in Redis instead of the session's database row.
+* ``CTXSTACK_PROXY_ALLOWED_HOSTS`` — comma-separated host names accepted in ``Host`` and
+  ``Origin`` besides loopback ones when no tokens are required (none);
+* ``CTXSTACK_PROXY_MAX_BODY_BYTES`` — the largest request body, else 413 (64 MiB);
+* ``CTXSTACK_PROXY_AUTH_FAILURES`` / ``_AUTH_WINDOW`` — failed authentications an address
+  may make per window of that many seconds before it is answered 429 (20 per 60 s),
+  counted in ``CTXSTACK_PROXY_REDIS_URL`` when set (every worker together), else per
+  worker. ``CTXSTACK_PROXY_REDIS_URL`` also holds the lease that lets one worker at a time
+  recompute a session's view (else the session's database row holds it).
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
 ``LLM_MAX_OUTPUT_TOKENS``, then the defaults (:mod:`ctxstack.proxy.budgets`).
@@ -29,13 +35,14 @@ Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZ
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
 from ctxstack.errors import ConfigError
 
 AuthMode = Literal["none", "token"]
@@ -43,26 +50,12 @@ DEFAULT_PORT = 8787
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_SUMMARY_TIMEOUT = 60.0
 DEFAULT_MAX_CHECKPOINTS = 10_000
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
 DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 
 
-def is_loopback(host: str) -> bool:
-    """True only for addresses no other machine can reach.
-
-    Parsed with :mod:`ipaddress` (``127.0.0.0/8``, ``::1``, ``[::1]``); a hostname is not
-    loopback — it may resolve anywhere — except the literal ``localhost``. ``0.0.0.0``
-    (every interface) is not loopback.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        return ipaddress.ip_address(text).is_loopback
-    except ValueError:
-        return False
+_INTEGERS = frozenset({"max_checkpoints", "max_body_bytes", "auth_failure_limit"})
 
 
 class ProxySettings(BaseModel):
@@ -85,7 +78,6 @@ class ProxySettings(BaseModel):
     summarizer_model: str | None = None
     database_url: str | None = None
     database_schema: str | None = None
-    redis_url: str | None = None
     max_checkpoints: int = Field(default=DEFAULT_MAX_CHECKPOINTS, ge=1)
     checkpoint_ttl: float = Field(default=DEFAULT_CHECKPOINT_TTL, gt=0)
     stats_flush_interval: float = Field(default=1.0, gt=0)
@@ -97,6 +89,12 @@ class ProxySettings(BaseModel):
     """A ``tokenizer.json`` (``LLM_TOKENIZER``) for requests naming ``tokenizer_model``."""
     budget_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """The budget variables (``LLM_CONTEXT_SIZE``, …) as read at start."""
+    allowed_hosts: frozenset[str] = frozenset()
+    """Host names accepted besides loopback ones in no-auth mode (DNS rebinding guard)."""
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    auth_failure_limit: int = Field(default=20, gt=0)
+    auth_failure_window: float = Field(default=60.0, gt=0)
+    redis_url: str | None = Field(default=None, repr=False)
 
     @field_validator("upstream", "summarizer_base_url", "anthropic_upstream")
     @classmethod
@@ -149,7 +147,8 @@ class ProxySettings(BaseModel):
             "tokenizer_path": _get(env, "LLM_TOKENIZER"),
             "database_url": _get(env, "CTXSTACK_DATABASE_URL"),
             "database_schema": _get(env, "CTXSTACK_DATABASE_SCHEMA"),
-            "redis_url": _get(env, "CTXSTACK_REDIS_URL"),
+            "allowed_hosts": parse_hosts(_get(env, "CTXSTACK_PROXY_ALLOWED_HOSTS")),
+            "redis_url": _get(env, "CTXSTACK_PROXY_REDIS_URL"),
             "budget_env": {k: v for k, v in env.items() if k in (
                 "LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS", "FAST_LLM_CONTEXT_SIZE",
                 "FAST_LLM_MAX_OUTPUT_TOKENS")},
@@ -158,11 +157,14 @@ class ProxySettings(BaseModel):
                            ("summary_timeout", "FAST_LLM_TIMEOUT"),
                            ("max_checkpoints", "CTXSTACK_PROXY_CHECKPOINTS"),
                            ("checkpoint_ttl", "CTXSTACK_PROXY_CHECKPOINT_TTL"),
-                           ("stats_flush_interval", "CTXSTACK_PROXY_STATS_FLUSH")):
+                           ("stats_flush_interval", "CTXSTACK_PROXY_STATS_FLUSH"),
+                           ("max_body_bytes", "CTXSTACK_PROXY_MAX_BODY_BYTES"),
+                           ("auth_failure_limit", "CTXSTACK_PROXY_AUTH_FAILURES"),
+                           ("auth_failure_window", "CTXSTACK_PROXY_AUTH_WINDOW")):
             raw = _get(env, var)
             if raw is not None:
                 try:
-                    values[field] = float(raw) if field != "max_checkpoints" else int(raw)
+                    values[field] = int(raw) if field in _INTEGERS else float(raw)
                 except ValueError:
                     raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
         try:

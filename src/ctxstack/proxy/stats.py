@@ -164,6 +164,10 @@ class ProxyStats(BaseModel):
     by_model: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
     """Per wire (``chat``, …) and model: usage, prompt-cache reads and writes, recall
     rounds, as the upstream reported them (the cache figures are ``cache_tokens``'s)."""
+    by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire (``responses``, …) and requested model: ``requests``, ``forwarded``, and
+    the ``input_tokens`` / ``output_tokens`` the upstream reported in ``usage`` (its cache
+    tokens are in :attr:`cache_tokens`). WebSocket traffic counts with its wire."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -193,6 +197,12 @@ class ProxyStats(BaseModel):
                 per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
+            elif group == "by_wire" and name:
+                wire, _, rest = name.partition(".")
+                model, _, metric = rest.rpartition(".")
+                if wire and model and metric:
+                    per = stats.by_wire.setdefault(wire, {}).setdefault(model, {})
+                    per[metric] = per.get(metric, 0) + value
         return stats
 
 
@@ -244,6 +254,11 @@ class StatsRecorder:
         """What the upstream reported for one client request (summed over its calls)."""
         self._add(usage_keys(wire, model, usage, rounds))
         self._add(_cache_keys(wire, model, usage.cache_read_tokens, usage.cache_write_tokens))
+
+    def wire(self, wire: str, model: str, **counts: int) -> None:
+        """Add ``counts`` (``requests=1``, ``input_tokens=N``, …) to ``wire`` and
+        ``model`` (the name cut to 48 characters: the stored key is bounded)."""
+        self._add({f"by_wire.{wire}.{model[:48]}.{metric}": by for metric, by in counts.items()})
 
     def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
         """Prompt-cache tokens the upstream reported for one answer (``wire``:

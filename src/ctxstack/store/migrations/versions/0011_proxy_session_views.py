@@ -7,8 +7,8 @@
 * ``proxy_archive`` — what was compacted away from a session's view, for
   ``ctxstack_recall`` (:mod:`ctxstack.store.proxy_sessions`).
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-02
 """
 
@@ -21,8 +21,8 @@ from alembic import op
 
 from ctxstack.store.models import BigIntId, UTCDateTime
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0011"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
