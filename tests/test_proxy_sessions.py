@@ -279,7 +279,7 @@ async def _app_client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.A
     app = create_app(settings)
     await stack.enter_async_context(app.router.lifespan_context(app))
     return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=60))
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60))
 
 
 @pytest.fixture
