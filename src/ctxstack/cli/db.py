@@ -7,7 +7,6 @@ import asyncio
 import click
 
 from ctxstack.cli.app import main, needs_extra
-from ctxstack.store.errors import StorageError
 
 ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 
@@ -42,6 +41,7 @@ def _where(url: str | None) -> str:
 def upgrade_command(url: str | None, schema: str | None, revision: str) -> None:
     """Create or migrate the schema to the newest (or the given) revision."""
     with needs_extra("server", "db upgrade"):
+        from ctxstack.store.errors import StorageError
         from ctxstack.store.migrate import head_revision, upgrade
     try:
         where = _where(url)
@@ -57,6 +57,7 @@ def upgrade_command(url: str | None, schema: str | None, revision: str) -> None:
 def current_command(url: str | None, schema: str | None) -> None:
     """Show the schema revision the database is at."""
     with needs_extra("server", "db current"):
+        from ctxstack.store.errors import StorageError
         from ctxstack.store.migrate import current_revision, head_revision
     try:
         where = _where(url)
