@@ -28,11 +28,10 @@ Figures (issue 14):
     defaults are the library's.
 (vi) **fact extraction throughput** (UTF-8 MB/s) and **event-loop lag p99** while
     DbMemory loads and compacts a 2,000-message conversation (first turn, no checkpoint).
-    Throughput is measured on the generator's conversations (which are two-thirds JSON
-    tool output by size) and, separately, on the tool outputs alone — the densest text in
-    candidates — each with the C scanner ``ctxstack._factscan`` against the extractor's
-    pure-Python path (the previous extractor) on the same texts, in the same run and
-    interleaved; both give the same candidates, which the run checks.
+    Throughput (first-time extraction, no warm verdict cache) is measured on the
+    generator's conversations (which are two-thirds JSON tool output by size) and,
+    separately, on the tool outputs alone — the densest text in candidates. The extractor
+    is pure Python (the standard library's regex engine does the scanning).
 
 Run alone: ``python -m benchmarks.bench_recall [--quick]``.
 """
@@ -61,16 +60,9 @@ from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.compaction import _facts as facts_module
 from ctxstack.compaction import smart_truncate
-from ctxstack.compaction._facts import (
-    extract_candidates,
-    message_fact_text,
-)
+from ctxstack.compaction._facts import extract_candidates, message_fact_text
 from ctxstack.compaction._mask import placeholder_text
-from ctxstack.compaction._options import (
-    DEFAULT_MASK_ACCEPT,
-    DEFAULT_MASK_FILL,
-    DEFAULT_TARGET_FILL,
-)
+from ctxstack.compaction._options import DEFAULT_MASK_ACCEPT, DEFAULT_MASK_FILL, DEFAULT_TARGET_FILL
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
@@ -298,50 +290,28 @@ def _bounds(run: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _extraction_time(chosen: list[str], native: Any) -> float:
-    """CPU seconds of one first-time extraction (no warm verdict cache) over ``chosen``
-    on the given path (``native`` None: the pure-Python path)."""
-    saved, facts_module._NATIVE = facts_module._NATIVE, native
-    try:
-        facts_module.clear_caches()
-        start = time.process_time()
-        for text in chosen:
-            extract_candidates(text)
-        return time.process_time() - start
-    finally:
-        facts_module._NATIVE = saved
+def _extraction_time(chosen: list[str]) -> float:
+    """CPU seconds of one first-time extraction (no warm verdict cache) over ``chosen``."""
+    facts_module.clear_caches()
+    start = time.process_time()
+    for text in chosen:
+        extract_candidates(text)
+    return time.process_time() - start
 
 
-def _extracted(chosen: list[str], native: Any) -> list[Any]:
-    """What one extraction over ``chosen`` finds on the given path (not timed)."""
-    saved, facts_module._NATIVE = facts_module._NATIVE, native
-    try:
-        facts_module.clear_caches()
-        return [extract_candidates(text) for text in chosen]
-    finally:
-        facts_module._NATIVE = saved
-
-
-def _throughput() -> tuple[float, float, float, float]:
-    """MB/s of the extractor (the C scanner when built) and of its pure-Python path (the
-    previous extractor), best of 15 interleaved passes (a shared host's noise is mostly
-    slow passes; the best is the stable figure), first on the fidelity generator's
+def _throughput() -> tuple[float, float]:
+    """MB/s of the extractor, best of 15 passes (a shared host's noise is mostly slow
+    passes; the best is the stable figure), first on the fidelity generator's
     conversations (all roles, five languages), then on their tool outputs alone (JSON
     records: a candidate every ~50 bytes, the densest text it meets)."""
     texts = [(m.role, message_fact_text(m)) for lang in LANGUAGES
              for m in generate(3, lang, target_tokens=40_000, n_facts=20).messages]
-    native = facts_module._NATIVE
     figures = []
     for chosen in ([t for _, t in texts], [t for role, t in texts if role == "tool"]):
         size = sum(len(t.encode()) for t in chosen)
-        if _extracted(chosen, native) != _extracted(chosen, None):
-            raise AssertionError("the C scanner and the pure-Python path disagree")
-        best = pure = float("inf")
-        for _ in range(15):
-            best = min(best, _extraction_time(chosen, native))
-            pure = min(pure, _extraction_time(chosen, None))
-        figures += [size / best / 1e6, size / pure / 1e6]
-    return figures[0], figures[1], figures[2], figures[3]
+        best = min(_extraction_time(chosen) for _ in range(15))
+        figures.append(size / best / 1e6)
+    return figures[0], figures[1]
 
 
 async def _loop_lag(messages: int) -> tuple[float, float]:
@@ -435,8 +405,7 @@ async def measure(quick: bool) -> list[BenchRow]:
     runs[DEFAULT_GUARD_BUDGET] = await _agent_run(iterations, DEFAULT_GUARD_BUDGET)
     for run_ in runs.values():
         run_.update(_bounds(run_))
-    mbps, old_mbps, json_mbps, json_old = _throughput()
-    scanner = "C scanner" if facts_module.NATIVE_SCAN else "C scanner NOT BUILT (pure path)"
+    mbps, json_mbps = _throughput()
     _CACHE.update(sweep=sweep, stages=stages, runs=runs)
     rows = [
         BenchRow("recall at 4K, seen set (context or search k=5)", seen, "share",
@@ -489,13 +458,10 @@ async def measure(quick: bool) -> list[BenchRow]:
                  "share"),
         BenchRow("8K bound keeping only the newest group whole, bare placeholders",
                  chosen["bound_bare_keep1"], "share"),
-        BenchRow(f"fact extraction throughput, UTF-8, {scanner} (baseline: the previous "
-                 "extractor, the pure-Python path, same run)",
-                 mbps, "MB/s", baseline=old_mbps, ratio=mbps / old_mbps, target=">= 50",
-                 met=mbps >= 50),
-        BenchRow(f"fact extraction throughput, tool-output JSON only (densest in candidates), "
-                 f"{scanner}", json_mbps, "MB/s", baseline=json_old, ratio=json_mbps / json_old,
-                 target=">= 50", met=json_mbps >= 50),
+        BenchRow("fact extraction throughput, UTF-8 (pure Python)", mbps, "MB/s",
+                 target=">= 50", met=mbps >= 50),
+        BenchRow("fact extraction throughput, tool-output JSON only (densest in candidates), "
+                 "pure Python", json_mbps, "MB/s", target=">= 50", met=json_mbps >= 50),
         BenchRow("event-loop lag p99, first load of 2,000 messages (baseline: idle loop)",
                  lag, "ms", baseline=idle_lag, target="<= 20", met=lag <= 20),
     ]

@@ -4,6 +4,7 @@ against the real stub server (``--stub``)."""
 
 from __future__ import annotations
 
+import io
 import re
 
 from click.testing import CliRunner
@@ -11,10 +12,7 @@ from click.testing import CliRunner
 import ctxstack.cli.chat  # noqa: F401  (registers the command)
 from ctxstack.cli import main
 from ctxstack.cli.commands import Parsed, context_parts, meter_line, parse_line
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 
 
 def test_parse_line_tells_commands_from_questions() -> None:
@@ -124,3 +122,54 @@ def test_demo_counts_with_the_named_models_tokenizer_and_fits_by_it() -> None:
     assert report.counter == "tiktoken:o200k_base"
     guard = report.outcomes[0]
     assert guard.tokens == counter.count_messages(report.final_context) <= 3_000
+
+
+async def test_the_session_keeps_its_summary_between_overflows() -> None:
+    """Issue 31: with a small budget every turn after the first overflow used to send a
+    summariser request starting again from the first question, growing each turn. The
+    session now checkpoints the rolling summary: later summariser requests start from it,
+    and the summariser runs far less often than once per turn."""
+    from rich.console import Console
+
+    from ctxstack.agent import ReActAgent
+    from ctxstack.agent._demo_tools import demo_tools
+    from ctxstack.cli.chat import LastContext, SessionMemory, _turn
+    from ctxstack.guard import ContextGuard
+    from ctxstack.testing import ScriptedLLM
+
+    summariser_requests: list[str] = []
+
+    def handler(messages: list[ChatMessage], tools: object) -> str:
+        if tools is None and any("summary" in (m.text or "").lower() for m in messages
+                                 if m.role == "system"):
+            summariser_requests.append("\n".join(m.text or "" for m in messages))
+            return "Earlier the user asked numbered questions; each got a long answer."
+        return "A long answer. " * 40
+
+    llm = ScriptedLLM(handler=handler)
+    seen = LastContext()
+    guard = ContextGuard(compact_llm=llm, on_check=seen)
+    memory = SessionMemory()
+    agent = ReActAgent(llm, demo_tools(), guard, memory=memory, budget=1_200)
+    console = Console(file=io.StringIO())
+    for i in range(1, 13):
+        assert await _turn(agent, console, f"Question number {i}: tell me more.", False,
+                           memory, seen)
+    assert summariser_requests, "the budget was meant to overflow"
+    assert len(summariser_requests) <= 6  # not one per turn
+    # after the first summary, no summariser request restarts from the first question
+    assert all("Question number 1:" not in r for r in summariser_requests[1:])
+    history = await memory.get_messages()
+    assert history[0].kind == "summary"
+    assert seen.messages is not None
+    assert any(m.role == "system" and m.kind != "summary" for m in seen.messages)
+    assert seen.messages[-1].text.startswith("Question number 12")  # the agent's own context
+
+
+def test_chat_without_an_endpoint_uses_the_demo_model_and_says_so(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for name in ("LLM_BASE_URL", "FAST_LLM_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(main, ["chat", "--no-synthesis", "--once", "What is 6*7?"])
+    assert result.exit_code == 0, result.output
+    assert "LLM_BASE_URL is not set: using the offline demo model" in result.output
+    assert "42" in result.output

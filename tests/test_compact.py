@@ -23,18 +23,8 @@ from ctxstack.compaction._llm_compact import MAX_FACTS_SHARE
 from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, HeuristicCounter
 from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 
@@ -451,7 +441,6 @@ async def test_finalize_summary_hook_gets_previous_and_new(monkeypatch: pytest.M
     assert res.summary.text.startswith(f"{SUMMARY_PREFIX}\nMERGED new")
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_facts_missing_from_the_summary_are_reattached() -> None:
     msgs = [
         SYS,
@@ -473,7 +462,6 @@ async def test_facts_missing_from_the_summary_are_reattached() -> None:
     assert len(lines) == len(set(lines)), "facts are deduplicated"
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_facts_list_is_bounded_and_prefers_user_facts() -> None:
     noisy = " ".join(f"ID-{i:05d}" for i in range(3000))
     msgs = [SYS, user("Please keep account ACC-777 in mind"), *group("c", noisy),
@@ -688,7 +676,6 @@ def test_compaction_result_is_frozen() -> None:
         res.method = "llm"  # type: ignore[misc]
 
 
-@pytest.mark.usefixtures("fact_path")
 def test_fact_extraction_covers_the_documented_kinds() -> None:
     text = (
         "Order ORD-12345 (#4521) costs $1,234.56, 15% off, 1500円; ships 2024-03-15, 10:30 "
@@ -708,7 +695,6 @@ def test_fact_extraction_covers_the_documented_kinds() -> None:
         assert noise not in facts, noise
 
 
-@pytest.mark.usefixtures("fact_path")
 async def test_user_facts_survive_rolling_compactions_despite_bulky_tool_output() -> None:
     """Early user constraints must outlive the second and third rolling summary, even when
     every later turn brings a JSON tool result full of numbers and the summariser keeps

@@ -9,26 +9,17 @@ import textwrap
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
-from ctxstack.compaction._facts import (
-    extract_facts,
-    select_facts,
-)
-from ctxstack.compaction._mask import (
-    MASKED_KEY,
-    plan_mask,
-)
-from ctxstack.compaction._stages import (
-    RECALL_NOTE,
-    compact_staged,
-)
+from ctxstack.compaction import CompactionContext, CompactionResult, RollingSummary, Truncate
+from ctxstack.compaction._facts import extract_facts, select_facts
+from ctxstack.compaction._mask import MASKED_KEY, plan_mask
+from ctxstack.compaction._stages import RECALL_NOTE, compact_staged
 from ctxstack.errors import ConfigError, InputError
 from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
+from ctxstack.tokens._counter import effective_budget
+from tests.service_support import clean_env
 
 SYS = ChatMessage.system("You are a research agent.")
 QUERY = ChatMessage.user("Compare the hotels.", pinned=True, metadata={"kind": "query"})
@@ -211,7 +202,6 @@ async def test_history_archive_search_ranks_and_reads_back_cjk_included() -> Non
 
 
 # ---------------------------------------------------------------------- facts
-@pytest.mark.usefixtures("fact_path")
 def test_facts_are_chosen_by_what_they_are_not_by_where_they_are() -> None:
     """The issue's case: a user states four values once, then 20 turns of filler."""
     msgs = [ChatMessage.user("Order ORD-99812-XK, weight 3.14159 kg, file /srv/data/in.csv, "
@@ -242,27 +232,110 @@ def test_every_fact_regex_is_linear_on_adversarial_input() -> None:
     """Each 100,000-character adversarial string goes through the whole extractor in a
     subprocess bounded by a generous wall clock (a quadratic regex takes minutes)."""
     code = textwrap.dedent(f"""
-        from ctxstack.compaction import facts
         from ctxstack.compaction._facts import extract_candidates
-        for native in dict.fromkeys([facts._NATIVE, None]):  # the C scanner, then pure
-            facts._NATIVE = native
-            for unit in {ADVERSARIAL!r}:
-                text = (unit * (100_000 // len(unit) + 1))[:100_000]
-                assert len(text) == 100_000
-                extract_candidates(text)
-                extract_candidates(text + ".py")
-            for head, char, tail in {LONG_RUNS!r}:
-                text = head + char * (100_000 - len(head) - len(tail)) + tail
-                extract_candidates(text)
+        for unit in {ADVERSARIAL!r}:
+            text = (unit * (100_000 // len(unit) + 1))[:100_000]
+            assert len(text) == 100_000
+            extract_candidates(text)
+            extract_candidates(text + ".py")
+        for head, char, tail in {LONG_RUNS!r}:
+            text = head + char * (100_000 - len(head) - len(tail)) + tail
+            extract_candidates(text)
     """)
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    # this checkout's sources, not whichever copy the interpreter has installed
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60,
+                   env=clean_env())
 
 
-
-@pytest.mark.usefixtures("fact_path")
 def test_a_lone_surrogate_in_a_quoted_phrase_does_not_break_extraction() -> None:
     """Text decoded leniently upstream can carry lone surrogates; the extractor encodes with
     ``surrogatepass`` and must decode what it found the same way (it used to raise)."""
     found = extract_facts('keep "room \ud800 with a view" and ORD-12-X')
     assert '"room \ud800 with a view"' in found
     assert "ORD-12-X" in found
+
+
+# ------------------------------------------------------------ strategies as a pipeline
+
+
+class _Halve:
+    """A test strategy: drops every other tool *output text* (a partial step: never fits
+    by itself on a long run), recording what it was handed."""
+
+    name = "halve"
+    method = "mask"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def compact(self, messages: list[ChatMessage], ctx: CompactionContext
+                      ) -> CompactionResult | None:
+        self.seen.append(len(messages))
+        out = [m.model_copy(update={"content": "[halved]"}) if m.role == "tool" and i % 4 == 1
+               else m for i, m in enumerate(messages)]
+        return ctx.result(messages, out, "mask", masked=sum(m is not o for m, o in
+                                                             zip(out, messages, strict=True)))
+
+
+async def test_a_strategy_list_without_mask_summarises_at_once() -> None:
+    msgs = tool_run(10)
+    llm = ScriptedLLM(handler=lambda m, t: "Pages read; HOTEL-0003 is the cheapest.")
+    opts = CompactionOptions(strategies=[RollingSummary(), Truncate()])
+    res = await compact_staged(msgs, llm, 4_000, opts, counter=HEURISTIC)
+    assert res.method == "llm"
+    assert res.masked == 0
+    assert not any(m.metadata.get(MASKED_KEY) for m in res.messages)
+
+
+async def test_partial_progress_is_handed_to_the_next_strategy_and_totals_add_up() -> None:
+    msgs = tool_run(12)
+    halve = _Halve()
+    opts = CompactionOptions(strategies=[halve, Truncate()])
+    res = await compact_staged(msgs, None, 1_500, opts, counter=HEURISTIC)
+    assert halve.seen == [len(msgs)]
+    assert res.method == "truncate"
+    assert res.masked > 0
+    assert res.tokens_after <= 1_500
+    assert valid_pairs(res.messages)
+    # the truncation started from the halved messages, not from the originals
+    assert any(m.text == "[halved]" for m in res.messages)
+    assert res.tokens_before == HEURISTIC.count_messages(msgs)
+    assert res.messages_before == len(msgs)
+
+
+async def test_a_pipeline_that_never_fits_still_ends_within_budget() -> None:
+    msgs = tool_run(12)
+    opts = CompactionOptions(strategies=[_Halve()])  # no truncation listed
+    res = await compact_staged(msgs, None, 2_000, opts, counter=HEURISTIC)
+    assert res.method == "truncate"
+    assert res.tokens_after <= 2_000
+    assert valid_pairs(res.messages)
+
+
+async def test_a_truncation_never_replaces_a_fitting_mask_offered_earlier() -> None:
+    """With a summariser that fails, a mask that fits but leaves the context near the
+    budget (above mask_accept) is used rather than the summariser's truncation."""
+    msgs = tool_run(10)
+
+    def broken(m: list[ChatMessage], t: object) -> str:
+        raise RuntimeError("summariser down")
+
+    llm = ScriptedLLM(handler=broken)
+    # only the 3 oldest outputs may be cleared: the mask fits, but above mask_accept
+    opts = CompactionOptions(mask_fill=0.5, mask_accept=0.5, mask_keep_groups=7)
+    fits = effective_budget(4_000, HEURISTIC)
+    plan = plan_mask(msgs, fits, opts, HEURISTIC)
+    assert fits * 0.5 < plan.tokens_after <= fits  # the scenario
+    res = await compact_staged(msgs, llm, 4_000, opts, counter=HEURISTIC)
+    assert res.method == "mask"
+    assert res.reason
+    assert len(res.messages) == len(msgs)  # nothing dropped
+
+
+def test_strategies_must_be_compactors() -> None:
+    with pytest.raises(ConfigError, match="strategies"):
+        CompactionOptions(strategies=[object()])
+    with pytest.raises(ConfigError, match="strategies"):
+        CompactionOptions(strategies=[])
+    opts = CompactionOptions(strategies=[Truncate()])
+    assert opts.with_(keep_recent=2).strategies == opts.strategies

@@ -116,7 +116,7 @@ def test_every_rule_points_at_code_that_exists(rule: str, where: str) -> None:
 
 
 def test_the_checker_finds_a_missing_name() -> None:
-    assert check_cell("`compact.truncate.smart_truncate`, `no_such_function`") == [
+    assert check_cell("`compaction._truncate.smart_truncate`, `no_such_function`") == [
         "no_such_function"
     ]
     assert check_cell("`guard.ContextGuard._compact`, `_staged`") == []

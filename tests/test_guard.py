@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -11,25 +12,14 @@ import pytest
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
-from ctxstack.compaction._prompts import (
-    HINTS,
-    LANGUAGE_INSTRUCTION,
-    compaction_prompt,
-)
+from ctxstack.compaction._prompts import HINTS, LANGUAGE_INSTRUCTION, compaction_prompt
 from ctxstack.compaction._working_summary import parse_summary
 from ctxstack.errors import ConfigError, LLMError, MessageError
 from ctxstack.guard import CompactionEvent, ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall, from_openai_messages
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    CalibratingCounter,
-)
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, CalibratingCounter
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 BUDGET = 3_000
@@ -39,8 +29,8 @@ masking (which now runs first and would satisfy the budget on its own) is turned
 the staged order is tested in tests/test_compact_stages.py."""
 
 
-def summary_guard(*args: Any, **kwargs: Any) -> ContextGuard:
-    return ContextGuard(*args, options=SUMMARY_ONLY, **kwargs)
+def summary_guard(*args: Any, timeout: float | None = None, **kwargs: Any) -> ContextGuard:
+    return ContextGuard(*args, options=SUMMARY_ONLY.with_(timeout=timeout), **kwargs)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -263,7 +253,8 @@ async def test_each_hint_sends_its_own_prompt_with_the_language_instruction(hint
 
 async def test_a_custom_prompt_replaces_the_hint_prompt() -> None:
     llm = summariser()
-    guard = summary_guard(llm, default_budget=BUDGET, prompt="Summarise for an auditor.")
+    guard = ContextGuard(llm, default_budget=BUDGET,
+                         options=SUMMARY_ONLY.with_(prompt="Summarise for an auditor."))
     await guard.check_and_compact(conversation(12), hint="planner_input")
     sent = "\n".join(m.text for m in llm.calls[0].messages)
     assert compaction_prompt("planner_input", custom="Summarise for an auditor.") in sent
@@ -525,18 +516,36 @@ async def test_bad_budget_and_bad_messages_are_clear_errors() -> None:
     [
         ({"default_budget": 0}, "default_budget"),
         ({"max_message_chars": 10}, "max_message_chars"),
-        ({"keep_recent": -1}, "keep_recent"),
-        ({"timeout": 0}, "timeout"),
         ({"pinned_cap": 0}, "pinned_cap"),
         ({"pinned_cap": 1.5}, "pinned_cap"),
-        ({"target_fill": 0}, "target_fill"),
-        ({"prompt": "  "}, "prompt"),
+        ({"options": {"keep_recent": 2}}, "options"),
+        ({"archive": "not an archive"}, "archive"),
     ],
 )
 def test_bad_settings_are_config_errors_naming_the_setting(
     kwargs: dict[str, object], name: str
 ) -> None:
     with pytest.raises(ConfigError, match=name):
+        ContextGuard(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"keep_recent": -1}, "keep_recent"),
+        ({"timeout": 0}, "timeout"),
+        ({"target_fill": 0}, "target_fill"),
+        ({"prompt": "  "}, "prompt"),
+        ({"strategies": []}, "strategies"),
+        ({"strategies": ["mask"]}, "strategies"),
+    ],
+)
+def test_compaction_settings_live_in_the_options_and_name_the_bad_one(
+    kwargs: dict[str, object], name: str
+) -> None:
+    with pytest.raises(ConfigError, match=name):
+        CompactionOptions(**kwargs)
+    with pytest.raises(TypeError):  # the guard no longer repeats the options' fields
         ContextGuard(**kwargs)  # type: ignore[arg-type]
 
 
@@ -583,3 +592,38 @@ async def test_cuts_are_counted_once_whether_or_not_the_call_compacts() -> None:
     assert compacted.event.cut_messages == 1
     assert guard.totals.cut_messages == 2
     assert guard.totals.checks == 2
+
+
+# ---------------------------------------------------------------------------- plain dicts
+
+
+async def test_openai_dicts_in_dicts_out() -> None:
+    """Most users hold OpenAI-format dicts: the guard takes them and returns dicts — the
+    very list when nothing changed, a fitted list of dicts when it compacted."""
+    guard = ContextGuard(default_budget=BUDGET)
+    small = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert await guard.check_and_compact(small) is small
+    big = [{"role": "system", "content": "Be brief."}]
+    for i in range(60):
+        big += [{"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "search", "arguments": json.dumps({"q": i})}}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "row " * 300}]
+    big.append({"role": "user", "content": "Which page had HOTEL-7?"})
+    original = json.dumps(big)
+    fitted = await guard.check_and_compact(big)
+    assert json.dumps(big) == original  # input untouched
+    assert all(isinstance(m, dict) for m in fitted)
+    assert fitted[0] == big[0]
+    assert fitted[-1] == big[-1]
+    assert guard.counter.count_messages(from_openai_messages(fitted)) <= BUDGET
+
+
+async def test_a_list_mixing_dicts_and_messages_names_the_converter() -> None:
+    guard = ContextGuard(default_budget=BUDGET)
+    with pytest.raises(MessageError, match=r"messages\[1\].*from_openai_messages"):
+        await guard.check_and_compact([{"role": "user", "content": "a"}, ChatMessage.user("b")])
+    with pytest.raises(MessageError, match=r"messages\[1\].*from_openai_messages"):
+        await guard.check_and_compact([ChatMessage.user("a"), {"role": "user", "content": "b"}])
+    with pytest.raises(MessageError, match=r"messages\[0\]"):
+        await guard.check_and_compact([{"content": "no role"}])

@@ -14,21 +14,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from ctxstack.compaction import CompactionOptions
 from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard._rules import cut_message
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    TextPart,
-    ToolCall,
-    repair_tool_turns,
-)
+from ctxstack.messages import ChatMessage, TextPart, ToolCall, repair_tool_turns
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import (
-    HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.tokens import HEURISTIC, HeuristicCounter
 from ctxstack.tokens._counter import effective_budget
 
 SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")
@@ -96,7 +89,8 @@ async def test_200_iterations_with_growing_tool_output_never_exceed_the_budget(
             handler=lambda m, t: "Invoices read so far; running total $12,345.00."
         )
     )
-    guard = ContextGuard(llm, default_budget=budget, max_message_chars=6_000, timeout=1.0)
+    guard = ContextGuard(llm, default_budget=budget, max_message_chars=6_000,
+                         options=CompactionOptions(timeout=1.0))
     msgs: list[ChatMessage] = [SYSTEM, _query()]
     for i in range(200):
         before = list(msgs)

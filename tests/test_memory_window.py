@@ -8,13 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstack.errors import ConfigError
+from ctxstack.errors import ConfigError, MessageError
 from ctxstack.memory import BaseMemory, WindowMemory
 from ctxstack.memory._window import window_indices
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from tests.conversations import assert_opens_with_user, assert_tool_pairing, conversation
 
 SYS = ChatMessage.system("You are helpful.")
@@ -122,9 +119,17 @@ def test_invalid_size_is_rejected(bad: object) -> None:
         WindowMemory(bad)  # type: ignore[arg-type]
 
 
-async def test_only_messages_are_accepted() -> None:
-    with pytest.raises(TypeError, match="ChatMessage"):
-        await WindowMemory(3).add_message({"role": "user", "content": "x"})  # type: ignore[arg-type]
+async def test_openai_dicts_are_accepted_and_anything_else_is_named() -> None:
+    memory = WindowMemory(3)
+    await memory.add_message({"role": "user", "content": "where is order A-1042?"})
+    await memory.add_message(ChatMessage.assistant("Shipped."))
+    got = await memory.get_messages()
+    assert [m.role for m in got] == ["user", "assistant"]
+    assert got[0].text == "where is order A-1042?"
+    with pytest.raises(MessageError, match="ChatMessage or an OpenAI-format dict"):
+        await memory.add_message("hello")  # type: ignore[arg-type]
+    with pytest.raises(MessageError, match=r"message: .*role"):
+        await memory.add_message({"content": "no role"})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

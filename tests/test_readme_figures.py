@@ -218,6 +218,21 @@ def _token_errors(report: dict[str, Section], g: tuple[str, ...]
             for kind, quoted in zip(KINDS, g, strict=True)]
 
 
+def _token_speed(report: dict[str, Section], g: tuple[str, ...]
+                 ) -> list[tuple[str, str, float, str]]:
+    from benchmarks.bench_tokens_accuracy import TARGET_SPEEDUP
+
+    section = report["tokens_accuracy"]
+    ratios = []
+    for kind in KINDS:
+        rows = section.figures(f"estimator speed vs tiktoken (cold), {kind}", "pure")
+        if len(rows) != 1:
+            raise LookupError(f"{len(rows)} pure-Python speed rows for {kind}")
+        ratios.append(number(rows[0]["ratio"]))
+    return [("estimator speed / tiktoken's, slowest kind", g[0], min(ratios), "round"),
+            ("estimator speed target", g[1], TARGET_SPEEDUP, "eq")]
+
+
 def _fits(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
     row = report["tokens_accuracy"].figure("smart_truncate results over budget by o200k count (500")
     convs = re.search(r"\((\d+) conversations", row["figure"])
@@ -276,6 +291,9 @@ CHECKS = [
           r"p95 \|error\| vs `o200k_base` (\d+\.\d)% prose, (\d+\.\d)% code, (\d+\.\d)% JSON "
           r"tool output, (\d+\.\d)% Chinese, (\d+\.\d)% Japanese, (\d+\.\d)% mixed chat",
           _token_errors),
+    Check("estimator speed",
+          r"counts at least (\d+\.\d)× as fast as tiktoken's `o200k_base` encode on each of "
+          r"the six kinds of text \(target (\d+)×\)", _token_speed),
     Check("fits by the exact count",
           r"(\d+) of (\d+) conversations cut by `smart_truncate` at 2K–128K budgets exceed "
           r"the budget by `o200k_base`",

@@ -1,4 +1,5 @@
-"""The default estimator against real tokenizers, its floor, the margin, model counters."""
+"""The default estimator against real tokenizers and against its per-character reference
+(over arbitrary Unicode), its floors, the margin, model counters."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.token_corpus import gather
 from ctxstack.compaction import CompactUtils
 from ctxstack.errors import TokenizerUnavailableError
 from ctxstack.messages import ChatMessage
@@ -23,14 +25,14 @@ from ctxstack.tokens import (
     TokenizerJsonCounter,
     counter_for_model,
 )
-from ctxstack.tokens._counter import (
-    budget_margin,
-    effective_budget,
-    tool_specs_tokens,
-)
+from ctxstack.tokens._counter import budget_margin, effective_budget, tool_specs_tokens
 from ctxstack.tokens._exact import family_for_model
 from ctxstack.tokens._model import (
     _CLASS,
+    _TRADITIONAL_CHARS,
+    CHARS_PER_TOKEN_CEILING,
+    CLASSES,
+    DIGITS_PER_TOKEN_CEILING,
     FAMILIES,
     FREQUENT_SYMBOLS,
     PAIR_WEIGHTS,
@@ -47,6 +49,7 @@ from ctxstack.tokens._model import (
     TWO_BYTE_BLOCKS,
     Family,
     estimate,
+    estimator,
     lower_bound,
     pair_codes,
     traditional_count,
@@ -106,21 +109,25 @@ def test_pair_codes_hold_this_and_the_next_class() -> None:
 
 
 def reference_estimate(text: str, family: Family) -> int:
-    """The model of ctxstack.tokens._model, one character at a time in Python."""
+    """The model of ctxstack.tokens._model, one character at a time in Python, with its
+    floors: ⌈digits / 3⌉ + ⌈other characters / 8⌉."""
     if not text:
         return 0
     classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
     units = sum(PAIR_WEIGHTS[family][a][b]
                 for a, b in zip(classes, [*classes[1:], 0], strict=True))
     # the correction in whole 1/SCRIPT_SCALE units, added to the pair units before the
-    # one division (as both estimator paths do, so that they agree to the last bit)
+    # one division (as the estimator does, so that they agree to the last bit)
     script = sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         SCRIPT_WEIGHTS[family], reference_script_features(text), strict=True))
     script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         SYMBOL_WEIGHTS[family], reference_symbol_features(text), strict=True))
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
-    return max(int(tokens + 0.5), lower_bound(len(text)))
+    digits = classes.count(CLASSES.index("digit"))
+    floor = -(-digits // DIGITS_PER_TOKEN_CEILING) \
+        + -(-(len(text) - digits) // CHARS_PER_TOKEN_CEILING)
+    return max(int(tokens + 0.5), floor)
 
 
 def reference_script_features(text: str) -> list[int]:
@@ -163,7 +170,7 @@ def reference_symbol_features(text: str) -> list[int]:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
+def test_the_whole_string_passes_compute_the_model_exactly(family: Family) -> None:
     # lengths around the nibble-sum chunk (4,368 pairs), odd and even, every class
     piece = ('def f(x_1):\n    return {"k": [1, 2]}  # Ünïcode — 日本語、ひらがな。這個們 😀 ไทย\n'
              "Привет МИР, ΕΛΛΆΔΑ Ελληνικά, ÀÉÎÕÜ ßäöü łąka Їжак ґава, עברית, العربية,"
@@ -174,6 +181,135 @@ def test_the_c_speed_passes_compute_the_model_exactly(family: Family) -> None:
         assert estimate(text, family) == reference_estimate(text, family), n
     assert estimate("\ud800 lone surrogate", family) == reference_estimate(
         "\ud800 lone surrogate", family)
+
+
+def matches_reference(text: str) -> None:
+    """Both families: the estimate is the per-character reference's, and never below the
+    floor of ``text``'s length."""
+    for family in FAMILIES:
+        got = estimate(text, family)
+        assert got == reference_estimate(text, family), (family, text[:80])
+        assert got >= lower_bound(len(text))
+
+
+# Characters of every class and of the model's special cases: ASCII classes, digits,
+# Latin-1 and other two-byte, symbols, kana, Han (simplified and the traditional set),
+# full-width forms, other three-byte scripts, astral, lone surrogates, NUL.
+SPECIAL = ("aZ09 \t\n\r_\"'`()[]{}<>.,;:!?\x00\x7f\xa0éÿĀߟࠀ\u2014→"
+           "、。「」ひらがなカタカナ中文字日本語" + _TRADITIONAL_CHARS +
+           "，！？\uffff\ufeffไทย한국\U0001f600\U00010000\U0010ffff\ud800\udfff\udbff")
+
+
+def block_chars(lead: int, seconds: tuple[int, ...]) -> str:
+    """Every character whose UTF-8 encoding starts with lead byte ``lead`` followed by one
+    of ``seconds`` (a sub-block or two-byte block of the script correction)."""
+    width = 2 if lead < 0xE0 else 3
+    out = []
+    for second in seconds:
+        for rest in (range(0x80, 0xC0) if width == 3 else (None,)):
+            raw = bytes([lead, second] if rest is None else [lead, second, rest])
+            try:
+                out.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                continue  # e.g. E0 80 xx, an overlong form
+    return "".join(out)
+
+
+# Characters the per-script correction counts: one per group (by UTF-8 lead byte: Latin-1,
+# other accented Latin and combining marks, Greek, Cyrillic, Armenian and Hebrew, Arabic,
+# Indic and Thai, U+1000-U+1FFF, Hangul and other U+A000-U+DFFF, four-byte), every
+# character of every block it weighs apart, and the boundaries between groups and
+# blocks; emoji sequences (ZWJ, skin tones, flags, keycaps, variation selectors).
+SCRIPT_SPECIAL = (
+    "\xc0\xdeßäöüÀÉÎÕÜłąĳſ\u0300\u036f\u0370ΑΩάωϿЀЯабя\u04ffԀ\u0530Աשאעברית\u05ff"
+    "\u0600سلامدنیا\u07ffݐ\u0800ࣿऀहिन्दीবাংলাਗੁਰગુજଓଡ଼ிதமிழ்తెలుగుಕನ್ನಡമലയാളംසිංහලไทยລາວ\u0fff"
+    "\u1000မြန်ქართულიሀ\u1780ខ្មែរTiếngViệt\u1fff\ua000한국어\ud7ff\ud800\udbff\udc00\udfff\ue000"
+    "👨\u200d👩\u200d👧👍🏽🇫🇷1\ufe0f\u20e3❤\ufe0f\U00010000\U0001f9d1\U0010ffff"
+)
+# The symbol blocks' characters as used: spinners, bars, rules and tables (repeats), arrows
+# and checks inline, and each block's first and last character.
+SYMBOL_SPECIAL = ("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏⠀⣿█░▒▓▁▂▃─━═│┌┐└┘├┤┬┴┼╔╗■□●◐◓◑◒✓✔✗★→←⇒≤≥∞"
+                  "\u2100\u24ff\u2500\u257f\u2580\u25ff\u2600\u27ff\u2800\u28ff\u2900\u2bff"
+                  "\u2c00\u2000\u20ff\U0001f000\U0001ffff\U0001f600\U00010000\U0002a6d6")
+SCRIPT_BLOCK_CHARS = "".join(block_chars(lead, seconds)
+                             for _name, lead, seconds in SUB_BLOCKS + TWO_BYTE_BLOCKS)
+any_char = st.one_of(
+    st.characters(exclude_categories=()),  # any code point
+    st.characters(categories=["Cs"]),  # lone surrogates (rare among all code points)
+    st.sampled_from(SPECIAL),
+    st.sampled_from(SCRIPT_SPECIAL),
+    st.sampled_from(SCRIPT_BLOCK_CHARS),
+    st.characters(min_codepoint=0x80, max_codepoint=0x7FF),  # every two-byte character
+    st.characters(min_codepoint=0x800, max_codepoint=0x1FFF),  # Indic, Thai, E1
+    st.characters(min_codepoint=0xA000, max_codepoint=0xDFFF),  # Hangul, surrogates
+    st.characters(min_codepoint=0x2000, max_codepoint=0x2FFF),  # the symbol blocks
+    st.characters(min_codepoint=0x1F000, max_codepoint=0x1FFFF),  # emoji
+    st.sampled_from(SYMBOL_SPECIAL),
+)
+runs = st.lists(st.tuples(any_char, st.integers(min_value=1, max_value=3000)), max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.text(alphabet=any_char, max_size=300))
+def test_the_estimate_is_the_model_on_arbitrary_unicode(text: str) -> None:
+    matches_reference(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.text(alphabet=st.sampled_from(SCRIPT_SPECIAL + SCRIPT_BLOCK_CHARS
+                                                      + SYMBOL_SPECIAL),
+                              min_size=1, max_size=12), max_size=40),
+       gaps=st.lists(st.sampled_from([" ", "", "\n", ", ", "\x00", "x", "—", "日"]),
+                     min_size=1, max_size=4))
+def test_the_estimate_is_the_model_on_text_in_other_scripts(words: list[str],
+                                                            gaps: list[str]) -> None:
+    # words of the correction's scripts: runs, run boundaries between groups, blocks
+    matches_reference("".join(w + gaps[i % len(gaps)] for i, w in enumerate(words)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(pieces=runs, tail=st.text(alphabet=any_char, max_size=40))
+def test_the_estimate_is_the_model_on_long_runs(pieces: list[tuple[str, int]],
+                                                tail: str) -> None:
+    # long runs of one class: digit floors, the 8-characters floor, negative pair sums
+    # (newline runs), the nibble-sum chunking (> 4,367 characters)
+    matches_reference("".join(ch * n for ch, n in pieces) + tail)
+
+
+@pytest.mark.parametrize("text", [
+    "", "a", " ", "\x00", "\ud800", "\U0001f600", "這", "這個們", "0" * 800, "\n" * 9000,
+    "x" * 2000, "這" * 4369, "日本語" * 5000 + "這個" + "x" * 3,
+    "é", "ÿ" * 9000, "привет", "МИР", "नमस्ते", "ไทย", "한국어", "\ud800\udfff",
+    "👨\u200d👩\u200d👧", "👍🏽 🇫🇷", "x\x00ü\x00", "ß" * 5000 + "日本" + "Ж" * 4400,
+    "Tiếng Việt", "ქართული ენა", "\U0010ffff\U00010000",
+    "⠋⠙⠹⠸" * 50, "─" * 5000, "█" * 10 + "░" * 10, "┌──┐\n│ab│\n└──┘", "✓ → ★",
+    "😀" * 3 + "\u200d" + "🔥", "⠋ x ⠋⠋", "𠀀𠀀𝐀",
+    # symbol-class punctuation only (no symbol block), then with one symbol block
+    # character at either end, and the blocks' edges
+    "他说：“中文”——好。" * 50, "“quoted” — text…", "⠋他说：“中文”", "他说：“中文”✓", "\u2100", "\u2bff",
+    "\u20ff\u2c00",
+])
+def test_the_estimate_is_the_model_on_edge_cases(text: str) -> None:
+    matches_reference(text)
+
+
+def test_the_estimate_is_the_model_on_the_benchmark_corpus() -> None:
+    # real prose, code, JSON, Chinese, Japanese and mixed chat (the reference costs
+    # ~40 µs a character: a sample of each kind)
+    corpus, _ = gather("eval", 10)
+    fit, _ = gather("fit", 5)
+    texts = [t for pool in (*corpus.values(), *fit.values()) for t in pool]
+    assert len(texts) >= 50
+    for text in texts:
+        matches_reference(text)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_default_counter_counts_with_the_estimator(family: Family) -> None:
+    counter = HeuristicCounter(family)
+    text = "def f(x):\n    return 這個 + 'ひらがな' * 3  # 2024\n" * 20
+    assert counter.count_text(text) == estimate(text, family) == estimator(family)(text)
+    assert estimator(family)("") == 0
 
 
 @settings(max_examples=200, deadline=None)

@@ -104,8 +104,8 @@ def test_correction_is_the_weighted_sum_of_the_features() -> None:
     raw = "Все люди рождаются свободными — नमस्ते, 한국어".encode()
     counts = script_features(raw)
     for family in FAMILIES:
-        # summed in whole 1/SCRIPT_SCALE units (each weight rounded to one), so that the
-        # pure-Python path and the C accelerator add exactly the same amount
+        # summed in whole 1/SCRIPT_SCALE units (each weight rounded to one): the same
+        # integer whatever the order of the terms
         units = sum(round(w * SCRIPT_SCALE) * c
                     for w, c in zip(SCRIPT_WEIGHTS[family], counts, strict=True))
         assert script_units(raw, family) == units

@@ -17,7 +17,6 @@ from ctxstack.tokens._model import (
     SYMBOL_WEIGHTS,
     Family,
     estimate,
-    estimator,
     has_symbol,
     script_units,
     symbol_features,
@@ -148,11 +147,3 @@ def test_spinners_and_uncommon_symbols_are_counted_close(family: Family,
         text = TERMINAL_AND_CHAT[name]
         truth, guess = counter.count_text(text), estimate(text, family)
         assert abs(guess - truth) <= 0.25 * truth, (name, guess, truth)
-
-
-def test_the_pure_and_accelerated_paths_agree_on_symbol_text() -> None:
-    for family in ("o200k", "cl100k"):
-        pure = estimator(family, accelerated=False)  # type: ignore[arg-type]
-        default = estimator(family)  # type: ignore[arg-type]
-        for text in TERMINAL_AND_CHAT.values():
-            assert pure(text) == default(text)

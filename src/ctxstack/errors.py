@@ -45,7 +45,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ctxstack.protocol import Usage
+    from ctxstack.protocol._usage import Usage
 
 
 class CtxstackError(Exception):

@@ -51,7 +51,13 @@ def format_usage(usage: Usage) -> str:
 
 
 class SessionMemory(BaseMemory):
-    """The terminal session's history, in process (the guard keeps it within budget)."""
+    """The terminal session's history, in process, with its checkpoint.
+
+    When the guard folds the history into a rolling summary, :meth:`adopt` keeps that
+    summary in place of what it folded (as the service's checkpoints do): the next turn
+    starts from the summary, not from the first question, so the summariser runs once
+    per overflow instead of on every turn after the first.
+    """
 
     def __init__(self) -> None:
         self._messages: list[ChatMessage] = []
@@ -69,16 +75,35 @@ class SessionMemory(BaseMemory):
         """Swap the history for a compacted one (``/compact``)."""
         self._messages = list(messages)
 
+    def adopt(self, context: Sequence[ChatMessage], stored_before: int) -> bool:
+        """Checkpoint from the agent's last context: if it holds a summary this history
+        does not have yet, the stored messages (of the first ``stored_before``, those
+        that existed before the turn) that did not reach the context were folded into it;
+        replace them, and any older summary, by the summary. Returns whether it did."""
+        summary = next((m for m in context if m.kind == "summary"), None)
+        if summary is None or any(m is summary for m in self._messages):
+            return False
+        shown = {id(m) for m in context}
+        first = next((i for i, m in enumerate(self._messages[:stored_before])
+                      if id(m) in shown), stored_before)
+        kept = [m for m in self._messages[first:] if m.kind != "summary"]
+        self._messages = [summary, *kept]
+        return True
+
 
 class LastContext:
-    """A guard ``on_check`` listener remembering the last context it let through (for
-    ``/context``) and the budget that check enforced."""
+    """A guard ``on_check`` listener remembering the agent's last context (for
+    ``/context`` and the checkpoint) and the budget that check enforced. Only the agent's
+    own iterations count (hint ``react_iteration``): the answer-writing call after them
+    sends a different, shorter list that is not what the agent worked with."""
 
     def __init__(self) -> None:
         self.messages: list[ChatMessage] | None = None
         self.budget: int = 0
 
     def __call__(self, event: GuardCheckEvent) -> None:
+        if event.hint != "react_iteration":
+            return
         self.messages = list(event.result.messages)
         self.budget = event.budget
 
@@ -164,11 +189,15 @@ def render(console: Console, event: AgentEvent, *, streamed: bool) -> None:
             pass
 
 
-async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool) -> bool:
+async def _turn(agent: ReActAgent, console: Console, query: str, synthesize: bool,
+                memory: SessionMemory | None = None, seen: LastContext | None = None) -> bool:
     ok = True
+    stored_before = len(await memory.get_messages()) if memory is not None else 0
     async for event in agent.run_events(query, synthesize=synthesize):
         render(console, event, streamed=synthesize)
         ok = event.type != "error"
+    if memory is not None and seen is not None and seen.messages is not None:
+        memory.adopt(seen.messages, stored_before)
     return ok
 
 
@@ -227,7 +256,7 @@ async def _converse(
             console.print(f"[yellow]unknown command {escape(parsed.unknown)}: "
                           "type /help for the list (it was not sent to the model)[/]")
         elif parsed.question is not None:
-            await _turn(agent, console, parsed.question, synthesize)
+            await _turn(agent, console, parsed.question, synthesize, memory, seen)
 
 
 async def _command(command: str, console: Console, memory: SessionMemory, guard: ContextGuard,
@@ -286,6 +315,12 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
     yield OpenAICompatibleLLM.from_env(), OpenAICompatibleLLM.from_env("fast")
 
 
+def _no_endpoint() -> bool:
+    """No model endpoint configured: ``chat`` then uses the offline demo model, as
+    ``serve`` does, and says so."""
+    return not os.environ.get("LLM_BASE_URL", "").strip()
+
+
 @main.command("chat")
 @click.option("--stub", is_flag=True,
               help="Talk to a local scripted stub server instead of the configured endpoint.")
@@ -300,6 +335,11 @@ def chat(stub: bool, once: str | None, budget: int | None, max_iterations: int,
          no_synthesis: bool, system_prompt: str | None) -> None:
     """Chat with the ReAct agent (demo tools: calculator, clock, word counter)."""
     console = Console()
+    if not stub and _no_endpoint():
+        stub = True
+        console.print("[yellow]LLM_BASE_URL is not set: using the offline demo model (a "
+                      "local scripted stub; set LLM_BASE_URL / LLM_API_KEY / LLM_MODEL for "
+                      "a real one)[/]")
     try:
         with _models(stub) as (llm, fast):
             ok = asyncio.run(_session(

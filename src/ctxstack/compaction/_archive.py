@@ -35,6 +35,8 @@ MAX_INDEXED_CHARS = 100_000
 SNIPPET_CHARS = 240
 ARCHIVE_REF_KEY = "archive_ref"
 """Metadata key a placeholder or archived copy carries: the reference it stands for."""
+MASKED_KEY = "masked"
+"""Metadata flag of a cleared tool output (never cleared twice)."""
 _K1 = 1.2
 _B = 0.75
 

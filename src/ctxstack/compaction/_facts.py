@@ -19,13 +19,6 @@ number, quoted constraint — or rejected (``1st``, ``and/or``, a lone digit). E
 here is linear, which a test checks on 100,000-character adversarial strings; throughput
 is in ``benchmarks/bench_recall.py``.
 
-**Two paths, one answer.** The optional C scanner ``ctxstack._factscan`` (built on
-install when a C compiler is present; :data:`NATIVE_SCAN`) finds the same tokens, quoted
-phrases and file names as these patterns — it follows the regex engine's order of
-attempts — and dedupes, shapes and looks up verdicts in the same pass, calling
-:func:`classify` (through the same cache) only for a new shape. Without it, the
-patterns run as described; tests hold both paths to identical candidates and ranking.
-
 **Which candidates win** (:func:`select_facts`). Each kind has a *distinctiveness* score
 (an order id or a URL outranks a bare ``17``); tokens whose *shape* (digits replaced by
 ``0``) recurs across many messages — ``word16``, ``word17``… from a loop, row numbers of a
@@ -43,9 +36,7 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from importlib import import_module
-from types import ModuleType
-from typing import Any, Final
+from typing import Any
 
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import TokenCounter
@@ -83,8 +74,6 @@ _UNIT_WORDS = (
 # taken when one follows), so a match never has to restart: the scan is linear.
 _L_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_.:%+~,=?&-"
 _L_SET = frozenset(_L_CHARS)
-_S_CHARS = "0123456789/@\\$#"
-_T_END_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_%+~0123456789/@\\$#"
 _L = r"[A-Za-z_.:%+~,=?&\-]"
 _S = r"[0-9/@\\$#]"
 _T = r"[A-Za-z_.:%+~,=?&\-0-9/@\\$#]"
@@ -259,14 +248,18 @@ MAX_VERDICTS = 65_536
 
 
 def _verdicts(shapes: list[str]) -> list[Any]:
-    """The verdict of each shape: cached ones by one C-level ``map``, the rest judged."""
+    """The verdict of each shape: cached ones by one C-level ``map``; each new shape is
+    judged once, however many of the tokens have it (the first metrics dump's thousand
+    timestamps cost one judgement), then filled in by a second ``map``."""
     verdicts = list(map(_VERDICTS.get, shapes, itertools.repeat(_MISSING)))
     if _MISSING in verdicts:
         if len(_VERDICTS) > MAX_VERDICTS:
             _VERDICTS.clear()
-        for i in itertools.compress(range(len(shapes)),
-                                    map(operator.is_, verdicts, itertools.repeat(_MISSING))):
-            verdicts[i] = _VERDICTS[shapes[i]] = _judge(shapes[i])
+        missing = map(operator.is_, verdicts, itertools.repeat(_MISSING))
+        new = {shape: _judge(shape)
+               for shape in dict.fromkeys(itertools.compress(shapes, missing))}
+        _VERDICTS.update(new)
+        verdicts = list(map(new.get, shapes, verdicts))  # a cached shape is not in new
     return verdicts
 
 
@@ -329,7 +322,7 @@ def _retried(prefixed: Iterable[str], seen: Any) -> list[Candidate]:
 
 
 def _token_candidates(text: str, names: list[str]) -> list[Candidate]:
-    """The pure-Python path: candidates of the scan's tokens, then of ``names``."""
+    """Candidates of the scan's tokens, then of ``names``."""
     found = _SCAN.findall(text + _SENTINEL)
     del found[-2:]  # the sentinel token and the empty end match
     found += names
@@ -350,68 +343,23 @@ def _token_candidates(text: str, names: list[str]) -> list[Candidate]:
 _QUOTE_VERDICT = ("quote", 6)
 
 
-def _native_candidates(native: ModuleType, text: str, quotes: bool) -> list[Candidate]:
-    """The same candidates from the C scanner, in one call: it scans tokens and file
-    names, deduplicates, judges each shape through the same cache (``_judge`` for a new
-    one), builds the candidates and the quoted phrases'; the prefix retry (rare) is the
-    pure path's."""
-    out: list[Candidate]
-    out, prefixed, seen, quoted = native.extract(_VERDICTS, _judge, Candidate, _PREFIXED,
-                                                 MAX_VERDICTS, _QUOTE_VERDICT, text, quotes)
-    if prefixed:
-        out += _retried(prefixed, seen)
-    out += quoted
-    return out
-
-
 def extract_candidates(text: str, *, quotes: bool = True) -> list[Candidate]:
     """The distinct fact candidates in ``text``, roughly in order of appearance.
 
     ``quotes=False`` skips quoted phrases (JSON tool output is full of quoted strings
-    that are data, not constraints someone stated). Runs in the C scanner
-    ``ctxstack._factscan`` when it is built (:data:`NATIVE_SCAN`), else in the
-    pure-Python path: the same candidates in the same order either way.
+    that are data, not constraints someone stated).
     """
-    if _NATIVE is not None:
-        out = _native_candidates(_NATIVE, text, quotes)
-    else:
-        out = _token_candidates(text, _file_names(text) if "." in text else [])
-        # Quoted phrases and currency amounts hold characters no token does ('"', '€',
-        # '「'): they never collide with a token, only with their own repetitions.
-        if quotes and '"' in text:
-            out += _of_kind(_QUOTE.findall(text), _QUOTE_VERDICT)
+    out = _token_candidates(text, _file_names(text) if "." in text else [])
+    # Quoted phrases and currency amounts hold characters no token does ('"', '€',
+    # '「'): they never collide with a token, only with their own repetitions.
+    if quotes and '"' in text:
+        out += _of_kind(_QUOTE.findall(text), _QUOTE_VERDICT)
     if not text.isascii():  # (a substring test is far cheaper than a scan)
         if "€" in text or "£" in text or "¥" in text or "₹" in text:
             out += _of_kind(_CURRENCY.findall(text), ("money", 8))
         if quotes and ("「" in text or "“" in text or "『" in text):
             out += _of_kind(_CJK_QUOTE.findall(text), ("quote", 6))
     return out
-
-
-# The grammar the C scanner must have been compiled with: its character sets, unit
-# words, CJK suffixes and month spellings (an in-place build left over from an older
-# grammar is ignored, not trusted).
-_GRAMMAR: Final = (_S_CHARS, _L_CHARS, _T_END_CHARS, tuple(_UNIT_WORDS.split("|")),
-                   _CJK_SUFFIX, _MONTH_SPELLINGS, frozenset(_EXTENSIONS), MAX_NAME)
-
-
-def _load_native() -> ModuleType | None:
-    """The C scanner, if it was built for this grammar."""
-    try:  # by name: a compiled module is no node of the import graph lint-imports checks
-        native = import_module("ctxstack._factscan")
-    except ImportError:
-        return None
-    grammar = getattr(native, "GRAMMAR", None)
-    if not isinstance(grammar, tuple) or len(grammar) != len(_GRAMMAR):
-        return None
-    built = (*grammar[:5], frozenset(grammar[5]), frozenset(grammar[6]), grammar[7])
-    return native if built == _GRAMMAR else None
-
-
-_NATIVE: ModuleType | None = _load_native()
-NATIVE_SCAN: Final = _NATIVE is not None
-"""Whether :func:`extract_candidates` runs in the C scanner ``ctxstack._factscan`` (built
-on install when a C compiler is present); else in the pure-Python path. Same results."""
 
 
 def extract_facts(text: str) -> list[str]:

@@ -33,15 +33,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from ctxstack.compaction._groups import (
-    Fold,
-    Layout,
-    choose_fold,
-    split_layout,
-)
+from ctxstack.compaction._compactor import CompactionContext
+from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._result import CompactionResult, Method
 from ctxstack.compaction._summarize import (
     assemble_summary,
     build_request,
@@ -50,17 +45,11 @@ from ctxstack.compaction._summarize import (
     previous_text,
     summary_reserve,
 )
-from ctxstack.compaction._truncate import (
-    check_budget,
-    smart_truncate,
-)
+from ctxstack.compaction._truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 logger = logging.getLogger("ctxstack.compaction")
@@ -75,43 +64,6 @@ MIN_FACTS_TOKENS = 16
 MAX_FACTS_SHARE = 0.25
 """The facts list may grow into the room the budget leaves, up to this share of it."""
 
-Method = Literal["none", "mask", "llm", "truncate"]
-
-
-class CompactionResult(BaseModel):
-    """Everything a compaction did, for callers that report or persist it.
-
-    ``summarized`` are the original messages folded into ``summary`` (earlier summaries
-    included), in original order; a storage layer checkpoints on their
-    ``metadata["seq"]``. It is a contiguous run of the history except when an *anchor*
-    user message was kept (a long tool loop whose user turn is not pinned).
-    ``reason`` says why the summariser was not used (``"no_llm"``,
-    ``"nothing_to_summarize"``, ``"timeout"``, ``"empty_summary"``, ``"llm_error: …"``);
-    it is None for ``"none"`` and successful ``"llm"`` results.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    messages: list[ChatMessage]
-    method: Method
-    reason: str | None = None
-    usage: Usage = Usage()
-    summary: ChatMessage | None = None
-    summarized: tuple[ChatMessage, ...] = ()
-    tokens_before: int
-    tokens_after: int
-    messages_before: int
-    messages_after: int
-    previous_summary: str | None = None
-    masked: int = 0
-    """Tool outputs cleared (stage "mask", also before an "llm" or "truncate" result)."""
-    archived: int = 0
-    """Messages handed to the archive by this compaction."""
-
-    @property
-    def compacted(self) -> bool:
-        """Whether anything was changed (``method != "none"``)."""
-        return self.method != "none"
 
 
 def summary_sizes(max_tokens: int, llm: LLM | None) -> tuple[int, int]:
@@ -382,3 +334,31 @@ async def llm_compact(
         target_fill=target_fill, timeout=timeout, counter=counter,
     )
     return res.messages
+
+
+class RollingSummary:
+    """Strategy ``"llm"``: fold the oldest history into the one rolling summary
+    (:func:`compact_detailed` with the context's summariser, down to ``target_fill``).
+
+    Skipped without a summariser. When the summariser fails, hangs or answers nothing,
+    the result is the truncation :func:`compact_detailed` falls back to (the seed's rule);
+    a fallback offered earlier (a mask) is preferred to it by the pipeline. What the
+    summary folds, or the truncation drops, is archived.
+    """
+
+    name = "summary"
+    method: Literal["llm"] = "llm"
+
+    async def compact(
+        self, messages: list[ChatMessage], ctx: CompactionContext
+    ) -> CompactionResult | None:
+        if ctx.llm is None:
+            return None
+        res = await compact_detailed(messages, ctx.llm, ctx.budget, options=ctx.options,
+                                     counter=ctx.counter, note=ctx.note)
+        if res.method == "llm":
+            folded = await ctx.archive_messages(res.summarized)
+        else:
+            kept = {id(m) for m in res.messages}
+            folded = await ctx.archive_messages([m for m in messages if id(m) not in kept])
+        return res.model_copy(update={"archived": folded})

@@ -25,21 +25,20 @@ earlier placeholder (and everything before its own first new one) byte-identical
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from ctxstack.compaction._archive import ARCHIVE_REF_KEY
+from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY
+from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._options import CompactionOptions
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.compaction._result import CompactionResult
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.messages._model import binary_note
 from ctxstack.tokens import TokenCounter
 
-MASKED_KEY = "masked"
-"""Metadata flag of a cleared tool output (never cleared twice)."""
 ARGS_PREVIEW_CHARS = 120
 _PENDING_REF = "?"
 
@@ -173,3 +172,41 @@ def apply_mask(
             meta[ARCHIVE_REF_KEY] = ref
         out[i] = m.replace(content=text, metadata=meta)
     return out
+
+
+class MaskToolOutputs:
+    """Strategy ``"mask"``: clear old tool outputs, oldest first, to ``options.mask_fill``.
+
+    No model call. Skipped when ``options.mask`` is off. With a summariser set, a mask
+    that would fit but leave the context above ``options.mask_accept`` of the budget is
+    only offered as a fallback (it would recur on the next calls; the summary it postpones
+    rewrites from near the start anyway). Every cleared original is archived first, so
+    its placeholder names the reference ``recall`` reads it back by.
+    """
+
+    name = "mask"
+    method: Literal["mask"] = "mask"
+
+    async def compact(
+        self, messages: list[ChatMessage], ctx: CompactionContext
+    ) -> CompactionResult | None:
+        opts = ctx.options
+        if not opts.mask:
+            return None
+        plan = (await asyncio.to_thread(plan_mask, messages, ctx.fits, opts, ctx.counter)
+                if len(messages) > 64 else plan_mask(messages, ctx.fits, opts, ctx.counter))
+        if not plan:
+            return None
+
+        async def apply() -> CompactionResult:
+            refs: list[str | None] = [None] * len(plan.indices)
+            if ctx.archive is not None:
+                refs = list(await ctx.archive.add([messages[i] for i in plan.indices]))
+            masked = apply_mask(messages, plan, refs, opts)
+            return ctx.result(messages, masked, "mask", masked=len(plan.indices),
+                              archived=len(plan.indices) if ctx.archive is not None else 0)
+
+        if ctx.llm is not None and int(ctx.fits * opts.mask_accept) < plan.tokens_after <= ctx.fits:
+            ctx.offer_fallback(apply)
+            return None
+        return await apply()

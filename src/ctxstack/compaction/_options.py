@@ -30,14 +30,12 @@ Why these defaults:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from ctxstack.compaction._prompts import (
-    Hint,
-    check_hint,
-)
+from ctxstack.compaction._prompts import Hint, check_hint
 from ctxstack.errors import ConfigError
 
 DEFAULT_TARGET_FILL = 0.6
@@ -64,9 +62,14 @@ class CompactionOptions(BaseModel):
         mask_keep_groups: newest tool groups whose outputs are never cleared.
         mask_min_tokens: tool outputs smaller than this are never cleared.
         preview_chars: characters of an output's head kept in its placeholder.
+        strategies: the compaction pipeline, cheapest first — each a
+            :class:`~ctxstack.compaction.Compactor`; ``None`` (the default) runs
+            ``MaskToolOutputs(), RollingSummary(), Truncate()``. Reorder, remove or add
+            one (``examples/custom_strategy.py``); a truncation always ends the pipeline
+            if nothing else fits.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     keep_recent: int = 4
     hint: Hint = "general"
@@ -79,6 +82,7 @@ class CompactionOptions(BaseModel):
     mask_keep_groups: int = 2
     mask_min_tokens: int = 64
     preview_chars: int = 160
+    strategies: tuple[Any, ...] | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -116,6 +120,24 @@ class CompactionOptions(BaseModel):
                              f"({self.mask_accept}): a mask step reaching its fill is taken")
         return self
 
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _strategies(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not value:
+            raise ValueError("strategies: expected a non-empty list of Compactor strategies, "
+                             f"got {value!r}")
+        for i, strategy in enumerate(value):
+            # the Compactor protocol, checked by shape (its module imports this one)
+            if not callable(getattr(strategy, "compact", None)) or getattr(
+                    strategy, "method", None) not in ("mask", "llm", "truncate"):
+                raise ValueError(
+                    f"strategies[{i}]: expected a Compactor (a `name`, a `method` of 'mask', "
+                    f"'llm' or 'truncate', and `async compact(messages, ctx)`), "
+                    f"got {strategy!r}")
+        return tuple(value)
+
     @field_validator("timeout", mode="before")
     @classmethod
     def _timeout(cls, value: object) -> object:
@@ -140,4 +162,4 @@ class CompactionOptions(BaseModel):
         update = {k: v for k, v in changes.items() if v is not None}
         if not update:
             return self
-        return CompactionOptions(**{**self.model_dump(), **update})
+        return CompactionOptions(**{**dict(self), **update})

@@ -30,19 +30,15 @@ messages, with per-message estimates cached on the messages.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
+from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._cut import cut_group
-from ctxstack.compaction._groups import (
-    Layout,
-    Unit,
-    split_layout,
-)
+from ctxstack.compaction._groups import Layout, Unit, split_layout
+from ctxstack.compaction._result import CompactionResult
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 MIN_CUT_TOKENS = 24
@@ -252,3 +248,34 @@ def assemble(msgs: Sequence[ChatMessage], layout: Layout, kept: Kept) -> list[Ch
             replacement = kept[i]
             out.extend(msgs[unit.start : unit.stop] if replacement is None else replacement)
     return out
+
+
+class Truncate:
+    """Strategy ``"truncate"``: :func:`smart_truncate`, the last resort (no model call).
+
+    Always fits. Everything it drops is archived first when there is an archive.
+    """
+
+    name = "truncate"
+    method: Literal["truncate"] = "truncate"
+
+    async def compact(
+        self, messages: list[ChatMessage], ctx: CompactionContext
+    ) -> CompactionResult | None:
+        return await self.truncate(messages, ctx)
+
+    async def truncate(self, messages: list[ChatMessage], ctx: CompactionContext
+                       ) -> CompactionResult:
+        """The truncation (never ``None``: the pipeline's last resort calls it directly)."""
+        out = smart_truncate(messages, ctx.budget, counter=ctx.counter)
+        archived = await ctx.archive_messages(dropped_messages(messages, out))
+        return ctx.result(messages, out, "truncate",
+                          reason=None if ctx.llm is not None else "no_llm", archived=archived)
+
+
+def dropped_messages(
+    before: Sequence[ChatMessage], after: Sequence[ChatMessage]
+) -> list[ChatMessage]:
+    """Messages of ``before`` that are not (the same object) in ``after``."""
+    kept = {id(m) for m in after}
+    return [m for m in before if id(m) not in kept]

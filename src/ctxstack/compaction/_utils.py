@@ -13,11 +13,8 @@ from typing import Any
 
 from ctxstack.compaction import _llm_compact as _llm
 from ctxstack.compaction import _truncate
-from ctxstack.compaction._llm_compact import CompactionResult
-from ctxstack.messages import (
-    ChatMessage,
-    ContentPart,
-)
+from ctxstack.compaction._result import CompactionResult
+from ctxstack.messages import ChatMessage, ContentPart
 from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter
 from ctxstack.tokens import estimate_messages_tokens as _estimate_messages

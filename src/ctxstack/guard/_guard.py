@@ -38,8 +38,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import Archive, CompactionOptions, CompactionResult, CompactUtils, Hint
@@ -55,27 +55,17 @@ from ctxstack.guard._events import (
     GuardCheckEvent,
     GuardTotals,
 )
-from ctxstack.guard._rules import (
-    apply_pinned_cap,
-    cut_message,
-    is_oversized,
-)
+from ctxstack.guard._rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import (
     ChatMessage,
+    from_openai_messages,
     repair_tool_turns,
+    to_openai_messages,
     tool_turns_valid,
 )
 from ctxstack.protocol import LLM
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
-from ctxstack.tokens._counter import (
-    MessageListMemo,
-    common_prefix,
-    effective_budget,
-    memo_applies,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens._counter import MessageListMemo, common_prefix, effective_budget, memo_applies
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +82,8 @@ E = TypeVar("E")
 _Listener = Callable[[E], Awaitable[None] | None]
 
 DEFAULT_BUDGET = 64_000
+DEFAULT_TIMEOUT = 10.0
+"""Seconds the summariser may take when ``options.timeout`` is not set."""
 MIN_MESSAGE_CHARS = 200
 
 
@@ -104,8 +96,6 @@ class ContextGuard:
         default_budget: tokens (or a :class:`~ctxstack.budget.ModelBudget`, whose
             ``usable_input_tokens`` is used) when a call passes no budget.
         max_message_chars: the size above which one message is cut head+tail.
-        keep_recent: compactable messages always kept verbatim by an LLM compaction
-            (default: ``options.keep_recent``).
         on_compact: a listener, or a list of listeners, called with each
             :class:`CompactionEvent` (sync or async), in order. ``guard.on_compact`` is that
             list: append to it to observe a guard built elsewhere. A listener that raises is
@@ -116,19 +106,15 @@ class ContextGuard:
             :class:`GuardCheck` returned, the budget and the hint. ``guard.on_check`` is
             that list. Same rules as ``on_compact``: sync or async, in order, a listener
             that raises is logged and ignored. With no listener, a check pays nothing.
-        timeout: seconds the summariser may take before the guard falls back.
+        options: the :class:`~ctxstack.compaction.CompactionOptions`: everything about how
+            a compaction runs (keep_recent, hint prompts or a custom ``prompt``,
+            ``target_fill``, the mask watermarks, the summariser's ``timeout`` — 10 s when
+            unset — and the ``strategies`` pipeline). The guard takes no copies of those
+            as keyword arguments: one place, validated once.
         counter: the token counter (default: the heuristic; see
-            :mod:`ctxstack.tokens._calibration` for a self-correcting one).
-        prompt: a custom summariser prompt replacing the hint prompts (the language
-            instruction is still appended).
+            :class:`~ctxstack.tokens.CalibratingCounter` for a self-correcting one).
         pinned_cap: share of the budget pinned messages may take before injected ones
             are unpinned.
-        target_fill: share of the budget a summary fills (its low watermark), so the
-            next iterations have headroom and compaction does not recur at once
-            (default: ``options.target_fill``, chosen by measurement). The mask stage has
-            its own watermarks, ``options.mask_fill`` and ``options.mask_accept``.
-        options: the :class:`~ctxstack.compaction.CompactionOptions` (mask
-            settings included); the keyword arguments above override it.
         archive: where masked, summarised and dropped messages go (see the module doc).
 
     Raises:
@@ -140,16 +126,12 @@ class ContextGuard:
         compact_llm: LLM | None = None,
         default_budget: int | ModelBudget = DEFAULT_BUDGET,
         max_message_chars: int = 50_000,
-        keep_recent: int | None = None,
-        on_compact: OnCompact | Sequence[OnCompact] | None = None,
-        timeout: float = 10.0,
-        counter: TokenCounter | None = None,
-        prompt: str | None = None,
-        pinned_cap: float = 0.5,
-        target_fill: float | None = None,
         *,
         options: CompactionOptions | None = None,
+        counter: TokenCounter | None = None,
         archive: Archive | None = None,
+        pinned_cap: float = 0.5,
+        on_compact: OnCompact | Sequence[OnCompact] | None = None,
         on_check: OnCheck | Sequence[OnCheck] | None = None,
     ) -> None:
         self.compact_llm = compact_llm
@@ -161,19 +143,18 @@ class ContextGuard:
                 f"max_message_chars: expected an integer >= {MIN_MESSAGE_CHARS}, "
                 f"got {max_message_chars!r}"
             )
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ConfigError(f"timeout: expected seconds > 0, got {timeout!r}")
         if not 0 < pinned_cap <= 1:
             raise ConfigError(f"pinned_cap: expected 0 < pinned_cap <= 1, got {pinned_cap!r}")
         if archive is not None and not isinstance(archive, Archive):
             raise ConfigError(f"archive: expected an Archive (e.g. HistoryArchive), "
                               f"got {type(archive).__name__}")
-        self.options = resolve_options(options, keep_recent=keep_recent, prompt=prompt,
-                                       target_fill=target_fill, timeout=float(timeout))
+        opts = resolve_options(options)
+        # the summariser's deadline: the guard never waits on a model without one
+        self.options = opts if opts.timeout is not None else opts.with_(timeout=DEFAULT_TIMEOUT)
         self.max_message_chars = max_message_chars
         self.on_compact: list[OnCompact] = _listeners(on_compact)
         self.on_check: list[OnCheck] = _listeners(on_check)
-        self.timeout = float(timeout)
+        self.timeout = float(self.options.timeout or DEFAULT_TIMEOUT)
         self.counter: TokenCounter = counter or DEFAULT_COUNTER
         self.pinned_cap = pinned_cap
         self.archive = archive
@@ -224,10 +205,10 @@ class ContextGuard:
 
     async def check_and_compact(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ChatMessage] | Sequence[Mapping[str, Any]],
         budget: int | ModelBudget | None = None,
         hint: Hint | str = "general",
-    ) -> list[ChatMessage]:
+    ) -> list[Any]:
         """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
 
         Within budget, with no oversized message and with valid tool turns, the very list
@@ -236,11 +217,25 @@ class ContextGuard:
         :func:`ctxstack.messages.repair_tool_turns`, so what goes to the provider is always
         a valid request. The input is never mutated.
 
+        OpenAI-format dicts are accepted too (``[{"role": "user", "content": "…"}]``):
+        converted at the boundary (:func:`ctxstack.messages.from_openai_messages`) and
+        returned as dicts (:func:`ctxstack.messages.to_openai_messages`) — the list passed
+        in when nothing changed. Each call converts the whole list, so a long-running loop
+        that checks every iteration is cheaper on :class:`ChatMessage` objects, which the
+        guard caches per message.
+
         Raises:
             ConfigError: unknown ``hint`` or an invalid ``budget``.
-            MessageError: an element of ``messages`` is not a :class:`ChatMessage`.
+            MessageError: a message is malformed (the error names its index), or the list
+                mixes dicts and :class:`ChatMessage` objects.
         """
-        return (await self.check(messages, budget, hint)).messages
+        if messages and isinstance(messages[0], Mapping):
+            converted = from_openai_messages(_all_dicts(messages))
+            fitted = (await self.check(converted, budget, hint)).messages
+            if fitted is converted:
+                return messages if isinstance(messages, list) else list(messages)
+            return to_openai_messages(fitted)
+        return (await self.check(messages, budget, hint)).messages  # type: ignore[arg-type]
 
     async def check(
         self,
@@ -340,6 +335,7 @@ class ContextGuard:
             if not isinstance(m, ChatMessage):
                 raise MessageError(
                     f"messages[{i}]: expected a ChatMessage, got {type(m).__name__}"
+                    + (_DICTS_HINT if isinstance(m, Mapping) else "")
                 )
             cache = _cache(m)
             if key in cache:
@@ -469,6 +465,22 @@ class ContextGuard:
 
     async def _report(self, event: CompactionEvent) -> None:
         await _notify(self.on_compact, event, "on_compact")
+
+
+_DICTS_HINT = (" (OpenAI-format dicts are accepted as a whole list, or convert them with "
+               "ctxstack.messages.from_openai_messages)")
+
+
+def _all_dicts(messages: Sequence[object]) -> list[Mapping[str, Any]]:
+    """``messages`` when every one is a dict; else a :class:`MessageError` naming the
+    first that is not (a list mixing the two forms is ambiguous to return)."""
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise MessageError(
+                f"messages[{i}]: expected an OpenAI-format dict like messages[0], got "
+                f"{type(m).__name__} (pass all dicts or all ChatMessage objects; "
+                "ctxstack.messages.from_openai_messages converts dicts)")
+    return messages  # type: ignore[return-value]
 
 
 def _listeners(given: _Listener[E] | Sequence[_Listener[E]] | None) -> list[_Listener[E]]:

@@ -16,7 +16,8 @@ is opaque and providers do not bill earlier turns' reasoning as prompt text).
 Items the converter has no model for (hosted tool calls, ``item_reference``,
 ``compaction``, MCP items) also join the group and are counted by their JSON text.
 
-**Audio and files.** An ``input_audio`` content part becomes an :class:`~ctxstack.messages.AudioPart`
+**Audio and files.** An ``input_audio`` part becomes an
+:class:`~ctxstack.messages.AudioPart`
 and an ``input_file`` part (``file_data``, ``file_id`` or ``file_url``) a
 :class:`~ctxstack.messages.FilePart`, so they are counted by size and never cut; a malformed one
 (no data, no reference) raises :class:`~ctxstack.MessageError` naming it.
@@ -37,11 +38,7 @@ from typing import Any
 
 from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall
 from ctxstack.messages import AudioPart, FilePart, ImageURL, RefusalPart
-from ctxstack.messages._model import (
-    parse_arguments,
-    parse_part,
-    part_text,
-)
+from ctxstack.messages._model import parse_arguments, parse_part, part_text
 
 Item = dict[str, Any]
 ITEMS_KEY = "items"

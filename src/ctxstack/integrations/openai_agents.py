@@ -49,7 +49,8 @@ from ctxstack.integrations._responses import (
     items_to_messages,
     messages_to_items,
 )
-from ctxstack.protocol import FunctionSpec, ToolSpec
+from ctxstack.protocol import ToolSpec
+from ctxstack.protocol._llm import FunctionSpec
 from ctxstack.tokens._counter import effective_budget
 
 try:

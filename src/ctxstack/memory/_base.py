@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
+from ctxstack.errors import MessageError
 from ctxstack.messages import ChatMessage
 
 
@@ -18,7 +20,8 @@ class BaseMemory(ABC):
 
     @abstractmethod
     async def add_message(self, message: ChatMessage) -> None:
-        """Record one message."""
+        """Record one message. The built-in memories also take an OpenAI-format dict
+        (converted by :func:`as_chat_message`); a subclass may keep to ChatMessage."""
 
     @abstractmethod
     async def get_messages(self) -> list[ChatMessage]:
@@ -27,3 +30,17 @@ class BaseMemory(ABC):
     @abstractmethod
     async def clear(self) -> None:
         """Forget everything."""
+
+
+def as_chat_message(message: object) -> ChatMessage:
+    """``message`` as a :class:`ChatMessage`: an OpenAI-format dict is converted; anything
+    else is a :class:`MessageError` naming what was given."""
+    if isinstance(message, ChatMessage):
+        return message
+    if isinstance(message, Mapping):
+        try:
+            return ChatMessage.from_openai(message)
+        except MessageError as exc:
+            raise MessageError(f"message: {exc}") from None
+    raise MessageError(f"message: expected a ChatMessage or an OpenAI-format dict, got "
+                       f"{type(message).__name__}")

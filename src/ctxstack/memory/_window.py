@@ -19,11 +19,12 @@ here (it is a compaction concept): a window is purely positional.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ctxstack.compaction._groups import split_layout
 from ctxstack.errors import ConfigError
-from ctxstack.memory._base import BaseMemory
+from ctxstack.memory._base import BaseMemory, as_chat_message
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.tokens import DEFAULT_COUNTER
 
@@ -73,9 +74,8 @@ class WindowMemory(BaseMemory):
         self._messages: list[ChatMessage] = []
         self._lock = asyncio.Lock()
 
-    async def add_message(self, message: ChatMessage) -> None:
-        if not isinstance(message, ChatMessage):
-            raise TypeError(f"message: expected a ChatMessage, got {type(message).__name__}")
+    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
+        message = as_chat_message(message)
         async with self._lock:
             self._messages.append(message)
             if len(self._messages) > 2 * self.max_messages + _PRUNE_SLACK:

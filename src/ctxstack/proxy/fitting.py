@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxstack import LLM, ChatMessage, ContextGuard, TokenCounter, Usage
+from ctxstack import LLM, ChatMessage, CompactionOptions, ContextGuard, TokenCounter, Usage
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
@@ -116,7 +116,7 @@ class Fitter:
             compact_llm=summarizer,
             default_budget=limit,
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
-            timeout=self.summary_timeout,
+            options=CompactionOptions(timeout=self.summary_timeout),
             counter=counter,
         )
         result, event = await guard.check(working, limit)

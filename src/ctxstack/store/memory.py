@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import func, select
@@ -65,7 +65,7 @@ from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
 from ctxstack.compaction._llm_compact import resolve_options
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
-from ctxstack.memory import BaseMemory
+from ctxstack.memory._base import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.store.checkpoints import (
@@ -81,10 +81,7 @@ from ctxstack.store.fold import fold_older
 from ctxstack.store.history_messages import image_message, materialise, text_message
 from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     budget_margin,
@@ -235,7 +232,7 @@ class DbMemory(BaseMemory):
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
 
     # ------------------------------------------------------------------ BaseMemory
-    async def add_message(self, message: ChatMessage) -> None:
+    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
         """Does nothing: the chat service owns all writes."""
 
     async def clear(self) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
@@ -98,3 +99,57 @@ async def get_user(factory: SessionFactory, user_id: int) -> UserRecord:
         if user is None:
             raise NotFoundError(f"user {user_id} does not exist")
         return UserRecord.model_validate(user)
+
+
+async def list_users(factory: SessionFactory) -> list[UserRecord]:
+    """Every user, oldest first (never a token or its hash)."""
+    async with reading(factory, "listing users") as session:
+        rows = await session.scalars(select(User).order_by(User.id))
+        return [UserRecord.model_validate(u) for u in rows]
+
+
+async def user_by_name(factory: SessionFactory, name: str) -> UserRecord:
+    """The user called ``name``.
+
+    Raises:
+        NotFoundError: no such user.
+    """
+    async with reading(factory, f"loading user {name!r}") as session:
+        return UserRecord.model_validate(await _named(session, name))
+
+
+async def rotate_token(factory: SessionFactory, name: str) -> tuple[UserRecord, str]:
+    """Issue a new API token for ``name``; the old one stops working at once (only the new
+    hash is stored). Returns the user and the token (the only time it is visible).
+
+    Raises:
+        NotFoundError: no such user.
+    """
+    token = new_token()
+    async with transaction(factory, f"issuing a token for {name!r}") as session:
+        user = await _named(session, name)
+        user.token_hash = hash_token(token)
+        record = UserRecord.model_validate(user)
+    return record, token
+
+
+async def delete_user(factory: SessionFactory, name: str) -> UserRecord:
+    """Delete ``name`` with everything the database holds for them (conversations,
+    messages, checkpoints, file rows: the foreign keys cascade). The bytes of their
+    uploaded files are the file store's to remove first (``ctxstack user delete`` does).
+
+    Raises:
+        NotFoundError: no such user.
+    """
+    async with transaction(factory, f"deleting user {name!r}") as session:
+        user = await _named(session, name)
+        record = UserRecord.model_validate(user)
+        await session.delete(user)
+    return record
+
+
+async def _named(session: AsyncSession, name: str) -> User:
+    user = await session.scalar(select(User).where(User.name == name.strip()))
+    if user is None:
+        raise NotFoundError(f"no user named {name!r}")
+    return user

@@ -1,13 +1,12 @@
 """The per-script and per-symbol-block correction of the token estimator (its features,
-their fitted weights): see :mod:`ctxstack.tokens._model`, which adds it to the pair model on
-both of its paths and re-exports these names.
+their fitted weights): see :mod:`ctxstack.tokens._model`, which adds it to the pair model
+and re-exports these names.
 
 Why a correction: the pair model's 16 classes put every two-byte character in one class,
 every three-byte one outside CJK in another, every symbol in a third, and its weights were
 fitted on English, code, JSON, Chinese and Japanese only. Its features here are counted by
-C-speed ``bytes``/``str`` passes (no Python step per character); the C accelerator
-(``_speedups.c``) counts the same ones from the tables :mod:`ctxstack.tokens._model` builds
-from these constants.
+whole-string ``bytes``/``str`` methods (``translate``, ``count``, slices, ``unhexlify``,
+one regular expression for the symbol blocks): no Python step per character.
 """
 
 from __future__ import annotations
@@ -374,8 +373,9 @@ SCRIPT_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
 SCRIPT_SCALE: Final = 4096
 """The correction is summed in integers of 1/SCRIPT_SCALE token (each weight rounded to
 that unit, ≤ 0.00013 token per counted character): a float sum would depend on the order
-of its terms, and the pure-Python path and the C accelerator must add exactly the same
-amount before rounding. A multiple of :data:`SCALE`, so pair units convert exactly."""
+of its terms, an integer sum does not, so the estimate is the same integer however its
+features are grouped (and the tests' per-character reference computes it exactly). A
+multiple of :data:`SCALE`, so pair units convert exactly."""
 _SCRIPT_UNITS: Final[dict[Family, tuple[int, ...]]] = {
     f: tuple(round(w * SCRIPT_SCALE) for w in SCRIPT_WEIGHTS[f]) for f in FAMILIES}
 

@@ -1,0 +1,130 @@
+"""The compaction strategy protocol: one method, composed in a pipeline.
+
+A :class:`Compactor` takes the messages and a :class:`CompactionContext` (the budget, the
+summariser, the counter, the options, the archive) and returns a
+:class:`~ctxstack.compaction.CompactionResult`, or ``None`` for "not enough: I did nothing
+here". The pipeline (:func:`ctxstack.compaction._stages.compact_staged`, run by the guard
+and by DbMemory) tries ``CompactionOptions.strategies`` in order, cheapest first:
+
+* a result that fits the budget ends the pipeline;
+* a result that does not fit is progress: the next strategy starts from its messages
+  (clearing tool outputs that frees some room, then a summary of the rest);
+* ``None`` passes the same messages on.
+
+A strategy may also *offer a fallback* (:meth:`CompactionContext.offer_fallback`): a
+result that would fit but that a later, costlier strategy should try to beat (a mask that
+leaves the context so full that it would recur on the next calls). It is used when no
+later strategy fits, and a truncation never replaces it: dropping messages loses more
+than clearing outputs. If nothing fits at the end, the pipeline truncates, so the caller
+always gets a list within budget.
+
+The built-ins, each next to its algorithm: :class:`~ctxstack.compaction.MaskToolOutputs`
+(``"mask"``), :class:`~ctxstack.compaction.RollingSummary` (``"llm"``),
+:class:`~ctxstack.compaction.Truncate` (``"truncate"``). A strategy of one's own declares
+which of those three kinds of loss it makes (``method``), so reports and the service's
+``compact`` event stay a closed set; ``examples/custom_strategy.py`` shows one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY, Archive
+from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._result import CompactionResult
+from ctxstack.messages import ChatMessage
+from ctxstack.protocol import LLM
+from ctxstack.tokens import TokenCounter
+
+StrategyMethod = Literal["mask", "llm", "truncate"]
+
+THREAD_MIN_MESSAGES = 64
+"""Pure planning over more messages than this runs in a worker thread (off the loop)."""
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    """One compaction strategy. ``name`` identifies it in logs; ``method`` is the kind of
+    loss its results make (``"mask"``, ``"llm"`` or ``"truncate"``)."""
+
+    @property
+    def name(self) -> str:
+        """The strategy's name, in logs."""
+        ...
+
+    @property
+    def method(self) -> StrategyMethod:
+        """The kind of loss its results make."""
+        ...
+
+    async def compact(
+        self, messages: list[ChatMessage], ctx: CompactionContext
+    ) -> CompactionResult | None:
+        """A result (fitting, or progress toward fitting), or ``None``: not enough."""
+        ...
+
+
+@dataclass
+class CompactionContext:
+    """What a strategy may use: read the fields, call the helpers; never mutate the input.
+
+    ``budget`` is the nominal budget (hand it to ``smart_truncate`` / ``compact_detailed``,
+    which apply the counter's margin themselves); ``fits`` is the budget with that margin,
+    what a result must not exceed.
+    """
+
+    llm: LLM | None
+    budget: int
+    fits: int
+    options: CompactionOptions
+    counter: TokenCounter
+    archive: Archive | None = None
+    note: str | None = None
+    """A line a summary should end with (the recall hint, when there is an archive)."""
+    _fallback: Callable[[], Awaitable[CompactionResult]] | None = field(default=None,
+                                                                       repr=False)
+
+    def offer_fallback(self, make: Callable[[], Awaitable[CompactionResult]]) -> None:
+        """Offer a fitting result, built only if it is used (see the module doc)."""
+        self._fallback = make
+
+    def take_fallback(self) -> Callable[[], Awaitable[CompactionResult]] | None:
+        """The fallback offered last, if any (the pipeline's; cleared once taken)."""
+        make, self._fallback = self._fallback, None
+        return make
+
+    async def count(self, messages: Sequence[ChatMessage]) -> int:
+        """Tokens of ``messages`` (long lists counted off the event loop)."""
+        if len(messages) > THREAD_MIN_MESSAGES:
+            return await asyncio.to_thread(self.counter.count_messages, messages)
+        return self.counter.count_messages(messages)
+
+    async def archive_messages(self, messages: Sequence[ChatMessage]) -> int:
+        """Archive the messages not archived yet (placeholders and summaries skipped);
+        returns how many went in."""
+        if self.archive is None:
+            return 0
+        fresh = [m for m in messages
+                 if not m.metadata.get(MASKED_KEY) and ARCHIVE_REF_KEY not in m.metadata
+                 and m.kind != "summary"]
+        if fresh:
+            await self.archive.add(fresh)
+        return len(fresh)
+
+    def result(
+        self, before: Sequence[ChatMessage], after: list[ChatMessage],
+        method: StrategyMethod, *, reason: str | None = None, masked: int = 0,
+        archived: int = 0,
+    ) -> CompactionResult:
+        """A :class:`CompactionResult` for a strategy that turned ``before`` into ``after``."""
+        return CompactionResult(
+            messages=after, method=method, reason=reason,
+            tokens_before=self.counter.count_messages(before),
+            tokens_after=self.counter.count_messages(after),
+            messages_before=len(before), messages_after=len(after),
+            masked=masked, archived=archived,
+        )
+
