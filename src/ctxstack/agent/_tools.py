@@ -263,8 +263,23 @@ def _drop_titles(schema: Any) -> None:
 _SECTION = re.compile(
     r"^(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$"
 )
-_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-_SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+# Linear: the spaces around the optional type are taken possessively (no re-scan).
+_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*+(\([^)]*\))?\s*+:\s*(.*)$")
+# ``:param [type] name: text`` — everything up to the first colon, then the name is its
+# last word (a pattern for the type and the name together was quadratic on long lines).
+_SPHINX = re.compile(r"^:param\s(?P<head>[^:]*):(?P<text>.*)$")
+_IDENTIFIER = re.compile(r"\w+")
+
+
+def _sphinx_param(line: str) -> tuple[str, str] | None:
+    """``(name, description)`` of a ``:param [type] name: description`` line."""
+    m = _SPHINX.match(line)
+    if m is None:
+        return None
+    head = m.group("head").split()
+    if not head or not _IDENTIFIER.fullmatch(head[-1]):
+        return None
+    return head[-1], m.group("text").strip()
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -281,10 +296,10 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     base_indent = 0
     for line in lines:
         stripped = line.strip()
-        sphinx = _SPHINX.match(stripped)
+        sphinx = _sphinx_param(stripped)
         if sphinx:
-            current, section = sphinx.group(1), "sphinx"
-            args[current] = sphinx.group(2).strip()
+            current, section = sphinx[0], "sphinx"
+            args[current] = sphinx[1]
             continue
         if stripped.startswith(":"):  # another Sphinx field (:returns:, :raises:, …)
             current, section = None, None

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 from collections.abc import Iterator, Sequence
 
 import click
@@ -39,6 +38,7 @@ from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
+from ctxstack.server.tools import find_arithmetic
 from ctxstack.tokens import TokenCounter, counter_for_model
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -110,9 +110,6 @@ class LastContext:
 
 # --------------------------------------------------------------------------- stub script
 
-_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^]+[\s(]*[\d.]+[\s)]*)+")
-
-
 def demo_rule(request: StubRequest) -> StubReply | str:
     """How the stub plays a tool-using model for the demo tools (deterministic, no model).
 
@@ -134,9 +131,10 @@ def demo_rule(request: StubRequest) -> StubReply | str:
         previous = [m.text for m in request.messages if m.role == "assistant" and m.text]
         return previous[-1] if previous else "Done."
     lowered = text.lower()
-    match = _ARITHMETIC.search(text)
-    if match:
-        return StubReply.tool_call("calculator", {"expression": match.group(0).strip()})
+    # the service's linear scanner (a pattern here was quadratic on long digit runs)
+    expression = find_arithmetic(text)
+    if expression is not None:
+        return StubReply.tool_call("calculator", {"expression": expression})
     if "time" in lowered or "clock" in lowered:
         return StubReply.tool_call("clock", {"timezone": "UTC"})
     if "count" in lowered or "words" in lowered:

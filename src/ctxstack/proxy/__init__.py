@@ -3,9 +3,11 @@
 An OpenAI-compatible server in front of an upstream endpoint. ``POST /v1/chat/completions``
 is fitted into the requested model's budget by the guard before it is forwarded (a request
 already within budget goes out byte for byte as received); every other ``/v1/`` route
-passes through unchanged. Continuing conversations are recognised by message-prefix
-hashes and reuse their checkpoint, so a growing conversation is summarised once per
-overflow, not once per request.
+passes through unchanged. ``POST /v1/messages`` and ``/v1/messages/count_tokens``
+(Anthropic Messages, what Claude Code speaks) are fitted the same way and forwarded to
+the Anthropic upstream (:mod:`ctxstack.proxy.anthropic`). Continuing conversations are
+recognised by message-prefix hashes and reuse their checkpoint, so a growing conversation
+is summarised once per overflow, not once per request.
 
 Modules: :mod:`~ctxstack.proxy.settings` (environment), :mod:`~ctxstack.proxy.request`
 (validation, guard views), :mod:`~ctxstack.proxy.fitting` (the decision),
@@ -14,6 +16,14 @@ token counter per model name), :mod:`~ctxstack.proxy.forwarding`
 (httpx, streaming), :mod:`~ctxstack.proxy.budgets` (per-model budgets, summarisers),
 :mod:`~ctxstack.proxy.auth` (tokens), :mod:`~ctxstack.proxy.stats` (headers, totals,
 logs), :mod:`~ctxstack.proxy.errors` (OpenAI-shaped errors), :mod:`~ctxstack.proxy.app`.
+
+The OpenAI Responses wire (``POST /v1/responses`` and its WebSocket mode) reuses that
+fitting through its own small modules: :mod:`~ctxstack.proxy.responses_request`
+(validation), :mod:`~ctxstack.proxy.responses_view` (items → units → items),
+:mod:`~ctxstack.proxy.responses_chains` (``previous_response_id``),
+:mod:`~ctxstack.proxy.responses_exchange` (expand, fit, forward, record),
+:mod:`~ctxstack.proxy.responses_route` (HTTP), :mod:`~ctxstack.proxy.responses_socket`
+(WebSocket).
 
 This is a side layer: it imports the core, :mod:`ctxstack.store` and
 :mod:`ctxstack.llm.openai`; nothing in the core imports it.

@@ -1,5 +1,7 @@
-"""The proxy's FastAPI app: ``/v1/chat/completions`` guarded, every other ``/v1/`` route
-passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
+"""The proxy's FastAPI app: ``/v1/chat/completions`` and ``/v1/responses`` (HTTP and
+WebSocket, :mod:`ctxstack.proxy.responses_route`, :mod:`ctxstack.proxy.responses_socket`)
+guarded, every other ``/v1/`` route passed through, ``/ctxstack/stats`` and
+``/ctxstack/health`` its own.
 
 A chat completion goes: auth → parse and validate (400 before any upstream call) → the
 model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer (streams
@@ -19,20 +21,35 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import WebSocketRoute
 
 from ctxstack import LLM
+from ctxstack._http_guard import RequestGuard
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.errors import ProxyError, error_response
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, error_passthrough, read_error, relay, relay_answer
+from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
+    Upstream,
+    error_passthrough,
+    forwarded_body,
+    read_error,
+    relay,
+    relay_answer,
+)
+from ctxstack.proxy.guard import failures_for, refusal, request_policy
 from ctxstack.proxy.request import CompletionRequest, parse_request
+from ctxstack.proxy.responses_chains import ChainStore
+from ctxstack.proxy.responses_route import responses_http
+from ctxstack.proxy.responses_socket import responses_socket
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
@@ -65,11 +82,15 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.chains = ChainStore(factory, ttl_seconds=settings.checkpoint_ttl)
+        """The Responses conversations behind ``previous_response_id``."""
+        self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
         await self.budgets.aclose()
         await self.upstream.aclose()
+        await self.anthropic.aclose()
         await self.summarizers.aclose()
 
 
@@ -86,6 +107,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         transport: an httpx transport for the upstream (tests; default: the network).
     """
     holder: dict[str, ProxyState] = {}
+    failures = failures_for(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -101,9 +123,14 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         finally:
             await state.aclose()
             await engine.dispose()
+            if failures is not None:
+                await failures.close()
 
     app = FastAPI(title="ctxstack proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    # Every route: host/origin in no-auth mode, body size, failed-token throttle.
+    app.add_middleware(RequestGuard, policy=request_policy(settings, failures),
+                       error=refusal)
 
     def st() -> ProxyState:
         return holder["state"]
@@ -125,14 +152,16 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
 
     async def passthrough(request: Request) -> Response:
         state = st()
+        if "anthropic-version" in request.headers:  # an Anthropic client's other routes
+            return await anthropic_routes.passthrough(state, request)
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             path = request.path_params["path"]
+            headers = state.upstream.request_headers(request.headers.items())
             upstream = await state.upstream.open(
-                request.method, path, query=request.url.query,
-                headers=state.upstream.request_headers(request.headers.items()),
-                content=await request.body())
+                request.method, path, query=request.url.query, headers=headers,
+                content=forwarded_body(request, headers))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -146,6 +175,16 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
+
+    async def responses(request: Request) -> Response:
+        return await responses_http(st(), request)
+
+    async def responses_ws(websocket: WebSocket) -> None:
+        await responses_socket(st(), websocket)
+
+    app.add_route("/v1/responses", responses, methods=["POST"])
+    app.router.routes.append(WebSocketRoute("/v1/responses", responses_ws))
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 
@@ -208,7 +247,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
             answer = await relay_answer(upstream, extra)
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)

@@ -1,6 +1,8 @@
 """The proxy's settings, read once from the environment (the CLI writes its flags there).
 
 * ``CTXSTACK_PROXY_UPSTREAM`` — the upstream's OpenAI base URL, ``/v1`` included (required);
+* ``CTXSTACK_PROXY_ANTHROPIC_UPSTREAM`` — where ``/v1/messages`` goes: the proxy calls
+  ``<url>/v1/messages`` (``https://api.anthropic.com``);
 * ``CTXSTACK_PROXY_HOST`` — the address bound (decides the auth default; 127.0.0.1);
 * ``CTXSTACK_PROXY_AUTH`` — ``none`` or ``token`` (``ctxstack user create`` tokens):
   ``none`` by default on loopback, ``token`` elsewhere, where ``none`` is refused;
@@ -16,7 +18,14 @@
   then truncation);
 * ``LLM_MODEL`` + ``LLM_TOKENIZER`` — a ``tokenizer.json`` for exact counts of requests
   naming exactly that model (other models: tiktoken by name, else the heuristic);
-* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite).
+* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite);
+* ``CTXSTACK_PROXY_ALLOWED_HOSTS`` — comma-separated host names accepted in ``Host`` and
+  ``Origin`` besides loopback ones when no tokens are required (none);
+* ``CTXSTACK_PROXY_MAX_BODY_BYTES`` — the largest request body, else 413 (64 MiB);
+* ``CTXSTACK_PROXY_AUTH_FAILURES`` / ``_AUTH_WINDOW`` — failed authentications an address
+  may make per window of that many seconds before it is answered 429 (20 per 60 s),
+  counted in ``CTXSTACK_PROXY_REDIS_URL`` when set (every worker together), else per
+  worker.
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
 ``LLM_MAX_OUTPUT_TOKENS``, then the defaults (:mod:`ctxstack.proxy.budgets`).
@@ -24,13 +33,14 @@ Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZ
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
 from ctxstack.errors import ConfigError
 
 AuthMode = Literal["none", "token"]
@@ -38,25 +48,12 @@ DEFAULT_PORT = 8787
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_SUMMARY_TIMEOUT = 60.0
 DEFAULT_MAX_CHECKPOINTS = 10_000
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 
 
-def is_loopback(host: str) -> bool:
-    """True only for addresses no other machine can reach.
-
-    Parsed with :mod:`ipaddress` (``127.0.0.0/8``, ``::1``, ``[::1]``); a hostname is not
-    loopback — it may resolve anywhere — except the literal ``localhost``. ``0.0.0.0``
-    (every interface) is not loopback.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        return ipaddress.ip_address(text).is_loopback
-    except ValueError:
-        return False
+_INTEGERS = frozenset({"max_checkpoints", "max_body_bytes", "auth_failure_limit"})
 
 
 class ProxySettings(BaseModel):
@@ -65,6 +62,8 @@ class ProxySettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     upstream: str
+    anthropic_upstream: str = DEFAULT_ANTHROPIC_UPSTREAM
+    """The Anthropic Messages upstream, without ``/v1`` (the proxy appends it)."""
     host: str = "127.0.0.1"
     auth: AuthMode = "none"
     forward_auth: bool = False
@@ -88,8 +87,14 @@ class ProxySettings(BaseModel):
     """A ``tokenizer.json`` (``LLM_TOKENIZER``) for requests naming ``tokenizer_model``."""
     budget_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """The budget variables (``LLM_CONTEXT_SIZE``, …) as read at start."""
+    allowed_hosts: frozenset[str] = frozenset()
+    """Host names accepted besides loopback ones in no-auth mode (DNS rebinding guard)."""
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    auth_failure_limit: int = Field(default=20, gt=0)
+    auth_failure_window: float = Field(default=60.0, gt=0)
+    redis_url: str | None = Field(default=None, repr=False)
 
-    @field_validator("upstream", "summarizer_base_url")
+    @field_validator("upstream", "summarizer_base_url", "anthropic_upstream")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is None:
@@ -126,6 +131,8 @@ class ProxySettings(BaseModel):
         fast_url = _get(env, "FAST_LLM_BASE_URL")
         values: dict[str, object] = {
             "upstream": upstream,
+            "anthropic_upstream": _get(env, "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM")
+            or DEFAULT_ANTHROPIC_UPSTREAM,
             "host": host,
             "auth": auth,
             "forward_auth": env.get("CTXSTACK_PROXY_FORWARD_AUTH", "").strip().lower()
@@ -138,6 +145,8 @@ class ProxySettings(BaseModel):
             "tokenizer_path": _get(env, "LLM_TOKENIZER"),
             "database_url": _get(env, "CTXSTACK_DATABASE_URL"),
             "database_schema": _get(env, "CTXSTACK_DATABASE_SCHEMA"),
+            "allowed_hosts": parse_hosts(_get(env, "CTXSTACK_PROXY_ALLOWED_HOSTS")),
+            "redis_url": _get(env, "CTXSTACK_PROXY_REDIS_URL"),
             "budget_env": {k: v for k, v in env.items() if k in (
                 "LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS", "FAST_LLM_CONTEXT_SIZE",
                 "FAST_LLM_MAX_OUTPUT_TOKENS")},
@@ -146,11 +155,14 @@ class ProxySettings(BaseModel):
                            ("summary_timeout", "FAST_LLM_TIMEOUT"),
                            ("max_checkpoints", "CTXSTACK_PROXY_CHECKPOINTS"),
                            ("checkpoint_ttl", "CTXSTACK_PROXY_CHECKPOINT_TTL"),
-                           ("stats_flush_interval", "CTXSTACK_PROXY_STATS_FLUSH")):
+                           ("stats_flush_interval", "CTXSTACK_PROXY_STATS_FLUSH"),
+                           ("max_body_bytes", "CTXSTACK_PROXY_MAX_BODY_BYTES"),
+                           ("auth_failure_limit", "CTXSTACK_PROXY_AUTH_FAILURES"),
+                           ("auth_failure_window", "CTXSTACK_PROXY_AUTH_WINDOW")):
             raw = _get(env, var)
             if raw is not None:
                 try:
-                    values[field] = float(raw) if field != "max_checkpoints" else int(raw)
+                    values[field] = int(raw) if field in _INTEGERS else float(raw)
                 except ValueError:
                     raise ConfigError(f"{var}: expected a number, got {raw!r}") from None
         try:
@@ -164,6 +176,7 @@ class ProxySettings(BaseModel):
         """The ``CTXSTACK_PROXY_*`` variables that recreate these settings in a worker."""
         return {
             "CTXSTACK_PROXY_UPSTREAM": self.upstream,
+            "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM": self.anthropic_upstream,
             "CTXSTACK_PROXY_HOST": self.host,
             "CTXSTACK_PROXY_AUTH": self.auth,
             "CTXSTACK_PROXY_FORWARD_AUTH": "1" if self.forward_auth else "0",

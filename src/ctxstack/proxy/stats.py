@@ -110,6 +110,16 @@ class ProxyStats(BaseModel):
     overflow_retries: int = 0
     unreachable: int = 0
     timeouts: int = 0
+    fit_failures: int = 0
+    """Requests whose fitting raised: forwarded unchanged instead (and logged)."""
+    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire, then model: ``cache_read_tokens`` and ``cache_write_tokens`` as the
+    upstream reported them (Anthropic ``cache_read_input_tokens`` /
+    ``cache_creation_input_tokens``)."""
+    by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire (``responses``, …) and requested model: ``requests``, ``forwarded``, and
+    the ``input_tokens`` / ``output_tokens`` the upstream reported in ``usage`` (its cache
+    tokens are in :attr:`cache_tokens`). WebSocket traffic counts with its wire."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -124,8 +134,20 @@ class ProxyStats(BaseModel):
             elif group in ("compactions", "upstream_errors") and name:
                 counts: dict[str, int] = getattr(stats, group)
                 counts[name] = counts.get(name, 0) + value
+            elif group == "cache_tokens" and name.count(":") >= 2:
+                wire, _, rest = name.partition(":")
+                model, _, kind = rest.rpartition(":")
+                per = stats.cache_tokens.setdefault(wire, {}).setdefault(
+                    model, {"cache_read_tokens": 0, "cache_write_tokens": 0})
+                per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
+            elif group == "by_wire" and name:
+                wire, _, rest = name.partition(".")
+                model, _, metric = rest.rpartition(".")
+                if wire and model and metric:
+                    per = stats.by_wire.setdefault(wire, {}).setdefault(model, {})
+                    per[metric] = per.get(metric, 0) + value
         return stats
 
 
@@ -172,6 +194,18 @@ class StatsRecorder:
             "summarizer.input_tokens": usage.input_tokens,
             "summarizer.output_tokens": usage.output_tokens,
         })
+
+    def wire(self, wire: str, model: str, **counts: int) -> None:
+        """Add ``counts`` (``requests=1``, ``input_tokens=N``, …) to ``wire`` and
+        ``model`` (the name cut to 48 characters: the stored key is bounded)."""
+        self._add({f"by_wire.{wire}.{model[:48]}.{metric}": by for metric, by in counts.items()})
+
+    def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
+        """Prompt-cache tokens the upstream reported for one answer (``wire``:
+        ``anthropic``, …; the model name is cut to keep the stored key short)."""
+        model = model[:60]
+        self._add({f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
+                   f"cache_tokens.{wire}:{model}:cache_write_tokens": write})
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})

@@ -16,6 +16,16 @@ variable                         meaning                                        
                                  model configs (the local user always may)
 ``CTXSTACK_REDIS_URL``           Redis for the inject queue (else the DB)       none
 ``CTXSTACK_MAX_UPLOAD_BYTES``    largest accepted image                         10 MiB
+``CTXSTACK_MAX_BODY_BYTES``      largest request body of any other route         1 MiB
+                                 (413 beyond; an upload may be this much larger
+                                 than its image)
+``CTXSTACK_ALLOWED_HOSTS``       comma-separated host names accepted in          none
+                                 ``Host``/``Origin`` besides loopback ones
+                                 under ``--no-auth``
+``CTXSTACK_AUTH_FAILURES``       failed authentications an address may make     20
+                                 per window before it is answered 429
+``CTXSTACK_AUTH_WINDOW``         that window, in seconds (counted in Redis      60
+                                 when ``CTXSTACK_REDIS_URL`` is set)
 ``CTXSTACK_SSE_KEEPALIVE``       seconds between keep-alive comments            15
 ``CTXSTACK_DEMO_DELAY``          seconds the demo model waits per call          0.05
 ``CTXSTACK_DEMO_CHUNK_DELAY``    seconds between the demo model's streamed      0.01
@@ -55,7 +65,6 @@ numbers nobody set come from its declared 8,000-token window with 4,000 kept for
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,6 +72,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
 from ctxstack.errors import ConfigError
 from ctxstack.llm.config import tokenizer_path
 
@@ -75,6 +86,7 @@ BUDGET_ENV_VARS = (
     "FAST_LLM_MAX_OUTPUT_TOKENS",
 )
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_DB_POOL_SIZE = 20
 """Database connections a worker keeps open (``CTXSTACK_DB_POOL_SIZE``). SQLAlchemy's
 default of 5 is below what one worker's concurrent turns check out at once: every
@@ -97,6 +109,10 @@ class Settings(BaseModel):
     admin_users: frozenset[str] = frozenset()
     redis_url: str | None = None
     max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0)
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0)
+    allowed_hosts: frozenset[str] = frozenset()
+    auth_failure_limit: int = Field(20, gt=0)
+    auth_failure_window: float = Field(60.0, gt=0)
     keepalive_seconds: float = Field(15.0, gt=0)
     demo_delay: float = Field(0.05, ge=0)
     demo_chunk_delay: float = Field(0.01, ge=0)
@@ -153,6 +169,9 @@ class Settings(BaseModel):
             "auth": "CTXSTACK_AUTH",
             "local_user": "CTXSTACK_LOCAL_USER",
             "max_upload_bytes": "CTXSTACK_MAX_UPLOAD_BYTES",
+            "max_body_bytes": "CTXSTACK_MAX_BODY_BYTES",
+            "auth_failure_limit": "CTXSTACK_AUTH_FAILURES",
+            "auth_failure_window": "CTXSTACK_AUTH_WINDOW",
             "keepalive_seconds": "CTXSTACK_SSE_KEEPALIVE",
             "demo_delay": "CTXSTACK_DEMO_DELAY",
             "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
@@ -170,6 +189,9 @@ class Settings(BaseModel):
             value = get(var)
             if value is not None:
                 raw[field] = value
+        hosts = parse_hosts(get("CTXSTACK_ALLOWED_HOSTS"))
+        if hosts:
+            raw["allowed_hosts"] = hosts
         admins = get("CTXSTACK_ADMIN_USERS")
         if admins:
             raw["admin_users"] = frozenset(n.strip() for n in admins.split(",") if n.strip())
@@ -187,6 +209,9 @@ class Settings(BaseModel):
             "CTXSTACK_AUTH": self.auth,
             "CTXSTACK_LOCAL_USER": self.local_user,
             "CTXSTACK_MAX_UPLOAD_BYTES": str(self.max_upload_bytes),
+            "CTXSTACK_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "CTXSTACK_AUTH_FAILURES": str(self.auth_failure_limit),
+            "CTXSTACK_AUTH_WINDOW": str(self.auth_failure_window),
             "CTXSTACK_SSE_KEEPALIVE": str(self.keepalive_seconds),
             "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
             "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
@@ -205,6 +230,7 @@ class Settings(BaseModel):
             "CTXSTACK_FILES_DIR": str(self.files_dir) if self.files_dir else None,
             "CTXSTACK_REDIS_URL": self.redis_url,
             "CTXSTACK_ADMIN_USERS": ",".join(sorted(self.admin_users)) or None,
+            "CTXSTACK_ALLOWED_HOSTS": ",".join(sorted(self.allowed_hosts)) or None,
             "FAST_LLM_TIMEOUT": str(self.fast_llm_timeout) if self.fast_llm_timeout else None,
         }
         out.update({k: v for k, v in optional.items() if v})
@@ -215,23 +241,3 @@ class Settings(BaseModel):
         return (self.auth == "none" and user_name == self.local_user) or (
             user_name in self.admin_users
         )
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (where ``--no-auth`` is the default).
-
-    Decided by parsing, never by prefix: a literal loopback address (``127.0.0.0/8``,
-    ``::1``, also in brackets) or the name ``localhost``. Any other host name — even
-    ``127.evil.example.com`` — is not loopback, so it needs API tokens.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))

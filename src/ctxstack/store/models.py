@@ -311,6 +311,30 @@ class ProxyCheckpoint(Base):
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class ProxyResponse(Base):
+    """One response the proxy relayed on the Responses wire, kept so a later request naming
+    it as ``previous_response_id`` can be expanded into its whole conversation.
+
+    ``items`` is JSON: the input items the request added to its chain (after
+    ``parent_id``'s conversation) followed by the response's output items, each as the
+    client or upstream sent it. ``owner`` is a hash of the caller's identity and key: a
+    chain is only ever found by whoever created it. Only responses created with ``store``
+    not false are written; rows expire and are bounded
+    (:mod:`ctxstack.store.proxy_responses`).
+    """
+
+    __tablename__ = "proxy_responses"
+    __table_args__ = (UniqueConstraint("owner", "response_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    response_id: Mapped[str] = mapped_column(String(200))
+    parent_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    model: Mapped[str] = mapped_column(String(200))
+    items: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class ProxyStat(Base):
     """One running total of ``ctxstack proxy`` (``requests``, ``compactions.llm``, …),
     summed over every worker that shares the database (:mod:`ctxstack.store.proxy_stats`)."""
