@@ -22,7 +22,7 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from urllib.parse import quote, unquote
 
 import httpx
@@ -235,22 +235,37 @@ async def relay(upstream: httpx.Response, extra: Mapping[str, str] | None = None
                     headers=response_headers(upstream, extra))
 
 
+OnAnswer = Callable[[object], None]
+"""Called with a relayed answer's JSON (a stream: its last event carrying ``usage``)."""
+USAGE_TAIL = 16 * 1024
+
+
 def stream_response(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
-                    ) -> StreamingResponse:
+                    on_answer: OnAnswer | None = None) -> StreamingResponse:
     """Relay an open upstream response to the client as it arrives."""
     is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    if on_answer is not None and (not is_sse or upstream.headers.get("content-encoding")):
+        on_answer = None  # usage is read from plain event streams only
     return StreamingResponse(
-        _relay(upstream, is_sse),
+        _relay(upstream, is_sse, on_answer),
         status_code=upstream.status_code,
         headers=response_headers(upstream, extra),
         background=BackgroundTask(upstream.aclose),
     )
 
 
-async def _relay(upstream: httpx.Response, is_sse: bool) -> AsyncIterator[bytes]:
+async def _relay(upstream: httpx.Response, is_sse: bool, on_answer: OnAnswer | None = None,
+                 ) -> AsyncIterator[bytes]:
+    tail = b""
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
+            if on_answer is not None:
+                tail = (tail + chunk)[-USAGE_TAIL:]
+        if on_answer is not None:
+            found = last_usage_event(tail)
+            if found is not None:
+                on_answer(found)
     except httpx.HTTPError as exc:
         timed_out = isinstance(exc, httpx.TimeoutException)
         log.warning("proxy: upstream body %s mid-stream (%s)",
@@ -299,6 +314,20 @@ async def read_error(upstream: httpx.Response, *, limit: int | None = None,
         return raw, None
 
 
+def last_usage_event(tail: bytes) -> object:
+    """The JSON of the last ``data:`` event in ``tail`` that carries a ``usage`` object."""
+    for line in reversed(tail.split(b"\n")):
+        line = line.strip()
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                data = json.loads(line[5:])
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+                return data
+    return None
+
+
 async def _read_at_most(upstream: httpx.Response, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
@@ -311,7 +340,7 @@ async def _read_at_most(upstream: httpx.Response, limit: int) -> bytes:
 
 
 async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
-                       ) -> Response:
+                       on_answer: OnAnswer | None = None) -> Response:
     """Relay a successful chat-completions answer, refusing one that is not an answer.
 
     An event stream is relayed as it arrives (:func:`stream_response`). Any other body is
@@ -324,12 +353,14 @@ async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None
         ProxyError: the body could not be read (502/504) or is not JSON (502).
     """
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-        return stream_response(upstream, extra)
+        return stream_response(upstream, extra, on_answer)
     raw, data = await read_error(upstream)
     if data is None and not _is_json(raw):
         log.warning("proxy: upstream answered %d with a body that is not JSON (%d bytes)",
                     upstream.status_code, len(raw))
         raise upstream_bad_answer() from None
+    if on_answer is not None and data is not None:
+        on_answer(data)
     return Response(raw, status_code=upstream.status_code,
                     headers=response_headers(upstream, extra, keep_length=False))
 

@@ -18,14 +18,16 @@
   then truncation);
 * ``LLM_MODEL`` + ``LLM_TOKENIZER`` — a ``tokenizer.json`` for exact counts of requests
   naming exactly that model (other models: tiktoken by name, else the heuristic);
-* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, model configs, tokens (SQLite);
+* ``CTXSTACK_DATABASE_URL`` / ``_SCHEMA`` — checkpoints, sessions, model configs, tokens
+  (SQLite);
 * ``CTXSTACK_PROXY_ALLOWED_HOSTS`` — comma-separated host names accepted in ``Host`` and
   ``Origin`` besides loopback ones when no tokens are required (none);
 * ``CTXSTACK_PROXY_MAX_BODY_BYTES`` — the largest request body, else 413 (64 MiB);
 * ``CTXSTACK_PROXY_AUTH_FAILURES`` / ``_AUTH_WINDOW`` — failed authentications an address
   may make per window of that many seconds before it is answered 429 (20 per 60 s),
   counted in ``CTXSTACK_PROXY_REDIS_URL`` when set (every worker together), else per
-  worker.
+  worker. ``CTXSTACK_PROXY_REDIS_URL`` also holds the lease that lets one worker at a time
+  recompute a session's view (else the session's database row holds it).
 
 Budgets per model come from the database's model configs, then ``LLM_CONTEXT_SIZE`` /
 ``LLM_MAX_OUTPUT_TOKENS``, then the defaults (:mod:`ctxstack.proxy.budgets`).
