@@ -27,6 +27,12 @@ variable                         meaning                                        
 ``CTXSTACK_TURN_LEASE``          seconds a turn's claim lives without a         5
                                  heartbeat (a crashed holder blocks its
                                  conversation at most this long)
+``CTXSTACK_STREAM_RESUME_GRACE``  seconds a turn keeps running with nobody    15
+                                 reading its stream (a reload resumes it; ``0``
+                                 stops it when its reader disconnects)
+``CTXSTACK_STREAM_RETENTION``    seconds a finished turn's recorded SSE events  3600
+                                 are kept for resuming (Redis streams with
+                                 Redis, else the ``turn_streams`` tables)
 ``CTXSTACK_DB_CONNECT_TIMEOUT``  seconds to open a database connection          5
 ``CTXSTACK_DB_STATEMENT_TIMEOUT``  seconds one database statement (or the wait  15
                                  for a pooled connection, or SQLite's lock) may
@@ -103,6 +109,10 @@ class Settings(BaseModel):
     max_iterations: int = Field(12, gt=0)
     calibrate: bool = True
     turn_lease: float = Field(5.0, gt=0, le=3600)
+    # Resumable streams (ctxstack.server.streams): how long a turn keeps running with
+    # nobody reading it, and how long a finished turn's recorded events are kept.
+    stream_resume_grace: float = Field(15.0, ge=0, le=3600)
+    stream_retention: float = Field(3600.0, gt=0, le=30 * 86_400)
     db_connect_timeout: float = Field(5.0, gt=0, le=3600)
     db_statement_timeout: float = Field(15.0, gt=0, le=86_400)
     db_pool_size: int = Field(DEFAULT_DB_POOL_SIZE, gt=0, le=1000)
@@ -159,6 +169,8 @@ class Settings(BaseModel):
             "max_iterations": "CTXSTACK_MAX_ITERATIONS",
             "calibrate": "CTXSTACK_CALIBRATE",
             "turn_lease": "CTXSTACK_TURN_LEASE",
+            "stream_resume_grace": "CTXSTACK_STREAM_RESUME_GRACE",
+            "stream_retention": "CTXSTACK_STREAM_RETENTION",
             "db_connect_timeout": "CTXSTACK_DB_CONNECT_TIMEOUT",
             "db_statement_timeout": "CTXSTACK_DB_STATEMENT_TIMEOUT",
             "db_pool_size": "CTXSTACK_DB_POOL_SIZE",
@@ -193,6 +205,8 @@ class Settings(BaseModel):
             "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
             "CTXSTACK_CALIBRATE": "1" if self.calibrate else "0",
             "CTXSTACK_TURN_LEASE": str(self.turn_lease),
+            "CTXSTACK_STREAM_RESUME_GRACE": str(self.stream_resume_grace),
+            "CTXSTACK_STREAM_RETENTION": str(self.stream_retention),
             "CTXSTACK_DB_CONNECT_TIMEOUT": str(self.db_connect_timeout),
             "CTXSTACK_DB_STATEMENT_TIMEOUT": str(self.db_statement_timeout),
             "CTXSTACK_DB_POOL_SIZE": str(self.db_pool_size),
