@@ -23,12 +23,7 @@ from collections.abc import Sequence
 
 from benchmarks.common import BenchRow, print_table
 from ctxstack.budget import ModelBudget
-from ctxstack.dag import (
-    DAGExecutor,
-    Plan,
-    PlanStep,
-    build_enriched_query,
-)
+from ctxstack.dag import DAGExecutor, Plan, PlanStep, build_enriched_query
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import ToolSpec

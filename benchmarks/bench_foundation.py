@@ -25,10 +25,7 @@ if __package__ in (None, ""):
 
 from benchmarks.common import BenchRow, median_each, median_time, print_table
 from ctxstack.compaction import CompactUtils
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import heuristic_text_tokens
 

@@ -61,14 +61,8 @@ if __package__ in (None, ""):
 
 from benchmarks.common import BenchRow, no_gc, print_table
 from ctxstack.guard import ContextGuard
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.tokens import HEURISTIC, HeuristicCounter
 
 BUDGET = 96_000  # 110 tool rounds stay under it with the default counter's 12% margin
 MAX_CHARS = 50_000

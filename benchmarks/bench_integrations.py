@@ -60,9 +60,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.messages import (
-    ModelRequest as PaiRequest,
-)
+from pydantic_ai.messages import ModelRequest as PaiRequest
 
 from benchmarks.common import BenchRow, no_gc, print_table
 from ctxstack import ContextGuard

@@ -96,14 +96,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from benchmarks.bench_service import (
-    LATENCY,
-    TurnTiming,
-    _database,
-    _done_timing,
-    _pct,
-    _serve,
-)
+from benchmarks.bench_service import LATENCY, TurnTiming, _database, _done_timing, _pct, _serve
 from benchmarks.common import BenchRow, print_table
 
 TITLE = "chat service under load (ctxstack serve --workers N)"

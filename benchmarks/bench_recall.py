@@ -60,16 +60,9 @@ from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.compaction import _facts as facts_module
 from ctxstack.compaction import smart_truncate
-from ctxstack.compaction._facts import (
-    extract_candidates,
-    message_fact_text,
-)
+from ctxstack.compaction._facts import extract_candidates, message_fact_text
 from ctxstack.compaction._mask import placeholder_text
-from ctxstack.compaction._options import (
-    DEFAULT_MASK_ACCEPT,
-    DEFAULT_MASK_FILL,
-    DEFAULT_TARGET_FILL,
-)
+from ctxstack.compaction._options import DEFAULT_MASK_ACCEPT, DEFAULT_MASK_FILL, DEFAULT_TARGET_FILL
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.llm import ScriptedLLM
 from ctxstack.messages import ChatMessage

@@ -66,22 +66,9 @@ from benchmarks.common import BenchRow, no_gc, print_table
 from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.token_corpus import KIND_LABELS, KINDS, SCRIPT_GROUPS, gather, gather_scripts
 from benchmarks.vocab import ENCODINGS, ensure_offline
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    SEED_HEURISTIC,
-    HeuristicCounter,
-    TokenCounter,
-)
-from ctxstack.tokens._counter import (
-    HEURISTIC_MARGIN,
-    budget_margin,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.tokens import SEED_HEURISTIC, HeuristicCounter, TokenCounter
+from ctxstack.tokens._counter import HEURISTIC_MARGIN, budget_margin
 from ctxstack.tokens._model import SYMBOL_NAMES
 
 TITLE = "Token estimator accuracy and speed against exact tokenizers"

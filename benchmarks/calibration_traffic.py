@@ -31,16 +31,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.protocol import ToolSpec, Usage
-from ctxstack.tokens import (
-    HEURISTIC,
-    CalibratingCounter,
-    TokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, CalibratingCounter, TokenCounter
 
 CALLS_OBSERVED = 5
 TRAFFIC_KINDS = ("tool-heavy JSON", "code", "English prose", "CJK", "mixed chat")

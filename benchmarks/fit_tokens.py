@@ -251,11 +251,7 @@ def fit_symbols(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     """Ridge least squares of the relative residual on the symbol features, then each
     block's character weight raised (by 1/64 token steps) until at most SYMBOL_UNDER of
     that block's texts are under-counted by more than SYMBOL_UNDER_BY."""
-    from ctxstack.tokens._scripts import (
-        _SYMBOL_UNITS,
-        SCRIPT_SCALE,
-        SYMBOL_NAMES,
-    )
+    from ctxstack.tokens._scripts import _SYMBOL_UNITS, SCRIPT_SCALE, SYMBOL_NAMES
 
     flat = [(k, t) for k, items in texts.items() for t in items]
     raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
@@ -329,11 +325,7 @@ def write_symbols(params: dict[Family, np.ndarray], frequent: str) -> None:
 
 def main_symbols(argv: Sequence[str]) -> int:
     from benchmarks.symbol_corpus import symbol_texts
-    from ctxstack.tokens._model import (
-        FREQUENT_SYMBOLS,
-        SYMBOL_FEATURES,
-        SYMBOL_WEIGHTS,
-    )
+    from ctxstack.tokens._model import FREQUENT_SYMBOLS, SYMBOL_FEATURES, SYMBOL_WEIGHTS
 
     frequent = frequent_symbols()
     if frequent != FREQUENT_SYMBOLS:

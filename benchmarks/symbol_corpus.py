@@ -29,11 +29,7 @@ from functools import cache
 from typing import Literal
 
 from benchmarks.token_corpus import gather
-from ctxstack.tokens._model import (
-    FREQUENT_SYMBOLS,
-    SYMBOL_BLOCKS,
-    SYMBOL_NAMES,
-)
+from ctxstack.tokens._model import FREQUENT_SYMBOLS, SYMBOL_BLOCKS, SYMBOL_NAMES
 
 Split = Literal["fit", "eval"]
 LAYOUTS = ("spinner", "bar", "runs", "inline", "table")

@@ -38,12 +38,7 @@ from ctxstack.dag import (
     StepFinishedEvent,
     StepStartedEvent,
 )
-from ctxstack.dag._prompts import (
-    ANALYZER_ROLE,
-    PLANNER_ROLE,
-    STEP_ROLE,
-    SYNTHESIS_ROLE,
-)
+from ctxstack.dag._prompts import ANALYZER_ROLE, PLANNER_ROLE, STEP_ROLE, SYNTHESIS_ROLE
 from ctxstack.protocol import ToolSpec
 from ctxstack.testing import ScriptedLLM
 

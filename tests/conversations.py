@@ -14,13 +14,7 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 
 from ctxstack.compaction import SUMMARY_PREFIX
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
 from ctxstack.tokens import HEURISTIC
 
 _ids = itertools.count()

@@ -10,10 +10,7 @@ from hypothesis import strategies as st
 from ctxstack.agent import ToolOutcome, ToolTraceEntry
 from ctxstack.agent import _decisions as decisions
 from ctxstack.agent._prompts import CHECKLIST_PROMPT
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 
 
 def calls(*specs: tuple[str, dict[str, object]]) -> list[ToolCall]:

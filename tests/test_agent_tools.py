@@ -11,15 +11,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from ctxstack.agent import (
-    Tool,
-    ToolRegistry,
-    tool,
-)
-from ctxstack.agent._tools import (
-    parse_docstring,
-    render_result,
-)
+from ctxstack.agent import Tool, ToolRegistry, tool
+from ctxstack.agent._tools import parse_docstring, render_result
 from ctxstack.errors import ToolArgumentsError, ToolError
 from ctxstack.messages import ToolCall
 
@@ -280,12 +273,7 @@ def test_render_result() -> None:
 
 
 def test_calculator_evaluates_arithmetic_only() -> None:
-    from ctxstack.agent._demo_tools import (
-        CalculationError,
-        calculator,
-        evaluate,
-        word_count,
-    )
+    from ctxstack.agent._demo_tools import CalculationError, calculator, evaluate, word_count
 
     assert evaluate("(12.5 + 7) * 3") == 58.5
     assert evaluate("2^10") == 1024

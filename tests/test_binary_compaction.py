@@ -19,18 +19,9 @@ from ctxstack.compaction import CompactUtils
 from ctxstack.compaction import cut_message as cut_to_budget
 from ctxstack.compaction._archive import searchable_text
 from ctxstack.compaction._cut import cut_group
-from ctxstack.guard._rules import (
-    cut_message,
-    cut_to_tokens,
-    is_oversized,
-)
+from ctxstack.guard._rules import cut_message, cut_to_tokens, is_oversized
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    AudioPart,
-    FilePart,
-    TextPart,
-    ToolCall,
-)
+from ctxstack.messages import AudioPart, FilePart, TextPart, ToolCall
 from ctxstack.messages._tool_turns import tool_turn_problems
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import effective_budget
@@ -276,10 +267,7 @@ def test_the_newest_message_is_cut_around_its_binary_part_when_that_fits() -> No
 
 def test_masking_a_tool_output_that_carries_a_file_drops_the_file_whole() -> None:
     from ctxstack.compaction import CompactionOptions
-    from ctxstack.compaction._mask import (
-        apply_mask,
-        plan_mask,
-    )
+    from ctxstack.compaction._mask import apply_mask, plan_mask
 
     msgs: list[ChatMessage] = [ChatMessage.system("s"), ChatMessage.user("go")]
     for i in range(4):

@@ -8,18 +8,8 @@ import pytest
 
 from ctxstack.errors import ConfigError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    CalibratingCounter,
-    TokenCounter,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.tokens import HEURISTIC, CalibratingCounter, TokenCounter
 
 
 def _conversation(rng: random.Random, n: int) -> list[ChatMessage]:
@@ -158,10 +148,7 @@ def test_bad_settings_are_config_errors(kwargs: dict[str, float]) -> None:
 
 # ---------------------------------------------------------------- per content kind
 def test_content_kinds_are_told_apart() -> None:
-    from ctxstack.tokens._model import (
-        CONTENT_KINDS,
-        content_kind,
-    )
+    from ctxstack.tokens._model import CONTENT_KINDS, content_kind
 
     assert CONTENT_KINDS[content_kind("The meeting moved to Thursday; bring the notes.")] \
         == "prose"
@@ -210,10 +197,7 @@ def _reference_count(counter: CalibratingCounter, message: ChatMessage) -> int:
     """The calibrated per-message rule, written out plainly (no fast paths)."""
     import math
 
-    from ctxstack.tokens._calibration import (
-        message_floor,
-        message_kind,
-    )
+    from ctxstack.tokens._calibration import message_floor, message_kind
     from ctxstack.tokens._model import CONTENT_KINDS
 
     base = counter.base.count_message(message)

@@ -8,17 +8,9 @@ import random
 
 import pytest
 
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.protocol import ToolSpec, Usage
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    CalibratingCounter,
-    TokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, CalibratingCounter, TokenCounter
 from ctxstack.tokens._calibration import message_floor
 from ctxstack.tokens._model import lower_bound
 

@@ -12,10 +12,7 @@ from click.testing import CliRunner
 import ctxstack.cli.chat  # noqa: F401  (registers the command)
 from ctxstack.cli import main
 from ctxstack.cli.commands import Parsed, context_parts, meter_line, parse_line
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 
 
 def test_parse_line_tells_commands_from_questions() -> None:

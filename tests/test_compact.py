@@ -23,18 +23,8 @@ from ctxstack.compaction._llm_compact import MAX_FACTS_SHARE
 from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, HeuristicCounter
 from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 

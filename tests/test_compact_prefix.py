@@ -8,19 +8,12 @@ import itertools
 import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
-from ctxstack.compaction._mask import (
-    MASKED_KEY,
-    apply_mask,
-    plan_mask,
-)
+from ctxstack.compaction._mask import MASKED_KEY, apply_mask, plan_mask
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
 from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import effective_budget
 

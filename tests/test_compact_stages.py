@@ -10,25 +10,13 @@ import pytest
 
 from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.compaction import CompactionContext, CompactionResult, RollingSummary, Truncate
-from ctxstack.compaction._facts import (
-    extract_facts,
-    select_facts,
-)
-from ctxstack.compaction._mask import (
-    MASKED_KEY,
-    plan_mask,
-)
-from ctxstack.compaction._stages import (
-    RECALL_NOTE,
-    compact_staged,
-)
+from ctxstack.compaction._facts import extract_facts, select_facts
+from ctxstack.compaction._mask import MASKED_KEY, plan_mask
+from ctxstack.compaction._stages import RECALL_NOTE, compact_staged
 from ctxstack.errors import ConfigError, InputError
 from ctxstack.guard import CompactionEvent
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import effective_budget
 from tests.service_support import clean_env

@@ -19,11 +19,7 @@ from ctxstack.messages import (
     from_openai_messages,
     to_openai_messages,
 )
-from ctxstack.messages._model import (
-    AUDIO_KEY,
-    binary_note,
-    coerce_content,
-)
+from ctxstack.messages._model import AUDIO_KEY, binary_note, coerce_content
 
 B64 = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAgD4AAAB9AAACABAAZGF0YQAAAAA="
 AUDIO = {"type": "input_audio", "input_audio": {"data": B64, "format": "wav"}}

@@ -9,10 +9,7 @@ from collections.abc import Sequence
 from ctxstack.agent import CompactionNoticeEvent
 from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.dag import DAGEngine, PlanStep, StepActivityEvent, StepResult
-from ctxstack.dag._context import (
-    build_step_context,
-    dependency_shares,
-)
+from ctxstack.dag._context import build_step_context, dependency_shares
 from ctxstack.llm import ScriptedLLM, ToolSpec
 from ctxstack.messages import ChatMessage
 from tests.test_dag_engine import FAST, Reply, Router, collect, plan_json, step_task

@@ -16,10 +16,7 @@ from hypothesis import strategies as st
 
 from ctxstack.agent import tool
 from ctxstack.budget import ModelBudget
-from ctxstack.compaction._prompts import (
-    HINTS,
-    compaction_prompt,
-)
+from ctxstack.compaction._prompts import HINTS, compaction_prompt
 from ctxstack.dag import (
     AnalysisEvent,
     DAGDoneEvent,
@@ -40,12 +37,7 @@ from ctxstack.dag import (
     build_enriched_query,
 )
 from ctxstack.dag._enrich import HISTORY_PREFIX
-from ctxstack.dag._prompts import (
-    ANALYZER_ROLE,
-    PLANNER_ROLE,
-    STEP_ROLE,
-    SYNTHESIS_ROLE,
-)
+from ctxstack.dag._prompts import ANALYZER_ROLE, PLANNER_ROLE, STEP_ROLE, SYNTHESIS_ROLE
 from ctxstack.errors import LLMError, PlanError
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory import BaseMemory

@@ -21,12 +21,7 @@ from ctxstack.dag import (
     DAGInjectedEvent,
     StepFinishedEvent,
 )
-from ctxstack.dag._injects import (
-    FOLLOWUP_HEADER,
-    InjectRoute,
-    route_inject,
-    with_followups,
-)
+from ctxstack.dag._injects import FOLLOWUP_HEADER, InjectRoute, route_inject, with_followups
 from ctxstack.errors import InputError
 from ctxstack.llm import ScriptedLLM, ToolSpec
 from ctxstack.messages import ChatMessage

@@ -27,10 +27,7 @@ from ctxstack.dag._context import (
     format_for_synthesis,
     format_replan_context,
 )
-from ctxstack.dag._plan import (
-    find_cycle,
-    plan_problems,
-)
+from ctxstack.dag._plan import find_cycle, plan_problems
 from ctxstack.errors import InputError
 
 

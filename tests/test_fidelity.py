@@ -25,10 +25,7 @@ from benchmarks.fidelity.strategies import (
     naive_drop_oldest,
     window_size,
 )
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 
 

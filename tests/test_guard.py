@@ -12,26 +12,14 @@ import pytest
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
-from ctxstack.compaction._prompts import (
-    HINTS,
-    LANGUAGE_INSTRUCTION,
-    compaction_prompt,
-)
+from ctxstack.compaction._prompts import HINTS, LANGUAGE_INSTRUCTION, compaction_prompt
 from ctxstack.compaction._working_summary import parse_summary
 from ctxstack.errors import ConfigError, LLMError, MessageError
 from ctxstack.guard import CompactionEvent, ContextGuard
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-    from_openai_messages,
-)
+from ctxstack.messages import ChatMessage, ToolCall, from_openai_messages
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    CalibratingCounter,
-)
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, CalibratingCounter
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 BUDGET = 3_000

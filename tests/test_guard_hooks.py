@@ -11,15 +11,8 @@ import pytest
 from ctxstack.budget import ModelBudget
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.guard import ContextGuard, GuardCheckEvent
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    CalibratingCounter,
-    HeuristicCounter,
-)
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.tokens import HEURISTIC, CalibratingCounter, HeuristicCounter
 
 
 def conversation(rounds: int, tool_chars: int = 2_000) -> list[ChatMessage]:

@@ -19,17 +19,9 @@ from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.guard._rules import cut_message
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    ChatMessage,
-    TextPart,
-    ToolCall,
-    repair_tool_turns,
-)
+from ctxstack.messages import ChatMessage, TextPart, ToolCall, repair_tool_turns
 from ctxstack.protocol import ToolSpec
-from ctxstack.tokens import (
-    HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.tokens import HEURISTIC, HeuristicCounter
 from ctxstack.tokens._counter import effective_budget
 
 SYSTEM = ChatMessage.system("You are a research agent. Use tools; answer precisely.")

@@ -12,17 +12,8 @@ from ctxstack.guard._rules import (
     cut_to_tokens,
     is_oversized,
 )
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC
 
 MARKER = re.compile(r"\[Truncated: ([\d,]+) characters removed\]")
 

@@ -66,10 +66,7 @@ def test_llm_result_text() -> None:
 
 
 def test_first_sentence_summarizer_keeps_one_sentence_per_entry() -> None:
-    from ctxstack.testing import (
-        first_sentence,
-        first_sentence_summarizer,
-    )
+    from ctxstack.testing import first_sentence, first_sentence_summarizer
 
     request = ChatMessage.user(
         "Conversation to fold in:\n\n"

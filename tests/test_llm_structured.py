@@ -19,10 +19,7 @@ from ctxstack.errors import StructuredOutputError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubServer, stub_usage
-from ctxstack.messages import (
-    ChatMessage,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, TextPart
 
 T = TypeVar("T")
 

@@ -14,10 +14,7 @@ from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, LLMError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import BaseMemory, SummaryMemory
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from tests.conversations import (
     assert_opens_with_user,

@@ -11,10 +11,7 @@ from hypothesis import strategies as st
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.memory import BaseMemory, WindowMemory
 from ctxstack.memory._window import window_indices
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from tests.conversations import assert_opens_with_user, assert_tool_pairing, conversation
 
 SYS = ChatMessage.system("You are helpful.")

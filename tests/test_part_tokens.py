@@ -13,17 +13,9 @@ from hypothesis import strategies as st
 
 from ctxstack import ChatMessage
 from ctxstack.messages import AudioPart, FilePart
-from ctxstack.tokens import (
-    HEURISTIC,
-    SEED_HEURISTIC,
-    CalibratingCounter,
-    estimate_tokens,
-)
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, CalibratingCounter, estimate_tokens
 from ctxstack.tokens import _parts as pt
-from ctxstack.tokens._counter import (
-    IMAGE_TOKENS,
-    MESSAGE_OVERHEAD,
-)
+from ctxstack.tokens._counter import IMAGE_TOKENS, MESSAGE_OVERHEAD
 
 
 def audio(data: str, fmt: str = "wav") -> AudioPart:

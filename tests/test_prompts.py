@@ -15,12 +15,7 @@ from ctxstack.compaction._prompts import (
     finalize_summary,
     strip_scratchpad,
 )
-from ctxstack.compaction._working_summary import (
-    SECTIONS,
-    closed_core,
-    parse_summary,
-    words,
-)
+from ctxstack.compaction._working_summary import SECTIONS, closed_core, parse_summary, words
 from ctxstack.errors import ConfigError
 
 # ---------------------------------------------------------------------------- prompts

@@ -25,11 +25,7 @@ from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import ProxySettings, create_app, parse_compaction_header
 from ctxstack.proxy.counting import MemoCounter, ModelCounters
 from ctxstack.store import create_engine_from_url, upgrade
-from ctxstack.tokens import (
-    HEURISTIC,
-    HeuristicCounter,
-    TiktokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, HeuristicCounter, TiktokenCounter
 from ctxstack.tokens._counter import effective_budget
 from tests.proxy_support import ConversationRule, chat_requests
 

@@ -26,10 +26,7 @@ from ctxstack import (
 )
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import (
-    from_openai_messages,
-    to_openai_messages,
-)
+from ctxstack.messages import from_openai_messages, to_openai_messages
 from ctxstack.messages._tool_turns import tool_turn_problems
 from ctxstack.tokens import TiktokenCounter
 from tests import realdata

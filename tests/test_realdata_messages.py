@@ -13,16 +13,8 @@ import pytest
 
 from ctxstack import ChatMessage, ToolCall
 from ctxstack.errors import MessageError
-from ctxstack.messages import (
-    from_openai_messages,
-    repair_tool_turns,
-    to_openai_messages,
-)
-from ctxstack.messages._tool_turns import (
-    INTERRUPTED_RESULT,
-    REPAIRED_KEY,
-    tool_turn_problems,
-)
+from ctxstack.messages import from_openai_messages, repair_tool_turns, to_openai_messages
+from ctxstack.messages._tool_turns import INTERRUPTED_RESULT, REPAIRED_KEY, tool_turn_problems
 from tests import realdata
 
 

@@ -14,10 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxstack import ChatMessage, CompactUtils, ToolCall, WindowMemory
-from ctxstack.messages import (
-    repair_tool_turns,
-    tool_turns_valid,
-)
+from ctxstack.messages import repair_tool_turns, tool_turns_valid
 from ctxstack.messages._tool_turns import tool_turn_problems
 from ctxstack.tokens import DEFAULT_COUNTER
 from ctxstack.tokens._counter import effective_budget

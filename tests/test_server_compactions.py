@@ -255,12 +255,7 @@ async def test_a_load_that_did_not_compact_counts_its_checkpoint_span_only_when_
     load time gave."""
     from sqlalchemy import event
 
-    from ctxstack.server.compactions import (
-        PendingSpan,
-        history_span,
-        load_compaction,
-        resolve_span,
-    )
+    from ctxstack.server.compactions import PendingSpan, history_span, load_compaction, resolve_span
     from ctxstack.store import (
         CheckpointCandidate,
         NewMessage,

@@ -27,10 +27,7 @@ from ctxstack.server.sse import (
     stored_form,
 )
 from ctxstack.server.tools import CalculationError, calculate, find_arithmetic, text_stats
-from ctxstack.tokens import (
-    MeteredLLM,
-    UsageMeter,
-)
+from ctxstack.tokens import MeteredLLM, UsageMeter
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}}
          for n in ("calculate", "text_stats")]

@@ -25,11 +25,7 @@ from ctxstack.tokens import (
     TokenizerJsonCounter,
     counter_for_model,
 )
-from ctxstack.tokens._counter import (
-    budget_margin,
-    effective_budget,
-    tool_specs_tokens,
-)
+from ctxstack.tokens._counter import budget_margin, effective_budget, tool_specs_tokens
 from ctxstack.tokens._exact import family_for_model
 from ctxstack.tokens._model import (
     _CLASS,

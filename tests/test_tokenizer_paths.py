@@ -26,11 +26,7 @@ from ctxstack.server.settings import Settings
 from ctxstack.store import session_factory, upgrade
 from ctxstack.store.db import create_engine_from_url
 from ctxstack.store.model_configs import list_model_configs, set_model_config
-from ctxstack.tokens import (
-    HEURISTIC,
-    TokenizerJsonCounter,
-    counter_for_model,
-)
+from ctxstack.tokens import HEURISTIC, TokenizerJsonCounter, counter_for_model
 from tests.tokenizer_support import build_tokenizer
 
 TEXT = "Tokens before every call: the guard folds old messages. Unseen words like zebra."

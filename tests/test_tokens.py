@@ -8,13 +8,7 @@ import pickle
 import pytest
 
 from ctxstack.errors import ConfigError, TokenizerUnavailableError
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     HEURISTIC,

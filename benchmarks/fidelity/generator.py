@@ -36,11 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.fidelity import phrases
 from benchmarks.fidelity.phrases import Lang
 from benchmarks.fidelity.scorer import count_value
-from ctxstack.messages import (
-    ChatMessage,
-    Role,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, Role, ToolCall
 from ctxstack.tokens import HEURISTIC
 
 Language = Literal["en", "zh", "ja", "mixed"]

@@ -14,10 +14,7 @@ import random
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 
 HELD_OUT_FACTS: list[tuple[str, str, str]] = [
     # (subject sentence with {v}, value, question)

@@ -38,11 +38,7 @@ from ctxstack.llm import LLM, ScriptedLLM
 from ctxstack.memory import SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.testing import first_sentence_summarizer
-from ctxstack.tokens import (
-    HEURISTIC,
-    TiktokenCounter,
-    TokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, TiktokenCounter, TokenCounter
 
 StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
 KEEP_RECENT = 4

@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxstack.errors import LLMError
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 

@@ -14,13 +14,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from llama_index.core.base.llms.types import AudioBlock, DocumentBlock, TextBlock
 from llama_index.core.base.llms.types import ChatMessage as LIMessage
-from pydantic_ai.messages import (
-    AudioUrl,
-    BinaryContent,
-    DocumentUrl,
-    ModelRequest,
-    UserPromptPart,
-)
+from pydantic_ai.messages import AudioUrl, BinaryContent, DocumentUrl, ModelRequest, UserPromptPart
 
 from ctxstack import ChatMessage, MessageError
 from ctxstack.errors import InputError

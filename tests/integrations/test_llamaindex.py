@@ -17,14 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.agent.workflow import FunctionAgent
-from llama_index.core.base.llms.types import (
-    ChatMessage as LIMessage,
-)
-from llama_index.core.base.llms.types import (
-    MessageRole,
-    TextBlock,
-    ToolCallBlock,
-)
+from llama_index.core.base.llms.types import ChatMessage as LIMessage
+from llama_index.core.base.llms.types import MessageRole, TextBlock, ToolCallBlock
 from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler

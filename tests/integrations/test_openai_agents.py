@@ -28,11 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ctxstack import CalibratingCounter, ChatMessage, ConfigError, ContextGuard
 from ctxstack.errors import InputError
 from ctxstack.integrations._responses import PrefixCache, items_to_messages
-from ctxstack.integrations.openai_agents import (
-    CalibrationHooks,
-    CtxstackSession,
-    input_filter,
-)
+from ctxstack.integrations.openai_agents import CalibrationHooks, CtxstackSession, input_filter
 from ctxstack.store import list_messages, session_factory
 from ctxstack.store.db import create_engine_from_url
 from ctxstack.testing import ScriptedLLM

@@ -7,10 +7,7 @@ import pytest
 
 from ctxstack.compaction import Archive
 from ctxstack.errors import InputError
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.store import SessionFactory, UserRecord, create_conversation
 from ctxstack.store.archive import ConversationArchive, query_terms
 from ctxstack.store.messages import NewMessage, append_messages

@@ -22,11 +22,7 @@ from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.errors import ConfigError
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import BaseMemory, DbMemory
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, ImagePart, TextPart
 from ctxstack.store import (
     CheckpointCandidate,
     NewMessage,
@@ -44,10 +40,7 @@ from ctxstack.store import (
 from ctxstack.store.errors import NotFoundError, StorageError
 from ctxstack.store.files import FileStore
 from ctxstack.store.messages import HistoryRow, MessageRecord
-from ctxstack.tokens import (
-    HEURISTIC,
-    HeuristicCounter,
-)
+from ctxstack.tokens import HEURISTIC, HeuristicCounter
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
 
@@ -597,10 +590,7 @@ async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory,
     """What the agent adds to the loaded history — system prompt, tool specs, the trailing
     question — fits beside it, so the guard does not compact again at the first call."""
     from ctxstack.agent import tool
-    from ctxstack.tokens._counter import (
-        effective_budget,
-        tool_specs_tokens,
-    )
+    from ctxstack.tokens._counter import effective_budget, tool_specs_tokens
 
     @tool
     def lookup(order_id: str) -> str:

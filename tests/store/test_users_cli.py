@@ -14,13 +14,7 @@ import pytest
 from ctxstack.store import SessionFactory, create_user
 from ctxstack.store.errors import NotFoundError
 from ctxstack.store.files import FileStore
-from ctxstack.store.users import (
-    delete_user,
-    list_users,
-    rotate_token,
-    user_by_name,
-    user_by_token,
-)
+from ctxstack.store.users import delete_user, list_users, rotate_token, user_by_name, user_by_token
 from tests.store.dbkit import Backend
 
 CLI = [sys.executable, "-c", "from ctxstack.cli import main; main()"]

@@ -20,16 +20,8 @@ from ctxstack.agent._events import (
     WarningEvent,
 )
 from ctxstack.agent._react import ReActAgent
-from ctxstack.agent._result import (
-    AgentResult,
-    ToolTraceEntry,
-)
-from ctxstack.agent._tools import (
-    Tool,
-    ToolOutcome,
-    ToolRegistry,
-    tool,
-)
+from ctxstack.agent._result import AgentResult, ToolTraceEntry
+from ctxstack.agent._tools import Tool, ToolOutcome, ToolRegistry, tool
 
 __all__ = [
     "AGENT_EVENT_ADAPTER",

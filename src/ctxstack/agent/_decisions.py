@@ -16,10 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from ctxstack.agent import _prompts as prompts
 from ctxstack.agent._result import ToolTraceEntry
 from ctxstack.agent._tools import ToolOutcome
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 
 # ----------------------------------------------------------------- assembling the context
 

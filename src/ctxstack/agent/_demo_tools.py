@@ -15,10 +15,7 @@ import operator
 from collections.abc import Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ctxstack.agent._tools import (
-    Tool,
-    tool,
-)
+from ctxstack.agent._tools import Tool, tool
 from ctxstack.errors import InputError
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {

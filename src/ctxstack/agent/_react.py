@@ -47,39 +47,18 @@ from ctxstack.agent._events import (
     WarningEvent,
 )
 from ctxstack.agent._prompts import DEFAULT_SYSTEM_PROMPT
-from ctxstack.agent._recall import (
-    RECALL_TOOL_NAME,
-    recall_tool,
-)
-from ctxstack.agent._result import (
-    AgentResult,
-    StopReason,
-    ToolTraceEntry,
-)
-from ctxstack.agent._tools import (
-    Tool,
-    ToolFunction,
-    ToolRegistry,
-    as_registry,
-)
+from ctxstack.agent._recall import RECALL_TOOL_NAME, recall_tool
+from ctxstack.agent._result import AgentResult, StopReason, ToolTraceEntry
+from ctxstack.agent._tools import Tool, ToolFunction, ToolRegistry, as_registry
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import Archive, Hint
 from ctxstack.compaction._prompts import strip_scratchpad
 from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
-from ctxstack.guard import (
-    CompactionEvent,
-    GuardCheck,
-)
+from ctxstack.guard import CompactionEvent, GuardCheck
 from ctxstack.memory import BaseMemory
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.protocol import LLM, LLMResult, ToolSpec, Usage
-from ctxstack.tokens import (
-    HEURISTIC,
-    TokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, TokenCounter
 from ctxstack.tokens._counter import tool_specs_tokens
 
 log = logging.getLogger(__name__)

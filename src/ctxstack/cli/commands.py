@@ -20,10 +20,7 @@ from typing import Literal
 
 from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import budget_margin
 
 Command = Literal["help", "context", "compact", "new", "quit"]

@@ -21,18 +21,9 @@ from dataclasses import dataclass, field
 
 from ctxstack.compaction import CompactUtils
 from ctxstack.guard import CompactionEvent, ContextGuard
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
-from ctxstack.testing import (
-    ScriptedLLM,
-    first_sentence_summarizer,
-)
-from ctxstack.tokens import (
-    HEURISTIC,
-    TokenCounter,
-)
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.testing import ScriptedLLM, first_sentence_summarizer
+from ctxstack.tokens import HEURISTIC, TokenCounter
 
 SYSTEM_PROMPT = (
     "You are Atlas, an operations assistant. You plan company events with the tools you "

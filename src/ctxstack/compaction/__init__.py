@@ -14,17 +14,9 @@ Public entry point: :class:`CompactUtils`. The pieces live in small private modu
 
 from ctxstack.compaction._archive import Archive, ArchiveHit, HistoryArchive
 from ctxstack.compaction._compactor import CompactionContext, Compactor
-from ctxstack.compaction._cut import (
-    cut_message,
-    cut_text,
-    cut_text_tokens,
-)
+from ctxstack.compaction._cut import cut_message, cut_text, cut_text_tokens
 from ctxstack.compaction._facts import FACTS_HEADING
-from ctxstack.compaction._llm_compact import (
-    RollingSummary,
-    compact_detailed,
-    llm_compact,
-)
+from ctxstack.compaction._llm_compact import RollingSummary, compact_detailed, llm_compact
 from ctxstack.compaction._mask import MaskToolOutputs
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._prompts import SUMMARY_PREFIX, Hint

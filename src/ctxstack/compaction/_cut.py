@@ -20,14 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ctxstack.messages import (
-    AudioPart,
-    ChatMessage,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    TextPart,
-)
+from ctxstack.messages import AudioPart, ChatMessage, ContentPart, FilePart, ImagePart, TextPart
 from ctxstack.tokens import TokenCounter
 
 CUT_MARKER = "\n[... {removed:,} characters removed ...]\n"

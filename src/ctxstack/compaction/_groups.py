@@ -25,10 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ctxstack.messages import (
-    ChatMessage,
-    Role,
-)
+from ctxstack.messages import ChatMessage, Role
 from ctxstack.tokens import TokenCounter
 
 

@@ -34,12 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ctxstack.compaction._compactor import CompactionContext
-from ctxstack.compaction._groups import (
-    Fold,
-    Layout,
-    choose_fold,
-    split_layout,
-)
+from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._result import CompactionResult, Method
 from ctxstack.compaction._summarize import (
@@ -50,17 +45,11 @@ from ctxstack.compaction._summarize import (
     previous_text,
     summary_reserve,
 )
-from ctxstack.compaction._truncate import (
-    check_budget,
-    smart_truncate,
-)
+from ctxstack.compaction._truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 logger = logging.getLogger("ctxstack.compaction")

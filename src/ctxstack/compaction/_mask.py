@@ -35,10 +35,7 @@ from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._result import CompactionResult
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
+from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.messages._model import binary_note
 from ctxstack.tokens import TokenCounter
 

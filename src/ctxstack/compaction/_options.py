@@ -35,10 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from ctxstack.compaction._prompts import (
-    Hint,
-    check_hint,
-)
+from ctxstack.compaction._prompts import Hint, check_hint
 from ctxstack.errors import ConfigError
 
 DEFAULT_TARGET_FILL = 0.6

@@ -20,10 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxstack.compaction._cut import cut_text_tokens
-from ctxstack.compaction._facts import (
-    format_facts,
-    select_facts,
-)
+from ctxstack.compaction._facts import format_facts, select_facts
 from ctxstack.compaction._prompts import (
     SUMMARY_PREFIX,
     compaction_prompt,

@@ -34,18 +34,11 @@ from typing import Literal
 
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._cut import cut_group
-from ctxstack.compaction._groups import (
-    Layout,
-    Unit,
-    split_layout,
-)
+from ctxstack.compaction._groups import Layout, Unit, split_layout
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 MIN_CUT_TOKENS = 24

@@ -14,10 +14,7 @@ from typing import Any
 from ctxstack.compaction import _llm_compact as _llm
 from ctxstack.compaction import _truncate
 from ctxstack.compaction._result import CompactionResult
-from ctxstack.messages import (
-    ChatMessage,
-    ContentPart,
-)
+from ctxstack.messages import ChatMessage, ContentPart
 from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter
 from ctxstack.tokens import estimate_messages_tokens as _estimate_messages

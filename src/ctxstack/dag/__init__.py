@@ -6,19 +6,9 @@ usable on their own: :class:`DAGPlanner`, :class:`DAGExecutor`, :class:`PlanAnal
 :func:`build_enriched_query`, :func:`stream_synthesize`.
 """
 
-from ctxstack.dag._analyzer import (
-    Analysis,
-    AnalysisResult,
-    PlanAnalyzer,
-)
-from ctxstack.dag._engine import (
-    DAGEngine,
-    DAGResult,
-)
-from ctxstack.dag._enrich import (
-    EnrichedQuery,
-    build_enriched_query,
-)
+from ctxstack.dag._analyzer import Analysis, AnalysisResult, PlanAnalyzer
+from ctxstack.dag._engine import DAGEngine, DAGResult
+from ctxstack.dag._enrich import EnrichedQuery, build_enriched_query
 from ctxstack.dag._events import (
     DAG_EVENT_ADAPTER,
     AnalysisEvent,
@@ -36,21 +26,9 @@ from ctxstack.dag._events import (
     StepStartedEvent,
 )
 from ctxstack.dag._executor import DAGExecutor
-from ctxstack.dag._plan import (
-    Plan,
-    PlanDraft,
-    PlanStep,
-)
-from ctxstack.dag._planner import (
-    DAGPlanner,
-    PlanResult,
-    ReplanContext,
-)
-from ctxstack.dag._results import (
-    ExecutionResult,
-    StepResult,
-    StepStatus,
-)
+from ctxstack.dag._plan import Plan, PlanDraft, PlanStep
+from ctxstack.dag._planner import DAGPlanner, PlanResult, ReplanContext
+from ctxstack.dag._results import ExecutionResult, StepResult, StepStatus
 from ctxstack.dag._synthesis import stream_synthesize
 
 __all__ = [

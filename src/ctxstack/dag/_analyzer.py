@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxstack.dag._context import (
-    ANALYSIS_MAX_CHARS_PER_STEP,
-    format_for_analysis,
-)
+from ctxstack.dag._context import ANALYSIS_MAX_CHARS_PER_STEP, format_for_analysis
 from ctxstack.dag._plan import Plan
 from ctxstack.dag._prompts import ANALYZER_SYSTEM_PROMPT
 from ctxstack.dag._results import StepResult

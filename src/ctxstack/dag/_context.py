@@ -21,10 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxstack.dag._plan import (
-    Plan,
-    PlanStep,
-)
+from ctxstack.dag._plan import Plan, PlanStep
 from ctxstack.dag._results import StepResult
 from ctxstack.errors import InputError
 

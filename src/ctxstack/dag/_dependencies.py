@@ -23,11 +23,7 @@ import time
 from collections.abc import Callable
 
 from ctxstack.compaction import cut_text
-from ctxstack.compaction._summarize import (
-    build_summary_message,
-    previous_text,
-    run_summarizer,
-)
+from ctxstack.compaction._summarize import build_summary_message, previous_text, run_summarizer
 from ctxstack.dag._context import dependency_shares
 from ctxstack.dag._plan import PlanStep
 from ctxstack.dag._results import StepResult

@@ -56,19 +56,9 @@ from pydantic import BaseModel, ConfigDict
 
 from ctxstack.agent import Tool
 from ctxstack.budget import ModelBudget, resolve_budget
-from ctxstack.dag._analyzer import (
-    Analysis,
-    PlanAnalyzer,
-)
-from ctxstack.dag._context import (
-    STEP_CONTEXT_MAX_CHARS,
-    SYNTHESIS_MAX_CHARS,
-)
-from ctxstack.dag._enrich import (
-    PLANNER_INPUT_THRESHOLD_TOKENS,
-    EnrichedQuery,
-    build_enriched_query,
-)
+from ctxstack.dag._analyzer import Analysis, PlanAnalyzer
+from ctxstack.dag._context import STEP_CONTEXT_MAX_CHARS, SYNTHESIS_MAX_CHARS
+from ctxstack.dag._enrich import PLANNER_INPUT_THRESHOLD_TOKENS, EnrichedQuery, build_enriched_query
 from ctxstack.dag._events import (
     AnalysisEvent,
     AnswerDeltaEvent,
@@ -84,11 +74,7 @@ from ctxstack.dag._events import (
 from ctxstack.dag._executor import DAGExecutor
 from ctxstack.dag._injects import RunInbox
 from ctxstack.dag._plan import Plan
-from ctxstack.dag._planner import (
-    DEFAULT_MAX_STEPS,
-    DAGPlanner,
-    ReplanContext,
-)
+from ctxstack.dag._planner import DEFAULT_MAX_STEPS, DAGPlanner, ReplanContext
 from ctxstack.dag._prompts import (
     ANALYZER_SYSTEM_PROMPT,
     PLANNER_SYSTEM_PROMPT,

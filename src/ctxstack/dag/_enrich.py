@@ -29,10 +29,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from ctxstack.compaction import SUMMARY_PREFIX, CompactUtils
-from ctxstack.compaction._prompts import (
-    compaction_prompt,
-    strip_scratchpad,
-)
+from ctxstack.compaction._prompts import compaction_prompt, strip_scratchpad
 from ctxstack.dag._context import cut_middle
 from ctxstack.dag._events import EnrichMethod
 from ctxstack.errors import CtxstackError, InputError
@@ -40,10 +37,7 @@ from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import (
-    HEURISTIC,
-    TokenCounter,
-)
+from ctxstack.tokens import HEURISTIC, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 log = logging.getLogger(__name__)

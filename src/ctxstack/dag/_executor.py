@@ -47,34 +47,17 @@ from ctxstack.agent import (
 )
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.compaction import HistoryArchive
-from ctxstack.dag._context import (
-    STEP_CONTEXT_MAX_CHARS,
-    build_step_context,
-)
+from ctxstack.dag._context import STEP_CONTEXT_MAX_CHARS, build_step_context
 from ctxstack.dag._dependencies import condense_dependencies
-from ctxstack.dag._events import (
-    StepActivityEvent,
-    StepFinishedEvent,
-    StepStartedEvent,
-)
+from ctxstack.dag._events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
 from ctxstack.dag._injects import RunInbox
-from ctxstack.dag._plan import (
-    Plan,
-    PlanStep,
-)
+from ctxstack.dag._plan import Plan, PlanStep
 from ctxstack.dag._prompts import STEP_SYSTEM_PROMPT
-from ctxstack.dag._results import (
-    ExecutionResult,
-    StepResult,
-)
+from ctxstack.dag._results import ExecutionResult, StepResult
 from ctxstack.errors import ConfigError
 from ctxstack.guard import CompactionEvent, ContextGuard
 from ctxstack.protocol import LLM
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-    UsageMeter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter, UsageMeter
 
 _build_step_context = build_step_context
 """The seed's name for the function that builds a step's starting message."""

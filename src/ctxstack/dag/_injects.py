@@ -31,10 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxstack.agent import ReActAgent
-from ctxstack.dag._events import (
-    DAGInjectedEvent,
-    InjectPhase,
-)
+from ctxstack.dag._events import DAGInjectedEvent, InjectPhase
 
 FOLLOWUP_HEADER = "Follow-up messages the user sent while the request was being worked on"
 

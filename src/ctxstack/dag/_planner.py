@@ -19,19 +19,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.dag._context import (
-    REPLAN_MAX_CHARS_PER_STEP,
-    format_replan_context,
-)
-from ctxstack.dag._plan import (
-    Plan,
-    PlanDraft,
-    plan_problems,
-)
-from ctxstack.dag._prompts import (
-    PLANNER_SYSTEM_PROMPT,
-    describe_tools,
-)
+from ctxstack.dag._context import REPLAN_MAX_CHARS_PER_STEP, format_replan_context
+from ctxstack.dag._plan import Plan, PlanDraft, plan_problems
+from ctxstack.dag._prompts import PLANNER_SYSTEM_PROMPT, describe_tools
 from ctxstack.dag._results import StepResult
 from ctxstack.dag._structured import structured_call
 from ctxstack.errors import ConfigError, PlanError

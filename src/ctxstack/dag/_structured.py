@@ -25,10 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ctxstack.compaction._prompts import strip_scratchpad
 from ctxstack.errors import StructuredOutputError
-from ctxstack.messages import (
-    ChatMessage,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, TextPart
 from ctxstack.protocol import LLM, Usage
 
 T = TypeVar("T", bound=BaseModel)

@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ctxstack.dag._context import (
-    SYNTHESIS_MAX_CHARS,
-    format_for_synthesis,
-)
+from ctxstack.dag._context import SYNTHESIS_MAX_CHARS, format_for_synthesis
 from ctxstack.dag._prompts import SYNTHESIS_SYSTEM_PROMPT
 from ctxstack.dag._results import StepResult
 from ctxstack.messages import ChatMessage

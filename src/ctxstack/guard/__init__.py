@@ -2,15 +2,8 @@
 what it did as :class:`CompactionEvent` and :class:`GuardCheckEvent`.
 """
 
-from ctxstack.guard._events import (
-    CompactionEvent,
-    GuardCheck,
-    GuardCheckEvent,
-    GuardTotals,
-)
-from ctxstack.guard._guard import (
-    ContextGuard,
-)
+from ctxstack.guard._events import CompactionEvent, GuardCheck, GuardCheckEvent, GuardTotals
+from ctxstack.guard._guard import ContextGuard
 
 __all__ = [
     "CompactionEvent",

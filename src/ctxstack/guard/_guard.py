@@ -55,11 +55,7 @@ from ctxstack.guard._events import (
     GuardCheckEvent,
     GuardTotals,
 )
-from ctxstack.guard._rules import (
-    apply_pinned_cap,
-    cut_message,
-    is_oversized,
-)
+from ctxstack.guard._rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import (
     ChatMessage,
     from_openai_messages,
@@ -68,16 +64,8 @@ from ctxstack.messages import (
     tool_turns_valid,
 )
 from ctxstack.protocol import LLM
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
-from ctxstack.tokens._counter import (
-    MessageListMemo,
-    common_prefix,
-    effective_budget,
-    memo_applies,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens._counter import MessageListMemo, common_prefix, effective_budget, memo_applies
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ctxstack.messages import (
-    ChatMessage,
-    ContentPart,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, ContentPart, TextPart
 from ctxstack.tokens import TokenCounter
 
 HEAD_SHARE = 0.6

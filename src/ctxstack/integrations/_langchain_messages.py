@@ -33,13 +33,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages import ChatMessage as LCChatMessage
 
 from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall

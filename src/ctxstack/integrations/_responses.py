@@ -38,11 +38,7 @@ from typing import Any
 
 from ctxstack import ChatMessage, ContentPart, ImagePart, MessageError, TextPart, ToolCall
 from ctxstack.messages import AudioPart, FilePart, ImageURL, RefusalPart
-from ctxstack.messages._model import (
-    parse_arguments,
-    parse_part,
-    part_text,
-)
+from ctxstack.messages._model import parse_arguments, parse_part, part_text
 
 Item = dict[str, Any]
 ITEMS_KEY = "items"

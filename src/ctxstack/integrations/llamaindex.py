@@ -61,9 +61,7 @@ try:
         ThinkingBlock,
         ToolCallBlock,
     )
-    from llama_index.core.base.llms.types import (
-        ChatMessage as LIMessage,
-    )
+    from llama_index.core.base.llms.types import ChatMessage as LIMessage
     from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
     from llama_index.core.instrumentation.event_handlers import BaseEventHandler
     from llama_index.core.instrumentation.events import BaseEvent

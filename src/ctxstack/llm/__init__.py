@@ -9,9 +9,6 @@ there (it pulls in the ``openai`` SDK, which the core layers do not need).
 """
 
 from ctxstack.protocol import LLM, ChatStream, LLMResult, ToolSpec, Usage
-from ctxstack.testing import (
-    ScriptedCall,
-    ScriptedLLM,
-)
+from ctxstack.testing import ScriptedCall, ScriptedLLM
 
 __all__ = ["LLM", "ChatStream", "LLMResult", "ScriptedCall", "ScriptedLLM", "ToolSpec", "Usage"]

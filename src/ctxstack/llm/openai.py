@@ -60,12 +60,7 @@ from ctxstack.errors import (
 from ctxstack.llm.classify import classify_status
 from ctxstack.llm.config import LLMRole, load_settings
 from ctxstack.llm.retry import RetryPolicy, retry_async
-from ctxstack.llm.wire import (
-    StreamAccumulator,
-    estimate_usage,
-    parse_completion,
-    sse_data,
-)
+from ctxstack.llm.wire import StreamAccumulator, estimate_usage, parse_completion, sse_data
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import RAW_ARGUMENTS_KEY
 from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage

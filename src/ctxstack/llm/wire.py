@@ -15,14 +15,8 @@ from typing import Any
 
 from ctxstack.errors import LLMConnectionError, LLMError, MessageError
 from ctxstack.llm.classify import classify_status
-from ctxstack.messages import (
-    ChatMessage,
-    ToolCall,
-)
-from ctxstack.messages._model import (
-    RAW_ARGUMENTS_KEY,
-    parse_arguments,
-)
+from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages._model import RAW_ARGUMENTS_KEY, parse_arguments
 from ctxstack.protocol import FinishReason, Usage
 from ctxstack.protocol._llm import finish_reason_of
 from ctxstack.tokens import HEURISTIC

@@ -33,30 +33,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxstack.compaction import smart_truncate
-from ctxstack.compaction._groups import (
-    choose_fold,
-    split_layout,
-)
-from ctxstack.compaction._llm_compact import (
-    check_keep_recent,
-    check_timeout,
-    summary_sizes,
-)
+from ctxstack.compaction._groups import choose_fold, split_layout
+from ctxstack.compaction._llm_compact import check_keep_recent, check_timeout, summary_sizes
 from ctxstack.compaction._prompts import check_hint
-from ctxstack.compaction._summarize import (
-    build_summary_message,
-    previous_text,
-    run_summarizer,
-)
+from ctxstack.compaction._summarize import build_summary_message, previous_text, run_summarizer
 from ctxstack.compaction._truncate import check_budget
 from ctxstack.errors import ConfigError
 from ctxstack.memory._base import BaseMemory, as_chat_message
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.protocol import LLM, Usage
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 logger = logging.getLogger("ctxstack.memory")

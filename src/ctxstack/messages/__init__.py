@@ -20,10 +20,7 @@ from ctxstack.messages._parts import (
     RefusalPart,
     TextPart,
 )
-from ctxstack.messages._tool_turns import (
-    repair_tool_turns,
-    tool_turns_valid,
-)
+from ctxstack.messages._tool_turns import repair_tool_turns, tool_turns_valid
 
 __all__ = [
     "AudioPart",

@@ -31,13 +31,7 @@ from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.errors import ProxyError, error_response
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import (
-    Upstream,
-    error_passthrough,
-    read_error,
-    relay,
-    relay_answer,
-)
+from ctxstack.proxy.forwarding import Upstream, error_passthrough, read_error, relay, relay_answer
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event

@@ -33,11 +33,7 @@ import logging
 import threading
 from collections import OrderedDict
 
-from ctxstack.tokens import (
-    BaseCounter,
-    HeuristicCounter,
-    TokenCounter,
-)
+from ctxstack.tokens import BaseCounter, HeuristicCounter, TokenCounter
 from ctxstack.tokens import counter_for_model as _counter_for_model
 from ctxstack.tokens._counter import budget_margin
 from ctxstack.tokens._exact import family_for_model

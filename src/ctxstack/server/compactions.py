@@ -33,10 +33,7 @@ from ctxstack.agent import CompactionNoticeEvent
 from ctxstack.compaction import FACTS_HEADING, SUMMARY_PREFIX
 from ctxstack.compaction._stages import RECALL_NOTE
 from ctxstack.dag import StepActivityEvent
-from ctxstack.guard import (
-    CompactionEvent,
-    GuardCheckEvent,
-)
+from ctxstack.guard import CompactionEvent, GuardCheckEvent
 from ctxstack.messages import ChatMessage
 from ctxstack.server.sse import CompactData
 from ctxstack.store.conversations import fetch_conversation

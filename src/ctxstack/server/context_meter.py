@@ -29,10 +29,7 @@ from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
 from ctxstack.server.compactions import stored_seq
 from ctxstack.server.sse import ContextData, ContextParts
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 
 Part = Literal["system", "summary", "history", "tools", "question"]
 

@@ -45,12 +45,7 @@ from ctxstack.dag import _events as dag_events
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard, GuardCheckEvent
 from ctxstack.memory import BaseMemory
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-    ImageURL,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart
 from ctxstack.protocol import LLM, Usage
 from ctxstack.server.compactions import (
     FoldTracker,

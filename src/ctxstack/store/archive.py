@@ -23,14 +23,8 @@ from typing import Any
 from sqlalchemy import Select, and_, func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.compaction import (
-    ArchiveHit,
-    HistoryArchive,
-)
-from ctxstack.compaction._archive import (
-    ARCHIVE_REF_KEY,
-    normalize_text,
-)
+from ctxstack.compaction import ArchiveHit, HistoryArchive
+from ctxstack.compaction._archive import ARCHIVE_REF_KEY, normalize_text
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note

@@ -24,13 +24,7 @@ from ctxstack.errors import InputError
 from ctxstack.store.conversations import fetch_conversation, valid_public_id
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.errors import NotFoundError
-from ctxstack.store.models import (
-    CompactionCheckpoint,
-    Conversation,
-    UTCDateTime,
-    table_of,
-    utcnow,
-)
+from ctxstack.store.models import CompactionCheckpoint, Conversation, UTCDateTime, table_of, utcnow
 
 _CHECKPOINTS = table_of(CompactionCheckpoint)
 # Core, built once with a bound parameter: read on every turn (a statement built per call

@@ -16,13 +16,7 @@ import base64
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ctxstack.messages import (
-    ChatMessage,
-    ContentPart,
-    ImagePart,
-    ImageURL,
-    TextPart,
-)
+from ctxstack.messages import ChatMessage, ContentPart, ImagePart, ImageURL, TextPart
 from ctxstack.store.errors import StorageError
 from ctxstack.store.files import FileRecord, FileStore, valid_file_id
 from ctxstack.store.messages import HistoryRow

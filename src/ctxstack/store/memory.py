@@ -81,10 +81,7 @@ from ctxstack.store.fold import fold_older
 from ctxstack.store.history_messages import image_message, materialise, text_message
 from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
-from ctxstack.tokens import (
-    DEFAULT_COUNTER,
-    TokenCounter,
-)
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     budget_margin,

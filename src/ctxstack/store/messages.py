@@ -40,10 +40,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError
-from ctxstack.messages import (
-    ChatMessage,
-    Role,
-)
+from ctxstack.messages import ChatMessage, Role
 from ctxstack.messages._model import scrub_surrogates
 from ctxstack.protocol import Usage
 from ctxstack.store.conversations import fetch_conversation, valid_public_id

@@ -21,12 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.budget import BudgetRole, ModelBudget, resolve_budget
 from ctxstack.errors import InputError
-from ctxstack.store.db import (
-    SessionFactory,
-    is_transient_error,
-    reading,
-    retry_transaction,
-)
+from ctxstack.store.db import SessionFactory, is_transient_error, reading, retry_transaction
 from ctxstack.store.models import MODEL_ROLES, ModelConfig, table_of, utcnow
 
 # Core, built once: read at the start of every turn (a statement built per call cost

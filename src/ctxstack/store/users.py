@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.errors import InputError
 from ctxstack.store.db import SessionFactory, reading, transaction
@@ -114,10 +115,7 @@ async def user_by_name(factory: SessionFactory, name: str) -> UserRecord:
         NotFoundError: no such user.
     """
     async with reading(factory, f"loading user {name!r}") as session:
-        user = await session.scalar(select(User).where(User.name == name.strip()))
-        if user is None:
-            raise NotFoundError(f"no user named {name!r}")
-        return UserRecord.model_validate(user)
+        return UserRecord.model_validate(await _named(session, name))
 
 
 async def rotate_token(factory: SessionFactory, name: str) -> tuple[UserRecord, str]:
@@ -129,9 +127,7 @@ async def rotate_token(factory: SessionFactory, name: str) -> tuple[UserRecord, 
     """
     token = new_token()
     async with transaction(factory, f"issuing a token for {name!r}") as session:
-        user = await session.scalar(select(User).where(User.name == name.strip()))
-        if user is None:
-            raise NotFoundError(f"no user named {name!r}")
+        user = await _named(session, name)
         user.token_hash = hash_token(token)
         record = UserRecord.model_validate(user)
     return record, token
@@ -146,9 +142,14 @@ async def delete_user(factory: SessionFactory, name: str) -> UserRecord:
         NotFoundError: no such user.
     """
     async with transaction(factory, f"deleting user {name!r}") as session:
-        user = await session.scalar(select(User).where(User.name == name.strip()))
-        if user is None:
-            raise NotFoundError(f"no user named {name!r}")
+        user = await _named(session, name)
         record = UserRecord.model_validate(user)
         await session.delete(user)
     return record
+
+
+async def _named(session: AsyncSession, name: str) -> User:
+    user = await session.scalar(select(User).where(User.name == name.strip()))
+    if user is None:
+        raise NotFoundError(f"no user named {name!r}")
+    return user

@@ -21,9 +21,7 @@ model with a Hugging Face ``tokenizer.json``, :class:`TokenizerJsonCounter` uses
 Importing this package never imports the LLM client or the guard.
 """
 
-from ctxstack.tokens._calibration import (
-    CalibratingCounter,
-)
+from ctxstack.tokens._calibration import CalibratingCounter
 from ctxstack.tokens._counter import (
     DEFAULT_COUNTER,
     HEURISTIC,
@@ -36,14 +34,8 @@ from ctxstack.tokens._counter import (
     estimate_messages_tokens,
     estimate_tokens,
 )
-from ctxstack.tokens._exact import (
-    TokenizerJsonCounter,
-    counter_for_model,
-)
-from ctxstack.tokens._metering import (
-    MeteredLLM,
-    UsageMeter,
-)
+from ctxstack.tokens._exact import TokenizerJsonCounter, counter_for_model
+from ctxstack.tokens._metering import MeteredLLM, UsageMeter
 
 __all__ = [
     "DEFAULT_COUNTER",

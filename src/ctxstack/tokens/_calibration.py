@@ -86,10 +86,7 @@ from operator import is_
 from typing import Any
 
 from ctxstack.errors import ConfigError
-from ctxstack.messages import (
-    ChatMessage,
-    ImagePart,
-)
+from ctxstack.messages import ChatMessage, ImagePart
 from ctxstack.protocol import LLMResult, ToolSpec, Usage
 from ctxstack.tokens._counter import (
     DEFAULT_COUNTER,
@@ -98,11 +95,7 @@ from ctxstack.tokens._counter import (
     message_cache,
     tool_specs_tokens,
 )
-from ctxstack.tokens._model import (
-    CONTENT_KINDS,
-    content_kind,
-    lower_bound,
-)
+from ctxstack.tokens._model import CONTENT_KINDS, content_kind, lower_bound
 from ctxstack.tokens._parts import binary_part_tokens
 
 

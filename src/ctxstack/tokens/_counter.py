@@ -59,19 +59,9 @@ from ctxstack.messages import (
     RefusalPart,
     TextPart,
 )
-from ctxstack.messages._model import (
-    AUDIO_KEY,
-    coerce_content,
-)
-from ctxstack.tokens._model import (
-    FAMILIES,
-    Family,
-    estimator,
-)
-from ctxstack.tokens._parts import (
-    AUDIO_REFERENCE_TOKENS,
-    binary_part_tokens,
-)
+from ctxstack.messages._model import AUDIO_KEY, coerce_content
+from ctxstack.tokens._model import FAMILIES, Family, estimator
+from ctxstack.tokens._parts import AUDIO_REFERENCE_TOKENS, binary_part_tokens
 
 IMAGE_TOKENS = 765
 MESSAGE_OVERHEAD = 4

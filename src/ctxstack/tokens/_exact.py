@@ -27,12 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxstack.errors import TokenizerUnavailableError
-from ctxstack.tokens._counter import (
-    BaseCounter,
-    HeuristicCounter,
-    TiktokenCounter,
-    TokenCounter,
-)
+from ctxstack.tokens._counter import BaseCounter, HeuristicCounter, TiktokenCounter, TokenCounter
 from ctxstack.tokens._model import Family
 
 log = logging.getLogger(__name__)

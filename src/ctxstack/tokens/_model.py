@@ -82,11 +82,7 @@ from operator import and_ as _and
 from typing import Final, Literal
 from zlib import adler32 as _adler32
 
-from ctxstack.tokens._scripts import (
-    _GROUP_LEADS,
-    _group_units,
-    _symbol_units,
-)
+from ctxstack.tokens._scripts import _GROUP_LEADS, _group_units, _symbol_units
 from ctxstack.tokens._scripts import FAMILIES as FAMILIES
 from ctxstack.tokens._scripts import FREQUENT_SYMBOLS as FREQUENT_SYMBOLS
 from ctxstack.tokens._scripts import SCRIPT_FEATURES as SCRIPT_FEATURES

@@ -50,10 +50,7 @@ import binascii
 import math
 import struct
 
-from ctxstack.messages import (
-    AudioPart,
-    FilePart,
-)
+from ctxstack.messages import AudioPart, FilePart
 
 IMAGE_PAGE_TOKENS = 765
 """The image of one PDF page: ctxstack's image cost (``ctxstack.tokens._counter.IMAGE_TOKENS``)."""
