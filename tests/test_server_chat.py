@@ -40,7 +40,7 @@ def stub() -> Iterator[StubServer]:
 
 @pytest.fixture(scope="module")
 def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3")
+    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3", CTXSTACK_STREAM_RESUME_GRACE="1")
     with running_server(tmp_path_factory.mktemp("serve"), env) as proc:
         yield proc
 
