@@ -14,7 +14,8 @@ variable                         meaning                                        
 ``CTXSTACK_LOCAL_USER``          the single user's name under ``none``          ``local``
 ``CTXSTACK_ADMIN_USERS``         comma-separated user names allowed to change   empty
                                  model configs (the local user always may)
-``CTXSTACK_REDIS_URL``           Redis for the inject queue (else the DB)       none
+``CTXSTACK_REDIS_URL``           Redis for the inject queue and the recorded    none
+                                 turn streams (else the DB)
 ``CTXSTACK_MAX_UPLOAD_BYTES``    largest accepted image                         10 MiB
 ``CTXSTACK_SSE_KEEPALIVE``       seconds between keep-alive comments            15
 ``CTXSTACK_DEMO_DELAY``          seconds the demo model waits per call          0.05
