@@ -15,6 +15,10 @@ from ctxstack.errors import CtxstackError
 @click.option("--upstream", envvar="CTXSTACK_PROXY_UPSTREAM", required=True,
               help="The upstream's OpenAI base URL, /v1 included "
                    "(env CTXSTACK_PROXY_UPSTREAM).")
+@click.option("--anthropic-upstream", envvar="CTXSTACK_PROXY_ANTHROPIC_UPSTREAM", default=None,
+              help="Where POST /v1/messages goes: the proxy calls <URL>/v1/messages "
+                   "[default: https://api.anthropic.com, env "
+                   "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM].")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8787, show_default=True, type=click.IntRange(1, 65535),
               help="Port to listen on.")
@@ -31,12 +35,13 @@ from ctxstack.errors import CtxstackError
                    "[default: 600, env CTXSTACK_PROXY_TIMEOUT].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
-          forward_auth: bool, timeout: float | None, log_level: str) -> None:
+def proxy(upstream: str, anthropic_upstream: str | None, host: str, port: int, workers: int,
+          auth: bool | None, forward_auth: bool, timeout: float | None, log_level: str) -> None:
     """Run an OpenAI-compatible proxy that keeps every chat within its model's budget.
 
     \b
-    Point any client's base URL at http://HOST:PORT/v1. Environment:
+    Point any client's base URL at http://HOST:PORT/v1 (Anthropic clients, Claude Code:
+    ANTHROPIC_BASE_URL=http://HOST:PORT). Environment:
       LLM_API_KEY             the upstream key (never accepted from clients)
       FAST_LLM_BASE_URL, FAST_LLM_API_KEY, FAST_LLM_MODEL   the summariser
                               (default: the upstream, with each request's model)
@@ -52,6 +57,8 @@ def proxy(upstream: str, host: str, port: int, workers: int, auth: bool | None,
 
     env = dict(os.environ)
     env["CTXSTACK_PROXY_UPSTREAM"] = upstream
+    if anthropic_upstream:
+        env["CTXSTACK_PROXY_ANTHROPIC_UPSTREAM"] = anthropic_upstream
     env["CTXSTACK_PROXY_HOST"] = host
     if auth is not None:
         env["CTXSTACK_PROXY_AUTH"] = "token" if auth else "none"

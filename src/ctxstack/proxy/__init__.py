@@ -3,9 +3,11 @@
 An OpenAI-compatible server in front of an upstream endpoint. ``POST /v1/chat/completions``
 is fitted into the requested model's budget by the guard before it is forwarded (a request
 already within budget goes out byte for byte as received); every other ``/v1/`` route
-passes through unchanged. Continuing conversations are recognised by message-prefix
-hashes and reuse their checkpoint, so a growing conversation is summarised once per
-overflow, not once per request.
+passes through unchanged. ``POST /v1/messages`` and ``/v1/messages/count_tokens``
+(Anthropic Messages, what Claude Code speaks) are fitted the same way and forwarded to
+the Anthropic upstream (:mod:`ctxstack.proxy.anthropic`). Continuing conversations are
+recognised by message-prefix hashes and reuse their checkpoint, so a growing conversation
+is summarised once per overflow, not once per request.
 
 Modules: :mod:`~ctxstack.proxy.settings` (environment), :mod:`~ctxstack.proxy.request`
 (validation, guard views), :mod:`~ctxstack.proxy.fitting` (the decision),

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from ctxstack import LLM
 from ctxstack.llm.classify import is_context_overflow
+from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
 from ctxstack.proxy.checkpoints import CheckpointStore
@@ -65,11 +66,13 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
         await self.shared_stats.aclose()
         await self.budgets.aclose()
         await self.upstream.aclose()
+        await self.anthropic.aclose()
         await self.summarizers.aclose()
 
 
@@ -125,6 +128,8 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
 
     async def passthrough(request: Request) -> Response:
         state = st()
+        if "anthropic-version" in request.headers:  # an Anthropic client's other routes
+            return await anthropic_routes.passthrough(state, request)
         try:
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
@@ -146,6 +151,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/health", health, methods=["GET"])
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 

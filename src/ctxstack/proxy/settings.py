@@ -1,6 +1,8 @@
 """The proxy's settings, read once from the environment (the CLI writes its flags there).
 
 * ``CTXSTACK_PROXY_UPSTREAM`` — the upstream's OpenAI base URL, ``/v1`` included (required);
+* ``CTXSTACK_PROXY_ANTHROPIC_UPSTREAM`` — where ``/v1/messages`` goes: the proxy calls
+  ``<url>/v1/messages`` (``https://api.anthropic.com``);
 * ``CTXSTACK_PROXY_HOST`` — the address bound (decides the auth default; 127.0.0.1);
 * ``CTXSTACK_PROXY_AUTH`` — ``none`` or ``token`` (``ctxstack user create`` tokens):
   ``none`` by default on loopback, ``token`` elsewhere, where ``none`` is refused;
@@ -39,6 +41,7 @@ DEFAULT_TIMEOUT = 600.0
 DEFAULT_SUMMARY_TIMEOUT = 60.0
 DEFAULT_MAX_CHECKPOINTS = 10_000
 DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+DEFAULT_ANTHROPIC_UPSTREAM = "https://api.anthropic.com"
 
 
 def is_loopback(host: str) -> bool:
@@ -65,6 +68,8 @@ class ProxySettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     upstream: str
+    anthropic_upstream: str = DEFAULT_ANTHROPIC_UPSTREAM
+    """The Anthropic Messages upstream, without ``/v1`` (the proxy appends it)."""
     host: str = "127.0.0.1"
     auth: AuthMode = "none"
     forward_auth: bool = False
@@ -89,7 +94,7 @@ class ProxySettings(BaseModel):
     budget_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """The budget variables (``LLM_CONTEXT_SIZE``, …) as read at start."""
 
-    @field_validator("upstream", "summarizer_base_url")
+    @field_validator("upstream", "summarizer_base_url", "anthropic_upstream")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is None:
@@ -126,6 +131,8 @@ class ProxySettings(BaseModel):
         fast_url = _get(env, "FAST_LLM_BASE_URL")
         values: dict[str, object] = {
             "upstream": upstream,
+            "anthropic_upstream": _get(env, "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM")
+            or DEFAULT_ANTHROPIC_UPSTREAM,
             "host": host,
             "auth": auth,
             "forward_auth": env.get("CTXSTACK_PROXY_FORWARD_AUTH", "").strip().lower()
@@ -164,6 +171,7 @@ class ProxySettings(BaseModel):
         """The ``CTXSTACK_PROXY_*`` variables that recreate these settings in a worker."""
         return {
             "CTXSTACK_PROXY_UPSTREAM": self.upstream,
+            "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM": self.anthropic_upstream,
             "CTXSTACK_PROXY_HOST": self.host,
             "CTXSTACK_PROXY_AUTH": self.auth,
             "CTXSTACK_PROXY_FORWARD_AUTH": "1" if self.forward_auth else "0",

@@ -110,6 +110,12 @@ class ProxyStats(BaseModel):
     overflow_retries: int = 0
     unreachable: int = 0
     timeouts: int = 0
+    fit_failures: int = 0
+    """Requests whose fitting raised: forwarded unchanged instead (and logged)."""
+    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire, then model: ``cache_read_tokens`` and ``cache_write_tokens`` as the
+    upstream reported them (Anthropic ``cache_read_input_tokens`` /
+    ``cache_creation_input_tokens``)."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -124,6 +130,12 @@ class ProxyStats(BaseModel):
             elif group in ("compactions", "upstream_errors") and name:
                 counts: dict[str, int] = getattr(stats, group)
                 counts[name] = counts.get(name, 0) + value
+            elif group == "cache_tokens" and name.count(":") >= 2:
+                wire, _, rest = name.partition(":")
+                model, _, kind = rest.rpartition(":")
+                per = stats.cache_tokens.setdefault(wire, {}).setdefault(
+                    model, {"cache_read_tokens": 0, "cache_write_tokens": 0})
+                per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
         return stats
@@ -172,6 +184,13 @@ class StatsRecorder:
             "summarizer.input_tokens": usage.input_tokens,
             "summarizer.output_tokens": usage.output_tokens,
         })
+
+    def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
+        """Prompt-cache tokens the upstream reported for one answer (``wire``:
+        ``anthropic``, …; the model name is cut to keep the stored key short)."""
+        model = model[:60]
+        self._add({f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
+                   f"cache_tokens.{wire}:{model}:cache_write_tokens": write})
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})

@@ -1,4 +1,7 @@
-"""The stub's FastAPI app: script state, OpenAI wire format (JSON and SSE), fault replies."""
+"""The stub's FastAPI app: script state, OpenAI wire format (JSON and SSE), fault replies.
+
+The Anthropic Messages wire is served from the same script by
+:mod:`ctxstack.llm.stub.anthropic`."""
 
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from ctxstack.errors import ConfigError, MessageError
+from ctxstack.llm.stub.anthropic import add_routes as add_anthropic_routes
 from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
@@ -26,6 +29,7 @@ from ctxstack.llm.stub.replies import (
     ids,
     stub_usage,
 )
+from ctxstack.llm.stub.sse import SSEResponse
 from ctxstack.messages import from_openai_messages
 
 
@@ -186,26 +190,6 @@ def _sse_events(state: StubState, request: StubRequest, reply: StubReply) -> lis
     return events
 
 
-class _SSEResponse(Response):
-    """Server-Sent Events written straight to ASGI, so a stream can be cut mid-way.
-
-    A cut returns without the final empty body message: uvicorn then closes the socket
-    and the client sees an incomplete chunked body, as with a real dropped connection.
-    """
-
-    def __init__(self, events: AsyncIterator[bytes], *, complete: bool) -> None:
-        super().__init__(media_type="text/event-stream")
-        self._events = events
-        self._complete = complete
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache")]})
-        async for data in self._events:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-        if self._complete:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 # --------------------------------------------------------------------------- app
@@ -251,13 +235,14 @@ def create_app(state: StubState) -> FastAPI:
         events = _sse_events(state, request, reply)
         if reply.drop_after is not None:
             events = events[: max(0, reply.drop_after)]
-        return _SSEResponse(_paced(state, events, reply),
+        return SSEResponse(_paced(state, events, reply),
                             complete=reply.drop_after is None or reply.drop_mode == "clean")
 
     # A plain Starlette route, not a FastAPI one: it takes the raw request and has no
     # parameters to solve or schema to publish, and FastAPI's per-request dependency and
     # endpoint machinery was a share of the stub's CPU per model call (issue 15).
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    add_anthropic_routes(app, state)  # POST /v1/messages, /v1/messages/count_tokens
 
     if state.max_recorded != 0:  # GET /_stub/requests
         app.state.request_log = install_recording(

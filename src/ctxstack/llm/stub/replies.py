@@ -53,7 +53,11 @@ class StubReply:
             missing ``finish_reason`` / ``[DONE]`` tells the answer is incomplete.
         include_usage: ``False`` leaves usage out (JSON and stream), like servers that
             never report it.
-        cached_tokens: reported as ``prompt_tokens_details.cached_tokens``.
+        cached_tokens: reported as ``prompt_tokens_details.cached_tokens`` (Anthropic
+            wire: ``cache_read_input_tokens``).
+        cache_write_tokens: Anthropic wire: ``cache_creation_input_tokens``.
+        thinking: Anthropic wire: a ``thinking`` block (with a signature) before the
+            answer.
         raw_body: sent verbatim (with ``status`` and ``content_type``) instead of a
             generated answer — for malformed responses, error events inside a 200,
             hand-written SSE.
@@ -74,6 +78,8 @@ class StubReply:
     drop_mode: Literal["abort", "clean"] = "abort"
     include_usage: bool = True
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    thinking: str | None = None
     raw_body: str | None = None
     content_type: str = "application/json"
 
