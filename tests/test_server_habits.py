@@ -117,7 +117,8 @@ def test_regenerate_replaces_the_last_answer_and_keeps_the_question_and_image(
     assert after[1]["seq"] > before[1]["seq"]
     assert "Second answer." in after[1]["content"]
     # The model saw the question and its image again, never the replaced answer.
-    assert "Describe the picture." in seen and "[image]" in seen
+    assert "Describe the picture." in seen
+    assert "[image]" in seen
     assert not any("First answer." in text for text in seen)
 
 
@@ -145,14 +146,17 @@ def test_edit_refuses_an_answer_and_a_foreign_or_missing_message(
     assert ask(client, cid, "Hello?")[-1].event == "done"
     answer = history(client, cid)[1]["id"]
     r = client.post(f"/api/conversations/{cid}/messages/{answer}/edit", json={"query": "x"})
-    assert r.status_code == 400 and "not a question" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "not a question" in r.json()["detail"]
     r = client.post(f"/api/conversations/{cid}/messages/99999999/edit", json={"query": "x"})
-    assert r.status_code == 404 and r.json()["detail"]
+    assert r.status_code == 404
+    assert r.json()["detail"]
     r = client.post("/api/conversations/" + "0" * 32 + "/regenerate", json={})
     assert r.status_code == 404
     empty = new_conversation(client)
     r = client.post(f"/api/conversations/{empty}/regenerate", json={})
-    assert r.status_code == 400 and "no question" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "no question" in r.json()["detail"]
 
 
 def test_compact_now_preview_then_run_and_edit_invalidates_the_summary(
@@ -165,8 +169,11 @@ def test_compact_now_preview_then_run_and_edit_invalidates_the_summary(
     preview = client.get(f"/api/conversations/{cid}/compact-preview")
     assert preview.status_code == 200, preview.text
     p = preview.json()
-    assert p["messages"] == 4 and p["kept_messages"] == 4 and p["first_seq"] == 1
-    assert p["tokens_before"] > 0 and p["estimated_saving"] >= 0
+    assert p["messages"] == 4
+    assert p["kept_messages"] == 4
+    assert p["first_seq"] == 1
+    assert p["tokens_before"] > 0
+    assert p["estimated_saving"] >= 0
     assert p["has_summary"] is False
     assert client.get(f"/api/conversations/{cid}/compactions").json() == []
     run = client.post(f"/api/conversations/{cid}/compact")
@@ -184,7 +191,8 @@ def test_compact_now_preview_then_run_and_edit_invalidates_the_summary(
     assert client.get(f"/api/conversations/{cid}/compactions").json() == []
     # Nothing to summarise in a short conversation: 400 with the house's shape.
     r = client.post(f"/api/conversations/{cid}/compact")
-    assert r.status_code == 400 and "nothing to summarise" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "nothing to summarise" in r.json()["detail"]
 
 
 def test_a_load_compaction_is_bracketed_by_summarising_events(
@@ -199,10 +207,11 @@ def test_a_load_compaction_is_bracketed_by_summarising_events(
         names = [e.event for e in events]
         if "compact" in names:
             break
-    assert "compact_start" in names and "compact_end" in names, (names, [e.data for e in events if e.event == "compact"])
+    assert "compact_start" in names and "compact_end" in names, names
     assert names.index("compact_start") < names.index("compact_end") < names.index("compact")
     spec = client.get("/openapi.json").json()["components"]["schemas"]
-    assert "CompactStartData" in spec and "CompactEndData" in spec
+    assert "CompactStartData" in spec
+    assert "CompactEndData" in spec
 
 
 def test_busy_conversation_answers_409_to_regenerate_edit_and_compact(

@@ -61,7 +61,8 @@ def drop_then_resume(first: ServerProcess, second: ServerProcess) -> None:
                 if sum(1 for _, e, _ in seen if e == "answer") == 4:
                     break  # the connection drops mid-answer
         last_id = seen[-1][0]
-        assert last_id is not None and last_id.count(".") == 1
+        assert last_id is not None
+        assert last_id.count(".") == 1
         rest: list[tuple[str | None, str, str]] = []
         with b.stream("GET", f"/api/conversations/{cid}/stream",
                       headers={"Last-Event-ID": last_id}) as response:
@@ -79,7 +80,8 @@ def drop_then_resume(first: ServerProcess, second: ServerProcess) -> None:
         # Nothing running: nothing to resume.
         assert b.get(f"/api/conversations/{cid}/stream").status_code == 204
         stored = a.get(f"/api/conversations/{cid}/messages").json()
-        assert stored[-1]["status"] == "ok" and stored[-1]["content"] == ANSWER
+        assert stored[-1]["status"] == "ok"
+        assert stored[-1]["content"] == ANSWER
 
 
 def test_resume_with_last_event_id_on_sqlite(
