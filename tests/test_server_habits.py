@@ -207,7 +207,8 @@ def test_a_load_compaction_is_bracketed_by_summarising_events(
         names = [e.event for e in events]
         if "compact" in names:
             break
-    assert "compact_start" in names and "compact_end" in names, names
+    assert "compact_start" in names, names
+    assert "compact_end" in names, names
     assert names.index("compact_start") < names.index("compact_end") < names.index("compact")
     spec = client.get("/openapi.json").json()["components"]["schemas"]
     assert "CompactStartData" in spec
