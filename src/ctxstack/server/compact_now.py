@@ -69,7 +69,7 @@ class CompactNowOut(BaseModel):
 
 
 @dataclass(frozen=True)
-class Plan:
+class CompactPlan:
     checkpoint: CheckpointRecord | None
     fold: list[MessageRecord]
     kept: list[MessageRecord]
@@ -97,7 +97,7 @@ def split_kept(rows: Sequence[MessageRecord], keep_recent: int
 
 async def plan(factory: SessionFactory, conversation_id: str, owner_id: int, *,
                budget: ModelBudget, fast_llm: LLM | None, counter: TokenCounter,
-               keep_recent: int | None = None) -> Plan:
+               keep_recent: int | None = None) -> CompactPlan:
     """What Compact now would fold (owner-checked; raises ``NotFoundError``)."""
     keep = CompactionOptions().keep_recent if keep_recent is None else keep_recent
     checkpoint = await latest_checkpoint(factory, conversation_id, owner_id=owner_id)
@@ -123,7 +123,7 @@ async def plan(factory: SessionFactory, conversation_id: str, owner_id: int, *,
         last_seq=fold[-1].seq if fold else None, kept_messages=len(kept),
         tokens_before=before, estimated_tokens_after=after,
         estimated_saving=max(0, before - after), has_summary=checkpoint is not None)
-    return Plan(checkpoint=checkpoint, fold=fold, kept=kept, preview=preview)
+    return CompactPlan(checkpoint=checkpoint, fold=fold, kept=kept, preview=preview)
 
 
 async def compact(factory: SessionFactory, conversation_id: str, owner_id: int, *,
