@@ -135,6 +135,7 @@ def test_chat_habits_and_resumed_stream_in_chromium(browser_ready: None, tmp_pat
     assert checks["edit"] is True
     assert "Summarise 2 earlier messages" in checks["compact_preview"]
     assert checks["compact_now"] is True
+    assert checks["edit_invalidates_summary"] is True
     assert checks["resumed_running"] is True
     assert checks["reload_resumed"]["shown"] > 300
     assert checks["code_copy"] is True

@@ -7,7 +7,8 @@
 // Checks: Regenerate on a question with an image replaces the answer (one question, its
 // image kept, one answer, stored likewise); Edit of a sent question replaces it and what
 // followed; Compact now shows what it would summarise and the saving, then runs (a
-// summary is stored, the divider appears); a reload mid-answer resumes the stream and the
+// summary is stored, the divider appears) and an edit of a summarised question drops the
+// summary and its divider; a reload mid-answer resumes the stream and the
 // answer completes (stored "ok", not "stopped"); code blocks get a language label and a
 // Copy button. Prints one JSON line.
 
@@ -125,6 +126,20 @@ try {
   expect(summaries.length === 1, `compactions after Compact now: ${summaries.length}`);
   await page.locator("#messages > .conversation-divider").waitFor({ timeout: 10000 });
   checks.compact_now = true;
+
+  // ---- editing a question the summary covers drops the summary and its divider
+  await page.locator(".msg.user").first().locator(".edit-btn").click();
+  await page.locator(".msg.user .edit-text").fill("Start over?");
+  await page.locator(".msg.user .edit-save").click();
+  await waitDone(page);
+  await page.waitForFunction(() => !document.querySelector("#messages > .conversation-divider"), null,
+    { timeout: 10000 });
+  const dropped = await page.evaluate(async () => {
+    const id = decodeURIComponent(location.hash.replace("#c=", ""));
+    return (await fetch(`/api/conversations/${id}/compactions`)).json();
+  });
+  expect(dropped.length === 0, `the summary survived the edit: ${dropped.length}`);
+  checks.edit_invalidates_summary = true;
 
   // ---- a reload mid-answer resumes the stream
   await send(page, "Tell me everything about context windows, slowly.");

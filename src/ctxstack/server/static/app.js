@@ -146,6 +146,24 @@ function newTurn(question) {
   return turn;
 }
 
+/**
+ * The divider from the stored summaries (GET /compactions) when the answers on the page
+ * no longer carry it — the answer whose compaction drew it was regenerated — or after an
+ * edit or regenerate dropped the summary it showed.
+ */
+async function refreshDivider(conversationId, { force = false } = {}) {
+  if (!force && state.divider) return;
+  const listed = await api(`/api/conversations/${encodeURIComponent(conversationId)}/compactions`);
+  if (state.currentId !== conversationId) return;
+  const last = Array.isArray(listed) ? listed[listed.length - 1] : null;
+  if (!last) {
+    state.divider = null;
+    messagesBox().querySelector(":scope > .conversation-divider")?.remove();
+    return;
+  }
+  if (force || !state.divider) showDivider(last);
+}
+
 function showDivider(data) {
   state.divider = data;
   placeDivider(messagesBox(), data, (d) => openRemembers($("#remembers"), d, () =>
@@ -309,6 +327,7 @@ async function selectConversation(id) {
     const messages = await api(`/api/conversations/${id}/messages`);
     if (state.currentId === id) {
       renderHistory(messages);
+      refreshDivider(id).catch(() => {});
       resumeRunning(id).catch(() => {});
     }
   } catch (err) {
@@ -453,7 +472,10 @@ async function runStream(conversationId, turn, path, body) {
     setRunning(false);
     pruneRegenerate();
     loadConversations().catch(() => {});
-    setTimeout(() => syncSeqs(conversationId).catch(() => {}), stopped ? 800 : 0);
+    const rewrote = Boolean(path) && path !== "/api/chat";
+    setTimeout(() => syncSeqs(conversationId)
+      .then(() => (rewrote ? refreshDivider(conversationId, { force: true }) : null))
+      .catch(() => {}), stopped ? 800 : 0);
   }
 }
 
