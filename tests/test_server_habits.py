@@ -235,3 +235,43 @@ def test_busy_conversation_answers_409_to_regenerate_edit_and_compact(
             assert r.json()["detail"]
         for _ in lines:
             pass
+
+
+def test_each_user_reaches_only_their_conversations(tmp_path_factory: pytest.TempPathFactory
+                                                     ) -> None:
+    """Regenerate, edit, compact (preview and run), resume and stop answer 404 to a user
+    who does not own the conversation — the same answer as for one that does not exist —
+    and change nothing."""
+    from tests.service_support import run_cli
+
+    env = {"CTXSTACK_DEMO_DELAY": "0", "CTXSTACK_DEMO_CHUNK_DELAY": "0"}
+    with running_server(tmp_path_factory.mktemp("owners"), env, auth=True) as proc:
+        clients = []
+        for name in ("alice", "mallory"):
+            made = run_cli("user", "create", name, env=proc.env)
+            assert made.returncode == 0, made.stderr
+            clients.append(httpx.Client(base_url=proc.url, timeout=30, headers={
+                "Authorization": f"Bearer {made.stdout.strip()}"}))
+        alice, mallory = clients
+        try:
+            cid = new_conversation(alice)
+            assert ask(alice, cid, "Mine?")[-1].event == "done"
+            before = history(alice, cid)
+            qid = before[0]["id"]
+            calls = [("POST", f"/api/conversations/{cid}/regenerate", {}),
+                     ("POST", f"/api/conversations/{cid}/messages/{qid}/edit", {"query": "x"}),
+                     ("GET", f"/api/conversations/{cid}/compact-preview", None),
+                     ("POST", f"/api/conversations/{cid}/compact", None),
+                     ("GET", f"/api/conversations/{cid}/stream", None),
+                     ("POST", f"/api/conversations/{cid}/stop", None)]
+            for method, path, body in calls:
+                r = mallory.request(method, path, json=body)
+                assert r.status_code == 404, (path, r.status_code, r.text)
+                assert r.json()["detail"], path
+            assert history(alice, cid) == before
+            assert alice.get(f"/api/conversations/{cid}/stream").status_code == 204
+            anonymous = httpx.post(f"{proc.url}/api/conversations/{cid}/regenerate", json={})
+            assert anonymous.status_code == 401
+        finally:
+            for c in clients:
+                c.close()
