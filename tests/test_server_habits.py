@@ -173,7 +173,8 @@ def test_compact_now_preview_then_run_and_edit_invalidates_the_summary(
     assert p["kept_messages"] == 4
     assert p["first_seq"] == 1
     assert p["tokens_before"] > 0
-    assert p["estimated_saving"] >= 0
+    assert p["estimated_saving"] > 0
+    assert p["estimated_tokens_after"] < p["tokens_before"]
     assert p["has_summary"] is False
     assert client.get(f"/api/conversations/{cid}/compactions").json() == []
     run = client.post(f"/api/conversations/{cid}/compact")

@@ -9,13 +9,15 @@ conversation's claim so no turn runs meanwhile) folds them with the fast model
 (:func:`ctxstack.store.fold.fold_older`, the same summariser a turn's load uses) and
 saves the result as the conversation's newest checkpoint: the next turn starts from it.
 
-The estimate is an upper bound on the summary: the summariser's answer and facts budget
-for this conversation's budget (:func:`~ctxstack.compaction._llm_compact.summary_sizes`),
-or the folded text itself when that is shorter.
+The estimate guesses the new summary at :data:`ESTIMATED_SUMMARY_SHARE` of what it folds
+(the previous summary and the folded messages), capped by the summariser's answer and
+facts budget for this conversation (:func:`~ctxstack.compaction._llm_compact.summary_sizes`);
+the run reports the real figures.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -41,13 +43,18 @@ from ctxstack.store.messages import MessageRecord, list_messages
 from ctxstack.tokens import TokenCounter
 
 MAX_FOLD_CHUNKS = 64
+ESTIMATED_SUMMARY_SHARE = 0.3
+"""The preview's guess of a summary's size, as a share of what it folds (never more than
+the summariser's answer and facts budget). A guess, labelled as one on the page; the run
+reports the real figure."""
 
 
 class CompactPreviewOut(BaseModel):
     """What Compact now would do. ``messages`` stored messages (``first_seq`` ..
     ``last_seq``) would be folded into the summary, ``kept_messages`` stay verbatim;
     ``tokens_before`` is the history now (summary included), ``estimated_tokens_after``
-    an upper bound after, ``estimated_saving`` their difference (never negative)."""
+    the estimate after (see the module docstring), ``estimated_saving`` their difference
+    (never negative)."""
 
     messages: int
     first_seq: int | None
@@ -116,8 +123,9 @@ async def plan(factory: SessionFactory, conversation_id: str, owner_id: int, *,
     fold_tokens, kept_tokens = tokens(fold), tokens(kept)
     before = summary_tokens + fold_tokens + kept_tokens
     answer, facts = summary_sizes(budget.usable_input_tokens, fast_llm)
-    after = (min(answer + facts, summary_tokens + fold_tokens) if fold else summary_tokens) \
-        + kept_tokens
+    folded = summary_tokens + fold_tokens  # the new summary replaces the old one too
+    after = (min(answer + facts, math.ceil(folded * ESTIMATED_SUMMARY_SHARE))
+             if fold else summary_tokens) + kept_tokens
     preview = CompactPreviewOut(
         messages=len(fold), first_seq=fold[0].seq if fold else None,
         last_seq=fold[-1].seq if fold else None, kept_messages=len(kept),

@@ -544,9 +544,9 @@ async function compactNow() {
     return;
   }
   const text = `Summarise ${preview.messages} earlier message${preview.messages === 1 ? "" : "s"} `
-    + `(keeping the last ${preview.kept_messages} verbatim): about ${preview.tokens_before.toLocaleString("en")} → `
-    + `${preview.estimated_tokens_after.toLocaleString("en")} tokens, saving up to `
-    + `${preview.estimated_saving.toLocaleString("en")}.`;
+    + `(keeping the last ${preview.kept_messages} verbatim): ${preview.tokens_before.toLocaleString("en")} → `
+    + `about ${preview.estimated_tokens_after.toLocaleString("en")} tokens, an estimated saving of `
+    + `${preview.estimated_saving.toLocaleString("en")} tokens.`;
   const run = el("button", "btn btn-small btn-primary compact-run", "Compact");
   const cancel = el("button", "btn btn-small compact-cancel", "Cancel");
   run.type = cancel.type = "button";
@@ -688,7 +688,9 @@ function bind() {
   $("#composer").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
   $("#inject-form").addEventListener("submit", (e) => { e.preventDefault(); sendInject(); });
   $("#stop").addEventListener("click", () => { stopRunning(); });
-  $("#compact-now")?.addEventListener("click", () => { compactNow(); });
+  $("#composer-meter").addEventListener("click", (e) => {
+    if (e.target.closest("#compact-now")) compactNow();
+  });
   $("#new-chat").addEventListener("click", newChat);
   $("#toggle-sidebar").addEventListener("click", openSidebar);
   $("#scrim").addEventListener("click", closeSidebar);
