@@ -7,17 +7,16 @@ by call so drift affects both alike:
 * non-streaming: median milliseconds per ``chat()`` vs. per bare ``httpx`` POST + JSON
   decode;
 * streaming: median microseconds per streamed delta of ``stream_chat()`` vs. a bare
-  ``httpx`` stream that splits the SSE lines and decodes each chunk's JSON.
+  ``httpx`` stream read with ``httpx-sse`` that decodes each chunk's JSON.
 
-Target: ctxstack's time at most 1.5x the bare client's (it adds the SDK, typed errors,
-retries, usage and message validation on top of the same HTTP exchange).
+Target: ctxstack's time at most 1.5x the bare client's (it adds typed errors, retries,
+usage and message validation on top of the same HTTP exchange).
 
-And the client's CPU per non-streaming call with each HTTP transport (``transport=``
-"aiohttp", the chat service's, against the SDK's default httpx2 as the baseline), with 1
-and with 25 idle connections in the pool (httpx2 probes the socket of every idle
-connection on each request; a service's pool holds as many as its calls overlapped).
-CPU time of this process only (the stub runs in its own), transports alternated over
-rounds, the median kept. No target: it is what the service's turns spend per model call.
+And the client's CPU per non-streaming call against the bare httpx POST's, with 1 and
+with 25 idle connections in the pool (httpx's pool checks every idle connection on each
+request; a service's pool holds as many as its calls overlapped). CPU time of this
+process only (the stub runs in its own), the two alternated over rounds, the median
+kept. No target: it is what the service's turns spend per model call.
 
 Run: ``python -m benchmarks.bench_llm`` (``--quick`` for a short run).
 """
@@ -35,10 +34,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+from httpx_sse import aconnect_sse
 
 from benchmarks.common import BenchRow, print_table
 from ctxstack.budget import ModelBudget
-from ctxstack.llm.openai import OpenAICompatibleLLM, Transport
+from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.retry import RetryPolicy
 from ctxstack.messages import ChatMessage
 
@@ -47,7 +47,7 @@ REPLY = "The answer is forty-two. " * 16  # 400 characters, ~100 deltas of 4 cha
 MESSAGES = [ChatMessage.system("You are terse."), ChatMessage.user("What is six times seven?")]
 SRC = Path(__file__).resolve().parents[1] / "src"
 POOLS = (1, 25)
-TRANSPORTS: tuple[Transport, ...] = ("httpx", "aiohttp")
+CLIENTS = ("ctxstack", "bare")
 
 
 def _free_port() -> int:
@@ -104,12 +104,13 @@ async def _measure(base: str, calls: int) -> dict[str, tuple[float, float]]:
 
         async def bare_stream() -> int:
             deltas = 0
-            async with http.stream("POST", url, json=stream_body, headers=headers) as response:
-                response.raise_for_status()
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
+            async with aconnect_sse(http, "POST", url, json=stream_body,
+                                    headers=headers) as source:
+                source.response.raise_for_status()
+                async for event in source.aiter_sse():
+                    if event.data == "[DONE]":
                         continue
-                    chunk = json.loads(line[6:])
+                    chunk = json.loads(event.data)
                     if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                         deltas += 1
             return deltas
@@ -134,28 +135,40 @@ async def _measure(base: str, calls: int) -> dict[str, tuple[float, float]]:
             for name, (a, b) in samples.items()}
 
 
-async def _cpu_per_call(base: str, transport: Transport, pool: int, calls: int) -> float:
-    """CPU seconds of this process per ``chat()``, with ``pool`` connections opened first."""
+async def _cpu_per_call(base: str, client: str, pool: int, calls: int) -> float:
+    """CPU seconds of this process per non-streaming call (``client``: "ctxstack", or
+    "bare" httpx), with ``pool`` connections opened first."""
     llm = OpenAICompatibleLLM(base, "bench", "stub-model", budget=ModelBudget(),
-                              retry_policy=RetryPolicy.none(), transport=transport)
+                              retry_policy=RetryPolicy.none())
+    http = httpx.AsyncClient(timeout=30)
+    body = {"model": "stub-model", "messages": [m.to_openai() for m in MESSAGES]}
+
+    async def bare() -> object:
+        response = await http.post(f"{base}/chat/completions", json=body,
+                                   headers={"Authorization": "Bearer bench"})
+        response.raise_for_status()
+        return response.json()
+
+    call = (lambda: llm.chat(MESSAGES)) if client == "ctxstack" else bare
     try:
         for _ in range(2):  # open `pool` connections (and warm up)
-            await asyncio.gather(*(llm.chat(MESSAGES) for _ in range(pool)))
+            await asyncio.gather(*(call() for _ in range(pool)))
         start = time.process_time()
         for _ in range(calls):
-            await llm.chat(MESSAGES)
+            await call()
         return (time.process_time() - start) / calls
     finally:
         await llm.aclose()
+        await http.aclose()
 
 
-async def _transport_cpu(base: str, calls: int) -> dict[tuple[Transport, int], float]:
-    samples: dict[tuple[Transport, int], list[float]] = {}
+async def _client_cpu(base: str, calls: int) -> dict[tuple[str, int], float]:
+    samples: dict[tuple[str, int], list[float]] = {}
     for _ in range(3):
         for pool in POOLS:
-            for transport in TRANSPORTS:
-                samples.setdefault((transport, pool), []).append(
-                    await _cpu_per_call(base, transport, pool, calls))
+            for client in CLIENTS:
+                samples.setdefault((client, pool), []).append(
+                    await _cpu_per_call(base, client, pool, calls))
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
@@ -164,7 +177,7 @@ def run(quick: bool) -> list[BenchRow]:
     proc, base = _start_stub()
     try:
         medians = asyncio.run(_measure(base, 40 if quick else 300))
-        cpu = asyncio.run(_transport_cpu(base, 30 if quick else 200))
+        cpu = asyncio.run(_client_cpu(base, 30 if quick else 200))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -180,11 +193,11 @@ def run(quick: bool) -> list[BenchRow]:
                              target=f"<= {TARGET_RATIO:g}x bare httpx",
                              met=ratio <= TARGET_RATIO))
     for pool in POOLS:
-        aio, httpx2_cpu = cpu[("aiohttp", pool)], cpu[("httpx", pool)]
+        ours, bare_cpu = cpu[("ctxstack", pool)], cpu[("bare", pool)]
         rows.append(BenchRow(
             name=f"llm client CPU per call, {pool} pooled connection{'s' if pool > 1 else ''} "
-                 "(aiohttp transport; baseline: httpx2; ratio: x less)",
-            value=aio * 1e3, unit="ms", baseline=httpx2_cpu * 1e3, ratio=httpx2_cpu / aio))
+                 "(baseline: bare httpx)",
+            value=ours * 1e3, unit="ms", baseline=bare_cpu * 1e3, ratio=ours / bare_cpu))
     return rows
 
 

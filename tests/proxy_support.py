@@ -87,9 +87,33 @@ def running_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | N
 
 
 def is_summary_request(request: StubRequest) -> bool:
-    """A compaction call: its system prompt ends with the language instruction."""
+    """A compaction call: its system prompt ends with the language instruction (the
+    guard's transcript request), or its last message does (the proxy's request continuing
+    the conversation's own prefix)."""
     system = "\n".join(m.text for m in request.messages if m.role == "system")
-    return system.rstrip().endswith(LANGUAGE_INSTRUCTION)
+    last = request.messages[-1] if request.messages else None
+    return system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (
+        last is not None and last.role == "user"
+        and last.text.rstrip().endswith(LANGUAGE_INSTRUCTION))
+
+
+def is_summary_body(body: Mapping[str, Any]) -> bool:
+    """:func:`is_summary_request` for a recorded JSON body (``/_stub/requests``)."""
+    messages = body.get("messages") or []
+    system = "\n".join(m["content"] for m in messages
+                       if m.get("role") == "system" and isinstance(m.get("content"), str))
+    last = messages[-1] if messages else {}
+    return system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (
+        last.get("role") == "user" and isinstance(last.get("content"), str)
+        and last["content"].rstrip().endswith(LANGUAGE_INSTRUCTION))
+
+
+def client_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Forwarded ``tools`` without the proxy's own ``ctxstack_recall`` (offered upstream
+    once something of the session was compacted away; the only difference allowed)."""
+    if tools is None:
+        return None
+    return [t for t in tools if (t.get("function") or {}).get("name") != "ctxstack_recall"]
 
 
 class ConversationRule:

@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import os
 import secrets
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, parse_sse
+from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, sse_events
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -110,7 +112,7 @@ def turn(client: httpx.Client, conversation_id: str, query: str, *,
         if response.status_code != 200:
             response.read()
             raise AssertionError(f"chat answered {response.status_code}: {response.text}")
-        for item in parse_sse(response.iter_lines()):
+        for item in sse_events(response):
             if isinstance(item, SSEEvent):
                 events.append(item)
             assert time.monotonic() < end, f"the turn did not end in {deadline_s}s: {events}"
@@ -128,3 +130,57 @@ def new_conversation(client: httpx.Client) -> str:
     made = client.post("/api/conversations", json={})
     assert made.status_code == 201, made.text
     return str(made.json()["id"])
+
+
+@contextlib.contextmanager
+def database_cut(backend: str, db: dict[str, str], workdir: Path) -> Iterator[None]:
+    """Writes to the service's database fail while inside: SQLite locked exclusively;
+    PostgreSQL's messages, conversations and claim tables locked (in the test's own
+    schema, so nothing else sharing the server is touched). ``workdir``: where
+    :func:`database_env` put the SQLite file."""
+    if backend == "sqlite":
+        conn = sqlite3.connect(workdir / "svc.db", timeout=10, isolation_level=None)
+        conn.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    import asyncpg
+
+    async def hold(stop: asyncio.Event, ready: asyncio.Event) -> None:
+        conn = await asyncpg.connect(PG_URL.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            async with conn.transaction():
+                schema = db["CTXSTACK_DATABASE_SCHEMA"]
+                await conn.execute(f'LOCK TABLE "{schema}".messages, "{schema}".active_turns, '
+                                   f'"{schema}".conversations IN ACCESS EXCLUSIVE MODE')
+                ready.set()
+                await stop.wait()
+        finally:
+            await conn.close()
+
+    loop = asyncio.new_event_loop()
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task_done = threading.Event()
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(hold(stop, ready))
+        finally:
+            task_done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not ready.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.is_set(), "could not lock the tables"
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        task_done.wait(10)
+        thread.join(10)
+        loop.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
@@ -126,26 +127,10 @@ class SSEEvent:
     data: Any
 
 
-def parse_sse(lines: Iterator[str]) -> Iterator[SSEEvent | str]:
-    """Events from an SSE body, line by line; comment lines come through as ``str``."""
-    event, data = "message", []
-    for line in lines:
-        if line.startswith(":"):
-            yield line
-            continue
-        if line == "":
-            if data:
-                yield SSEEvent(event, json.loads("\n".join(data)))
-            event, data = "message", []
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield SSEEvent(event, json.loads("\n".join(data)))
+def sse_events(response: httpx.Response) -> Iterator[SSEEvent]:
+    """A turn's events as httpx-sse reads them (keep-alive comments are not events)."""
+    for sse in EventSource(response).iter_sse():
+        yield SSEEvent(sse.event, json.loads(sse.data))
 
 
 def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = "react",
@@ -158,7 +143,7 @@ def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = 
             response.read()
             raise AssertionError(f"chat answered {response.status_code}: {response.text}")
         assert response.headers["content-type"].startswith("text/event-stream")
-        return [e for e in parse_sse(response.iter_lines()) if isinstance(e, SSEEvent)]
+        return list(sse_events(response))
 
 
 # --------------------------------------------------------------------------- stub LLM script

@@ -201,10 +201,12 @@ def test_chat_cli_reports_missing_configuration() -> None:
     import ctxstack.cli.chat  # noqa: F401
     from ctxstack.cli import main
 
+    # An endpoint without its key and model is an error naming them (with no endpoint at
+    # all, chat uses the offline demo model: tests/test_cli_commands.py).
     result = CliRunner().invoke(main, ["chat", "--once", "hi"], env={
-        "LLM_BASE_URL": "", "LLM_API_KEY": "", "LLM_MODEL": ""})
+        "LLM_BASE_URL": "http://127.0.0.1:9/v1", "LLM_API_KEY": "", "LLM_MODEL": ""})
     assert result.exit_code != 0
-    assert "LLM_BASE_URL" in result.output
+    assert "LLM_API_KEY, LLM_MODEL" in result.output
 
 
 def test_format_usage() -> None:

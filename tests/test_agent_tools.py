@@ -101,6 +101,9 @@ def test_docstring_parser_google_and_sphinx() -> None:
     summary, args = parse_docstring("Sphinx style.\n\n:param str name: the name\n:returns: x")
     assert summary == "Sphinx style."
     assert args == {"name": "the name"}
+    summary, args = parse_docstring("NumPy style.\n\nParameters\n----------\nx : int\n"
+                                    "    the x\n    coordinate.\n")
+    assert (summary, args) == ("NumPy style.", {"x": "the x coordinate."})
 
 
 @pytest.mark.parametrize(

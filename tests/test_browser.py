@@ -95,6 +95,7 @@ def test_chat_page_in_chromium(browser_ready: None, tmp_path: Path) -> None:
                         checks["compact_divider"].strip())
     assert checks["streamed_partial_renders"] >= 3
     assert checks["html_escaped"] is True
+    assert checks["markdown"] is True
     assert checks["reload_dividers"] >= 1
     assert (ARTIFACTS / "chat-desktop.png").stat().st_size > 10_000
     assert (ARTIFACTS / "chat-phone.png").stat().st_size > 5_000

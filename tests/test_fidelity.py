@@ -389,3 +389,29 @@ def test_naive_baseline_at_the_real_token_budget_fits_by_the_exact_count() -> No
         out = naive_drop_oldest(conv.messages, budget, exact)
         assert exact.count_messages(out) <= budget
         assert len(out) < len(conv.messages)
+
+
+def test_held_out_tool_heavy_sessions_have_large_outputs_and_end_with_a_question() -> None:
+    from benchmarks.fidelity.tool_heavy import session
+
+    first, again = session(3, 40_000), session(3, 40_000)
+    assert [m.model_dump() for m in first.messages] == [m.model_dump() for m in again.messages]
+    assert first.tokens >= 40_000
+    assert first.messages[0].role == "system"
+    assert first.messages[-1].role == "user"
+    assert check_sequence(first.messages).valid
+    outputs = [HEURISTIC.count_message(m) for m in first.messages if m.role == "tool"]
+    assert max(outputs) > 8_000  # larger than the headline budget on its own
+    assert all(v in "".join(m.text for m in first.messages) for v in first.planted)
+
+
+def test_fill_rows_hold_their_invariants_on_the_smoke_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(bench_fidelity.SMOKE_ENV, "1")
+    rows = bench_fidelity.fill_rows(quick=True)
+    if not rows:
+        pytest.skip("the o200k vocabulary is not available offline")
+    names = [r.name for r in rows]
+    assert any("fill @8K" in n and "held-out" in n for n in names)
+    assert all(r.met for r in rows if r.invariant)

@@ -24,7 +24,7 @@ from ctxstack.errors import (
     ServerError,
 )
 from ctxstack.llm import LLM, ChatStream, Usage
-from ctxstack.llm.openai import RAW_ARGUMENTS_KEY, OpenAICompatibleLLM, Transport
+from ctxstack.llm.openai import RAW_ARGUMENTS_KEY, OpenAICompatibleLLM
 from ctxstack.llm.retry import RetryPolicy
 from ctxstack.llm.stub import StubReply, StubServer, stub_usage
 from ctxstack.messages import ChatMessage
@@ -44,18 +44,9 @@ WEATHER_TOOL = {
 QUESTION = [ChatMessage.system("You are terse."), ChatMessage.user("What is 6 x 7?")]
 
 
-@pytest.fixture(params=["httpx", "aiohttp"])
-def transport(request: pytest.FixtureRequest) -> Transport:
-    """Every exchange below runs over both HTTP transports: same requests, same errors."""
-    value: Transport = request.param
-    return value
-
-
 @pytest.fixture
-async def stub_client(stub: StubServer, transport: Transport
-                      ) -> AsyncIterator[OpenAICompatibleLLM]:
-    llm = stub.client(retry_policy=FAST_RETRY, timeout=10.0, budget=ModelBudget(),
-                      transport=transport)
+async def stub_client(stub: StubServer) -> AsyncIterator[OpenAICompatibleLLM]:
+    llm = stub.client(retry_policy=FAST_RETRY, timeout=10.0, budget=ModelBudget())
     yield llm
     await llm.aclose()
 
@@ -297,9 +288,8 @@ async def test_context_overflow_400_is_not_retried(stub: StubServer,
 
 
 async def test_rate_limit_mentioning_tokens_per_minute_is_not_an_overflow(
-    stub: StubServer, transport: Transport,
-) -> None:
-    llm = stub.client(retry_policy=RetryPolicy.none(), budget=ModelBudget(), transport=transport)
+    stub: StubServer) -> None:
+    llm = stub.client(retry_policy=RetryPolicy.none(), budget=ModelBudget())
     stub.push(StubReply.rate_limited(retry_after=3, message=(
         "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
         "Limit 30000, Requested 36278. The input or output tokens must be reduced in "
@@ -348,18 +338,16 @@ async def test_empty_script_is_a_clear_bad_request(stub: StubServer,
         await stub_client.chat(QUESTION)
 
 
-async def test_timeout_is_typed(stub: StubServer, transport: Transport) -> None:
-    llm = stub.client(timeout=0.2, retry_policy=RetryPolicy.none(), budget=ModelBudget(),
-                      transport=transport)
+async def test_timeout_is_typed(stub: StubServer) -> None:
+    llm = stub.client(timeout=0.2, retry_policy=RetryPolicy.none(), budget=ModelBudget())
     stub.push(StubReply.text("too late", delay=2.0))
     with pytest.raises(LLMTimeoutError, match=r"0\.2s"):
         await llm.chat(QUESTION)
     await llm.aclose()
 
 
-async def test_timeouts_are_retried_within_the_bound(stub: StubServer,
-                                                     transport: Transport) -> None:
-    llm = stub.client(timeout=0.2, budget=ModelBudget(), transport=transport,
+async def test_timeouts_are_retried_within_the_bound(stub: StubServer) -> None:
+    llm = stub.client(timeout=0.2, budget=ModelBudget(),
                       retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01))
     stub.push(StubReply.text("slow", delay=2.0), "fast")
     assert (await llm.chat(QUESTION)).text == "fast"
@@ -367,9 +355,8 @@ async def test_timeouts_are_retried_within_the_bound(stub: StubServer,
     await llm.aclose()
 
 
-async def test_stream_stall_is_a_timeout(stub: StubServer, transport: Transport) -> None:
-    llm = stub.client(timeout=0.2, retry_policy=RetryPolicy.none(), budget=ModelBudget(),
-                      transport=transport)
+async def test_stream_stall_is_a_timeout(stub: StubServer) -> None:
+    llm = stub.client(timeout=0.2, retry_policy=RetryPolicy.none(), budget=ModelBudget())
     stub.push(StubReply.text("abcdefgh", chunk_size=2, pause_after=3, pause=2.0))
     stream = llm.stream_chat(QUESTION)
     received: list[str] = []
@@ -383,12 +370,9 @@ async def test_stream_stall_is_a_timeout(stub: StubServer, transport: Transport)
     await llm.aclose()
 
 
-async def test_connection_closed_without_an_answer_is_a_connection_error(
-    transport: Transport,
-) -> None:
-    """A server that reads the request and hangs up: a connection error on both
-    transports, never a timeout (the SDK's aiohttp transport reports every aiohttp
-    connection error as a connect timeout; the root cause decides)."""
+async def test_connection_closed_without_an_answer_is_a_connection_error() -> None:
+    """A server that reads the request and hangs up: a connection error, never a
+    timeout."""
     async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.close()
@@ -396,7 +380,7 @@ async def test_connection_closed_without_an_answer_is_a_connection_error(
     server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", "k", "m", budget=ModelBudget(),
-                              retry_policy=RetryPolicy.none(), transport=transport)
+                              retry_policy=RetryPolicy.none())
     try:
         with pytest.raises(LLMConnectionError, match="connection failed"):
             await llm.chat(QUESTION)
@@ -408,13 +392,12 @@ async def test_connection_closed_without_an_answer_is_a_connection_error(
         await server.wait_closed()
 
 
-async def test_unreachable_endpoint_is_a_connection_error(transport: Transport) -> None:
+async def test_unreachable_endpoint_is_a_connection_error() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", "k", "m", budget=ModelBudget(),
-                              retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01),
-                              transport=transport)
+                              retry_policy=RetryPolicy(max_attempts=2, base_delay=0.01))
     with pytest.raises(LLMConnectionError, match=f"127.0.0.1:{port}"):
         await llm.chat(QUESTION)
     with pytest.raises(LLMConnectionError):
@@ -498,7 +481,6 @@ def test_budget_numbers_come_from_the_budget_or_overrides() -> None:
     ({"api_key": ""}, "api_key"),
     ({"timeout": 0}, "timeout"),
     ({"default_options": {"temp": 1}}, "'temp'"),
-    ({"transport": "requests"}, "transport"),
 ])
 def test_constructor_rejects_bad_settings(kwargs: dict[str, object], match: str) -> None:
     args: dict[str, object] = {"base_url": "http://127.0.0.1:1/v1", "api_key": "k",
@@ -562,12 +544,14 @@ async def test_from_env_client_talks_to_the_configured_endpoint(stub: StubServer
 
 
 # --------------------------------------------------------------------------- wire helpers
-async def test_sse_decoder_joins_multiline_data_and_skips_fields() -> None:
-    from ctxstack.llm.wire import sse_data
-
-    async def lines() -> AsyncIterator[str]:
-        for line in [": comment", "event: message", "id: 7", "data: {\"a\":", "data:  1}", "",
-                     "", "retry: 100", "data:[DONE]"]:
-            yield line
-
-    assert [d async for d in sse_data(lines())] == ['{"a":\n 1}', "[DONE]"]
+async def test_sse_multiline_data_is_joined_and_other_fields_skipped(
+    stub: StubServer, stub_client: OpenAICompatibleLLM
+) -> None:
+    first = json.dumps({"choices": [{"index": 0, "delta": {"content": "multi"}}]})
+    head, tail = first[:first.index("[")], first[first.index("["):]  # JSON allows the newline
+    last = json.dumps({"choices": [{"index": 0, "delta": {"content": "line"},
+                                    "finish_reason": "stop"}]})
+    sse = (f": comment\nevent: message\nid: 7\ndata: {head}\ndata:{tail}\n\n\n"
+           f"retry: 100\ndata: {last}\n\ndata:[DONE]\n\n")
+    stub.push(StubReply.raw(sse, content_type="text/event-stream"))
+    assert [d async for d in stub_client.stream_chat(QUESTION)] == ["multi", "line"]

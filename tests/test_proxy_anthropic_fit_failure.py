@@ -44,7 +44,7 @@ async def proxied(stub: StubServer, tmp_path: Path) -> AsyncIterator[httpx.Async
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(app.router.lifespan_context(app))
         yield await stack.enter_async_context(httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30))
 
 
 async def test_a_fitting_failure_forwards_the_original_request(

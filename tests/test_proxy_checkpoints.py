@@ -51,7 +51,7 @@ async def _client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.Async
     app = create_app(settings)
     await stack.enter_async_context(app.router.lifespan_context(app))
     return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30))
 
 
 def _conversation(turns: int) -> list[dict[str, Any]]:

@@ -6,7 +6,8 @@ input tokens) must keep every upstream request within budget, keep tool sequence
 never touch the system prompt or the last user message, and summarise at most once per
 overflow — an overflow being a request whose history, *starting from what the proxy
 forwarded last time*, no longer fits (computed here from what the upstream received, not
-from the proxy's headers).
+from the proxy's headers). Once something was compacted away the proxy offers its own
+``ctxstack_recall`` tool too (never shown to the client), whose definition counts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from ctxstack import ChatMessage
 from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import parse_compaction_header
+from ctxstack.proxy.chat_wire import RECALL_TOOL_SPEC
 from ctxstack.tokens import DEFAULT_COUNTER
 from ctxstack.tokens._counter import effective_budget
 from tests.proxy_support import (
@@ -57,9 +59,16 @@ def _tokens(messages: list[Any]) -> int:
     return DEFAULT_COUNTER.count_messages(messages)
 
 
-def _tools_tokens() -> int:
+def _tools_tokens(tools: Any = TOOLS) -> int:
     return DEFAULT_COUNTER.count_text(
-        json.dumps(TOOLS, ensure_ascii=False, separators=(",", ":")))
+        json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
+
+
+def _over_budget_tools_tokens() -> int:
+    """What the proxy reserves for tools once a request is over budget: the client's and
+    ``ctxstack_recall``, which it offers once something was compacted away."""
+    return _tools_tokens() + DEFAULT_COUNTER.count_text(
+        json.dumps(RECALL_TOOL_SPEC, separators=(",", ":")))
 
 
 def test_200_turn_conversation_stays_in_budget_and_summarises_once_per_overflow(
@@ -101,7 +110,9 @@ def test_200_turn_conversation_stays_in_budget_and_summarises_once_per_overflow(
     for k, (request, mine) in enumerate(zip(chats, sent, strict=True)):
         received = request.body["messages"]
         # Within budget by count, tool definitions included.
-        assert _tokens(list(request.messages)) + _tools_tokens() <= BUDGET, k
+        assert _tokens(list(request.messages)) + _tools_tokens(request.body["tools"]) \
+            <= BUDGET, k
+        assert request.body["tools"][0] == TOOLS[0]  # the client's own, first and intact
         assert tool_sequence_problems(received) == [], k
         assert received[0] == mine[0]  # the system prompt, intact
         last_user = max(i for i, m in enumerate(mine) if m["role"] == "user")
@@ -115,7 +126,7 @@ def test_200_turn_conversation_stays_in_budget_and_summarises_once_per_overflow(
         else:
             added = [ChatMessage.from_openai(m) for m in mine[len(sent[k - 1]):]]
             grown = _tokens(list(chats[k - 1].messages)) + _tokens(added)
-        if grown > effective_budget(BUDGET - _tools_tokens(), DEFAULT_COUNTER):
+        if grown > effective_budget(BUDGET - _over_budget_tools_tokens(), DEFAULT_COUNTER):
             overflows += 1
 
     assert overflows >= 5  # the test exercises many overflows

@@ -68,7 +68,7 @@ async def client(tmp_path: Path, stub: StubServer) -> AsyncIterator[httpx.AsyncC
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(app.router.lifespan_context(app))
         yield await stack.enter_async_context(httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30))
 
 
 def between_margin_and_budget(exact: TiktokenCounter) -> list[dict[str, Any]]:

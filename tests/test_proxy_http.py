@@ -25,6 +25,7 @@ from tests.proxy_support import (
     ConversationRule,
     ProxyProcess,
     chat_requests,
+    client_tools,
     is_summary_request,
     running_proxy,
 )
@@ -148,7 +149,7 @@ async def test_openai_sdk_async_with_tools(proxy: ProxyProcess, upstream: StubSe
                                                       tools=tools)
     assert second.choices[0].message.content == "You said: Weather in Paris?"
     last = upstream.requests[-1]
-    assert last.body["tools"] == tools
+    assert client_tools(last.body["tools"]) == tools
     assert [m.role for m in last.messages] == ["user", "assistant", "tool"]
 
 

@@ -17,11 +17,15 @@ import httpx
 import openai
 import pytest
 
-from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import parse_compaction_header
 from ctxstack.tokens._parts import MP3_BYTES_PER_SECOND
-from tests.proxy_support import ProxyProcess, running_proxy, tool_sequence_problems
+from tests.proxy_support import (
+    ProxyProcess,
+    is_summary_body,
+    running_proxy,
+    tool_sequence_problems,
+)
 
 MODEL = "stub-model"
 FILL = "The contract for order #A-1042 runs 30 days from 2026-03-04; keep every figure. "
@@ -50,10 +54,7 @@ def raw_bodies(stub: StubServer) -> list[str]:
     for r in records:
         if not r["path"].endswith("chat/completions"):
             continue
-        body = json.loads(r["body"])
-        system = "\n".join(m["content"] for m in body["messages"]
-                           if m.get("role") == "system" and isinstance(m.get("content"), str))
-        if not system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+        if not is_summary_body(json.loads(r["body"])):
             out.append(r["body"])
     return out
 

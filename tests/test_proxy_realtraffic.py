@@ -17,10 +17,15 @@ import httpx
 import openai
 import pytest
 
-from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.proxy import parse_compaction_header
-from tests.proxy_support import ProxyProcess, running_proxy, tool_sequence_problems
+from tests.proxy_support import (
+    ProxyProcess,
+    client_tools,
+    is_summary_body,
+    running_proxy,
+    tool_sequence_problems,
+)
 
 MODEL = "stub-model"
 FILL = ("The quarterly numbers for order #A-1042 grew 3.2% and we shipped on 2026-03-04; "
@@ -52,9 +57,7 @@ def forwarded(stub: StubServer) -> list[dict[str, Any]]:
 
 
 def _is_summary_call(body: dict[str, Any]) -> bool:
-    system = "\n".join(m["content"] for m in body["messages"]
-                       if m.get("role") == "system" and isinstance(m.get("content"), str))
-    return system.rstrip().endswith(LANGUAGE_INSTRUCTION)
+    return is_summary_body(body)
 
 
 def post(proxy: ProxyProcess, body: dict[str, Any] | bytes) -> httpx.Response:
@@ -122,7 +125,7 @@ def test_sdk_agent_request_over_budget_keeps_every_field_and_stays_valid(
                   "max_completion_tokens", "response_format", "stream", "stream_options",
                   "x_vendor_option"):
         assert field in body, field
-    assert body["tools"] == TOOLS
+    assert client_tools(body["tools"]) == TOOLS
     assert body["x_vendor_option"] == {"keep": [1, 2]}
     # Every message kept from the client is the client's own dict, extra keys and all.
     originals = [json.dumps(m, sort_keys=True) for m in history]

@@ -32,7 +32,7 @@ async def _client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.Async
     app = create_app(settings)
     await stack.enter_async_context(app.router.lifespan_context(app))
     return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30))
 
 
 async def test_stats_add_up_every_worker(backend: Backend, stub: StubServer) -> None:
@@ -124,7 +124,7 @@ async def test_a_request_within_budget_never_waits_for_the_database(
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(app.router.lifespan_context(app))
         client = await stack.enter_async_context(httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://proxy", timeout=30))
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=30))
         assert (await client.post("/v1/chat/completions", json=hi)).status_code == 200
         state = app.state.proxy
         statements: list[str] = []

@@ -25,8 +25,8 @@ from tests.service_support import (
     SSEEvent,
     chat,
     llm_env,
-    parse_sse,
     running_server,
+    sse_events,
 )
 
 LONG_ANSWER = ("Context windows are finite, so older turns must be compacted. " * 40).strip()
@@ -253,7 +253,7 @@ def test_client_disconnect_stops_the_turn_and_saves_partial_work(
     with client.stream("POST", "/api/chat", json={"conversation_id": cid, "query": "Go on."},
                        timeout=30) as response:
         assert response.status_code == 200
-        for item in parse_sse(response.iter_lines()):
+        for item in sse_events(response):
             if isinstance(item, SSEEvent) and item.event == "answer":
                 received += 1
                 if received == 5:
@@ -289,11 +289,10 @@ def test_second_turn_while_one_runs_is_refused(client: httpx.Client, rule: Servi
         again = client.post("/api/chat", json={**body, "query": "second"})
         assert again.status_code == 409
         assert "already running" in again.json()["detail"]
-        items = list(parse_sse(response.iter_lines()))
-    events = [e for e in items if isinstance(e, SSEEvent)]
-    assert events[-1].event == "done"
+        lines = list(response.iter_lines())
     # The quiet second while the slow tool call ran was bridged by keep-alive comments.
-    assert ": keep-alive" in [i for i in items if isinstance(i, str)]
+    assert ": keep-alive" in lines
+    assert [line for line in lines if line.startswith("event:")][-1] == "event: done"
     # Only the first question was stored: a refused turn leaves nothing half-written.
     assert [m["content"] for m in messages(client, cid) if m["role"] == "user"] == ["slow one"]
 

@@ -22,7 +22,7 @@ async def test_health_reports_this_process_and_its_cpu_time(tmp_path: Path) -> N
                               calibrate=False))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             first = (await client.get("/api/health")).json()
             digest = b"x"
             for _ in range(200_000):  # some CPU work between the two answers

@@ -26,9 +26,9 @@ from tests.service_support import (
     ServiceRule,
     SSEEvent,
     llm_env,
-    parse_sse,
     redis_url_or_skip,
     running_server,
+    sse_events,
     start_server,
 )
 
@@ -103,7 +103,7 @@ def _inject_across_processes(first: ServerProcess, second: ServerProcess,
                                                       "query": "What is 6*7?"}) as response:
                 assert response.status_code == 200
                 opened.set()
-                events.extend(e for e in parse_sse(response.iter_lines())
+                events.extend(e for e in sse_events(response)
                               if isinstance(e, SSEEvent))
 
         thread = threading.Thread(target=run_turn)
@@ -183,7 +183,7 @@ def _dag_turn_with_inject(client: httpx.Client, cid: str,
     body = {"conversation_id": cid, "query": "What is 6*7?", "mode": "dag"}
     with client.stream("POST", "/api/chat", json=body, timeout=60) as response:
         assert response.status_code == 200
-        for item in parse_sse(response.iter_lines()):
+        for item in sse_events(response):
             if not isinstance(item, SSEEvent):
                 continue
             events.append(item)

@@ -88,11 +88,11 @@ async def test_sse_events_queued_together_go_out_in_one_chunk() -> None:
     for event in events:
         queue.put_nowait(event)
     queue.put_nowait(None)
-    chunks = [chunk async for chunk in frames(queue, keepalive_seconds=60)]
+    chunks = [chunk async for chunk in frames(queue)]
     assert chunks == [b"".join(encode(e) for e in events)]  # one write, then the end
     later: asyncio.Queue[SSEEvent | None] = asyncio.Queue()
     later.put_nowait(events[0])
-    stream = frames(later, keepalive_seconds=60)
+    stream = frames(later)
     assert await anext(stream) == encode(events[0])  # nothing else waited: sent alone
     later.put_nowait(None)
     assert [chunk async for chunk in stream] == []

@@ -38,7 +38,7 @@ async def test_a_finished_turn_needs_no_cycle_collection(tmp_path: Path) -> None
                               demo_delay=0, demo_chunk_delay=0, calibrate=False))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             conversation = (await client.post("/api/conversations", json={})).json()["id"]
             gc.collect()
             gc.disable()

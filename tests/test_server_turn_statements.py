@@ -24,8 +24,8 @@ from ctxstack.store.migrate import upgrade
 
 # Timing-dependent statements left out of the count: the worker's inject poller looks
 # every 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
-_TIMED = (re.compile(r"^SELECT DISTINCT pending_injects\.conversation_id, "
-                     r"pending_injects\.turn_id FROM pending_injects"),
+_TIMED = (re.compile(r"^SELECT (DISTINCT )?pending_injects\.conversation_id, "
+                     r"pending_injects\.turn_id(, pending_injects\.id)? FROM pending_injects"),
           re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"))
 
 
@@ -53,7 +53,7 @@ async def _turn(client: httpx.AsyncClient, conversation: str, query: str) -> str
     return last
 
 
-async def test_a_turn_is_eleven_statements_in_two_write_transactions(tmp_path: Path) -> None:
+async def test_a_turn_is_thirteen_statements_in_two_write_transactions(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'turns.db'}"
     await upgrade(url)
     app = create_app(Settings(database_url=url, files_dir=tmp_path / "files", auth="none",
@@ -61,7 +61,7 @@ async def test_a_turn_is_eleven_statements_in_two_write_transactions(tmp_path: P
     async with app.router.lifespan_context(app):
         state = app.state.ctxstack
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             conversation = (await client.post("/api/conversations", json={})).json()["id"]
             assert await _turn(client, conversation, "What is 6*7?") == "done"
             for _ in range(500):  # the first turn's task ends right after its last event
@@ -82,11 +82,15 @@ async def test_a_turn_is_eleven_statements_in_two_write_transactions(tmp_path: P
     counted = Counter(_kind(s) for s in statements
                       if not any(p.match(s) for p in _TIMED))
     assert counted == Counter({
-        # the route: the conversation (owner check, title), the claim and the question,
-        # one transaction
+        # the route: the conversation (owner check, title), the claim, the injects an
+        # earlier turn left queued adopted, its question checked for an answer (issue 30:
+        # a failed or killed turn's question gets an outcome) and the question, one
+        # transaction
         "SELECT conversations": 1, "INSERT active_turns": 1, "UPDATE conversations": 2, "INSERT messages": 2,
-        # budgets (admin model configs), the history after the latest checkpoint
-        "SELECT model_configs": 1, "SELECT compaction_checkpoints": 1, "SELECT messages": 1,
+        "UPDATE pending_injects": 1,
+        # budgets (admin model configs), the history after the latest checkpoint (and the
+        # last exchange, above)
+        "SELECT model_configs": 1, "SELECT compaction_checkpoints": 1, "SELECT messages": 2,
         # answer + release, one transaction (plus the UPDATE/INSERT counted above)
         "DELETE active_turns": 1, "DELETE pending_injects": 1,
     })

@@ -38,7 +38,7 @@ async def app_client(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClien
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client, app
 
 

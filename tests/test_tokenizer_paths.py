@@ -130,7 +130,7 @@ async def service(tmp_path: Path, env: dict[str, str],
     app = create_app(Settings.from_env())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client, app
 
 

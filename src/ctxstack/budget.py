@@ -20,12 +20,12 @@ should degrade loudly, not starve the model. A value that is not a positive inte
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, computed_field
 
+from ctxstack.configuration import EnvSettings
 from ctxstack.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ _ENV = {
     "main": ("LLM_CONTEXT_SIZE", "LLM_MAX_OUTPUT_TOKENS"),
     "fast": ("FAST_LLM_CONTEXT_SIZE", "FAST_LLM_MAX_OUTPUT_TOKENS"),
 }
+_FIELDS = {"main": ("context_size", "max_output_tokens"),
+           "fast": ("fast_context_size", "fast_max_output_tokens")}
 
 
 class ModelBudget(BaseModel):
@@ -84,6 +86,42 @@ def _positive_int(value: Any, where: str) -> int:
     return number
 
 
+def _env_int(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if not text.isdigit() or int(text) <= 0:
+            raise ValueError("expected a positive integer")
+    return value
+
+
+EnvTokens = Annotated[int | None, BeforeValidator(_env_int)]
+
+
+class BudgetSettings(EnvSettings):
+    """The budget's environment: step 2 of the resolution (module docstring). An unset
+    number falls through to the next step, so these defaults are "unset"; the effective
+    defaults are 128,000 and 64,000, and the fast role's the main role's numbers."""
+
+    component: ClassVar[str] = "Budget (per model role)"
+    keep_empty: ClassVar[bool] = True
+
+    context_size: EnvTokens = Field(
+        None, validation_alias="LLM_CONTEXT_SIZE", json_schema_extra={"doc_default": "`128_000`"})
+    """The main model's context window in tokens (a database model config wins)."""
+    max_output_tokens: EnvTokens = Field(
+        None, validation_alias="LLM_MAX_OUTPUT_TOKENS",
+        json_schema_extra={"doc_default": "`64_000`"})
+    """Tokens the main model's answer may take, kept free of input."""
+    fast_context_size: EnvTokens = Field(
+        None, validation_alias="FAST_LLM_CONTEXT_SIZE",
+        json_schema_extra={"doc_default": "the main model's"})
+    """The fast model's context window."""
+    fast_max_output_tokens: EnvTokens = Field(
+        None, validation_alias="FAST_LLM_MAX_OUTPUT_TOKENS",
+        json_schema_extra={"doc_default": "the main model's"})
+    """The fast model's reserved output."""
+
+
 def _config_value(config: object, field: str) -> object:
     if config is None:
         return None
@@ -114,19 +152,21 @@ def resolve_budget(
     """
     if role not in _ENV:
         raise ConfigError(f"role: expected 'main' or 'fast', got {role!r}")
-    env = os.environ if env is None else env
+    settings = BudgetSettings.from_env(env)
     fallback = (
         resolve_budget("main", main_config, env) if role == "fast" else None
     )
     values: dict[str, int] = {}
     sources: dict[str, str] = {}
-    for field, var in zip(("context_size", "max_output_tokens"), _ENV[role], strict=True):
+    for field, var, env_field in zip(("context_size", "max_output_tokens"), _ENV[role],
+                                     _FIELDS[role], strict=True):
         db_value = _config_value(model_config, field)
+        env_value = getattr(settings, env_field)
         if db_value is not None:
             values[field] = _positive_int(db_value, f"model_configs[{role}].{field}")
             sources[field] = "db"
-        elif var in env:
-            values[field] = _positive_int(env[var], var)
+        elif env_value is not None:
+            values[field] = env_value
             sources[field] = f"env:{var}"
         elif fallback is not None:
             values[field] = getattr(fallback, field)

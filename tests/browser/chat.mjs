@@ -120,6 +120,43 @@ try {
   expect(echoed.includes("<img src=x"), "the answer should show the HTML as text");
   checks.html_escaped = true;
 
+  // ---- the Markdown renderer (marked + DOMPurify) on hostile and ordinary input
+  const rendered = await page.evaluate(async () => {
+    const { renderMarkdown } = await import("./static/markdown.js");
+    const box = document.createElement("div");
+    box.innerHTML = renderMarkdown([
+      "# Title", "", "**bold** and `code <b>` and ~~gone~~", "",
+      "[ok](https://example.com/a) [bad](javascript:alert(1)) https://example.org/x.",
+      "", "<img src=y onerror=\"window.__md=1\"> ![alt text](https://example.com/i.png)", "",
+      "| a | b |", "| --- | --- |", "| 1 | 2 |", "", "```py", "x = 1 < 2",
+    ].join("\n"));
+    return {
+      h1: box.querySelector("h1")?.textContent,
+      strong: box.querySelector("strong")?.textContent,
+      code: box.querySelector("p code")?.textContent,
+      del: box.querySelector("del")?.textContent,
+      hrefs: [...box.querySelectorAll("a")].map((a) => [a.getAttribute("href"), a.target, a.rel]),
+      imgs: box.querySelectorAll("img").length,
+      text: box.textContent,
+      cells: [...box.querySelectorAll("td")].map((td) => td.textContent),
+      fence: box.querySelector("pre code")?.textContent.trim(),
+      ran: window.__md,
+    };
+  });
+  expect(rendered.h1 === "Title" && rendered.strong === "bold" && rendered.del === "gone",
+    `headings / emphasis: ${JSON.stringify(rendered)}`);
+  expect(rendered.code === "code <b>", `inline code: ${rendered.code}`);
+  expect(JSON.stringify(rendered.hrefs) === JSON.stringify([
+    ["https://example.com/a", "_blank", "noopener noreferrer"],
+    ["https://example.org/x", "_blank", "noopener noreferrer"]]),
+    `links: ${JSON.stringify(rendered.hrefs)}`);
+  expect(rendered.imgs === 0 && rendered.ran === undefined, "markdown HTML or an image reached the DOM");
+  expect(rendered.text.includes("<img src=y") && rendered.text.includes("alt text"),
+    `raw HTML and images should show as text: ${rendered.text}`);
+  expect(rendered.cells.join() === "1,2", `table: ${rendered.cells}`);
+  expect(rendered.fence === "x = 1 < 2", `open fence: ${rendered.fence}`);
+  checks.markdown = true;
+
   // ---- an inject while the turn runs
   const injectTurn = await sendAndWait(page, "Tell me about budgets.", { inject: "Also mention the 4,000 token floor." });
   const injected = await injectTurn.locator(".injected").count();

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from ctxstack.compaction import Archive
+from ctxstack.compaction import Archive, HistoryArchive
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.store import SessionFactory, UserRecord, create_conversation
 from ctxstack.store.archive import ConversationArchive, query_terms
 from ctxstack.store.messages import NewMessage, append_messages
+from tests.archive_cases import CASES, SearchCase
 
 
 async def conversation(sf: SessionFactory, user: UserRecord, texts: list[str]) -> str:
@@ -123,3 +124,32 @@ async def test_archived_audio_and_files_are_named_never_stored_as_base64(
     assert hits[0].ref == ref
     with pytest.raises(InputError, match="audio and file parts are not stored"):
         NewMessage.from_chat(message)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+async def test_the_fused_ranking_puts_the_evidence_first_on_every_backend(
+    sf: SessionFactory, alice: UserRecord, case: SearchCase,
+) -> None:
+    """English (word BM25 via FTS5 unicode61 / ts_rank), Chinese, Japanese (n-grams via
+    FTS5 trigram / pg_trgm) and identifiers: the same order as the in-memory archive."""
+    conv = await conversation(sf, alice, case.texts)
+    hits = await ConversationArchive(sf, conv).search(case.question, k=5)
+    assert hits
+    assert case.evidence in hits[0].message.text
+    memory = HistoryArchive()
+    await memory.add([ChatMessage.user(t) for t in case.texts])
+    expected = await memory.search(case.question, k=1)
+    assert expected[0].message.text == hits[0].message.text
+
+
+async def test_an_english_question_finds_old_evidence_past_the_candidate_limit(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    """A question of common words used to fetch the newest 200 messages that contain
+    "the": the word index ranks the old evidence into the candidates."""
+    texts = ["Mia went to her first support-group meeting last Tuesday."]
+    texts += [f"The weather was fine on day {i} and the walk was long." for i in range(260)]
+    conv = await conversation(sf, alice, texts)
+    hits = await ConversationArchive(sf, conv).search("When did Mia go to the support group?")
+    assert hits
+    assert hits[0].ref == "m1"

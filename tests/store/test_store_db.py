@@ -315,7 +315,7 @@ def test_an_unknown_sqlite_synchronous_level_is_refused_by_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(ENV_SQLITE_SYNCHRONOUS, "OFF")
-    with pytest.raises(StorageError, match="CTXSTACK_SQLITE_SYNCHRONOUS must be NORMAL or FULL"):
+    with pytest.raises(StorageError, match="CTXSTACK_SQLITE_SYNCHRONOUS: Input should be 'NORMAL' or 'FULL'"):
         create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
 
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, get_type_hints, overload
 
+import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ctxstack.errors import ToolArgumentsError, ToolError
@@ -168,8 +169,8 @@ def tool(
     Every parameter needs a type hint (the schema is built from it); ``*args`` and
     ``**kwargs`` are refused because the model could not know what to pass. Parameter
     descriptions come from the docstring's ``Args:`` section (Google style; Sphinx
-    ``:param x:`` lines work too); the tool description defaults to the docstring's
-    first paragraph.
+    ``:param x:`` lines and NumPy ``Parameters`` sections work too); the tool description
+    defaults to the docstring's first paragraph.
 
     Raises:
         ToolError: an untyped or variadic parameter, an unresolvable hint, or no
@@ -260,50 +261,25 @@ def _drop_titles(schema: Any) -> None:
             _drop_titles(item)
 
 
-_SECTION = re.compile(
-    r"^(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$"
-)
-_ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-_SPHINX = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
-
-
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """The summary (first paragraph, joined) and per-argument descriptions of a docstring."""
-    lines = doc.strip().splitlines()
-    summary_lines: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()) or line.strip().startswith(":"):
-            break
-        summary_lines.append(line.strip())
-    args: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    base_indent = 0
-    for line in lines:
-        stripped = line.strip()
-        sphinx = _SPHINX.match(stripped)
-        if sphinx:
-            current, section = sphinx.group(1), "sphinx"
-            args[current] = sphinx.group(2).strip()
-            continue
-        if stripped.startswith(":"):  # another Sphinx field (:returns:, :raises:, …)
-            current, section = None, None
-            continue
-        head = _SECTION.match(stripped)
-        if head and len(line) - len(line.lstrip()) == 0:
-            section = head.group(1).lower()
-            current = None
-            continue
-        if section not in ("args", "arguments", "parameters", "sphinx") or not stripped:
-            continue
-        indent = len(line) - len(line.lstrip())
-        match = _ARG_LINE.match(stripped)
-        if match and (current is None or indent <= base_indent):
-            current, base_indent = match.group(1).lstrip("*"), indent
-            args[current] = match.group(3).strip()
-        elif current is not None:
-            args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(summary_lines), args
+    """The summary (first paragraph, joined) and per-argument descriptions of a docstring.
+
+    Parsed by ``docstring_parser`` (Google, Sphinx ``:param x:``, NumPy and Epydoc
+    styles, detected per docstring); a description over several lines is joined into one
+    line, and the ``*`` / ``**`` of a variadic parameter's name is dropped.
+    """
+    parsed = docstring_parser.parse(doc)
+    summary = parsed.short_description or ""
+    if summary and parsed.long_description and not parsed.blank_after_short_description:
+        # a summary wrapped over several lines: the parser keeps only its first line
+        summary += "\n" + parsed.long_description.split("\n\n", 1)[0]
+    args = {param.arg_name.lstrip("*"): _one_line(param.description or "")
+            for param in parsed.params}
+    return _one_line(summary), args
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {

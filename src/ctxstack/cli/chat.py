@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import re
 from collections.abc import Iterator, Sequence
 
 import click
@@ -33,12 +31,13 @@ from ctxstack.cli.commands import HELP, context_parts, counter_label, meter_line
 from ctxstack.compaction import CompactUtils
 from ctxstack.errors import CtxstackError
 from ctxstack.guard import ContextGuard, GuardCheckEvent
-from ctxstack.llm.config import tokenizer_path
+from ctxstack.llm.config import LLMSettings, tokenizer_path
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub.replies import StubReply, StubRequest
 from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM, Usage
+from ctxstack.server.tools import find_arithmetic
 from ctxstack.tokens import TokenCounter, counter_for_model
 
 EXIT_WORDS = {"/exit", "/quit", "exit", "quit"}
@@ -110,9 +109,6 @@ class LastContext:
 
 # --------------------------------------------------------------------------- stub script
 
-_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^]+[\s(]*[\d.]+[\s)]*)+")
-
-
 def demo_rule(request: StubRequest) -> StubReply | str:
     """How the stub plays a tool-using model for the demo tools (deterministic, no model).
 
@@ -134,9 +130,10 @@ def demo_rule(request: StubRequest) -> StubReply | str:
         previous = [m.text for m in request.messages if m.role == "assistant" and m.text]
         return previous[-1] if previous else "Done."
     lowered = text.lower()
-    match = _ARITHMETIC.search(text)
-    if match:
-        return StubReply.tool_call("calculator", {"expression": match.group(0).strip()})
+    # the service's linear scanner (a pattern here was quadratic on long digit runs)
+    expression = find_arithmetic(text)
+    if expression is not None:
+        return StubReply.tool_call("calculator", {"expression": expression})
     if "time" in lowered or "clock" in lowered:
         return StubReply.tool_call("clock", {"timezone": "UTC"})
     if "count" in lowered or "words" in lowered:
@@ -308,7 +305,7 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
             from ctxstack.llm.stub.server import StubServer
         with StubServer(rule=demo_rule) as server:
             # The stub plays the configured model's name, so counting follows LLM_MODEL.
-            name = os.environ.get("LLM_MODEL", "").strip()
+            name = LLMSettings.from_env().model
             llm = server.client(model=name) if name else server.client()
             yield llm, llm
         return
@@ -318,7 +315,7 @@ def _models(use_stub: bool) -> Iterator[tuple[LLM, LLM]]:
 def _no_endpoint() -> bool:
     """No model endpoint configured: ``chat`` then uses the offline demo model, as
     ``serve`` does, and says so."""
-    return not os.environ.get("LLM_BASE_URL", "").strip()
+    return LLMSettings.from_env().base_url is None
 
 
 @main.command("chat")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import click
 from rich.console import Console
@@ -12,7 +11,7 @@ from rich.table import Table
 from ctxstack.cli.app import main
 from ctxstack.cli.commands import counter_label
 from ctxstack.cli.walkthrough import FACTS, DemoReport, run_demo
-from ctxstack.llm.config import tokenizer_path
+from ctxstack.llm.config import LLMSettings, tokenizer_path
 from ctxstack.tokens import counter_for_model
 
 
@@ -85,7 +84,7 @@ def render(report: DemoReport, console: Console) -> None:
 def demo(budget: int, turns: int, model: str | None) -> None:
     """Run a long multilingual tool conversation through the stack, offline, and show
     what each layer kept, summarised or dropped."""
-    configured = os.environ.get("LLM_MODEL", "").strip() or None
+    configured = LLMSettings.from_env().model
     name = model or configured
     # LLM_TOKENIZER belongs to LLM_MODEL: another --model counts by its own name.
     counter = counter_for_model(name, tokenizer_path("main") if name == configured else None)

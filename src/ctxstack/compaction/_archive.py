@@ -10,16 +10,31 @@ out of the context window to where the model can fetch it.
 uses the stored messages themselves, see ``ctxstack.store.archive``);
 :class:`HistoryArchive` is the in-memory implementation for library users.
 
-Search is by **character n-grams** (bigrams and trigrams of the case-folded, NFKC-normalised
-text), not whitespace words, so it works for Chinese and Japanese, where words are not
-separated, and for identifiers such as ``ORD-99812-XK``; a one-character query (a CJK word
-such as ``猫``) matches through the bigrams that contain it. Ranking is BM25 over the n-grams
-(common n-grams weigh little, a document that matches many rare ones ranks first).
+Search is **hybrid** (issue 29), two rankings fused by reciprocal rank fusion (each
+message scores Σ 1 / (60 + its rank in each list), the usual RRF constant, nothing fitted):
+
+* **words** — BM25 over word tokens, for space-separated scripts, where words carry the
+  meaning of a natural question ("When did Mia go to the support group?"). The index is
+  SQLite's FTS5 (``porter unicode61``: case-folded, diacritics and punctuation stripped,
+  English words stemmed) in an in-memory database of the standard library — a maintained
+  BM25 (``bm25()``), rather than more hand-written ranking here, and the same tokenizer the
+  service's SQLite store uses (``ctxstack.store.archive``). Question words that carry no
+  meaning (:data:`STOP_WORDS`: "when", "did", "the"…) are left out of the query;
+* **character n-grams** — BM25 over the bigrams and trigrams of the case-folded,
+  NFKC-normalised text, for Chinese and Japanese, where words are not separated, and for
+  identifiers such as ``ORD-99812-XK``; a one-character query (a CJK word such as ``猫``)
+  matches through the bigrams that contain it. Common n-grams weigh little; stop words
+  are left out of the n-gram query too.
+
+A CJK question matches no word token (FTS5 keeps a run of CJK characters as one token),
+so its order is the n-gram order; an English question is ranked by both.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import sqlite3
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -39,6 +54,20 @@ MASKED_KEY = "masked"
 """Metadata flag of a cleared tool output (never cleared twice)."""
 _K1 = 1.2
 _B = 0.75
+RRF_K = 60
+"""Reciprocal rank fusion's constant (Cormack et al. 2009): rank r scores 1 / (60 + r)."""
+FUSION_DEPTH = 50
+"""How many of each ranking's best take part in the fusion."""
+_STOP_TEXT = """
+a about am an and any are as at be been but by can could did do does doing for from had
+has have how i if in into is it its me my of on or our should so than that the their them
+then there these they this those to was we were what when where which while who whom why
+will with would you your
+"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+"""English function words left out of a query: they match almost every message."""
+_WORD = re.compile(r"\w+")  # one character class, repeated: linear time
+_WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
 class ArchiveHit(BaseModel):
@@ -89,6 +118,37 @@ def ngrams(text: str) -> Counter[str]:
     return grams
 
 
+def query_words(query: str) -> list[str]:
+    """The words of ``query`` that rank: case-folded word tokens less :data:`STOP_WORDS`,
+    in order, without repeats."""
+    words = _WORD.findall(normalize_text(query))
+    return list(dict.fromkeys(w for w in words if w not in STOP_WORDS))
+
+
+def content_query(query: str) -> str:
+    """``query`` without its stop words (as whitespace-separated tokens), for the n-gram
+    ranking; the query itself when nothing else is left (a question made of stop words
+    still finds something)."""
+    kept = [t for t in query.split() if " ".join(_WORD.findall(t.casefold())) not in STOP_WORDS]
+    return " ".join(kept) if kept else query
+
+
+def fts_match(words: Sequence[str]) -> str:
+    """An FTS5 ``MATCH`` expression: any of ``words``, each quoted (so no word is read
+    as an operator; the table's tokenizer splits it as it split the documents)."""
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: each id scores Σ 1 / (k + rank), rank from 1, over the
+    rankings it appears in."""
+    scores: dict[str, float] = defaultdict(float)
+    for ranking in rankings:
+        for rank, ref in enumerate(ranking, start=1):
+            scores[ref] += 1.0 / (k + rank)
+    return dict(scores)
+
+
 def searchable_text(message: ChatMessage) -> str:
     """What is indexed: the text plus tool names and arguments."""
     parts = [message.text]
@@ -120,7 +180,7 @@ def snippet(text: str, query: str, size: int = SNIPPET_CHARS) -> str:
 
 
 class HistoryArchive:
-    """In-memory :class:`Archive` with n-gram BM25 search (see the module doc).
+    """In-memory :class:`Archive` with hybrid search (see the module doc).
 
     References are ``"a1"``, ``"a2"``…, in archiving order. A message that carries an
     ``archive_ref`` in its metadata (a placeholder, or a copy already archived) is not
@@ -132,6 +192,28 @@ class HistoryArchive:
         self._lengths: dict[str, int] = {}
         self._postings: defaultdict[str, dict[str, int]] = defaultdict(dict)
         self._total_length = 0
+        self._words: sqlite3.Connection | None = None
+
+    def close(self) -> None:
+        """Free the word index's in-memory database, when done with the archive (a search
+        afterwards ranks by n-grams alone). Also done when the archive is
+        garbage-collected."""
+        if self._words is not None:
+            self._words.close()
+            self._words = None
+
+    def __del__(self) -> None:
+        words = getattr(self, "_words", None)
+        if words is not None:
+            words.close()
+
+    def _word_index(self) -> sqlite3.Connection:
+        """The FTS5 word index (created on first use; one in-memory database each)."""
+        if self._words is None:
+            self._words = sqlite3.connect(":memory:", check_same_thread=False)
+            self._words.execute(
+                f"CREATE VIRTUAL TABLE words USING fts5(body, tokenize='{_WORD_TOKENIZER}')")
+        return self._words
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -158,6 +240,9 @@ class HistoryArchive:
             length = sum(grams.values())
             self._lengths[ref] = length
             self._total_length += length
+            self._word_index().execute(
+                "INSERT INTO words(rowid, body) VALUES (?, ?)",
+                (len(self._messages), _utf8(searchable_text(message)[:MAX_INDEXED_CHARS])))
             refs.append(ref)
         return refs
 
@@ -168,7 +253,8 @@ class HistoryArchive:
         return self._messages.get(ref.strip())
 
     async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
-        """BM25 over character n-grams; best first, at most ``k``.
+        """Word BM25 and n-gram BM25 fused by rank (see the module doc); best first, at
+        most ``k``.
 
         Raises:
             InputError: an empty query or ``k`` < 1.
@@ -177,24 +263,42 @@ class HistoryArchive:
             raise InputError("search: query must be a non-empty text")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InputError(f"search: k must be a positive integer, got {k!r}")
-        n = len(self._messages)
-        if n == 0:
+        if not self._messages:
             return []
+        depth = max(k, FUSION_DEPTH)
+        rankings = [self.word_ranking(query, depth), self.ngram_ranking(query, depth)]
+        fused = fuse(rankings)
+        best = sorted(fused.items(), key=lambda item: (-item[1], _order(item[0])))[:k]
+        return [
+            ArchiveHit(ref=ref, score=round(score, 6), message=self._messages[ref],
+                       snippet=snippet(searchable_text(self._messages[ref]), query))
+            for ref, score in best
+        ]
+
+    def word_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
+        """References by FTS5 ``bm25()`` over the query's words (stop words left out),
+        best first, at most ``depth``."""
+        words = query_words(query)
+        if not words or self._words is None:
+            return []
+        rows = self._words.execute(
+            "SELECT rowid FROM words WHERE words MATCH ? ORDER BY bm25(words), rowid DESC "
+            "LIMIT ?", (_utf8(fts_match(words)), depth)).fetchall()
+        return [f"a{rowid}" for (rowid,) in rows]
+
+    def ngram_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
+        """References by BM25 over character n-grams, best first, at most ``depth``."""
+        n = len(self._messages)
         average = self._total_length / n or 1.0
         scores: dict[str, float] = defaultdict(float)
-        for gram, posting in self._query_postings(query):
+        for gram, posting in self._query_postings(content_query(query)):
             idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
             weight = idf * (1.5 if len(gram) == 3 else 1.0)
             for ref, tf in posting.items():
                 norm = _K1 * (1 - _B + _B * self._lengths[ref] / average)
                 scores[ref] += weight * tf * (_K1 + 1) / (tf + norm)
-        best = sorted(scores.items(), key=lambda item: (-item[1], _order(item[0])))[:k]
-        return [
-            ArchiveHit(ref=ref, score=round(score, 4), message=self._messages[ref],
-                       snippet=snippet(searchable_text(self._messages[ref]), query))
-            for ref, score in best
-        ]
-
+        best = sorted(scores.items(), key=lambda item: (-item[1], _order(item[0])))
+        return [ref for ref, _ in best[:depth]]
 
     def _query_postings(self, query: str) -> list[tuple[str, dict[str, int]]]:
         """The (n-gram, posting) pairs a query scores with.
@@ -215,6 +319,12 @@ class HistoryArchive:
                             merged[ref] += tf
                 return [(char, dict(merged))] if merged else []
         return [(g, p) for g in grams if (p := self._postings.get(g))]
+
+
+def _utf8(text: str) -> str:
+    """``text`` as SQLite can store it: a lone surrogate (from a broken decode upstream)
+    becomes U+FFFD instead of failing the whole archive call."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _order(ref: str) -> int:

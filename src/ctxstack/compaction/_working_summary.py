@@ -76,8 +76,12 @@ _ALIASES: dict[str, str] = {
 # appender adds exactly one, bounded, list.
 _APPENDED_BLOCKS: dict[str, str] = {"facts kept verbatim": "Facts kept verbatim"}
 
-_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s*(?P<name>.+?)\s*#*\s*$")
-_BOLD_HEADING = re.compile(r"^\s{0,3}\*\*(?P<name>[^*]+?)\s*:?\s*\*\*\s*:?\s*(?P<rest>.*)$")
+# Every pattern here meets model text, so each runs in linear time: no two adjacent
+# repeats that can match the same characters (the old heading patterns backtracked in
+# cubic time on a heading line padded with spaces: issue 30); trailing decorations are
+# cut with string methods (see _md_heading_name, closed_core).
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}(?P<text>.*)$")
+_BOLD_HEADING = re.compile(r"^\s{0,3}\*\*(?P<name>[^*]+)\*\*\s*+:?(?P<rest>.*)$")
 _COLON_HEADING = re.compile(r"^\s{0,3}(?P<name>[A-Za-z][A-Za-z &/]{1,40}?)\s*:\s*(?P<rest>.*)$")
 _APPENDED_NAMES = frozenset(_APPENDED_BLOCKS.values())
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d{1,3}[.)])\s+(?P<text>.*)$")
@@ -90,16 +94,17 @@ _CLOSE_WORDS = (
     r"完了|済み?|解決済み|解決|已完成|已解决|完成"
 )
 _CLOSED_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(rf"\s*[(\[]\s*(?:{_CLOSE_WORDS})\s*[)\]]\s*[.。]?\s*$", re.IGNORECASE),
-    re.compile(rf"\s+[-–—:]\s*(?:{_CLOSE_WORDS})\s*[.。]?\s*$", re.IGNORECASE),
-    re.compile(rf"^\s*(?:{_CLOSE_WORDS})\s*[:\-–—]\s*", re.IGNORECASE),
+    # (the whitespace before a mark is not matched: the core is stripped anyway, and a
+    # leading ``\s*`` re-scanned every run of spaces from each of its positions)
+    re.compile(rf"[(\[]\s*+(?:{_CLOSE_WORDS})\s*+[)\]]\s*+(?:[.。]\s*+)?$", re.IGNORECASE),
+    re.compile(rf"(?<!\s)\s++[-–—:]\s*+(?:{_CLOSE_WORDS})\s*+(?:[.。]\s*+)?$", re.IGNORECASE),
+    re.compile(rf"^\s*+(?:{_CLOSE_WORDS})\s*+[:\-–—]\s*", re.IGNORECASE),
     re.compile(r"^\s*\[[xX✓✔]\]\s*"),
-    re.compile(r"^\s*[✓✔✅]\s*|\s*[✓✔✅]\s*$"),
+    re.compile(r"^\s*+[✓✔✅]\s*|(?<!\s)\s*+[✓✔✅]\s*+$"),
 )
-_STRUCK = re.compile(r"^\s*~~(?P<core>.+)~~\s*[.。]?\s*$", re.DOTALL)
 _UNCHECKED = re.compile(r"^\s*\[\s\]\s*")
 _WORDS = re.compile(r"[a-z0-9]+(?:[.,:/_\-][a-z0-9]+)*|[^\W\x00-\x7f]")
-_KEY = re.compile(r"^\s*(?P<key>[^:=\n]{1,60}?)\s*[:=]\s*\S")
+_KEY = re.compile(r"^\s*+(?P<key>[^:=\s][^:=\n]{0,59}?)\s*[:=]\s*+\S")
 
 
 @dataclass
@@ -128,8 +133,10 @@ def _heading(line: str) -> tuple[str, str] | None:
     """
     md = _MD_HEADING.match(line)
     if md:
-        name = md.group("name").strip().rstrip(":").strip()
-        return (_canonical(name) or name, "")
+        name = _md_heading_name(md.group("text"))
+        if name is not None:
+            name = name.strip().rstrip(":").strip()
+            return (_canonical(name) or name, "")
     for pattern in (_BOLD_HEADING, _COLON_HEADING):
         m = pattern.match(line)
         if m:
@@ -137,6 +144,15 @@ def _heading(line: str) -> tuple[str, str] | None:
             if canonical is not None:
                 return (canonical, m.group("rest").strip())
     return None
+
+
+def _md_heading_name(text: str) -> str | None:
+    """The name in what follows a Markdown heading's ``#`` marks: surrounding spaces and
+    closing ``#``s cut (``"## Notes ##"`` → ``"Notes"``); None when nothing is left."""
+    body = text.strip()
+    if not body:
+        return None
+    return body.rstrip("#").rstrip() or body[:1]
 
 
 def parse_summary(text: str) -> ParsedSummary:
@@ -197,14 +213,26 @@ def _is_empty_item(item: str) -> bool:
 
 def closed_core(item: str) -> str | None:
     """The item's text without its closing mark, or None when the item is not closed."""
-    struck = _STRUCK.match(item)
-    if struck:
-        return struck.group("core").strip()
+    struck = _struck_core(item)
+    if struck is not None:
+        return struck
     for pattern in _CLOSED_PATTERNS:
         core, n = pattern.subn("", item, count=1)
         if n and core.strip():
             return core.strip()
     return None
+
+
+def _struck_core(item: str) -> str | None:
+    """The text between ``~~`` and ``~~`` when the whole item is struck through (a full
+    stop may follow), else None. String methods, not a pattern: ``.+~~`` followed by
+    optional spaces re-scanned the spaces from every ``~~`` (quadratic, issue 30)."""
+    text = item.strip()
+    if not text.endswith("~~") and text[-1:] in (".", "。"):
+        text = text[:-1].rstrip()
+    if len(text) < 5 or not text.startswith("~~") or not text.endswith("~~"):
+        return None
+    return text[2:-2].strip()
 
 
 def words(text: str) -> frozenset[str]:

@@ -30,7 +30,9 @@ from ctxstack.protocol import LLM, Usage
 
 T = TypeVar("T", bound=BaseModel)
 
-_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+# Possessive: a fence never closed made the greedy language name give back one
+# character at a time, each followed by a scan to the end (quadratic).
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*+[ \t]*+\n?(.*?)```", re.DOTALL)
 _decoder = json.JSONDecoder()
 
 

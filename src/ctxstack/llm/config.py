@@ -11,17 +11,20 @@ whose message lists exactly the variables to set. Local servers that ignore the 
 requiring it keeps "I forgot the key" a start-up error rather than a 401 mid-conversation.
 
 Optional: ``LLM_TOKENIZER`` / ``FAST_LLM_TOKENIZER`` — the path of the model's Hugging Face
-``tokenizer.json``, for exact token counts (:func:`tokenizer_path`).
+``tokenizer.json``, for exact token counts (:func:`tokenizer_path`); ``LLM_TIMEOUT`` /
+``FAST_LLM_TIMEOUT``. The variables are read by the two pydantic-settings classes below
+(:mod:`ctxstack.configuration`; ``docs/configuration.md`` lists them).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
+from ctxstack.configuration import EnvSettings
 from ctxstack.errors import ConfigError
 
 LLMRole = Literal["main", "fast"]
@@ -31,29 +34,76 @@ _MAIN_VARS = {"base_url": "LLM_BASE_URL", "api_key": "LLM_API_KEY", "model": "LL
 _FAST_VARS = {field: f"FAST_{var}" for field, var in _MAIN_VARS.items()}
 
 
-class LLMSettings(BaseModel):
-    """Connection settings of one model endpoint.
+class LLMSettings(EnvSettings):
+    """The main model's endpoint and client settings (``LLM_*``).
 
-    ``sources`` names the variable each value came from (``"LLM_MODEL"``,
+    ``sources`` names the variable each endpoint value came from (``"LLM_MODEL"``,
     ``"FAST_LLM_MODEL"``, ``"code"``) so an operator can see why a role talks to what it
-    talks to. The API key is never included in ``repr``.
+    talks to. The API key is never included in ``repr``. The endpoint fields are optional
+    here (the chat service answers with its offline demo model when none is set);
+    :func:`load_settings` is where they are required.
     """
 
-    model_config = ConfigDict(frozen=True)
+    component: ClassVar[str] = "Main model (ReAct, chat)"
 
     role: LLMRole = "main"
-    base_url: str
-    api_key: str = Field(repr=False)
-    model: str
+    base_url: str | None = Field(None, validation_alias="LLM_BASE_URL")
+    """The OpenAI-compatible base URL, ``/v1`` included (``http://localhost:11434/v1``);
+    unset, the chat service answers with its offline demo model."""
+    api_key: str | None = Field(None, validation_alias="LLM_API_KEY", repr=False)
+    """The bearer key (any value for local servers that ignore it)."""
+    model: str | None = Field(None, validation_alias="LLM_MODEL")
+    """The model name sent with every request."""
+    timeout: float = Field(60.0, gt=0, le=86_400, validation_alias="LLM_TIMEOUT")
+    """Seconds one model call may take, retries included (the chat service's bound)."""
+    tokenizer: str | None = Field(None, validation_alias="LLM_TOKENIZER")
+    """Path of the model's Hugging Face ``tokenizer.json``, for exact token counts (a
+    missing file: the heuristic, logged)."""
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, v: str) -> str:
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
         v = v.strip()
         if not v.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {v!r}")
         return v.rstrip("/")
+
+
+class FastLLMSettings(LLMSettings):
+    """The fast model's (DAG steps, summaries): each ``FAST_LLM_*`` endpoint variable falls
+    back *on its own* to the main one."""
+
+    component: ClassVar[str] = "Fast model (DAG steps, summaries)"
+
+    role: LLMRole = "fast"
+    base_url: str | None = Field(
+        None, validation_alias=AliasChoices("FAST_LLM_BASE_URL", "LLM_BASE_URL"))
+    """The fast model's base URL."""
+    api_key: str | None = Field(
+        None, validation_alias=AliasChoices("FAST_LLM_API_KEY", "LLM_API_KEY"), repr=False)
+    """The fast model's key."""
+    model: str | None = Field(None, validation_alias=AliasChoices("FAST_LLM_MODEL", "LLM_MODEL"))
+    """The fast model's name."""
+    timeout: float = Field(
+        60.0, gt=0, le=86_400, validation_alias=AliasChoices("FAST_LLM_TIMEOUT", "LLM_TIMEOUT"))
+    """Seconds one fast-model call may take."""
+    tokenizer: str | None = Field(None, validation_alias="FAST_LLM_TOKENIZER")
+    """The fast model's ``tokenizer.json``; unset: ``LLM_TOKENIZER`` when the fast model is
+    the main one (:func:`tokenizer_path`)."""
+
+
+def settings_class(role: LLMRole) -> type[LLMSettings]:
+    """The settings class of ``role``.
+
+    Raises:
+        ConfigError: an unknown role.
+    """
+    if role not in ("main", "fast"):
+        raise ConfigError(f"LLM role: expected 'main' or 'fast', got {role!r}")
+    return FastLLMSettings if role == "fast" else LLMSettings
 
 
 def env_var_names(role: LLMRole) -> dict[str, str]:
@@ -62,41 +112,28 @@ def env_var_names(role: LLMRole) -> dict[str, str]:
 
 
 def load_settings(role: LLMRole = "main", env: Mapping[str, str] | None = None) -> LLMSettings:
-    """Read the settings of ``role`` from ``env`` (default ``os.environ``).
+    """Read the settings of ``role`` from ``env`` (default ``os.environ``), the endpoint
+    required.
 
     Raises:
         ConfigError: a required variable is missing or empty (the message lists every
-            missing one, with the fast role's fallback spelled out), or the base URL is
-            not an http(s) URL.
+            missing one, with the fast role's fallback spelled out), or a value is
+            malformed (the message names its variable).
     """
-    if role not in ("main", "fast"):
-        raise ConfigError(f"LLM role: expected 'main' or 'fast', got {role!r}")
-    env = os.environ if env is None else env
-    values: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    missing: list[str] = []
-    for field in _FIELDS:
-        candidates = [_FAST_VARS[field], _MAIN_VARS[field]] if role == "fast" else [
-            _MAIN_VARS[field]
-        ]
-        for var in candidates:
-            value = env.get(var, "").strip()
-            if value:
-                values[field] = value
-                sources[field] = var
-                break
-        else:
-            missing.append(" or ".join(candidates))
+    cls = settings_class(role)
+    settings = cls.from_env(env)
+    missing = [" or ".join(_candidates(role, field)) for field in _FIELDS
+               if getattr(settings, field) is None]
     if missing:
         raise ConfigError(
             f"{role} LLM is not configured: set {', '.join(missing)}. Together the "
             "*_BASE_URL, *_API_KEY and *_MODEL variables name an OpenAI-compatible endpoint "
             "(base URL ending in /v1, API key — any value for local servers — and model)."
         )
-    try:
-        return LLMSettings(role=role, sources=sources, **values)
-    except ValueError as exc:
-        raise ConfigError(f"{sources['base_url']}: {_first_error(exc)}") from None
+    env = os.environ if env is None else env
+    sources = {field: next(var for var in _candidates(role, field)
+                           if env.get(var, "").strip()) for field in _FIELDS}
+    return settings.model_copy(update={"sources": sources})
 
 
 def tokenizer_path(role: LLMRole = "main", env: Mapping[str, str] | None = None) -> str | None:
@@ -109,22 +146,15 @@ def tokenizer_path(role: LLMRole = "main", env: Mapping[str, str] | None = None)
     is checked when the counter is built (:func:`ctxstack.tokens.counter_for_model`
     logs and falls back to the heuristic).
     """
-    env = os.environ if env is None else env
-    main = env.get("LLM_TOKENIZER", "").strip() or None
+    main = LLMSettings.from_env(env)
     if role == "main":
-        return main
-    fast = env.get("FAST_LLM_TOKENIZER", "").strip()
-    if fast:
-        return fast
-    main_model = env.get("LLM_MODEL", "").strip()
-    fast_model = env.get("FAST_LLM_MODEL", "").strip() or main_model
-    return main if fast_model == main_model else None
+        return main.tokenizer
+    fast = FastLLMSettings.from_env(env)
+    if fast.tokenizer:
+        return fast.tokenizer
+    return main.tokenizer if fast.model == main.model else None
 
 
-def _first_error(exc: ValueError) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        items = errors()
-        if items:
-            return str(items[0].get("msg", exc)).removeprefix("Value error, ")
-    return str(exc)
+def _candidates(role: LLMRole, field: str) -> list[str]:
+    return [_FAST_VARS[field], _MAIN_VARS[field]] if role == "fast" else [_MAIN_VARS[field]]
+

@@ -1,6 +1,6 @@
 """OpenAICompatibleLLM: the :class:`~ctxstack.llm.LLM` protocol over any OpenAI-compatible
 chat-completions endpoint (OpenAI, Azure-style gateways, vLLM, Ollama, LM Studio,
-llama.cpp, DeepSeek, Qwen, OpenRouter, …), built on the official ``openai`` async SDK.
+llama.cpp, DeepSeek, Qwen, OpenRouter, …), spoken over one ``httpx.AsyncClient``.
 
 Contract highlights:
 
@@ -8,9 +8,9 @@ Contract highlights:
   body are classified by :func:`ctxstack.llm.classify.classify_status`, which recognises
   context overflow from the providers' real shapes and never mistakes a tokens-per-minute
   rate limit for one.
-* **Retries** are ours only (the SDK's are switched off): :mod:`ctxstack.llm.retry`,
-  exponential backoff with jitter on 429 / 5xx / connection errors / timeouts, honouring
-  ``Retry-After``, bounded in attempts and total time.
+* **Retries**: :mod:`ctxstack.llm.retry`, exponential backoff with jitter on 429 / 5xx /
+  connection errors / timeouts, honouring ``Retry-After``, bounded in attempts and total
+  time; a stream is retried until its first text delta.
 * **Timeouts**: ``timeout`` bounds each non-streaming attempt as a whole, and each wait for
   the next bytes of a stream (a long answer may stream for minutes; a silent one may not).
 * **Streams** yield text deltas and end with the usage. A stream that stops before the
@@ -24,28 +24,27 @@ Contract highlights:
   fail the call: the :class:`~ctxstack.messages.ToolCall` gets ``{"_raw": "<the text>"}``
   so the agent can hand the model a readable tool error instead of crashing the turn.
 
-How the SDK is used: requests go through ``AsyncOpenAI.post`` (the SDK's documented call
-for raw requests) with the body built here and the raw HTTP response returned, instead of
-the typed ``chat.completions.create``. The SDK still does authentication, base URLs,
-headers, timeouts and status errors; what is skipped is its per-call recursive transform
-of the parameters and the pydantic model built for every response and every stream
-chunk, which on a fast local server cost more than the HTTP exchange itself (see
-``benchmarks/bench_llm.py``). Responses are read as plain JSON by
-:mod:`ctxstack.llm.wire`.
+Why httpx and not the ``openai`` SDK: of the SDK this client used authentication headers,
+base URLs and the status-error classes — a request builder's worth — while it kept its own
+retries (the SDK's cannot bound a call's total time, refuse a ``Retry-After`` beyond a
+limit, or retry a stream until its first text), its own error classification
+(:mod:`ctxstack.llm.classify`, which knows the providers' overflow and rate-limit shapes)
+and its own JSON reading (:mod:`ctxstack.llm.wire`: the typed models the SDK builds for
+every response and stream chunk cost more CPU than the HTTP exchange against a local
+server, ``benchmarks/bench_llm.py``). httpx is also the proxy's client, so the project has
+one HTTP client stack for model calls; streams are read with ``httpx-sse``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx2
-import openai
+import httpx
+from httpx_sse import EventSource, SSEError
 
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.errors import (
@@ -60,14 +59,13 @@ from ctxstack.errors import (
 from ctxstack.llm.classify import classify_status
 from ctxstack.llm.config import LLMRole, load_settings
 from ctxstack.llm.retry import RetryPolicy, retry_async
-from ctxstack.llm.wire import StreamAccumulator, estimate_usage, parse_completion, sse_data
+from ctxstack.llm.wire import StreamAccumulator, estimate_usage, parse_completion
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import RAW_ARGUMENTS_KEY
 from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
 from ctxstack.tokens import HEURISTIC
 
 ResponseFormatSupport = Literal["json_schema", "json_object", "none"]
-Transport = Literal["httpx", "aiohttp"]
 
 CALL_OPTIONS = frozenset({
     "max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed",
@@ -79,8 +77,7 @@ CALL_OPTIONS = frozenset({
 
 _PATH = "/chat/completions"
 
-__all__ = ["CALL_OPTIONS", "RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "ResponseFormatSupport",
-           "Transport"]
+__all__ = ["CALL_OPTIONS", "RAW_ARGUMENTS_KEY", "OpenAICompatibleLLM", "ResponseFormatSupport"]
 
 
 class OpenAICompatibleLLM:
@@ -105,20 +102,13 @@ class OpenAICompatibleLLM:
         max_tokens_param: the wire name a per-call ``max_tokens`` is sent under
             (OpenAI's reasoning models want ``max_completion_tokens``).
         default_options: per-call options applied to every call (``{"temperature": 0}``).
-        transport: the HTTP transport of the client built here: "httpx" (the SDK's
-            default, httpx2) or "aiohttp" (``pip install 'openai[aiohttp]'``; the chat
-            service's choice). Same requests, errors and timeouts; aiohttp's parser and
-            connection pool are in C, and httpx2's pool probes the socket of every idle
-            connection on each request, so a call cost 1.2–2.2 ms less client CPU against
-            a local server, the more the larger the pool (``benchmarks/bench_llm.py``).
-            Ignored when ``client`` is given.
-        client: an ``openai.AsyncOpenAI`` to use instead of building one (its own retries
-            should be disabled).
+        client: an ``httpx.AsyncClient`` to send through instead of building one (a test's
+            transport, a proxy, custom TLS); the URL, the key and the timeouts are still
+            this object's. Closed by :meth:`aclose` only when built here.
 
     Raises:
         ConfigError: an empty or non-http(s) ``base_url``, empty ``api_key`` / ``model``,
-            a non-positive ``timeout``, an unknown ``transport`` or "aiohttp" without the
-            aiohttp package.
+            or a non-positive ``timeout``.
         TypeError: an unknown key in ``default_options``.
     """
 
@@ -139,8 +129,7 @@ class OpenAICompatibleLLM:
         response_format_support: ResponseFormatSupport = "json_schema",
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         default_options: Mapping[str, Any] | None = None,
-        transport: Transport = "httpx",
-        client: openai.AsyncOpenAI | None = None,
+        client: httpx.AsyncClient | None = None,
     ) -> None:
         if not base_url or not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url: expected an http(s) URL, got {base_url!r}")
@@ -168,10 +157,10 @@ class OpenAICompatibleLLM:
         self.budget = budget
         self._context_size = context_size or budget.context_size
         self._max_output_tokens = max_output_tokens or budget.max_output_tokens
-        self._client = client or openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key, timeout=self.timeout, max_retries=0,
-            http_client=_http_client(transport, self.timeout),
-        )
+        self._url = f"{self.base_url}{_PATH}"
+        self._headers = {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=self.timeout)
 
     @classmethod
     def from_env(
@@ -179,17 +168,18 @@ class OpenAICompatibleLLM:
     ) -> OpenAICompatibleLLM:
         """Build from ``LLM_*`` (main) or ``FAST_LLM_*`` (fast, falling back to ``LLM_*``).
 
-        The budget comes from the same environment (``resolve_budget(role, env=env)``)
+        The timeout is ``LLM_TIMEOUT`` / ``FAST_LLM_TIMEOUT`` unless ``timeout=`` is passed;
+        the budget comes from the same environment (``resolve_budget(role, env=env)``)
         unless ``budget=`` is passed. Extra keyword arguments go to the constructor.
 
         Raises:
             ConfigError: naming exactly the variables to set.
         """
-        env = os.environ if env is None else env
         settings = load_settings(role, env)
         kwargs.setdefault("budget", resolve_budget(role, env=env))
-        return cls(base_url=settings.base_url, api_key=settings.api_key, model=settings.model,
-                   role=role, **kwargs)
+        kwargs.setdefault("timeout", settings.timeout)
+        return cls(base_url=settings.base_url or "", api_key=settings.api_key or "",
+                   model=settings.model or "", role=role, **kwargs)
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleLLM(base_url={self.base_url!r}, model={self.model!r}, " \
@@ -206,8 +196,9 @@ class OpenAICompatibleLLM:
 
     # ------------------------------------------------------------------ lifecycle
     async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
-        await self._client.close()
+        """Close the HTTP connection pool (unless the client was passed in)."""
+        if self._owns_client:
+            await self._client.aclose()
 
     async def __aenter__(self) -> OpenAICompatibleLLM:
         return self
@@ -234,9 +225,9 @@ class OpenAICompatibleLLM:
         async def attempt(_: int) -> Any:
             try:
                 async with asyncio.timeout(request.timeout):
-                    response = await self._client.post(
-                        _PATH, cast_to=httpx2.Response, body=request.body,
-                        options=request.options)
+                    response = await self._client.send(self._build(request))
+                    if response.status_code >= 400:
+                        raise self._status_error(response)
                     return response.json()
             except json.JSONDecodeError as exc:
                 raise LLMError(f"{self._where}: malformed response: the body is not JSON "
@@ -274,12 +265,13 @@ class OpenAICompatibleLLM:
             # The retried unit: connect and read up to the first text delta. Until then
             # the caller has seen nothing, so a failure can be retried transparently.
             state.reset()
-            response: Any = None
+            response: httpx.Response | None = None
             try:
-                response = await self._client.post(
-                    _PATH, cast_to=httpx2.Response, body=request.body, stream=True,
-                    options=request.options)
-                events = sse_data(response.aiter_lines())
+                response = await self._client.send(self._build(request), stream=True)
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._status_error(response)
+                events = _sse_data(response)
                 async for data in events:
                     if state.feed(data):
                         return response, events
@@ -321,7 +313,7 @@ class OpenAICompatibleLLM:
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None,
         opts: Mapping[str, Any],
     ) -> _Request:
-        """The JSON body and SDK request options of one call (options checked here)."""
+        """The JSON body, extra headers and query of one call (options checked here)."""
         if not messages:
             raise MessageError("messages: at least one message is required")
         merged = {**self.default_options, **opts} if self.default_options else opts
@@ -333,7 +325,8 @@ class OpenAICompatibleLLM:
         if tools:
             body["tools"] = list(tools)
         timeout = self.timeout
-        options: openai.RequestOptions = {}
+        headers: dict[str, str] = {}
+        params: dict[str, Any] = {}
         for key, value in merged.items():
             if value is None:
                 continue
@@ -342,77 +335,67 @@ class OpenAICompatibleLLM:
             elif key == "extra_body":
                 body.update(value)
             elif key == "extra_headers":
-                options["headers"] = dict(value)
+                headers.update(value)
             elif key == "extra_query":
-                options["params"] = dict(value)
+                params.update(value)
             else:
                 body[self.max_tokens_param if key == "max_tokens" else key] = value
-        options["timeout"] = timeout
-        options["max_retries"] = 0  # ours are the only retries, even with an injected client
-        return _Request(body=body, options=options, timeout=timeout)
+        return _Request(body=body, headers=headers, params=params, timeout=timeout)
+
+    def _build(self, request: _Request) -> httpx.Request:
+        headers = {**self._headers, **request.headers} if request.headers else self._headers
+        return self._client.build_request(
+            "POST", self._url, json=request.body, headers=headers,
+            params=request.params or None, timeout=request.timeout)
+
+    def _status_error(self, response: httpx.Response) -> LLMError:
+        """The classified error of an HTTP error response (body read)."""
+        try:
+            body: object = response.json()
+        except ValueError:
+            body = response.text
+        return classify_status(response.status_code, body, dict(response.headers.items()),
+                               where=self._where)
 
     def _translate(
         self, exc: BaseException, timeout: float, *, during_stream: int | None = None
     ) -> LLMError:
-        """The ctxstack error for whatever the SDK, the transport or the deadline raised."""
+        """The ctxstack error for whatever the transport, the stream or the deadline raised."""
         if isinstance(exc, LLMError):
             return exc
         where = self._where
         cut = "" if during_stream is None else \
             f" after {during_stream} characters of the answer had streamed"
-        dropped = _connection_dropped(exc)
-        if dropped is not None:
-            return LLMConnectionError(f"{where}: connection failed{cut} "
-                                      f"({type(dropped).__name__}: {dropped})")
-        if isinstance(exc, openai.APITimeoutError | TimeoutError | httpx2.TimeoutException):
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
             return LLMTimeoutError(f"{where}: no answer within {timeout:g}s{cut}")
-        if isinstance(exc, openai.APIConnectionError | httpx2.HTTPError):
-            cause = exc.__cause__ or exc.__context__ if isinstance(exc, openai.APIError) else exc
-            detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
+        if isinstance(exc, SSEError):
+            return LLMConnectionError(f"{where}: not an event stream{cut} ({exc})")
+        if isinstance(exc, httpx.HTTPError):
+            cause = exc.__cause__ or exc.__context__
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) or cause is None else \
+                f"{type(cause).__name__}: {cause}"
             return LLMConnectionError(f"{where}: connection failed{cut} ({detail})")
-        if isinstance(exc, openai.APIStatusError):
-            headers = dict(exc.response.headers.items())
-            return classify_status(exc.status_code, exc.body, headers, where=where)
-        if isinstance(exc, openai.OpenAIError):
-            return LLMError(f"{where}: {type(exc).__name__}: {exc}")
         raise exc
 
 
-def _http_client(transport: str, timeout: float) -> httpx2.AsyncClient | None:
-    """The SDK's HTTP client for ``transport`` (``None``: the SDK builds its default)."""
-    if transport == "httpx":
-        return None
-    if transport != "aiohttp":
-        raise ConfigError(f"transport: expected 'httpx' or 'aiohttp', got {transport!r}")
-    if importlib.util.find_spec("aiohttp") is None:
-        raise ConfigError("transport='aiohttp' needs the aiohttp package: "
-                          "pip install 'openai[aiohttp]' (or use transport='httpx')")
-    client: httpx2.AsyncClient = openai.DefaultAioHttpClient(timeout=timeout)
-    return client
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data`` of each event of a streamed answer (httpx-sse: comments such as
+    OpenRouter's ``: OPENROUTER PROCESSING``, ids and retry fields are skipped).
 
-
-def _connection_dropped(exc: BaseException) -> BaseException | None:
-    """The aiohttp connection error (not a timeout) at the root of ``exc``'s causes.
-
-    The SDK's aiohttp transport maps every ``aiohttp.ClientConnectionError`` — a server
-    that closed the connection included — to ``httpx2.ConnectTimeout``, which would read
-    as "no answer within N s"; the root cause says what really happened.
+    An event without data is not one (the SSE standard's dispatch rule, which httpx-sse
+    does not apply once an ``id`` was seen: it yields an empty event for a blank line).
     """
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if type(cause).__module__.startswith("aiohttp") and not isinstance(cause, TimeoutError):
-            return cause
-        cause = cause.__cause__ or cause.__context__
-    return None
+    async for event in EventSource(response).aiter_sse():
+        if event.data:
+            yield event.data
 
 
 @dataclass
 class _Request:
     body: dict[str, Any]
-    options: openai.RequestOptions
     timeout: float
+    headers: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_options(opts: Mapping[str, Any], error: type[CtxstackError]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxstack.errors import LLMConnectionError, LLMError, MessageError
@@ -123,26 +123,6 @@ def payload_error(data: Mapping[str, Any], where: str) -> LLMError | None:
     code = error.get("code") if isinstance(error, Mapping) else None
     status = code if isinstance(code, int) and 400 <= code <= 599 else 500
     return classify_status(status, error, where=where)
-
-
-async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data`` of each Server-Sent Event (multi-line data joined with newlines).
-
-    Comment lines (``: keep-alive``, OpenRouter's ``: OPENROUTER PROCESSING``) and
-    ``event:`` / ``id:`` / ``retry:`` fields are skipped.
-    """
-    buffer: list[str] = []
-    async for line in lines:
-        if not line:
-            if buffer:
-                yield "\n".join(buffer)
-                buffer = []
-            continue
-        if line.startswith("data:"):
-            value = line[5:]
-            buffer.append(value[1:] if value.startswith(" ") else value)
-    if buffer:
-        yield "\n".join(buffer)
 
 
 class StreamAccumulator:

@@ -1,5 +1,7 @@
-"""The proxy's FastAPI app: ``/v1/chat/completions`` guarded, every other ``/v1/`` route
-passed through, ``/ctxstack/stats`` and ``/ctxstack/health`` its own.
+"""The proxy's FastAPI app: ``/v1/chat/completions`` and ``/v1/responses`` (HTTP and
+WebSocket, :mod:`ctxstack.proxy.responses_route`, :mod:`ctxstack.proxy.responses_socket`)
+guarded, every other ``/v1/`` route passed through, ``/ctxstack/stats`` and
+``/ctxstack/health`` its own.
 
 A chat completion goes: auth → parse and validate (400 before any upstream call) → the
 model's budget → fit (:mod:`ctxstack.proxy.fitting`) → forward → relay the answer (streams
@@ -12,33 +14,67 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import WebSocketRoute
 
 from ctxstack import LLM
+from ctxstack._http_guard import RequestGuard
 from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic import routes as anthropic_routes
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.budgets import ModelBudgets, Summarizers
+from ctxstack.proxy.chat_wire import (
+    ChatRecallWire,
+    PrefixSummarizer,
+    RecallRun,
+    chat_usage,
+    dumps_body,
+    stream_with_recall,
+)
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
-from ctxstack.proxy.errors import ProxyError, error_response
+from ctxstack.proxy.errors import ProxyError, error_response, upstream_bad_answer
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, error_passthrough, read_error, relay, relay_answer
+from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
+    Upstream,
+    error_passthrough,
+    forwarded_body,
+    read_error,
+    relay,
+    relay_answer,
+    response_headers,
+)
+from ctxstack.proxy.guard import failures_for, refusal, request_policy
+from ctxstack.proxy.recall import MAX_ROUNDS, USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest, parse_request
+from ctxstack.proxy.responses_chains import ChainStore
+from ctxstack.proxy.responses_route import responses_http
+from ctxstack.proxy.responses_socket import responses_socket
+from ctxstack.proxy.session_fit import SessionFitter
+from ctxstack.proxy.sessions import (
+    RedisLease,
+    SessionStore,
+    SingleFlight,
+    owner_salt,
+    session_key,
+)
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
 from ctxstack.tokens import TokenCounter
+from ctxstack.tokens._counter import effective_budget
 
+logger = logging.getLogger("ctxstack.proxy")
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -66,6 +102,15 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.sessions = SessionStore(factory, ttl_seconds=settings.checkpoint_ttl)
+        flight_seconds = settings.summary_timeout * 2 + 10
+        self.flight = SingleFlight(
+            factory, lease_seconds=flight_seconds, wait_seconds=flight_seconds + 5,
+            redis=RedisLease(settings.redis_url) if settings.redis_url else None)
+        self.session_fitter = SessionFitter(self.fitter, self.sessions, self.flight)
+        self.chat_wire = ChatRecallWire()
+        self.chains = ChainStore(factory, ttl_seconds=settings.checkpoint_ttl)
+        """The Responses conversations behind ``previous_response_id``."""
         self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:
@@ -73,6 +118,7 @@ class ProxyState:
         await self.budgets.aclose()
         await self.upstream.aclose()
         await self.anthropic.aclose()
+        await self.flight.aclose()
         await self.summarizers.aclose()
 
 
@@ -89,6 +135,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         transport: an httpx transport for the upstream (tests; default: the network).
     """
     holder: dict[str, ProxyState] = {}
+    failures = failures_for(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -104,9 +151,14 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         finally:
             await state.aclose()
             await engine.dispose()
+            if failures is not None:
+                await failures.close()
 
     app = FastAPI(title="ctxstack proxy", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    # Every route: host/origin in no-auth mode, body size, failed-token throttle.
+    app.add_middleware(RequestGuard, policy=request_policy(settings, failures),
+                       error=refusal)
 
     def st() -> ProxyState:
         return holder["state"]
@@ -134,10 +186,10 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
             await state.auth.caller(request.headers)
             state.stats.bump("passthrough")
             path = request.path_params["path"]
+            headers = state.upstream.request_headers(request.headers.items())
             upstream = await state.upstream.open(
-                request.method, path, query=request.url.query,
-                headers=state.upstream.request_headers(request.headers.items()),
-                content=await request.body())
+                request.method, path, query=request.url.query, headers=headers,
+                content=forwarded_body(request, headers))
             log_event("passthrough", method=request.method, path=f"/v1/{path}",
                       status=upstream.status_code)
             return await relay(upstream)
@@ -152,6 +204,15 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
     app.add_route("/ctxstack/stats", stats, methods=["GET"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     anthropic_routes.add_routes(app, st)  # /v1/messages, /v1/messages/count_tokens
+
+    async def responses(request: Request) -> Response:
+        return await responses_http(st(), request)
+
+    async def responses_ws(websocket: WebSocket) -> None:
+        await responses_socket(st(), websocket)
+
+    app.add_route("/v1/responses", responses, methods=["POST"])
+    app.router.routes.append(WebSocketRoute("/v1/responses", responses_ws))
     app.add_route("/v1/{path:path}", passthrough, methods=PASSTHROUGH_METHODS)
     return app
 
@@ -173,7 +234,8 @@ async def _chat(state: ProxyState, request: Request) -> Response:
     state.stats.bump("requests")
     log: dict[str, Any] = {}
     try:
-        salt = await state.auth.caller(request.headers)
+        # Everything kept per conversation is salted with the caller and the client's key.
+        salt = owner_salt(request.headers, await state.auth.caller(request.headers))
         chat = parse_request(await request.body())
         log.update(model=chat.model, stream=chat.stream, messages=len(chat.conversation))
         model_budget = await state.budgets.get(chat.model)
@@ -181,7 +243,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
         summarizer, own = state.summarizers.get(chat.model, model_budget,
                                                 request.headers.get("authorization"))
         try:
-            fit = await state.fitter.fit(chat, budget, salt=salt, summarizer=summarizer)
+            fit = await _fit(state, request, chat, budget, salt, summarizer)
             state.stats.fitted(fit)
             response = await _forward(state, request, chat, fit, budget, salt, summarizer,
                                       started, log)
@@ -195,6 +257,49 @@ async def _chat(state: ProxyState, request: Request) -> Response:
     return response
 
 
+async def _fit(state: ProxyState, request: Request, chat: CompletionRequest, budget: int,
+               salt: str, summarizer: LLM) -> Fit:
+    """The session's cache-stable fit; on any failure but a bad request (a bug, a shape
+    not foreseen, the database), the request unchanged — logged and counted."""
+    try:
+        conv = chat.conversation
+        session = session_key(request.headers, conv.messages, conv.prompt_end, salt)
+        counter = await state.fitter.counters.aget(chat.model)
+        prefix = None
+        if not state.settings.summarizer_configured:
+            prefix = _prefix_summarizer(state, request, chat)
+        return await state.session_fitter.fit(
+            chat, budget, salt=salt, summarizer=summarizer, session=session,
+            extra_tools=lambda: state.chat_wire.added_tokens(chat.body, counter),
+            prefix_summarizer=prefix)
+    except ProxyError:
+        raise
+    except Exception as exc:
+        logger.exception("proxy: fitting failed; forwarding the request unchanged")
+        state.stats.bump("fit_failures")
+        n = len(chat.conversation)
+        return Fit(None, "none", n, n, 0, 0, 0, reason=f"fit_error: {type(exc).__name__}")
+
+
+def _prefix_summarizer(state: ProxyState, request: Request, chat: CompletionRequest,
+                       ) -> Callable[[list[Any], LLM], LLM]:
+    """Summaries asked as the conversation's continuation, through the upstream with the
+    client's own headers (:class:`~ctxstack.proxy.chat_wire.PrefixSummarizer`)."""
+    headers = state.upstream.request_headers(request.headers.items())
+    query = request.url.query
+
+    async def send(content: bytes) -> tuple[int, object]:
+        upstream = await state.upstream.open("POST", "chat/completions", query=query,
+                                             headers=headers, content=content)
+        _, data = await read_error(upstream)
+        return upstream.status_code, data
+
+    def build(prefix: list[Any], fallback: LLM) -> LLM:
+        return PrefixSummarizer(send, chat.body, prefix, fallback)
+
+    return build
+
+
 async def _forward(state: ProxyState, request: Request, chat: CompletionRequest, fit: Fit,
                    budget: int, salt: str, summarizer: LLM, started: float,
                    log: dict[str, Any]) -> Response:
@@ -203,7 +308,12 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
     query = request.url.query
     retried = False
     while True:
-        body = chat.raw if fit.messages is None else chat.with_messages(fit.messages)
+        recall_body: dict[str, Any] | None = None
+        if fit.recall and fit.messages is not None and state.chat_wire.can_offer(chat.body):
+            recall_body = state.chat_wire.add_tool({**chat.body, "messages": fit.messages})
+            body = dumps_body(recall_body)
+        else:
+            body = chat.raw if fit.messages is None else chat.with_messages(fit.messages)
         added_ms = (time.perf_counter() - started) * 1000
         state.stats.bump("forwarded")
         upstream = await state.upstream.open("POST", "chat/completions", query=query,
@@ -211,10 +321,18 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         extra = fit_headers(fit)
         _log_fit(fit, log, added_ms, retried)
         if upstream.status_code < 400:
-            answer = await relay_answer(upstream, extra)
+            if recall_body is not None:
+                answer = await _recall_answer(state, upstream, chat, fit, recall_body,
+                                              headers, query, extra, budget, log)
+            else:
+                is_sse = upstream.headers.get("content-type", "").startswith(
+                    "text/event-stream")
+                extra[USAGE_HEADER] = "sum" if is_sse else "sum; upstream_calls=1"
+                answer = await relay_answer(upstream, extra,
+                                            on_answer=_usage_tap(state, chat.model))
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if retried or not is_context_overflow(upstream.status_code, data):
             log_event("chat_completion", status=upstream.status_code, upstream_error=True, **log)
@@ -222,10 +340,98 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
         retried = True
         state.stats.bump("overflow_retries")
         target = int(min(budget, fit.tokens) * state.settings.overflow_retry_fill)
-        again = await state.fitter.refit(chat, target, salt=salt, summarizer=summarizer)
+        again = await _refit(state, chat, fit, target, salt, summarizer)
         state.stats.fitted(again)
         fit = dataclasses.replace(
             again, summarizer_usage=fit.summarizer_usage + again.summarizer_usage)
+
+
+async def _refit(state: ProxyState, chat: CompletionRequest, fit: Fit, target: int,
+                 salt: str, summarizer: LLM) -> Fit:
+    """The compaction after an upstream overflow: the session's view recomputed smaller
+    (and stored), else, if that fails, the plain refit."""
+    if fit.session:
+        try:
+            counter = await state.fitter.counters.aget(chat.model)
+            return await state.session_fitter.refit(
+                chat, target, salt=salt, summarizer=summarizer, session=fit.session,
+                extra_tools=state.chat_wire.added_tokens(chat.body, counter))
+        except ProxyError:
+            raise
+        except Exception:
+            logger.exception("proxy: recomputing the session's view after an overflow "
+                             "failed; compacting without it")
+            state.stats.bump("fit_failures")
+    return await state.fitter.refit(chat, target, salt=salt, summarizer=summarizer)
+
+
+def _usage_tap(state: ProxyState, model: str) -> Callable[[object], None]:
+    def tap(data: object) -> None:
+        if isinstance(data, dict):
+            state.stats.usage("chat", model, chat_usage(data))
+    return tap
+
+
+async def _recall_answer(state: ProxyState, upstream: httpx.Response, chat: CompletionRequest,
+                         fit: Fit, body: dict[str, Any], headers: list[tuple[str, str]],
+                         query: str, extra: dict[str, str], budget: int,
+                         log: dict[str, Any]) -> Response:
+    """The answer of a request that offered ``ctxstack_recall``: recall calls answered from
+    the session's archive and the upstream called again (at most MAX_ROUNDS rounds, then
+    once without the tool), the calls hidden, the usage summed (:mod:`ctxstack.proxy.recall`).
+    A completed answer is delivered, never requested again; a later round's error status
+    passes through as the upstream sent it."""
+    wire = state.chat_wire
+    counter = await state.fitter.counters.aget(chat.model)
+    run = RecallRun(wire, state.sessions.archive(fit.session, 1), counter, body,
+                    fits=effective_budget(budget, counter), tokens=fit.tokens)
+    model = chat.model
+
+    async def open_next(content: bytes) -> httpx.Response:
+        state.stats.bump("forwarded")
+        return await state.upstream.open("POST", "chat/completions", query=query,
+                                         headers=headers, content=content)
+
+    def done(usage: UpstreamUsage, rounds: int) -> None:
+        state.stats.usage("chat", model, usage, rounds)
+        log.update(recall_rounds=rounds)
+
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        extra = {**extra, USAGE_HEADER: "sum"}
+        return StreamingResponse(
+            stream_with_recall(upstream, run, open_next, done),
+            status_code=upstream.status_code,
+            headers=response_headers(upstream, extra, keep_length=False),
+            background=BackgroundTask(upstream.aclose))
+    last = upstream
+    raw, data = await read_error(upstream)
+    stripped = False
+    while isinstance(data, dict):
+        run.usage = run.usage + wire.usage(data)
+        calls = wire.recall_calls(data)
+        if not calls:
+            break
+        if wire.has_other_calls(data) or run.rounds >= MAX_ROUNDS:
+            data, stripped = wire.strip(data), True
+            break
+        next_body = await run.next_body(data, calls)
+        last = await open_next(dumps_body(next_body))
+        if last.status_code >= 400:
+            raw_error, error_data = await read_error(last)
+            state.stats.upstream_error(last.status_code)
+            done(run.usage, run.rounds)
+            return error_passthrough(last, raw_error, extra, error_data)
+        raw, data = await read_error(last)
+    done(run.usage, run.rounds)
+    if data is None:
+        raise upstream_bad_answer()
+    headers_out = response_headers(last, {**extra, USAGE_HEADER:
+                                          f"sum; upstream_calls={run.usage.calls}"},
+                                   keep_length=False)
+    if run.rounds == 0 and not stripped:
+        return Response(raw, status_code=last.status_code, headers=headers_out)
+    final = wire.with_usage(data, run.usage) if isinstance(data, dict) and run.rounds else data
+    return Response(dumps_body(final), status_code=last.status_code, headers=headers_out)
 
 
 def _log_fit(fit: Fit, log: dict[str, Any], added_ms: float, retried: bool) -> None:
@@ -234,6 +440,7 @@ def _log_fit(fit: Fit, log: dict[str, Any], added_ms: float, retried: bool) -> N
                tokens_before=fit.tokens_before, summarizer_calls=fit.summarizer_usage.calls,
                summarizer_tokens=fit.summarizer_usage.total_tokens,
                checkpoint_saved=fit.checkpoint_saved, overflow_retry=retried,
+               view=fit.view, recall_offered=fit.recall,
                proxy_ms=round(added_ms, 2))
     if fit.reason:
         log["fallback"] = fit.reason.split(":")[0]
@@ -259,8 +466,8 @@ def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
     Raises:
         ConfigError: the settings are incomplete or invalid (the message says which).
     """
-    env = os.environ if env is None else env
-    level = env.get("CTXSTACK_PROXY_LOG_LEVEL", "").strip().upper()
+    settings = ProxySettings.from_env(env)
+    level = (settings.log_level or "").upper()
     if level in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
         logger = logging.getLogger("ctxstack.proxy")
         logger.setLevel(level)
@@ -268,4 +475,4 @@ def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
-    return create_app(ProxySettings.from_env(env))
+    return create_app(settings)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxstack import LLM, ChatMessage, CompactionOptions, ContextGuard, TokenCounter, Usage
+from ctxstack.compaction import Archive
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
@@ -54,6 +55,12 @@ class Fit:
     reason: str | None = None
     counter: str = ""
     """The counter's ``cache_key`` (``tiktoken:o200k_base``, ``bpe-heuristic``, …)."""
+    view: Literal["", "extended", "recomputed"] = ""
+    """With sessions: the session's stored view extended, or recomputed (and stored)."""
+    recall: bool = False
+    """Something of the session is archived: offer ``ctxstack_recall``."""
+    session: str = ""
+    """The session's key (empty without sessions)."""
 
 
 class Fitter:
@@ -83,7 +90,7 @@ class Fitter:
                 and conv.longest_text() <= DEFAULT_CUT_CHARS):
             return Fit(None, "none", n, n, 0, total + tools, total + tools,
                        counter=counter.cache_key)
-        return await self._compact(request, counter, limit, tools, total, salt=salt,
+        return await self.compact(request, counter, limit, tools, total, salt=salt,
                                    summarizer=summarizer)
 
     async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
@@ -92,18 +99,22 @@ class Fitter:
         counter = await self.counters.aget(request.model)
         tools = request.tools_tokens(counter)
         total = request.conversation.tokens(counter)
-        return await self._compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
+        return await self.compact(request, counter, max(MIN_LIMIT, limit - tools), tools,
                                    total, salt=salt, summarizer=summarizer)
 
-    async def _compact(self, request: CompletionRequest, counter: TokenCounter, limit: int,
-                       tools: int, total: int, *, salt: str, summarizer: LLM | None) -> Fit:
+    async def compact(self, request: CompletionRequest, counter: TokenCounter, limit: int,
+                       tools: int, total: int, *, salt: str, summarizer: LLM | None,
+                       archive: Archive | None = None, reuse: bool = True) -> Fit:
+        """The checkpoint, else the guard (with ``archive``: what it compacts away is
+        archived). ``reuse=False``: never the bare checkpoint reuse (a session's view is
+        being recomputed because it overflowed: the guard compacts with headroom)."""
         conv = request.conversation
         n = len(conv)
         key = counter.cache_key
         record = None
         if self.store is not None:
             record = await self.store.find(conv.messages, conv.prompt_end, salt)
-        if record is not None:
+        if record is not None and reuse:
             same = record.model == request.model[:200]  # then the same counter wrote it
             summary_tokens = record.token_count if same else counter.count_message(
                 ChatMessage(role="system", content=record.summary))
@@ -118,6 +129,7 @@ class Fitter:
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
             options=CompactionOptions(timeout=self.summary_timeout),
             counter=counter,
+            archive=archive,
         )
         result, event = await guard.check(working, limit)
         unchanged = result is working or _same(result, working)

@@ -22,14 +22,17 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from urllib.parse import quote, unquote
 
 import httpx
 from starlette.background import BackgroundTask
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ctxstack.proxy.errors import (
     ProxyError,
+    bad_request,
     error_body,
     upstream_bad_answer,
     upstream_error_status,
@@ -73,8 +76,21 @@ class Upstream:
         await self.client.aclose()
 
     def url(self, path: str) -> str:
-        """The upstream URL of ``path`` (the part after ``/v1/``)."""
-        return f"{self.base_url}/{path.lstrip('/')}"
+        """The upstream URL of ``path`` (the part after ``/v1/``, as the ASGI server
+        decoded it), always under the configured base URL: dot segments are resolved here
+        and the result re-encoded, and a path that would leave the base — after
+        percent-decoding it again and again, with ``\\`` read as ``/`` as some servers
+        do — is refused. Every wire forwards through this method (issue 30: ``/v1/..%2F
+        admin`` reached the upstream's ``/admin`` with the operator's key attached).
+
+        Raises:
+            ProxyError: 400, the path leaves the upstream's base path.
+        """
+        resolved = resolve_under_base(path)
+        if resolved is None:
+            raise bad_request("the path leaves the API's base path (dot segments are not "
+                              "allowed to climb out of /v1/)")
+        return f"{self.base_url}/{quote(resolved, safe=_PATH_SAFE)}"
 
     def request_headers(self, incoming: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """The client's headers as sent upstream (see the module doc)."""
@@ -111,6 +127,69 @@ class Upstream:
         except httpx.HTTPError as exc:
             log.warning("proxy: upstream request failed (%s)", type(exc).__name__)
             raise upstream_failed() from None
+
+
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_MAX_DECODES = 8
+
+
+def resolve_under_base(path: str) -> str | None:
+    """``path`` (relative to the base) with its dot segments removed, or None when it
+    climbs above the base — in its given form or in any further percent-decoding of it
+    (an upstream or gateway that decodes once more must not see ``../`` either)."""
+    resolved = _remove_dot_segments(path)
+    if resolved is None:
+        return None
+    seen = path
+    for _ in range(_MAX_DECODES):
+        decoded = unquote(seen)
+        if _remove_dot_segments(decoded.replace("\\", "/")) is None:
+            return None
+        if decoded == seen:
+            return resolved
+        seen = decoded
+    return None  # still decoding after that many rounds: nobody sends that in good faith
+
+
+def _remove_dot_segments(path: str) -> str | None:
+    """RFC 3986 dot-segment removal on a relative path; None if it goes above its root."""
+    out: list[str] = []
+    segments = path.lstrip("/").split("/")
+    for i, segment in enumerate(segments):
+        if segment == "..":
+            if not out:
+                return None
+            out.pop()
+            if i == len(segments) - 1:
+                out.append("")
+        elif segment == ".":
+            if i == len(segments) - 1:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/".join(out)
+
+
+def forwarded_body(request: Request, headers: list[tuple[str, str]],
+                    ) -> bytes | AsyncIterator[bytes]:
+    """The client's body as it arrives, never buffered (the guard bounds its size): with
+    its ``Content-Length`` when it declared one, chunked when it was chunked, and no body
+    at all when it had none (a GET stays a plain GET upstream)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit():
+        if length == "0":
+            return b""
+        headers.append(("content-length", length))
+        return _body_stream(request)
+    if "chunked" in request.headers.get("transfer-encoding", "").lower():
+        return _body_stream(request)
+    return b""
+
+
+async def _body_stream(request: Request) -> AsyncIterator[bytes]:
+    async for chunk in request.stream():
+        if chunk:
+            yield chunk
 
 
 def response_headers(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
@@ -156,22 +235,37 @@ async def relay(upstream: httpx.Response, extra: Mapping[str, str] | None = None
                     headers=response_headers(upstream, extra))
 
 
+OnAnswer = Callable[[object], None]
+"""Called with a relayed answer's JSON (a stream: its last event carrying ``usage``)."""
+USAGE_TAIL = 16 * 1024
+
+
 def stream_response(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
-                    ) -> StreamingResponse:
+                    on_answer: OnAnswer | None = None) -> StreamingResponse:
     """Relay an open upstream response to the client as it arrives."""
     is_sse = upstream.headers.get("content-type", "").startswith("text/event-stream")
+    if on_answer is not None and (not is_sse or upstream.headers.get("content-encoding")):
+        on_answer = None  # usage is read from plain event streams only
     return StreamingResponse(
-        _relay(upstream, is_sse),
+        _relay(upstream, is_sse, on_answer),
         status_code=upstream.status_code,
         headers=response_headers(upstream, extra),
         background=BackgroundTask(upstream.aclose),
     )
 
 
-async def _relay(upstream: httpx.Response, is_sse: bool) -> AsyncIterator[bytes]:
+async def _relay(upstream: httpx.Response, is_sse: bool, on_answer: OnAnswer | None = None,
+                 ) -> AsyncIterator[bytes]:
+    tail = b""
     try:
         async for chunk in upstream.aiter_raw():
             yield chunk
+            if on_answer is not None:
+                tail = (tail + chunk)[-USAGE_TAIL:]
+        if on_answer is not None:
+            found = last_usage_event(tail)
+            if found is not None:
+                on_answer(found)
     except httpx.HTTPError as exc:
         timed_out = isinstance(exc, httpx.TimeoutException)
         log.warning("proxy: upstream body %s mid-stream (%s)",
@@ -191,14 +285,23 @@ def upstream_timeout_seconds(upstream: httpx.Response) -> float:
     return float(read) if isinstance(read, int | float) else 0.0
 
 
-async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
-    """Read a response whole: its (decoded) bytes and its JSON (None if not JSON).
+ERROR_BODY_LIMIT = 4 * 1024 * 1024
+"""An upstream error body is read up to this many bytes (the rest is not waited for)."""
+
+
+async def read_error(upstream: httpx.Response, *, limit: int | None = None,
+                     ) -> tuple[bytes, object]:
+    """Read a response whole (or its first ``limit`` bytes): its (decoded) bytes and its
+    JSON (None if not JSON, or cut at ``limit``).
 
     Raises:
         ProxyError: the body could not be read (502/504).
     """
     try:
-        raw = await upstream.aread()
+        if limit is None:
+            raw = await upstream.aread()
+        else:
+            raw = await _read_at_most(upstream, limit)
     except httpx.TimeoutException:
         raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
     except httpx.HTTPError:
@@ -211,8 +314,33 @@ async def read_error(upstream: httpx.Response) -> tuple[bytes, object]:
         return raw, None
 
 
+def last_usage_event(tail: bytes) -> object:
+    """The JSON of the last ``data:`` event in ``tail`` that carries a ``usage`` object."""
+    for line in reversed(tail.split(b"\n")):
+        line = line.strip()
+        if line.startswith(b"data:") and b'"usage"' in line:
+            try:
+                data = json.loads(line[5:])
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+                return data
+    return None
+
+
+async def _read_at_most(upstream: httpx.Response, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in upstream.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
 async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None = None,
-                       ) -> Response:
+                       on_answer: OnAnswer | None = None) -> Response:
     """Relay a successful chat-completions answer, refusing one that is not an answer.
 
     An event stream is relayed as it arrives (:func:`stream_response`). Any other body is
@@ -225,12 +353,14 @@ async def relay_answer(upstream: httpx.Response, extra: Mapping[str, str] | None
         ProxyError: the body could not be read (502/504) or is not JSON (502).
     """
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-        return stream_response(upstream, extra)
+        return stream_response(upstream, extra, on_answer)
     raw, data = await read_error(upstream)
     if data is None and not _is_json(raw):
         log.warning("proxy: upstream answered %d with a body that is not JSON (%d bytes)",
                     upstream.status_code, len(raw))
         raise upstream_bad_answer() from None
+    if on_answer is not None and data is not None:
+        on_answer(data)
     return Response(raw, status_code=upstream.status_code,
                     headers=response_headers(upstream, extra, keep_length=False))
 
@@ -245,14 +375,26 @@ def error_passthrough(upstream: httpx.Response, raw: bytes,
     """
     headers = response_headers(upstream, extra, keep_length=False)
     if data is None and not _is_json(raw):
-        text = " ".join(_TAGS.sub(" ", raw.decode("utf-8", "replace")).split())[:300]
+        text = error_text(raw)
         err = upstream_error_status(upstream.status_code, text)
         headers = {k: v for k, v in headers.items() if k != "content-type"}
         return err.response(headers)
     return Response(raw, status_code=upstream.status_code, headers=headers)
 
 
-_TAGS = re.compile(r"<[^>]*>")
+# No ``<`` inside a tag: ``<[^>]*>`` re-scanned the rest of a body from every ``<`` in it
+# (quadratic: 100K ``<`` stalled the event loop for seconds, issue 30).
+_TAGS = re.compile(r"<[^<>]*>")
+ERROR_TEXT_SCAN = 64 * 1024
+"""Only this many leading bytes of a non-JSON error body are read for its message."""
+
+
+def error_text(raw: bytes) -> str:
+    """The readable text of a non-JSON error body (a gateway's HTML page): markup and runs
+    of whitespace removed, at most 300 characters, from its first
+    :data:`ERROR_TEXT_SCAN` bytes only — linear and bounded work on the event loop."""
+    head = raw[:ERROR_TEXT_SCAN].decode("utf-8", "replace")
+    return " ".join(_TAGS.sub(" ", head).split())[:300]
 
 
 def _is_json(raw: bytes) -> bool:
@@ -263,5 +405,7 @@ def _is_json(raw: bytes) -> bool:
     return True
 
 
-__all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "read_error",
+__all__ = ["PROXY_KEY_HEADER", "ProxyError", "Upstream", "error_passthrough", "error_text",
+           "forwarded_body",
+           "read_error",
            "relay", "relay_answer", "response_headers", "stream_response"]

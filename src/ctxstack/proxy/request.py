@@ -65,15 +65,20 @@ class CompletionRequest:
             return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
     def tools_tokens(self, counter: TokenCounter) -> int:
-        """What the request's schemas cost in the prompt (they share the input budget):
-        ``tools``, the legacy ``functions``, and a ``response_format`` JSON schema, which
-        providers also render into the prompt."""
-        schemas = [self.body.get(key) for key in ("tools", "functions")]
-        response_format = self.body.get("response_format")
-        if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-            schemas.append(response_format.get("json_schema"))
-        return sum(counter.count_text(json.dumps(s, ensure_ascii=False, separators=(",", ":")))
-                   for s in schemas if s)
+        """What the request's schemas cost in the prompt (:func:`schema_tokens`)."""
+        return schema_tokens(self.body, counter)
+
+
+def schema_tokens(body: Mapping[str, Any], counter: TokenCounter) -> int:
+    """What a body's schemas cost in the prompt (they share the input budget): ``tools``,
+    the legacy ``functions``, and a ``response_format`` JSON schema, which providers also
+    render into the prompt."""
+    schemas = [body.get(key) for key in ("tools", "functions")]
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        schemas.append(response_format.get("json_schema"))
+    return sum(counter.count_text(json.dumps(s, ensure_ascii=False, separators=(",", ":")))
+               for s in schemas if s)
 
 
 def parse_request(raw: bytes) -> CompletionRequest:
@@ -199,27 +204,37 @@ class WireConversation:
         return [self.view(i) for i in range(start, stop)]
 
     def tokens(self, counter: TokenCounter) -> int:
-        """Tokens of every message by ``counter``.
+        """Tokens of every message by ``counter`` (kept per message in :attr:`counts`).
 
         A plain-text message without tool calls or an audio reference is counted straight
         from its string (what ``counter.count_message`` computes for it: overhead + text);
         anything else through its view.
         """
+        self.counts = self._counts(counter, 0)
+        return sum(self.counts)
+
+    def tail_tokens(self, counter: TokenCounter, start: int) -> int:
+        """Tokens of the messages from ``start`` on (:attr:`counts` left as it is)."""
+        if len(self.counts) == len(self.messages):
+            return sum(self.counts[start:])
+        return sum(self._counts(counter, start))
+
+    def _counts(self, counter: TokenCounter, start: int) -> list[int]:
         overhead = getattr(counter, "message_overhead", None)
         if not isinstance(overhead, int):
-            self.counts = [counter.count_message(v) for v in self.views()]
-            return sum(self.counts)
+            return [counter.count_message(self.view(i))
+                    for i in range(start, len(self.messages))]
         counts: list[int] = []
         count_text = counter.count_text
-        for i, m in enumerate(self.messages):
+        for i in range(start, len(self.messages)):
+            m = self.messages[i]
             content = m.get("content")
             if (isinstance(content, str) and not m.get("tool_calls")
                     and AUDIO_KEY not in m and self._views[i] is None):
                 counts.append(overhead + count_text(content))
             else:
                 counts.append(counter.count_message(self.view(i)))
-        self.counts = counts
-        return sum(counts)
+        return counts
 
     def longest_protected(self) -> int:
         """Characters of the longest message that must never be cut (prompt, last user)."""

@@ -11,7 +11,13 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
 * ``x-ctxstack-token-counter`` — what counted it: ``tiktoken:o200k_base`` (exact, the
   model's own tokenizer), ``bpe-heuristic`` (an estimate; the budget's margin was kept
   free), … (:mod:`ctxstack.proxy.counting`);
-* ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``.
+* ``x-ctxstack-summarizer-usage: input_tokens=I; output_tokens=O; calls=C``;
+* ``x-ctxstack-usage: sum; upstream_calls=N`` (``sum`` on a stream) — the answer's
+  ``usage`` is the sum over the upstream calls made for the request (more than one when
+  the proxy answered ``ctxstack_recall``, :mod:`ctxstack.proxy.recall`).
+
+``by_model`` in the stats sums, per wire and model, what the upstream reported: usage,
+prompt-cache reads and writes, and the recall rounds.
 
 ``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
 (``--workers N``, and every other proxy process) sharing the database, since the database
@@ -41,6 +47,7 @@ from pydantic import BaseModel, Field
 
 from ctxstack import Usage
 from ctxstack.proxy.fitting import Fit
+from ctxstack.proxy.recall import UpstreamUsage
 from ctxstack.store import SessionFactory
 from ctxstack.store.errors import StorageError
 from ctxstack.store.proxy_stats import add_proxy_stats, load_proxy_stats
@@ -82,6 +89,43 @@ class SummarizerTotals(BaseModel):
     output_tokens: int = 0
 
 
+class ModelUsage(BaseModel):
+    """What the upstream reported for one model on one wire, summed (cache figures as the
+    provider names them: Chat ``prompt_tokens_details.cached_tokens``, Anthropic
+    ``cache_read_input_tokens`` / ``cache_creation_input_tokens``, Responses
+    ``input_tokens_details.cached_tokens``)."""
+
+    responses: int = 0
+    """Upstream answers that reported usage."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    recall_rounds: int = 0
+    """Rounds in which the proxy answered ``ctxstack_recall`` and called the upstream again."""
+
+
+BY_MODEL = "by_model"
+_SEP = "|"
+
+
+def usage_keys(wire: str, model: str, usage: UpstreamUsage, rounds: int) -> dict[str, int]:
+    """Flat keys of one request's upstream usage (``by_model|chat|gpt-4o|cache_read_tokens``;
+    ``|`` because model names contain dots)."""
+    prefix = f"{BY_MODEL}{_SEP}{wire}{_SEP}{model[:60].replace(_SEP, '/')}{_SEP}"
+    return {f"{prefix}responses": usage.calls, f"{prefix}input_tokens": usage.input_tokens,
+            f"{prefix}output_tokens": usage.output_tokens,
+            f"{prefix}cache_read_tokens": usage.cache_read_tokens,
+            f"{prefix}cache_write_tokens": usage.cache_write_tokens,
+            f"{prefix}recall_rounds": rounds}
+
+
+def _cache_keys(wire: str, model: str, read: int, write: int) -> dict[str, int]:
+    model = model[:60]
+    return {f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
+            f"cache_tokens.{wire}:{model}:cache_write_tokens": write}
+
+
 class ProxyStats(BaseModel):
     """Running totals (the ``/ctxstack/stats`` body; see the module doc for their scope)."""
 
@@ -111,11 +155,19 @@ class ProxyStats(BaseModel):
     unreachable: int = 0
     timeouts: int = 0
     fit_failures: int = 0
-    """Requests whose fitting raised: forwarded unchanged instead (and logged)."""
+    """Requests whose fitting failed (a bug, an unknown shape, a database error): forwarded
+    unchanged instead (do no harm; logged)."""
     cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
     """Per wire, then model: ``cache_read_tokens`` and ``cache_write_tokens`` as the
     upstream reported them (Anthropic ``cache_read_input_tokens`` /
-    ``cache_creation_input_tokens``)."""
+    ``cache_creation_input_tokens``, Chat ``prompt_tokens_details.cached_tokens``)."""
+    by_model: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
+    """Per wire (``chat``, …) and model: usage, prompt-cache reads and writes, recall
+    rounds, as the upstream reported them (the cache figures are ``cache_tokens``'s)."""
+    by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Per wire (``responses``, …) and requested model: ``requests``, ``forwarded``, and
+    the ``input_tokens`` / ``output_tokens`` the upstream reported in ``usage`` (its cache
+    tokens are in :attr:`cache_tokens`). WebSocket traffic counts with its wire."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -124,6 +176,13 @@ class ProxyStats(BaseModel):
         ``upstream_errors.429``); unknown keys (a newer proxy's) are ignored."""
         stats = cls(scope=scope)
         for key, value in totals.items():
+            if key.startswith(BY_MODEL + _SEP):
+                parts = key.split(_SEP)
+                if len(parts) == 4 and parts[3] in ModelUsage.model_fields:
+                    entry = stats.by_model.setdefault(parts[1], {}).setdefault(
+                        parts[2], ModelUsage())
+                    setattr(entry, parts[3], getattr(entry, parts[3]) + value)
+                continue
             group, _, name = key.partition(".")
             if not name and group in _INT_FIELDS:
                 setattr(stats, group, getattr(stats, group) + value)
@@ -138,6 +197,12 @@ class ProxyStats(BaseModel):
                 per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
+            elif group == "by_wire" and name:
+                wire, _, rest = name.partition(".")
+                model, _, metric = rest.rpartition(".")
+                if wire and model and metric:
+                    per = stats.by_wire.setdefault(wire, {}).setdefault(model, {})
+                    per[metric] = per.get(metric, 0) + value
         return stats
 
 
@@ -185,12 +250,22 @@ class StatsRecorder:
             "summarizer.output_tokens": usage.output_tokens,
         })
 
+    def usage(self, wire: str, model: str, usage: UpstreamUsage, rounds: int = 0) -> None:
+        """What the upstream reported for one client request (summed over its calls)."""
+        self._add(usage_keys(wire, model, usage, rounds))
+        self._add(_cache_keys(wire, model, usage.cache_read_tokens, usage.cache_write_tokens))
+
+    def wire(self, wire: str, model: str, **counts: int) -> None:
+        """Add ``counts`` (``requests=1``, ``input_tokens=N``, …) to ``wire`` and
+        ``model`` (the name cut to 48 characters: the stored key is bounded)."""
+        self._add({f"by_wire.{wire}.{model[:48]}.{metric}": by for metric, by in counts.items()})
+
     def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
         """Prompt-cache tokens the upstream reported for one answer (``wire``:
         ``anthropic``, …; the model name is cut to keep the stored key short)."""
-        model = model[:60]
-        self._add({f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
-                   f"cache_tokens.{wire}:{model}:cache_write_tokens": write})
+        self._add(_cache_keys(wire, model, read, write))
+        self._add(usage_keys(wire, model, UpstreamUsage(cache_read_tokens=read,
+                                                        cache_write_tokens=write), 0))
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})

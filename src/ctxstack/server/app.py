@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxstack import __version__
+from ctxstack._http_guard import FailureCounter, GuardPolicy, RequestGuard, failure_counter
 from ctxstack.errors import ConfigError, CtxstackError, InputError, MessageError
 from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.failures import classify
@@ -114,6 +115,30 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+UPLOAD_PATH = "/api/files"
+MULTIPART_OVERHEAD = 64 * 1024
+"""What an upload's body may hold besides its image (multipart framing, the name)."""
+
+
+def request_policy(settings: Settings, failures: FailureCounter | None) -> GuardPolicy:
+    """The checks every request passes (:mod:`ctxstack._http_guard`): in ``--no-auth``
+    mode only loopback hosts and same-site writes; bodies up to ``max_body_bytes`` (an
+    upload: its image limit plus the multipart framing); failed tokens throttled."""
+    upload_limit = settings.max_upload_bytes + MULTIPART_OVERHEAD
+
+    def body_limit(path: str) -> int:
+        return upload_limit if path == UPLOAD_PATH else settings.max_body_bytes
+
+    return GuardPolicy(local_only=settings.auth == "none", body_limit=body_limit,
+                       failures=failures, extra_hosts=settings.allowed_hosts)
+
+
+def _refusal(scope: Scope, status: int, message: str, code: str,
+             headers: dict[str, str]) -> JSONResponse:
+    """A guard's refusal in the service's error shape (``{"detail": ...}``)."""
+    return JSONResponse({"detail": message}, status_code=status, headers=headers or None)
+
+
 def _document_sse(app: FastAPI) -> None:
     """Put the SSE event payload schemas (``POST /api/chat``) in the OpenAPI document."""
     build = app.openapi
@@ -170,6 +195,8 @@ def create_app(settings: Settings | None = None, *,
         finally:
             await probe.stop()
             await close_state(state)
+            if failures is not None:
+                await failures.close()
 
     app = FastAPI(
         title="ctxstack chat service",
@@ -181,6 +208,11 @@ def create_app(settings: Settings | None = None, *,
         docs_url=None,
         redoc_url=None,
     )
+    failures = (failure_counter(settings.redis_url, limit=settings.auth_failure_limit,
+                                window=settings.auth_failure_window)
+                if settings.auth == "token" else None)
+    app.add_middleware(RequestGuard, policy=request_policy(settings, failures),
+                       error=_refusal)
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
     app.include_router(habit_router)

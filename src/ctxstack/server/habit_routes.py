@@ -44,7 +44,7 @@ from ctxstack.server.schemas import (
     _In,
     _not_blank,
 )
-from ctxstack.server.sse import EventStreamResponse
+from ctxstack.server.sse import event_stream
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, service_state
 from ctxstack.server.streams import follow_log, parse_event_id
@@ -252,14 +252,17 @@ async def resume_stream(
             info = None
     if info is None or info.conversation_id != conversation_id:
         return Response(status_code=204)
+    keepalive = state.settings.keepalive_seconds
     local = hub.local.get(info.turn_id)
     if local is not None:
-        return EventStreamResponse(local.frames(after), on_disconnect=local.attach())
+        return event_stream(local.frames(after), keepalive_seconds=keepalive,
+                            on_disconnect=local.attach())
 
     async def running() -> bool:
         return await state.injects.is_running(conversation_id)
 
-    return EventStreamResponse(follow_log(hub, info.turn_id, after, running))
+    return event_stream(follow_log(hub, info.turn_id, after, running),
+                        keepalive_seconds=keepalive)
 
 
 @router.post("/conversations/{conversation_id}/stop", status_code=202, tags=["chat"],

@@ -16,6 +16,13 @@ Contract of both implementations:
   queued for it.
 * :meth:`~InjectQueue.push` queues a text for the running turn, or raises
   :class:`NoRunningTurnError` (the API answers 409).
+* :meth:`~InjectQueue.take` hands a turn the texts queued for it that it has not been
+  handed yet, but does not remove them: an inject leaves the queue only in the
+  transaction that stores the turn that used it (:meth:`DbInjectQueue.settle`; with
+  Redis, :meth:`RedisInjectQueue.ack` after the save). A turn that fails to store its
+  answer, or whose worker dies, leaves them queued, and the next turn of the conversation
+  adopts them (issue 30: 37 of 1,886 accepted injects were lost to a killed worker and a
+  database cut, each taken by a turn that then could not be stored).
 * :meth:`~InjectQueue.finish` moves the claim to "saving" (pushes are refused from then
   on) and returns the texts that were pushed but never taken, so the service stores them
   instead of losing them; :meth:`~InjectQueue.release` deletes the claim once the answer
@@ -78,6 +85,12 @@ _DRAIN = (delete(_INJECTS)
           .where(_INJECTS.c.conversation_id == bindparam("b_conversation"),
                  _INJECTS.c.turn_id == bindparam("b_turn"))
           .returning(_INJECTS.c.id, _INJECTS.c.text))
+# A new claim adopts whatever an earlier turn of the conversation left queued (taken but
+# never stored: its save failed, or its worker died).
+_ADOPT = (update(_INJECTS)
+          .where(_INJECTS.c.conversation_id == bindparam("b_conversation"),
+                 _INJECTS.c.turn_id != bindparam("b_turn"))
+          .values(turn_id=bindparam("b_turn")))
 
 DEFAULT_STALE_AFTER = DEFAULT_LEASE_SECONDS
 DEFAULT_REDIS_TIMEOUT = 2.0
@@ -121,6 +134,9 @@ class DbInjectQueue:
         self._factory = factory
         self.stale_after = stale_after
         self.holder = holder or holder_id()
+        # the ids each running turn of this worker was handed (they stay queued until
+        # its settle): take hands out only the others
+        self._handed: dict[tuple[str, str], set[int]] = {}
 
     def _stale_before(self) -> datetime:
         return utcnow() - timedelta(seconds=self.stale_after)
@@ -162,6 +178,7 @@ class DbInjectQueue:
                     "holder": self.holder})
             except IntegrityError:  # held (or was): see whether it can be taken over
                 raise _Held() from None
+            await connection.execute(_ADOPT, _bound(conversation_id, turn_id))
             return await write(s)
 
         async def take_over(s: AsyncSession) -> T:
@@ -244,15 +261,17 @@ class DbInjectQueue:
                                 text=text))
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        # Polled several times a second per running turn: look first (a read, which never
-        # waits for SQLite's writer lock), delete only when something is there.
+        # A read (never waits for SQLite's writer lock): the texts stay queued until the
+        # turn is stored (settle), so a failed or killed turn leaves them to the next.
         async with reading(self._factory, "looking for pending injects") as s:
-            waiting = await (await s.connection()).scalar(
-                select(_INJECTS.c.id).where(*_queued_for(conversation_id, turn_id)).limit(1))
-        if waiting is None:
-            return []
-        async with transaction(self._factory, "taking pending injects") as s:
-            return await self._drain(s, conversation_id, turn_id)
+            rows = (await (await s.connection()).execute(
+                select(_INJECTS.c.id, _INJECTS.c.text)
+                .where(*_queued_for(conversation_id, turn_id))
+                .order_by(_INJECTS.c.id))).all()
+        handed = self._handed.setdefault((conversation_id, turn_id), set())
+        fresh = [(i, text) for i, text in rows if i not in handed]
+        handed.update(i for i, _ in fresh)
+        return [text for _, text in fresh]
 
     async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         # One read for all of a worker's running turns (by the indexed conversation id;
@@ -266,10 +285,12 @@ class DbInjectQueue:
             connection = await s.connection()
             for i in range(0, len(conversations), _LOOKUP_CHUNK):
                 rows = await connection.execute(
-                    select(_INJECTS.c.conversation_id, _INJECTS.c.turn_id).distinct()
+                    select(_INJECTS.c.conversation_id, _INJECTS.c.turn_id, _INJECTS.c.id)
                     .where(_INJECTS.c.conversation_id.in_(
                         conversations[i:i + _LOOKUP_CHUNK])))
-                found.update((c, t) for c, t in rows if (c, t) in wanted)
+                # rows already handed to their turn stay until it is stored: not news
+                found.update((c, t) for c, t, row_id in rows if (c, t) in wanted
+                             and row_id not in self._handed.get((c, t), ()))
         return found
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
@@ -298,9 +319,14 @@ class DbInjectQueue:
                 raise LeaseLostError("the turn lost its claim on the conversation")
             return await save(s, await self._drain(s, conversation_id, turn_id))
 
-        return await retry_transaction(self._factory, "saving and releasing a turn", work)
+        result = await retry_transaction(self._factory, "saving and releasing a turn", work)
+        self._handed.pop((conversation_id, turn_id), None)  # stored: gone from the queue
+        return result
 
     async def release(self, conversation_id: str, turn_id: str) -> None:
+        """Delete the claim. Injects still queued for the turn (handed to it but not
+        stored with it) stay, for the conversation's next turn to adopt."""
+        self._handed.pop((conversation_id, turn_id), None)
         async with transaction(self._factory, "releasing a turn") as s:
             await (await s.connection()).execute(_RELEASE, _bound(conversation_id, turn_id))
 
@@ -308,13 +334,17 @@ class DbInjectQueue:
         """finish + release in one go (for callers with nothing to save in between)."""
         async with transaction(self._factory, "ending a turn") as s:
             await (await s.connection()).execute(_RELEASE, _bound(conversation_id, turn_id))
-            return await self._drain(s, conversation_id, turn_id)
+            left = await self._drain(s, conversation_id, turn_id)
+        self._handed.pop((conversation_id, turn_id), None)
+        return left
 
-    @staticmethod
-    async def _drain(s: AsyncSession, conversation_id: str, turn_id: str) -> list[str]:
+    async def _drain(self, s: AsyncSession, conversation_id: str, turn_id: str) -> list[str]:
+        """Delete the turn's queued rows; the texts it was never handed (the ones it was
+        are the turn's to store: consumed, or left over by the engine)."""
         rows = (await (await s.connection()).execute(
             _DRAIN, _bound(conversation_id, turn_id))).all()
-        return [text for _, text in sorted(rows)]
+        handed = self._handed.get((conversation_id, turn_id), set())
+        return [text for row_id, text in sorted(rows) if row_id not in handed]
 
     async def close(self) -> None:
         return None
@@ -335,13 +365,19 @@ class RedisInjectQueue:
     Keys: ``ctxstack:turn:<conversation>`` holds ``<state>:<turn id>`` (expires after
     ``stale_after`` seconds unless the heartbeat renews it); ``ctxstack:injects:<conv>``
     is the list of pending texts — per conversation, so what was queued for a turn whose
-    holder died is taken by the next turn. Check-and-act steps are Lua scripts, so they
+    holder died is taken by the next turn; ``ctxstack:taken:<conv>`` holds the texts
+    handed to the running turn until :meth:`ack` (its answer is stored) deletes them —
+    a release without ack, or a new claim after a dead one, puts them back in front of
+    the pending list for the next turn. Check-and-act steps are Lua scripts, so they
     are atomic. Every call is bounded by ``timeout`` seconds; a Redis failure leaves as
     :class:`~ctxstack.server.failures.DependencyError` (``dependency="redis"``).
     """
 
     _BEGIN = """
     if redis.call('SET', KEYS[1], 'running:' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
+      local taken = redis.call('LRANGE', KEYS[3], 0, -1)
+      for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[2], taken[i]) end
+      redis.call('DEL', KEYS[3])
       return 1 end
     return 0
     """
@@ -357,6 +393,8 @@ class RedisInjectQueue:
     if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return {} end
     local items = redis.call('LRANGE', KEYS[2], 0, -1)
     redis.call('DEL', KEYS[2])
+    for i = 1, #items do redis.call('RPUSH', KEYS[3], items[i]) end
+    if #items > 0 then redis.call('EXPIRE', KEYS[3], ARGV[2]) end
     return items
     """
     _FINISH = """
@@ -364,12 +402,24 @@ class RedisInjectQueue:
     redis.call('SET', KEYS[1], 'saving:' .. ARGV[1], 'PX', ARGV[2])
     local items = redis.call('LRANGE', KEYS[2], 0, -1)
     redis.call('DEL', KEYS[2])
+    for i = 1, #items do redis.call('RPUSH', KEYS[3], items[i]) end
+    if #items > 0 then redis.call('EXPIRE', KEYS[3], ARGV[3]) end
     return items
     """
     _RELEASE = """
     local claim = redis.call('GET', KEYS[1])
     if claim == 'running:' .. ARGV[1] or claim == 'saving:' .. ARGV[1] then
+      local taken = redis.call('LRANGE', KEYS[3], 0, -1)
+      for i = #taken, 1, -1 do redis.call('LPUSH', KEYS[2], taken[i]) end
+      if #taken > 0 then redis.call('EXPIRE', KEYS[2], ARGV[2]) end
+      redis.call('DEL', KEYS[3])
       redis.call('DEL', KEYS[1]) end
+    return 1
+    """
+    _ACK = """
+    local claim = redis.call('GET', KEYS[1])
+    if claim == 'running:' .. ARGV[1] or claim == 'saving:' .. ARGV[1] then
+      redis.call('DEL', KEYS[2]) end
     return 1
     """
     _BEAT = """
@@ -396,6 +446,17 @@ class RedisInjectQueue:
     def _list_key(self, conversation_id: str) -> str:
         return f"{self.prefix}injects:{conversation_id}"
 
+    def _taken_key(self, conversation_id: str) -> str:
+        return f"{self.prefix}taken:{conversation_id}"
+
+    def _keys(self, conversation_id: str) -> list[str]:
+        return [self._turn_key(conversation_id), self._list_key(conversation_id),
+                self._taken_key(conversation_id)]
+
+    def _keep_seconds(self) -> int:
+        """How long texts stay queued for a conversation nobody claims again."""
+        return max(86_400, int(self.stale_after * 20))
+
     def _ttl_ms(self) -> int:
         return max(1, int(self.stale_after * 1000))
 
@@ -408,7 +469,7 @@ class RedisInjectQueue:
             raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
 
     async def begin(self, conversation_id: str, turn_id: str) -> None:
-        ok = await self._eval(self._BEGIN, [self._turn_key(conversation_id)], turn_id,
+        ok = await self._eval(self._BEGIN, self._keys(conversation_id), turn_id,
                               self._ttl_ms())
         if not ok:
             raise TurnBusyError(BUSY_MESSAGE)
@@ -428,16 +489,15 @@ class RedisInjectQueue:
     async def push(self, conversation_id: str, text: str) -> None:
         pushed = await self._eval(
             self._PUSH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
-            text, max(60, int(self.stale_after * 20)))
+            text, self._keep_seconds())
         if pushed == -1:
             raise NoRunningTurnError(FINISHING_MESSAGE)
         if not pushed:
             raise NoRunningTurnError("no turn is running in this conversation")
 
     async def take(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._eval(
-            self._TAKE, [self._turn_key(conversation_id), self._list_key(conversation_id)],
-            turn_id)
+        items = await self._eval(self._TAKE, self._keys(conversation_id), turn_id,
+                                 self._keep_seconds())
         return [str(i) for i in items or []]
 
     async def waiting(self, turns: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -457,15 +517,21 @@ class RedisInjectQueue:
         return {key for key, count in zip(turns, counts, strict=True) if count}
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
-        items = await self._eval(
-            self._FINISH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
-            turn_id, self._ttl_ms())
+        items = await self._eval(self._FINISH, self._keys(conversation_id), turn_id,
+                                 self._ttl_ms(), self._keep_seconds())
         if items is None:
             raise LeaseLostError("the turn lost its claim on the conversation")
         return [str(i) for i in items]
 
+    async def ack(self, conversation_id: str, turn_id: str) -> None:
+        """The turn's answer is stored: the texts handed to it (taken, or returned by
+        :meth:`finish`) leave the queue. Without this, :meth:`release` re-queues them."""
+        await self._eval(self._ACK, [self._turn_key(conversation_id),
+                                     self._taken_key(conversation_id)], turn_id)
+
     async def release(self, conversation_id: str, turn_id: str) -> None:
-        await self._eval(self._RELEASE, [self._turn_key(conversation_id)], turn_id)
+        await self._eval(self._RELEASE, self._keys(conversation_id), turn_id,
+                         self._keep_seconds())
 
     async def end(self, conversation_id: str, turn_id: str) -> list[str]:
         """finish + release in one go (for callers with nothing to save in between)."""
@@ -473,6 +539,7 @@ class RedisInjectQueue:
             items = await self.finish(conversation_id, turn_id)
         except LeaseLostError:
             items = []
+        await self.ack(conversation_id, turn_id)
         await self.release(conversation_id, turn_id)
         return items
 

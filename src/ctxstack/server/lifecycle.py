@@ -248,6 +248,19 @@ class TurnLease:
         self.state = "released"
         return result
 
+    async def ack(self) -> None:
+        """The turn's rows are committed: the injects it was handed leave the queue
+        (a queue that removes them in :meth:`settle`'s transaction has nothing to do
+        here). Never raises: texts not acknowledged go to the next turn (once more)."""
+        ack = getattr(self.queue, "ack", None)
+        if not callable(ack):
+            return
+        try:
+            await ack(self.conversation_id, self.turn_id)
+        except Exception:
+            log.warning("turn %s: acknowledging its injects failed; the next turn gets "
+                        "them again", self.turn_id, exc_info=True)
+
     async def _stop_heartbeat(self) -> None:
         if self._beat is not None:
             self._beat.cancel()

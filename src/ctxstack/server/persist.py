@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.messages._model import kind_metadata
 from ctxstack.protocol import Usage
 from ctxstack.server.schemas import MessageStatus, Mode
-from ctxstack.server.sse import EVENT_NAMES, SSEEvent, stored_form
+from ctxstack.server.sse import EVENT_NAMES, ErrorData, SseErrorEvent, SSEEvent, stored_form
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import SessionFactory, retry_transaction
 from ctxstack.store.messages import NewMessage, append_messages_in
-from ctxstack.store.models import CompactionCheckpoint, utcnow
+from ctxstack.store.models import CompactionCheckpoint, Message, table_of, utcnow
 
 
 class SavedTurn(BaseModel):
@@ -49,6 +50,34 @@ class FinishedTurn:
     mode: Mode
     leftover_injects: Sequence[str]
     checkpoint: CheckpointCandidate | None
+
+
+INTERRUPTED_ANSWER = ("The turn was interrupted before its answer could be saved (its "
+                      "worker stopped, or the database was unreachable). Ask again.")
+_MESSAGES = table_of(Message)
+_LAST_EXCHANGE = (
+    select(_MESSAGES.c.role)
+    .where(_MESSAGES.c.conversation_id == bindparam("b_conversation"),
+           or_(_MESSAGES.c.role == "assistant", _MESSAGES.c.kind == "query"))
+    .order_by(_MESSAGES.c.seq.desc()).limit(1))
+
+
+async def unanswered_question(session: AsyncSession, conversation_id: str) -> bool:
+    """Whether the conversation's last question has no answer stored after it — its
+    turn failed to save or its worker died. The claim of the next turn is held when
+    this is asked, so no turn of the conversation is running."""
+    role = (await (await session.connection()).execute(
+        _LAST_EXCHANGE, {"b_conversation": conversation_id})).scalar()
+    return role == "user"
+
+
+def interrupted_answer() -> NewMessage:
+    """The outcome recorded for a question whose turn never stored its answer (status
+    "failed": like a failed turn's text, it is never read back to the model)."""
+    error = SseErrorEvent(data=ErrorData(message=INTERRUPTED_ANSWER, kind="failed"))
+    return NewMessage(role="assistant", content=INTERRUPTED_ANSWER,
+                      metadata={"status": "failed", "outcome": "interrupted",
+                                "events": [stored_form(error)]})
 
 
 def turn_messages(turn: FinishedTurn) -> list[NewMessage]:

@@ -21,7 +21,7 @@ from ctxstack.messages._model import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
 from ctxstack.server.compactions import CompactionOut, list_compactions
 from ctxstack.server.injects import MAX_INJECT_CHARS
-from ctxstack.server.persist import stored_events
+from ctxstack.server.persist import interrupted_answer, stored_events, unanswered_question
 from ctxstack.server.schemas import (
     MAX_INT,
     BudgetOut,
@@ -231,7 +231,9 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
         if images:
             meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
         question = NewMessage(role="user", content=body.query, metadata=meta)
-        await append_messages_in(session, cid, [question], owner_id=user.id)
+        # an earlier question whose turn never stored an answer gets its outcome first
+        before = [interrupted_answer()] if await unanswered_question(session, cid) else []
+        await append_messages_in(session, cid, [*before, question], owner_id=user.id)
         if title == conv_store.DEFAULT_TITLE:
             await conv_store.rename_conversation_in(session, user.id, cid,
                                                     _title_from(body.query))

@@ -2,53 +2,13 @@
 
 Every setting has an environment variable so that ``ctxstack serve --workers N`` can hand
 the same configuration to each worker process (uvicorn starts them from an import string;
-the parent writes the resolved options back into the environment first).
+the parent writes the resolved options back into the environment first, :meth:`to_env`).
 
-===============================  =============================================  ==========
-variable                         meaning                                        default
-===============================  =============================================  ==========
-``CTXSTACK_DATABASE_URL``        SQLAlchemy URL (SQLite file or PostgreSQL)     data dir
-``CTXSTACK_DATABASE_SCHEMA``     PostgreSQL schema to use (tests, shared DBs)   none
-``CTXSTACK_FILES_DIR``           where uploaded images are kept                 data dir
-``CTXSTACK_AUTH``                ``token`` (bearer API tokens) or ``none``      ``token``
-``CTXSTACK_LOCAL_USER``          the single user's name under ``none``          ``local``
-``CTXSTACK_ADMIN_USERS``         comma-separated user names allowed to change   empty
-                                 model configs (the local user always may)
-``CTXSTACK_REDIS_URL``           Redis for the inject queue and the recorded    none
-                                 turn streams (else the DB)
-``CTXSTACK_MAX_UPLOAD_BYTES``    largest accepted image                         10 MiB
-``CTXSTACK_SSE_KEEPALIVE``       seconds between keep-alive comments            15
-``CTXSTACK_DEMO_DELAY``          seconds the demo model waits per call          0.05
-``CTXSTACK_DEMO_CHUNK_DELAY``    seconds between the demo model's streamed      0.01
-                                 deltas
-``CTXSTACK_MAX_ITERATIONS``      ReAct iteration cap per turn                   12
-``CTXSTACK_CALIBRATE``           learn a per-role token-count correction from   on
-                                 the usage the model reports (``0``/``false``
-                                 turns it off)
-``CTXSTACK_TURN_LEASE``          seconds a turn's claim lives without a         5
-                                 heartbeat (a crashed holder blocks its
-                                 conversation at most this long)
-``CTXSTACK_STREAM_RESUME_GRACE``  seconds a turn keeps running with nobody    15
-                                 reading its stream (a reload resumes it; ``0``
-                                 stops it when its reader disconnects)
-``CTXSTACK_STREAM_RETENTION``    seconds a finished turn's recorded SSE events  3600
-                                 are kept for resuming (Redis streams with
-                                 Redis, else the ``turn_streams`` tables)
-``CTXSTACK_DB_CONNECT_TIMEOUT``  seconds to open a database connection          5
-``CTXSTACK_DB_STATEMENT_TIMEOUT``  seconds one database statement (or the wait  15
-                                 for a pooled connection, or SQLite's lock) may
-                                 take
-``CTXSTACK_DB_POOL_SIZE``        database connections a worker keeps open       20
-``CTXSTACK_REDIS_TIMEOUT``       seconds for a Redis connect or command         2
-``LLM_TIMEOUT``                  seconds one main-model call may take, retries  60
-                                 included
-``FAST_LLM_TIMEOUT``             the same for the fast model                    LLM_TIMEOUT
-``LLM_TOKENIZER``                path of the main model's ``tokenizer.json``     none
-                                 (exact counts; a missing file: heuristic)
-``FAST_LLM_TOKENIZER``           the same for the fast model                    see below
-``LLM_BASE_URL`` …               the model endpoint (see ctxstack.llm.openai);
-                                 when unset the offline demo model answers
-===============================  =============================================  ==========
+:class:`Settings` is a pydantic-settings class (:mod:`ctxstack.configuration`): the
+storage's variables (:class:`~ctxstack.store.settings.StorageSettings`, which it extends)
+plus the service's own; the model endpoints, timeouts and tokenizers come from the LLM
+roles' settings (:mod:`ctxstack.llm.config`). ``docs/configuration.md`` lists every
+variable with its default; when no ``LLM_BASE_URL`` is set the offline demo model answers.
 
 The fast role uses ``LLM_TOKENIZER`` only when its model is the main one
 (:func:`ctxstack.llm.config.tokenizer_path`); an admin model config's ``tokenizer_path``
@@ -62,16 +22,18 @@ numbers nobody set come from its declared 8,000-token window with 4,000 kept for
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, Field
+from pydantic_settings import NoDecode
 
-from ctxstack.errors import ConfigError
-from ctxstack.llm.config import tokenizer_path
+from ctxstack._net import is_loopback as is_loopback
+from ctxstack._net import parse_hosts
+from ctxstack.configuration import lowercase
+from ctxstack.llm.config import FastLLMSettings, LLMSettings, tokenizer_path
+from ctxstack.store.settings import DEFAULT_DB_POOL_SIZE, StorageSettings
 
 AuthMode = Literal["token", "none"]
 
@@ -82,42 +44,80 @@ BUDGET_ENV_VARS = (
     "FAST_LLM_MAX_OUTPUT_TOKENS",
 )
 DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
-DEFAULT_DB_POOL_SIZE = 20
-"""Database connections a worker keeps open (``CTXSTACK_DB_POOL_SIZE``). SQLAlchemy's
-default of 5 is below what one worker's concurrent turns check out at once: every
-checkout beyond the kept ones opened a new connection and closed it on return — on
-PostgreSQL a new server process and a handshake per query burst, which was most of the
-worker's CPU per turn and its event-loop lag under load (issue 15). 10 more may be opened
-for a burst beyond it (SQLAlchemy's ``max_overflow``)."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+__all__ = ["BUDGET_ENV_VARS", "DEFAULT_DB_POOL_SIZE", "DEFAULT_MAX_BODY_BYTES",
+           "DEFAULT_MAX_UPLOAD_BYTES", "AuthMode", "Settings", "is_loopback"]
 
 
-class Settings(BaseModel):
+def _names(value: Any) -> Any:
+    if isinstance(value, str):
+        return frozenset(n.strip() for n in value.split(",") if n.strip())
+    return value
+
+
+def _hosts(value: Any) -> Any:
+    return parse_hosts(value) if isinstance(value, str) else value
+
+
+class Settings(StorageSettings):
     """Resolved service settings. Build with :meth:`from_env` or directly in tests."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    component: ClassVar[str] = "Chat service (ctxstack serve)"
 
-    database_url: str | None = None
-    database_schema: str | None = None
-    files_dir: Path | None = None
-    auth: AuthMode = "token"
-    local_user: str = "local"
-    admin_users: frozenset[str] = frozenset()
-    redis_url: str | None = None
-    max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0)
-    keepalive_seconds: float = Field(15.0, gt=0)
-    demo_delay: float = Field(0.05, ge=0)
-    demo_chunk_delay: float = Field(0.01, ge=0)
-    max_iterations: int = Field(12, gt=0)
-    calibrate: bool = True
-    turn_lease: float = Field(5.0, gt=0, le=3600)
-    # Resumable streams (ctxstack.server.streams): how long a turn keeps running with
-    # nobody reading it, and how long a finished turn's recorded events are kept.
-    stream_resume_grace: float = Field(15.0, ge=0, le=3600)
-    stream_retention: float = Field(3600.0, gt=0, le=30 * 86_400)
-    db_connect_timeout: float = Field(5.0, gt=0, le=3600)
-    db_statement_timeout: float = Field(15.0, gt=0, le=86_400)
-    db_pool_size: int = Field(DEFAULT_DB_POOL_SIZE, gt=0, le=1000)
-    redis_timeout: float = Field(2.0, gt=0, le=3600)
+    auth: Annotated[AuthMode, BeforeValidator(lowercase)] = Field(
+        "token", validation_alias="CTXSTACK_AUTH")
+    """``token`` (bearer API tokens) or ``none``; ``ctxstack serve`` picks ``none`` on a
+    loopback address unless told otherwise."""
+    local_user: str = Field("local", validation_alias="CTXSTACK_LOCAL_USER")
+    """The single user's name under ``none``."""
+    admin_users: Annotated[frozenset[str], NoDecode, BeforeValidator(_names)] = Field(
+        frozenset(), validation_alias="CTXSTACK_ADMIN_USERS")
+    """Comma-separated user names allowed to change model configs (the local user always
+    may)."""
+    redis_url: str | None = Field(None, validation_alias="CTXSTACK_REDIS_URL")
+    """Redis for the inject queue (unset: the database)."""
+    max_upload_bytes: int = Field(DEFAULT_MAX_UPLOAD_BYTES, gt=0,
+                                  validation_alias="CTXSTACK_MAX_UPLOAD_BYTES")
+    """Largest accepted image, in bytes."""
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0,
+                                validation_alias="CTXSTACK_MAX_BODY_BYTES")
+    """Largest request body of any other route (413 beyond; an upload may be this much
+    larger than its image)."""
+    allowed_hosts: Annotated[frozenset[str], NoDecode, BeforeValidator(_hosts)] = Field(
+        frozenset(), validation_alias="CTXSTACK_ALLOWED_HOSTS")
+    """Comma-separated host names accepted in ``Host`` / ``Origin`` besides loopback ones
+    under ``--no-auth``."""
+    auth_failure_limit: int = Field(20, gt=0, validation_alias="CTXSTACK_AUTH_FAILURES")
+    """Failed authentications an address may make per window before it is answered 429."""
+    auth_failure_window: float = Field(60.0, gt=0, validation_alias="CTXSTACK_AUTH_WINDOW")
+    """That window, in seconds (counted in Redis when ``CTXSTACK_REDIS_URL`` is set)."""
+    keepalive_seconds: float = Field(15.0, gt=0, validation_alias="CTXSTACK_SSE_KEEPALIVE")
+    """Seconds between keep-alive comments on a chat turn's event stream."""
+    demo_delay: float = Field(0.05, ge=0, validation_alias="CTXSTACK_DEMO_DELAY")
+    """Seconds the offline demo model waits per call."""
+    demo_chunk_delay: float = Field(0.01, ge=0, validation_alias="CTXSTACK_DEMO_CHUNK_DELAY")
+    """Seconds between the demo model's streamed deltas."""
+    max_iterations: int = Field(12, gt=0, validation_alias="CTXSTACK_MAX_ITERATIONS")
+    """ReAct iteration cap per turn."""
+    calibrate: bool = Field(True, validation_alias="CTXSTACK_CALIBRATE")
+    """Learn a per-role token-count correction from the usage the model reports (``0`` /
+    ``false`` turns it off)."""
+    turn_lease: float = Field(5.0, gt=0, le=3600, validation_alias="CTXSTACK_TURN_LEASE")
+    """Seconds a turn's claim lives without a heartbeat (a crashed holder blocks its
+    conversation at most this long)."""
+    redis_timeout: float = Field(2.0, gt=0, le=3600, validation_alias="CTXSTACK_REDIS_TIMEOUT")
+    """Seconds for a Redis connect or command."""
+    stream_resume_grace: float = Field(15.0, ge=0, le=3600,
+                                       validation_alias="CTXSTACK_STREAM_RESUME_GRACE")
+    """Seconds a turn keeps running with nobody reading its stream, so a reload or a
+    dropped connection can resume it (:mod:`ctxstack.server.streams`); ``0`` stops it as
+    soon as its reader disconnects."""
+    stream_retention: float = Field(3600.0, gt=0, le=30 * 86_400,
+                                    validation_alias="CTXSTACK_STREAM_RETENTION")
+    """Seconds a finished turn's recorded SSE events are kept for resuming (Redis streams
+    with ``CTXSTACK_REDIS_URL``, else the ``turn_streams`` tables)."""
+    # From the LLM roles' settings (ctxstack.llm.config), filled by from_env:
     llm_timeout: float = Field(60.0, gt=0, le=86_400)
     fast_llm_timeout: float | None = Field(None, gt=0, le=86_400)
     llm_base_url: str | None = None
@@ -137,62 +137,25 @@ class Settings(BaseModel):
         return not self.llm_base_url
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **values: Any) -> Self:
         """Read the settings from ``env`` (default ``os.environ``).
 
         Raises:
             ConfigError: a variable has a value of the wrong kind; the message names it.
         """
         env = os.environ if env is None else env
-
-        def get(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
-
-        raw: dict[str, object] = {
-            "database_url": get("CTXSTACK_DATABASE_URL"),
-            "database_schema": get("CTXSTACK_DATABASE_SCHEMA"),
-            "files_dir": get("CTXSTACK_FILES_DIR"),
-            "redis_url": get("CTXSTACK_REDIS_URL"),
-            "llm_base_url": get("LLM_BASE_URL"),
-            "llm_model": get("LLM_MODEL"),
+        main = LLMSettings.from_env(env)
+        fast = FastLLMSettings.from_env(env)
+        derived: dict[str, Any] = {
+            "llm_timeout": main.timeout,
+            "fast_llm_timeout": fast.timeout,
+            "llm_base_url": main.base_url,
+            "llm_model": main.model,
             "llm_tokenizer": tokenizer_path("main", env),
             "fast_llm_tokenizer": tokenizer_path("fast", env),
             "budget_env": {k: env[k] for k in BUDGET_ENV_VARS if k in env},
         }
-        names = {
-            "auth": "CTXSTACK_AUTH",
-            "local_user": "CTXSTACK_LOCAL_USER",
-            "max_upload_bytes": "CTXSTACK_MAX_UPLOAD_BYTES",
-            "keepalive_seconds": "CTXSTACK_SSE_KEEPALIVE",
-            "demo_delay": "CTXSTACK_DEMO_DELAY",
-            "demo_chunk_delay": "CTXSTACK_DEMO_CHUNK_DELAY",
-            "max_iterations": "CTXSTACK_MAX_ITERATIONS",
-            "calibrate": "CTXSTACK_CALIBRATE",
-            "turn_lease": "CTXSTACK_TURN_LEASE",
-            "stream_resume_grace": "CTXSTACK_STREAM_RESUME_GRACE",
-            "stream_retention": "CTXSTACK_STREAM_RETENTION",
-            "db_connect_timeout": "CTXSTACK_DB_CONNECT_TIMEOUT",
-            "db_statement_timeout": "CTXSTACK_DB_STATEMENT_TIMEOUT",
-            "db_pool_size": "CTXSTACK_DB_POOL_SIZE",
-            "redis_timeout": "CTXSTACK_REDIS_TIMEOUT",
-            "llm_timeout": "LLM_TIMEOUT",
-            "fast_llm_timeout": "FAST_LLM_TIMEOUT",
-        }
-        for field, var in names.items():
-            value = get(var)
-            if value is not None:
-                raw[field] = value
-        admins = get("CTXSTACK_ADMIN_USERS")
-        if admins:
-            raw["admin_users"] = frozenset(n.strip() for n in admins.split(",") if n.strip())
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = str(err["loc"][0]) if err["loc"] else ""
-            var = names.get(field, field)
-            raise ConfigError(f"{var}: {err['msg']} (got {err.get('input')!r})") from None
+        return super().from_env(env, **{**derived, **values})
 
     def to_env(self) -> dict[str, str]:
         """The variables that reproduce these settings in a worker process."""
@@ -200,6 +163,9 @@ class Settings(BaseModel):
             "CTXSTACK_AUTH": self.auth,
             "CTXSTACK_LOCAL_USER": self.local_user,
             "CTXSTACK_MAX_UPLOAD_BYTES": str(self.max_upload_bytes),
+            "CTXSTACK_MAX_BODY_BYTES": str(self.max_body_bytes),
+            "CTXSTACK_AUTH_FAILURES": str(self.auth_failure_limit),
+            "CTXSTACK_AUTH_WINDOW": str(self.auth_failure_window),
             "CTXSTACK_SSE_KEEPALIVE": str(self.keepalive_seconds),
             "CTXSTACK_DEMO_DELAY": str(self.demo_delay),
             "CTXSTACK_DEMO_CHUNK_DELAY": str(self.demo_chunk_delay),
@@ -220,6 +186,7 @@ class Settings(BaseModel):
             "CTXSTACK_FILES_DIR": str(self.files_dir) if self.files_dir else None,
             "CTXSTACK_REDIS_URL": self.redis_url,
             "CTXSTACK_ADMIN_USERS": ",".join(sorted(self.admin_users)) or None,
+            "CTXSTACK_ALLOWED_HOSTS": ",".join(sorted(self.allowed_hosts)) or None,
             "FAST_LLM_TIMEOUT": str(self.fast_llm_timeout) if self.fast_llm_timeout else None,
         }
         out.update({k: v for k, v in optional.items() if v})
@@ -230,23 +197,3 @@ class Settings(BaseModel):
         return (self.auth == "none" and user_name == self.local_user) or (
             user_name in self.admin_users
         )
-
-
-def is_loopback(host: str) -> bool:
-    """True for addresses only this machine can reach (where ``--no-auth`` is the default).
-
-    Decided by parsing, never by prefix: a literal loopback address (``127.0.0.0/8``,
-    ``::1``, also in brackets) or the name ``localhost``. Any other host name — even
-    ``127.evil.example.com`` — is not loopback, so it needs API tokens.
-    """
-    text = host.strip()
-    if text.lower() == "localhost":
-        return True
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))

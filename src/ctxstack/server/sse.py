@@ -11,8 +11,12 @@ with ``<name>`` one of ``step``, ``inject``, ``compact``, ``compact_start``,
 summariser run). Each frame also carries ``id: <turn id>.<n>`` so a client can resume
 the stream with ``Last-Event-ID`` (:mod:`ctxstack.server.streams`). JSON never contains a raw
 newline, so each frame has exactly one ``data:`` line. Comment frames (``: keep-alive``)
-are sent while a turn is quiet so proxies and browsers do not drop a long-running
-connection; clients ignore them.
+are sent every ``CTXSTACK_SSE_KEEPALIVE`` seconds so proxies and browsers do not drop a
+long-running connection; clients ignore them.
+
+The wire format and the response are sse-starlette's (``ServerSentEvent``,
+``EventSourceResponse``: framing, keep-alive pings, disconnect detection, the graceful end
+of open streams when the server shuts down); this module only says what is sent.
 
 The same event objects are what the service stores on the assistant message (all but the
 ``answer`` deltas, whose sum is the message content), so the page redraws history with
@@ -24,15 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import suppress
 from typing import Annotated, Any, Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-KEEPALIVE = b": keep-alive\n\n"
+_SEP = "\n"
 
 
 class _Data(BaseModel):
@@ -283,7 +284,7 @@ def encode(event: SSEEvent) -> bytes:
     """One SSE frame for ``event``."""
     payload = json.dumps(event.data.model_dump(mode="json"), ensure_ascii=False,
                          separators=(",", ":"))
-    return f"event: {event.event}\ndata: {payload}\n\n".encode()
+    return ServerSentEvent(payload, event=event.event, sep=_SEP).encode()
 
 
 def stored_form(event: SSEEvent) -> dict[str, Any]:
@@ -302,24 +303,15 @@ def parse_stored(value: object) -> SSEEvent | None:
 Emit = Callable[[SSEEvent], Awaitable[None]]
 
 
-async def frames(
-    queue: asyncio.Queue[SSEEvent | None], keepalive_seconds: float
-) -> AsyncIterator[bytes]:
-    """Encode events from ``queue`` until ``None``, with keep-alive comments when idle.
+async def frames(queue: asyncio.Queue[SSEEvent | None]) -> AsyncIterator[bytes]:
+    """Encode events from ``queue`` until ``None``.
 
     The events already queued when one arrives go out in the same chunk (one socket
     write instead of one per event: a streamed answer's deltas often arrive several at
     once, and under load a write per frame was a tenth of a worker's time, issue 15).
     """
     while True:
-        try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps every get in a
-            # new task, one per event of every turn.
-            async with asyncio.timeout(keepalive_seconds):
-                item = await queue.get()
-        except TimeoutError:
-            yield KEEPALIVE
-            continue
+        item = await queue.get()
         if item is None:
             return
         chunk = [encode(item)]
@@ -335,43 +327,28 @@ async def frames(
             return
 
 
-class EventStreamResponse(StreamingResponse):
-    """A ``text/event-stream`` response that notices a client disconnect at once.
+def event_stream(
+    content: AsyncIterator[bytes],
+    *,
+    keepalive_seconds: float,
+    on_disconnect: Callable[[], None] | None = None,
+) -> EventSourceResponse:
+    """The ``text/event-stream`` response of a chat turn.
 
-    Starlette only watches for ``http.disconnect`` on some ASGI spec versions; a chat turn
-    must stop (and save what it produced) as soon as the reader goes away, not at the next
-    write, so this response always listens. ``on_disconnect`` runs when the client left
-    before the stream ended.
+    sse-starlette always listens for the client's ``http.disconnect`` (Starlette's own
+    streaming response does only on some ASGI spec versions): a chat turn must stop, and
+    save what it produced, as soon as the reader goes away, not at the next write.
+    ``on_disconnect`` runs when the client left before the stream ended.
     """
 
-    def __init__(
-        self,
-        content: AsyncIterator[bytes],
-        *,
-        on_disconnect: Callable[[], None] | None = None,
-        status_code: int = 200,
-    ) -> None:
-        super().__init__(
-            content,
-            status_code=status_code,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        self._on_disconnect = on_disconnect
+    async def disconnected(_message: object) -> None:
+        if on_disconnect is not None:
+            on_disconnect()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        finished = False
+    return EventSourceResponse(
+        content, sep=_SEP, ping=keepalive_seconds, ping_message_factory=_keepalive,
+        headers={"Cache-Control": "no-cache"}, client_close_handler_callable=disconnected)
 
-        async def stream(cancel: anyio.CancelScope) -> None:
-            nonlocal finished
-            with suppress(OSError):
-                await self.stream_response(send)
-                finished = True
-            cancel.cancel()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(stream, group.cancel_scope)
-            await self.listen_for_disconnect(receive)
-            group.cancel_scope.cancel()
-        if not finished and self._on_disconnect is not None:
-            self._on_disconnect()
+def _keepalive() -> ServerSentEvent:
+    return ServerSentEvent(comment="keep-alive", sep=_SEP)

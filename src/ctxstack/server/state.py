@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,13 +102,11 @@ class LLMProvider:
 
             # A call may take at most LLM_TIMEOUT / FAST_LLM_TIMEOUT seconds in all: each
             # attempt is bounded by it, and no retry starts once that much time is spent.
-            # aiohttp (the server extra installs it) when importable: less CPU per call.
             main_s, fast_s = settings.llm_timeout, settings.fast_timeout
-            transport = "aiohttp" if importlib.util.find_spec("aiohttp") else "httpx"
             self._main = OpenAICompatibleLLM.from_env("main", timeout=main_s,
-                                                      max_retry_time=main_s, transport=transport)
+                                                      max_retry_time=main_s)
             self._fast = OpenAICompatibleLLM.from_env("fast", timeout=fast_s,
-                                                      max_retry_time=fast_s, transport=transport)
+                                                      max_retry_time=fast_s)
         # Each role counts with its model's own tokenizer when it is available offline
         # (ctxstack.tokens._exact: a tokenizer.json from LLM_TOKENIZER / an admin model
         # config, else tiktoken by model name), else the heuristic with matching weights.

@@ -34,8 +34,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
+from sse_starlette import ServerSentEvent
+
 from ctxstack.server.settings import Settings
-from ctxstack.server.sse import KEEPALIVE, SSEEvent
+from ctxstack.server.sse import SSEEvent
 from ctxstack.server.stream_log import DbStreamLog, Recorded, RedisStreamLog, StreamLog
 from ctxstack.store.db import SessionFactory
 
@@ -68,8 +70,8 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
 
 def frame(turn_id: str, item: Recorded) -> bytes:
     """One SSE frame with its id (the payload is one line of JSON)."""
-    return (f"id: {event_id(turn_id, item.seq)}\nevent: {item.event}\n"
-            f"data: {item.data}\n\n").encode()
+    return ServerSentEvent(item.data, event=item.event, id=event_id(turn_id, item.seq),
+                           sep="\n").encode()
 
 
 def recorded(seq: int, event: SSEEvent) -> Recorded:
@@ -167,9 +169,9 @@ class TurnRecorder:
 
     # ------------------------------------------------------------------ readers here
     async def frames(self, after: int = 0) -> AsyncIterator[bytes]:
-        """The events after ``after``, then the rest as they come, with keep-alives."""
+        """The events after ``after``, then the rest as they come (the response adds the
+        keep-alive comments)."""
         index = max(0, after)
-        keepalive = self.hub.settings.keepalive_seconds
         while True:
             if index < len(self.events):
                 chunk = self.events[index:]
@@ -179,12 +181,7 @@ class TurnRecorder:
                 continue
             if self.ended:
                 return
-            changed = self._changed
-            try:
-                async with asyncio.timeout(keepalive):
-                    await changed.wait()
-            except TimeoutError:
-                yield KEEPALIVE
+            await self._changed.wait()
 
     def attach(self) -> Callable[[], None]:
         """Count a reader; returns what to call when it disconnects before the end."""
@@ -241,9 +238,8 @@ async def follow_log(hub: StreamHub, turn_id: str, after: int,
     """The events of a turn recorded by another worker, after ``after``, polled from the
     log until the stream ended — or until its turn is no longer running and nothing came
     for a lease (a worker that died mid-turn never ends its stream)."""
-    keepalive = hub.settings.keepalive_seconds
     quiet_limit = max(3 * hub.settings.turn_lease, 2.0)
-    last_event = last_touch = last_keepalive = time.monotonic()
+    last_event = last_touch = time.monotonic()
     touched = False
     while True:
         now = time.monotonic()
@@ -254,7 +250,7 @@ async def follow_log(hub: StreamHub, turn_id: str, after: int,
         events, ended = await hub.log.read(turn_id, after)
         if events:
             after = events[-1].seq
-            last_event = last_keepalive = time.monotonic()
+            last_event = time.monotonic()
             yield b"".join(frame(turn_id, e) for e in events)
             continue
         if ended:
@@ -263,9 +259,6 @@ async def follow_log(hub: StreamHub, turn_id: str, after: int,
             if not await running():
                 return
             last_event = time.monotonic()
-        if time.monotonic() - last_keepalive >= keepalive:
-            last_keepalive = time.monotonic()
-            yield KEEPALIVE
         await asyncio.sleep(FOLLOW_POLL)
 
 

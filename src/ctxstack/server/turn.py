@@ -479,9 +479,10 @@ class Turn:
         try:
             saved = await save_turn(self.state.factory,
                                     self._finished(status, done, self.events, leftovers))
-        except Exception as exc:
+        except Exception as exc:  # not acknowledged: the release re-queues the injects
             await self._save_failed(status, exc)
             return None
+        await self.lease.ack()
         return self._done_event(status, done, saved)
 
     async def _settle(self, status: MessageStatus, error: str | None, unconsumed: list[str],

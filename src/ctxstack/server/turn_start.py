@@ -22,7 +22,7 @@ from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.server.lifecycle import TurnLease
-from ctxstack.server.sse import EventStreamResponse
+from ctxstack.server.sse import event_stream
 from ctxstack.server.state import ServiceState
 from ctxstack.server.streams import TurnRecorder
 from ctxstack.server.turn import Turn, TurnSpec
@@ -50,7 +50,8 @@ async def start_turn(
     state.track(task)
     recorder = TurnRecorder(state.streams, turn_id, conversation_id, turn.queue)
     await recorder.start(task)
-    return EventStreamResponse(recorder.frames(), on_disconnect=recorder.attach())
+    return event_stream(recorder.frames(), keepalive_seconds=state.settings.keepalive_seconds,
+                        on_disconnect=recorder.attach())
 
 
 __all__ = ["new_turn_id", "start_turn"]

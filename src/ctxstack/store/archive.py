@@ -7,11 +7,20 @@
 * ``archived_messages`` — what a turn's guard cleared or dropped that is not stored
   itself, tool outputs mostly (ref ``a<id>``).
 
-Search finds candidates with the database's own full-text machinery — SQLite FTS5 with
-the trigram tokenizer, PostgreSQL ``simple`` full-text search plus ``pg_trgm``-indexed
-``ILIKE`` (migration 0004) — then ranks them with the same character n-gram BM25 as the
+Search is the library's hybrid ranking (:mod:`ctxstack.compaction._archive`: word BM25
+fused with character n-gram BM25 by reciprocal rank), run over candidates the database
+picks with its own full-text machinery, each half by its own rank:
+
+* **words** — SQLite FTS5 with the ``porter unicode61`` tokenizer ranked by ``bm25()``,
+  PostgreSQL ``to_tsvector('english', …)`` ranked by ``ts_rank`` (migration 0010); the
+  query's stop words are left out;
+* **characters** — SQLite FTS5 with the ``trigram`` tokenizer, PostgreSQL ``pg_trgm``-
+  indexed ``ILIKE`` and ``simple`` full-text search (migration 0004), for Chinese,
+  Japanese and identifiers.
+
+The candidates of both are then ranked in Python by the same fused ranking as the
 in-memory :class:`~ctxstack.compaction.HistoryArchive`, so both backends and the library
-order results alike, Chinese and Japanese included.
+order results alike.
 """
 
 from __future__ import annotations
@@ -20,11 +29,18 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select, text
+from sqlalchemy import Select, and_, column, func, or_, select, text
+from sqlalchemy import table as table_clause
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.compaction import ArchiveHit, HistoryArchive
-from ctxstack.compaction._archive import ARCHIVE_REF_KEY, normalize_text
+from ctxstack.compaction._archive import (
+    ARCHIVE_REF_KEY,
+    STOP_WORDS,
+    fts_match,
+    normalize_text,
+    query_words,
+)
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
@@ -37,21 +53,25 @@ CANDIDATES = 200
 MAX_TERMS = 24
 _REF = re.compile(r"^([ma])(\d+)$")
 _SEARCH_OBJECTS = re.compile(r"_fts(_|$)|_content_(trgm|tsv)$")
+_PUNCTUATION = "?!.,;:\"'()[]{}"
+_WORD_FTS = {"messages": "messages_fts_words", "archived_messages": "archived_messages_fts_words"}
 
 
 def is_search_object(name: str | None) -> bool:
-    """Whether a database object is one of migration 0004's search tables or indexes
-    (outside the SQLAlchemy models; schema comparisons skip them)."""
+    """Whether a database object is one of the search tables or indexes of migrations 0004
+    and 0010 (outside the SQLAlchemy models; schema comparisons skip them)."""
     return bool(name) and bool(_SEARCH_OBJECTS.search(name or ""))
 
 
 def query_terms(query: str) -> list[str]:
-    """Terms to find candidates by: whitespace words of three or more characters, and for
-    text without spaces (CJK) its overlapping trigrams (bigrams for a two-character
-    query). At most :data:`MAX_TERMS`, longest first."""
+    """Terms to find candidates by: whitespace words of three or more characters (stop
+    words left out), and for text without spaces (CJK) its overlapping trigrams (bigrams
+    for a two-character query). At most :data:`MAX_TERMS`, longest first."""
     norm = normalize_text(query)
     terms: list[str] = []
     for word in norm.split():
+        if word.strip(_PUNCTUATION) in STOP_WORDS:
+            continue
         if word.isascii():
             if len(word) >= 3:
                 terms.append(word)
@@ -150,16 +170,20 @@ class ConversationArchive:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InputError(f"search: k must be a positive integer, got {k!r}")
         terms = query_terms(query)
+        words = query_words(query)
         async with reading(self.factory, "searching the conversation archive") as session:
-            stored = await self._candidates(session, Message, terms)
-            archived = await self._candidates(session, ArchivedMessage, terms)
+            found: dict[str, ChatMessage] = {}
+            for model in (Message, ArchivedMessage):
+                found.update(await self._word_candidates(session, model, words))
+                found.update(await self._candidates(session, model, terms))
         ranker = HistoryArchive()
         refs: dict[str, str] = {}
-        for ref, message in [*stored, *archived]:
+        for ref, message in found.items():
             (local,) = await ranker.add([message.replace(metadata={
                 k2: v for k2, v in message.metadata.items() if k2 != ARCHIVE_REF_KEY})])
             refs[local] = ref
         hits = await ranker.search(query, k=k)
+        ranker.close()
         return [
             hit.model_copy(update={
                 "ref": refs[hit.ref],
@@ -176,6 +200,41 @@ class ConversationArchive:
         if self.before_seq is not None:
             conditions.append(Message.seq < self.before_seq)
         return conditions
+
+    def _scope(self, model: type[Message] | type[ArchivedMessage]) -> list[Any]:
+        if model is Message:
+            return self._stored()
+        return [ArchivedMessage.conversation_id == self.conversation_id]
+
+    async def _word_candidates(
+        self, session: AsyncSession, model: type[Message] | type[ArchivedMessage],
+        words: list[str],
+    ) -> list[tuple[str, ChatMessage]]:
+        """The best :data:`CANDIDATES` word matches by the database's own rank (FTS5
+        ``bm25()`` on SQLite, ``ts_rank`` on PostgreSQL)."""
+        if not words:
+            return []
+        table = model.__tablename__
+        dialect = session.get_bind().dialect.name
+        if dialect == "sqlite":
+            fts = _WORD_FTS[table]
+            index = table_clause(fts, column("rowid"))
+            ranked = (select(model.id)
+                      .join_from(model, index, index.c.rowid == model.id)
+                      .where(text(f"{fts} MATCH :match").bindparams(match=fts_match(words)),
+                             *self._scope(model))
+                      .order_by(text(f"bm25({fts})")).limit(CANDIDATES))
+            ids = list((await session.scalars(ranked)).all())
+            if not ids:
+                return []
+            rows = (await session.scalars(select(model).where(model.id.in_(ids)))).all()
+        else:
+            tsv = func.to_tsvector("english", func.coalesce(model.content, ""))
+            tsq = func.to_tsquery("english", " | ".join(words))
+            stmt = (select(model).where(*self._scope(model), tsv.op("@@")(tsq))
+                    .order_by(func.ts_rank(tsv, tsq).desc()).limit(CANDIDATES))
+            rows = (await session.scalars(stmt)).all()
+        return _refs(model, rows)
 
     async def _candidates(
         self, session: AsyncSession, model: type[Message] | type[ArchivedMessage],
@@ -211,9 +270,14 @@ class ConversationArchive:
             stmt = stmt.where(and_(or_(*clauses)))
         order = model.seq.desc() if model is Message else model.id.desc()
         rows = (await session.scalars(stmt.order_by(order).limit(CANDIDATES))).all()
-        if model is Message:
-            return [(f"m{r.seq}", _stored_message(r)) for r in rows]
-        return [(f"a{r.id}", _archived_message(r)) for r in rows]
+        return _refs(model, rows)
+
+
+def _refs(model: type[Message] | type[ArchivedMessage], rows: Sequence[Any]
+          ) -> list[tuple[str, ChatMessage]]:
+    if model is Message:
+        return [(f"m{r.seq}", _stored_message(r)) for r in rows]
+    return [(f"a{r.id}", _archived_message(r)) for r in rows]
 
 
 def _archived_text(message: ChatMessage) -> str:

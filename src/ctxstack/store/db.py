@@ -36,7 +36,6 @@ driver exception and never as an empty result.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -56,16 +55,13 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from ctxstack.errors import ConfigError
 from ctxstack.store.errors import StorageError
+from ctxstack.store.settings import StorageSettings
 
 ENV_DATABASE_URL = "CTXSTACK_DATABASE_URL"
 DEFAULT_DB_FILENAME = "ctxstack.db"
-SQLITE_BUSY_TIMEOUT_S = 15.0
-PG_CONNECT_TIMEOUT_S = 5.0
-ENV_CONNECT_TIMEOUT = "CTXSTACK_DB_CONNECT_TIMEOUT"
-ENV_STATEMENT_TIMEOUT = "CTXSTACK_DB_STATEMENT_TIMEOUT"
 ENV_SQLITE_SYNCHRONOUS = "CTXSTACK_SQLITE_SYNCHRONOUS"
-SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
 
 SessionFactory = async_sessionmaker[AsyncSession]
 
@@ -87,12 +83,23 @@ def default_database_url() -> str:
     return f"sqlite+aiosqlite:///{data_dir() / DEFAULT_DB_FILENAME}"
 
 
+def storage_settings(env: Mapping[str, str] | None = None) -> StorageSettings:
+    """The storage settings from ``env`` (default ``os.environ``).
+
+    Raises:
+        StorageError: a variable has a bad value (the message names it).
+    """
+    try:
+        return StorageSettings.from_env(env)
+    except ConfigError as exc:
+        raise StorageError(str(exc)) from None
+
+
 def database_url(url: str | None = None, env: Mapping[str, str] | None = None) -> str:
     """The URL to use: ``url`` if given, else ``CTXSTACK_DATABASE_URL``, else the default."""
     if url:
         return url
-    env = os.environ if env is None else env
-    return env.get(ENV_DATABASE_URL) or default_database_url()
+    return storage_settings(env).database_url or default_database_url()
 
 
 def db_timeouts(env: Mapping[str, str] | None = None) -> tuple[float, float]:
@@ -101,19 +108,8 @@ def db_timeouts(env: Mapping[str, str] | None = None) -> tuple[float, float]:
     Raises:
         StorageError: a variable is not a positive number.
     """
-    env = os.environ if env is None else env
-    out: list[float] = []
-    for var, default in ((ENV_CONNECT_TIMEOUT, PG_CONNECT_TIMEOUT_S),
-                         (ENV_STATEMENT_TIMEOUT, SQLITE_BUSY_TIMEOUT_S)):
-        raw = env.get(var, "").strip()
-        try:
-            value = float(raw) if raw else default
-        except ValueError:
-            value = -1.0
-        if not value > 0:
-            raise StorageError(f"{var}: expected a positive number of seconds, got {raw!r}")
-        out.append(value)
-    return out[0], out[1]
+    settings = storage_settings(env)
+    return settings.db_connect_timeout, settings.db_statement_timeout
 
 
 def parse_url(url: str | URL) -> URL:
@@ -239,11 +235,7 @@ def sqlite_synchronous(env: Mapping[str, str] | None = None) -> str:
     Raises:
         StorageError: the variable is set to anything but ``NORMAL`` or ``FULL``.
     """
-    raw = (os.environ if env is None else env).get(ENV_SQLITE_SYNCHRONOUS, "").strip()
-    level = raw.upper() or SQLITE_SYNCHRONOUS[0]
-    if level not in SQLITE_SYNCHRONOUS:
-        raise StorageError(f"{ENV_SQLITE_SYNCHRONOUS} must be NORMAL or FULL, got {raw!r}")
-    return level
+    return storage_settings(env).sqlite_synchronous
 
 
 def _sqlite_pragmas(memory: bool) -> Any:

@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import delete, select
 
-from ctxstack.store.db import SessionFactory, data_dir, reading, transaction
+from ctxstack.store.db import SessionFactory, data_dir, reading, storage_settings, transaction
 from ctxstack.store.errors import FileRejectedError, NotFoundError, StorageError
 from ctxstack.store.models import StoredFile
 
@@ -141,9 +141,8 @@ class FileStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        env = os.environ if env is None else env
         if directory is None:
-            directory = env.get(ENV_FILES_DIR) or data_dir() / "files"
+            directory = storage_settings(env).files_dir or data_dir() / "files"
         self.directory = Path(directory).resolve()
         self.max_bytes = max_bytes
         self._sessions = session_factory

@@ -311,6 +311,78 @@ class ProxyCheckpoint(Base):
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class ProxySession(Base):
+    """The view ``ctxstack proxy`` last computed for one client session, and its lease.
+
+    ``session_key`` is the session's hash (the client's key and session id or opening
+    messages: :mod:`ctxstack.proxy.sessions`). ``recipe`` is the forwarded view as JSON:
+    per position either a client message index or a message the proxy made (the summary,
+    a cleared tool output); it stands for the client's first ``covered`` messages, whose
+    salted prefix hash is ``prefix_hash``. A later request whose prefix matches is forwarded
+    as that view plus its new messages. ``lease_owner`` / ``lease_until``: the worker
+    recomputing the view (single flight across workers). ``archived``: messages of the
+    session in ``proxy_archive`` (recall is offered once it is above zero).
+    """
+
+    __tablename__ = "proxy_sessions"
+
+    session_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), default="")
+    covered: Mapped[int] = mapped_column(Integer, default=0)
+    prefix_hash: Mapped[str] = mapped_column(String(64), default="")
+    recipe: Mapped[str] = mapped_column(Text, default="")
+    view_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    covered_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    counter: Mapped[str] = mapped_column(String(100), default="")
+    summarized: Mapped[int] = mapped_column(Integer, default=0)
+    method: Mapped[str] = mapped_column(String(20), default="")
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    archived: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
+class ProxyArchiveEntry(Base):
+    """One message ``ctxstack proxy`` compacted away from a session's view (a cleared tool
+    output, a summarised or dropped message), kept for ``ctxstack_recall``. ``digest``
+    makes archiving idempotent per session (a view recomputed clears the same output
+    again)."""
+
+    __tablename__ = "proxy_archive"
+    __table_args__ = (UniqueConstraint("session_key", "digest"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(64), index=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ProxyResponse(Base):
+    """One response the proxy relayed on the Responses wire, kept so a later request naming
+    it as ``previous_response_id`` can be expanded into its whole conversation.
+
+    ``items`` is JSON: the input items the request added to its chain (after
+    ``parent_id``'s conversation) followed by the response's output items, each as the
+    client or upstream sent it. ``owner`` is a hash of the caller's identity and key: a
+    chain is only ever found by whoever created it. Only responses created with ``store``
+    not false are written; rows expire and are bounded
+    (:mod:`ctxstack.store.proxy_responses`).
+    """
+
+    __tablename__ = "proxy_responses"
+    __table_args__ = (UniqueConstraint("owner", "response_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    response_id: Mapped[str] = mapped_column(String(200))
+    parent_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    model: Mapped[str] = mapped_column(String(200))
+    items: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class ProxyStat(Base):
     """One running total of ``ctxstack proxy`` (``requests``, ``compactions.llm``, …),
     summed over every worker that shares the database (:mod:`ctxstack.store.proxy_stats`)."""

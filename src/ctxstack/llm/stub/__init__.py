@@ -14,6 +14,10 @@ A reply is a :class:`StubReply`; the classmethods build the common ones and the 
 (429 with ``Retry-After``, 500, OpenAI's context-overflow 400, 401, a stream cut after N
 chunks, truncated JSON text).
 
+It also speaks the OpenAI Responses wire — ``POST /v1/responses`` (JSON, or SSE with
+the real event sequence) and its WebSocket mode — from the same replies
+(:mod:`ctxstack.llm.stub.responses`).
+
 Usage is deterministic: prompt tokens are ctxstack's heuristic count of the request's
 messages, completion tokens the heuristic count of the answer (as
 :class:`~ctxstack.llm.ScriptedLLM` counts), so tests can check sums exactly

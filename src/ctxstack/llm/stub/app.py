@@ -16,8 +16,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ctxstack.errors import ConfigError, MessageError
+from ctxstack.llm.stub import responses as wire
 from ctxstack.llm.stub.anthropic import add_routes as add_anthropic_routes
 from ctxstack.llm.stub.recording import DEFAULT_LIMIT, install_recording
 from ctxstack.llm.stub.replies import (
@@ -244,10 +247,95 @@ def create_app(state: StubState) -> FastAPI:
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     add_anthropic_routes(app, state)  # POST /v1/messages, /v1/messages/count_tokens
 
+    async def responses(http: Request) -> Response:
+        headers = {k.lower(): v for k, v in http.headers.items()}
+        try:
+            body = json.loads(await http.body())
+        except json.JSONDecodeError as exc:
+            return _error(400, f"request body is not JSON: {exc.msg}")
+        if not isinstance(body, dict):
+            return _error(400, "request body must be a JSON object")
+        request = StubRequest(wire.PATH, body, headers, wire.input_messages(body))
+        state.record(request)
+        if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
+            return _reply_error(StubReply.unauthorized())
+        if not body.get("model"):
+            return _error(400, "'model' is required", param="model")
+        reply = state.next_reply(request)
+        await state.sleep(state.delay + reply.delay)
+        if reply.raw_body is not None:
+            return Response(reply.raw_body, status_code=reply.status,
+                            media_type=reply.content_type, headers=dict(reply.headers))
+        if reply.is_error:
+            return _reply_error(reply)
+        if not request.stream:
+            return JSONResponse(wire.completed_json(state.model, request, reply))
+        events = wire.stream_events(state.model, request, reply)
+        if reply.drop_after is not None:
+            events = events[: max(0, reply.drop_after)]
+        return SSEResponse(wire.sse_bytes(state.sleep, events, reply),
+                            complete=reply.drop_after is None or reply.drop_mode == "clean")
+
+    async def responses_socket(ws: WebSocket) -> None:
+        await ws.accept()
+        headers = {k.lower(): v for k, v in ws.headers.items()}
+        while True:
+            try:
+                text = await ws.receive_text()
+            except (WebSocketDisconnect, RuntimeError):
+                return
+            if not await _answer_frame(state, ws, headers, text):
+                return
+
+    app.add_route(wire.PATH, responses, methods=["POST"])
+    app.router.routes.append(WebSocketRoute(wire.PATH, responses_socket))
+
     if state.max_recorded != 0:  # GET /_stub/requests
         app.state.request_log = install_recording(
             app, DEFAULT_LIMIT if state.max_recorded is None else state.max_recorded)
     return app
+
+
+async def _answer_frame(state: StubState, ws: WebSocket, headers: dict[str, str],
+                        text: str) -> bool:
+    """Answer one WebSocket frame; False when the socket was closed (a dropped stream)."""
+    try:
+        frame = json.loads(text)
+    except json.JSONDecodeError as exc:
+        frame = None
+        problem = f"the frame is not JSON: {exc.msg}"
+    else:
+        problem = "" if isinstance(frame, dict) and frame.get("type") == "response.create" \
+            else "expected a {\"type\": \"response.create\", ...} frame"
+    if problem or not isinstance(frame, dict):
+        await ws.send_text(json.dumps(wire.error_event(400, {
+            "type": "invalid_request_error", "code": "invalid_event", "message": problem,
+            "param": None})))
+        return True
+    body = {k: v for k, v in frame.items() if k != "type"}
+    request = StubRequest(wire.PATH, body, headers, wire.input_messages(body),
+                          transport="websocket")
+    state.record(request)
+    if state.api_key is not None and headers.get("authorization") != f"Bearer {state.api_key}":
+        reply = StubReply.unauthorized()
+    else:
+        reply = state.next_reply(request)
+        await state.sleep(state.delay + reply.delay)
+    if reply.is_error or reply.raw_body is not None:
+        error = dict(reply.error or {"message": reply.raw_body or "", "type": "server_error"})
+        await ws.send_text(json.dumps(wire.error_event(reply.status, error, reply.headers)))
+        return True
+    events = wire.stream_events(state.model, request, reply)
+    for i, event in enumerate(events):
+        if reply.drop_after is not None and i >= reply.drop_after:
+            await ws.close(code=1011)
+            return False
+        if reply.chunk_delay and i:
+            await state.sleep(reply.chunk_delay)
+        if reply.pause_after is not None and i == reply.pause_after:
+            await state.sleep(reply.pause)
+        await ws.send_text(json.dumps(event, ensure_ascii=False))
+    return True
 
 
 async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:

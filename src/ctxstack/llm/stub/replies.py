@@ -61,6 +61,9 @@ class StubReply:
         raw_body: sent verbatim (with ``status`` and ``content_type``) instead of a
             generated answer — for malformed responses, error events inside a 200,
             hand-written SSE.
+        reasoning: on ``/v1/responses`` only, the answer's output starts with a
+            ``reasoning`` item whose ``encrypted_content`` is this text, base64-encoded
+            (what a reasoning model hands back for the client to resend).
     """
 
     content: str | None = None
@@ -82,6 +85,7 @@ class StubReply:
     thinking: str | None = None
     raw_body: str | None = None
     content_type: str = "application/json"
+    reasoning: str | None = None
 
     # ------------------------------------------------------------------ answers
     @classmethod
@@ -181,6 +185,9 @@ class StubRequest:
     body: Mapping[str, Any]
     headers: Mapping[str, str]
     messages: tuple[ChatMessage, ...] = ()
+    transport: Literal["http", "websocket"] = "http"
+    """How it arrived: ``websocket`` for a ``response.create`` frame on ``/v1/responses``
+    (``body`` is then the frame without its ``type``)."""
 
     @property
     def stream(self) -> bool:

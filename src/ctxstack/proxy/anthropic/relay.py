@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import httpx
@@ -25,7 +24,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from ctxstack.proxy.anthropic.errors import anthropic_error, error_body
-from ctxstack.proxy.forwarding import read_error, response_headers
+from ctxstack.proxy.forwarding import error_text, read_error, response_headers
 
 log = logging.getLogger("ctxstack.proxy")
 
@@ -120,12 +119,10 @@ def error_passthrough(upstream: httpx.Response, raw: bytes, data: object,
     Anthropic's error shape carrying its text (markup removed)."""
     headers = response_headers(upstream, extra, keep_length=False)
     if data is None:
-        text = " ".join(_TAGS.sub(" ", raw.decode("utf-8", "replace")).split())[:300]
+        text = error_text(raw)
         headers = {k: v for k, v in headers.items() if k != "content-type"}
         detail = f": {text}" if text else ""
         return anthropic_error(upstream.status_code, "the upstream model server answered "
                                f"HTTP {upstream.status_code}{detail}", headers)
     return Response(raw, status_code=upstream.status_code, headers=headers)
 
-
-_TAGS = re.compile(r"<[^>]*>")

@@ -46,7 +46,13 @@ from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_reques
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.fitting import Fit, Fitter
-from ctxstack.proxy.forwarding import Upstream, read_error, relay
+from ctxstack.proxy.forwarding import (
+    ERROR_BODY_LIMIT,
+    Upstream,
+    forwarded_body,
+    read_error,
+    relay,
+)
 from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import fit_headers, log_event
@@ -102,10 +108,10 @@ async def passthrough(state: Any, request: Request) -> Response:
     try:
         await wire.auth.caller(request.headers)
         state.stats.bump("passthrough")
+        headers = wire.upstream.request_headers(request.headers.items())
         upstream = await wire.upstream.open(
-            request.method, path, query=request.url.query,
-            headers=wire.upstream.request_headers(request.headers.items()),
-            content=await request.body())
+            request.method, path, query=request.url.query, headers=headers,
+            content=forwarded_body(request, headers))
         log_event("passthrough", wire=WIRE, method=request.method, path=f"/v1/{path}",
                   status=upstream.status_code)
         return await relay(upstream)
@@ -250,7 +256,7 @@ async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Pla
                                          on_usage if not count_only else lambda _: None)
             log_event(event, status=upstream.status_code, **log_fields)
             return answer
-        raw, data = await read_error(upstream)
+        raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
         state.stats.upstream_error(upstream.status_code)
         if (retried or count_only or plan.chat is None
                 or not is_context_overflow(upstream.status_code, data)):

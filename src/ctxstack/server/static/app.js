@@ -3,7 +3,7 @@
 // composer's context meter (meter.js). Plain ES modules, no build step.
 //
 // Everything the model or a user wrote reaches the DOM either as textContent or through
-// renderMarkdown(), which escapes HTML before formatting (see markdown.js).
+// renderMarkdown(), which shows raw HTML as text and sanitises its output (markdown.js).
 
 import { el } from "./dom.js";
 import { clip, pretty } from "./format.js";

@@ -6,8 +6,8 @@ can resume a running turn's stream from ``Last-Event-ID`` (the database backend 
 these tables stay empty). Bounded retention: a stream is deleted
 ``CTXSTACK_STREAM_RETENTION`` seconds after its turn ended.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-02
 """
 
@@ -20,8 +20,8 @@ from alembic import op
 
 from ctxstack.store.models import UTCDateTime
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0012"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,254 @@
+"""Client sessions: who a request belongs to, its stored view, its archive, single flight.
+
+**The session** of a request is the header ``x-ctxstack-session`` when the client sends
+one, else derived from the conversation's opening messages (system prompt and first user
+message). Either way it is hashed together with the caller's identity and the client's
+own key (``Authorization``, ``x-api-key``): two keys never share a session, a view or an
+archive, whatever session id they send.
+
+**The store** (:class:`SessionStore`) reads and writes the session's view and archive
+(:mod:`ctxstack.store.proxy_sessions`); it does not swallow database errors — the caller
+decides (the fitter forwards the original request: do no harm).
+
+**Single flight** (:class:`SingleFlight`): recomputing a session's view may call the
+summariser; two concurrent over-budget requests of one session must cause one call. In
+one worker an :class:`asyncio.Lock` per session orders them; across workers the session
+row's lease does. The second request waits for the first's new view (and extends it), or,
+if the lease is not released within the wait, is fitted without a summariser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from ctxstack.compaction import ArchiveHit, HistoryArchive
+from ctxstack.messages import ChatMessage
+from ctxstack.proxy.checkpoints import PrefixHasher, root_length
+from ctxstack.store import SessionFactory
+from ctxstack.store.proxy_sessions import (
+    SessionViewRecord,
+    acquire_session_lease,
+    archive_session_messages,
+    load_session_archive,
+    load_session_view,
+    prune_proxy_sessions,
+    release_session_lease,
+    save_session_view,
+)
+
+log = logging.getLogger("ctxstack.proxy")
+
+SESSION_HEADER = "x-ctxstack-session"
+_KEY_HEADERS = ("authorization", "x-api-key", "api-key")
+REF_PREFIX = "r"
+
+
+def owner_salt(headers: Mapping[str, str], caller: str) -> str:
+    """Who a request belongs to: the proxy caller and the client's own key, hashed. Salts
+    everything the proxy keeps per conversation (sessions, checkpoints), so two keys never
+    share any of it."""
+    owner = hashlib.blake2b(caller.encode("utf-8", "surrogatepass"), digest_size=32)
+    for name in _KEY_HEADERS:
+        owner.update(b"\x1f" + headers.get(name, "").encode("utf-8", "surrogatepass"))
+    return owner.hexdigest()
+
+
+def session_key(headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]],
+                prompt_end: int, salt: str) -> str:
+    """The session of a request (see the module doc; ``salt``: :func:`owner_salt`)."""
+    explicit = headers.get(SESSION_HEADER, "").strip()
+    if explicit:
+        return hashlib.blake2b(f"{salt}\x1e{explicit}".encode("utf-8", "surrogatepass"),
+                               digest_size=32).hexdigest()
+    return PrefixHasher(messages, f"{salt}\x1eopening").at(root_length(messages, prompt_end))
+
+
+def prefix_hash(messages: Sequence[Mapping[str, Any]], key: str, covered: int) -> str:
+    """The hash of a session's first ``covered`` messages (a view's validity check)."""
+    return PrefixHasher(messages, key).at(covered)
+
+
+class SessionStore:
+    """The sessions' views and archives in the proxy's database."""
+
+    def __init__(self, factory: SessionFactory, *, ttl_seconds: float) -> None:
+        self.factory = factory
+        self.ttl = timedelta(seconds=ttl_seconds)
+        self._saves = 0
+
+    async def load(self, key: str) -> SessionViewRecord | None:
+        return await load_session_view(self.factory, key, ttl=self.ttl)
+
+    async def save(self, record: SessionViewRecord) -> None:
+        await save_session_view(self.factory, record)
+        self._saves += 1
+        if self._saves % 200 == 1:  # prune now and then: saves are once per recompute
+            try:
+                await prune_proxy_sessions(self.factory, ttl=self.ttl)
+            except Exception as exc:
+                log.warning("proxy: pruning sessions failed: %s", exc)
+
+    def archive(self, key: str, count: int = 0) -> SessionArchive:
+        return SessionArchive(self.factory, key, count)
+
+
+class SessionArchive:
+    """A session's archive as a :class:`ctxstack.compaction.Archive` (what the guard masks,
+    summarises or drops goes here; ``ctxstack_recall`` searches it). References are
+    ``r<id>``, stable per session: archiving the same message again returns its ref."""
+
+    def __init__(self, factory: SessionFactory, key: str, count: int = 0) -> None:
+        self.factory = factory
+        self.key = key
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    async def add(self, messages: Sequence[ChatMessage]) -> list[str]:
+        entries = []
+        for m in messages:
+            data = m.to_openai()
+            text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
+                                     digest_size=32).hexdigest()
+            entries.append((digest, json.dumps(data, ensure_ascii=False)))
+        ids = await archive_session_messages(self.factory, self.key, entries)
+        self._count = max(self._count, len(set(ids)))
+        return [f"{REF_PREFIX}{i}" for i in ids]
+
+    async def _rows(self) -> list[tuple[str, ChatMessage]]:
+        out = []
+        for row_id, text in await load_session_archive(self.factory, self.key):
+            try:
+                out.append((f"{REF_PREFIX}{row_id}", ChatMessage.from_openai(json.loads(text))))
+            except Exception:  # an entry that no longer parses is skipped, not fatal
+                continue
+        self._count = max(self._count, len(out))
+        return out
+
+    async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
+        """The library's n-gram BM25 over the session's archive (loaded per search:
+        recall is rare, an archive is one session's)."""
+        rows = await self._rows()
+        memory = HistoryArchive()
+        ours = dict(zip(await memory.add([m for _, m in rows]), (r for r, _ in rows),
+                        strict=True))
+        return [hit.model_copy(update={"ref": ours[hit.ref]})
+                for hit in await memory.search(query, k)]
+
+    async def get(self, ref: str) -> ChatMessage | None:
+        return dict(await self._rows()).get(ref.strip())
+
+
+class RedisLease:
+    """The cross-worker lease in Redis (``SET key owner NX PX``; released only by its
+    owner), for proxies configured with ``CTXSTACK_REDIS_URL``."""
+
+    _RELEASE = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                "return redis.call('del', KEYS[1]) else return 0 end")
+
+    def __init__(self, url: str, *, prefix: str = "ctxstack:proxy:lease:",
+                 timeout: float = 2.0) -> None:
+        import redis.asyncio as aioredis
+
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True,
+                                              socket_timeout=timeout,
+                                              socket_connect_timeout=timeout)
+        self.prefix = prefix
+
+    async def acquire(self, key: str, owner: str, *, seconds: float) -> bool:
+        return bool(await self._redis.set(self.prefix + key, owner, nx=True,
+                                          px=max(1, int(seconds * 1000))))
+
+    async def release(self, key: str, owner: str) -> None:
+        await self._redis.eval(self._RELEASE, 1, self.prefix + key, owner)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+
+
+class SingleFlight:
+    """One view recomputation per session at a time, in this worker and across workers
+    (see the module doc). ``async with flight.hold(key) as waited:`` — ``waited`` is True
+    when another holder had it first (re-read the view: it was probably just written);
+    :class:`FlightTimeout` when it could not be had within ``wait`` seconds. The
+    cross-worker lease is the session row's, or Redis's when ``redis`` is given."""
+
+    def __init__(self, factory: SessionFactory | None, *, lease_seconds: float,
+                 wait_seconds: float, poll_seconds: float = 0.05,
+                 redis: RedisLease | None = None) -> None:
+        self.redis = redis
+        self.factory = factory
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.poll = poll_seconds
+        self.owner = uuid.uuid4().hex
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[bool]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        deadline = time.monotonic() + self.wait_seconds
+        waited = lock.locked()
+        try:
+            async with asyncio.timeout(self.wait_seconds):
+                await lock.acquire()
+        except TimeoutError:
+            raise FlightTimeout(key) from None
+        try:
+            shared = self.redis is not None or self.factory is not None
+            if shared:
+                waited = await self._lease(key, deadline) or waited
+            try:
+                yield waited
+            finally:
+                if shared:
+                    try:
+                        await self._release(key)
+                    except Exception as exc:  # it expires on its own
+                        log.warning("proxy: releasing a session lease failed: %s", exc)
+        finally:
+            lock.release()
+            if not lock.locked() and not getattr(lock, "_waiters", None):
+                self._locks.pop(key, None)
+
+    async def _acquire(self, key: str) -> bool:
+        if self.redis is not None:
+            return await self.redis.acquire(key, self.owner, seconds=self.lease_seconds)
+        assert self.factory is not None
+        return await acquire_session_lease(self.factory, key, self.owner,
+                                           seconds=self.lease_seconds)
+
+    async def _release(self, key: str) -> None:
+        if self.redis is not None:
+            await self.redis.release(key, self.owner)
+        elif self.factory is not None:
+            await release_session_lease(self.factory, key, self.owner)
+
+    async def _lease(self, key: str, deadline: float) -> bool:
+        """Take the cross-worker lease; True if another worker held it first."""
+        waited = False
+        while not await self._acquire(key):
+            waited = True
+            if time.monotonic() >= deadline:
+                raise FlightTimeout(key)
+            await asyncio.sleep(self.poll)
+        return waited
+
+    async def aclose(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
+
+
+class FlightTimeout(Exception):
+    """Another worker held the session's lease for longer than the wait."""
