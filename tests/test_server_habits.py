@@ -16,8 +16,8 @@ from tests.service_support import (
     ServiceRule,
     SSEEvent,
     llm_env,
-    parse_sse,
     running_server,
+    sse_events,
 )
 
 LONG = ("Compaction keeps a long conversation inside the window. " * 60).strip()
@@ -63,7 +63,7 @@ def stream(client: httpx.Client, method: str, path: str, body: dict | None = Non
         if response.status_code != 200:
             response.read()
             raise AssertionError(f"{path} answered {response.status_code}: {response.text}")
-        return [e for e in parse_sse(response.iter_lines()) if isinstance(e, SSEEvent)]
+        return list(sse_events(response))
 
 
 def ask(client: httpx.Client, cid: str, query: str, **extra: object) -> list[SSEEvent]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from httpx_sse import EventSource
 
 from ctxstack.llm.stub import StubServer
 from tests.service_support import ServerProcess, ServiceRule, llm_env, start_server
@@ -26,24 +27,9 @@ def stub() -> Iterator[tuple[StubServer, ServiceRule]]:
 
 
 def frames(response: httpx.Response) -> Iterator[tuple[str | None, str, str]]:
-    """(id, event, data) of each frame (keep-alive comments skipped)."""
-    fid, event, data = None, "message", []
-    for line in response.iter_lines():
-        if line.startswith(":"):
-            continue
-        if line == "":
-            if data:
-                yield fid, event, "\n".join(data)
-            fid, event, data = None, "message", []
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "id":
-            fid = value
-        elif name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
+    """(id, event, data) of each frame (keep-alive comments are not frames)."""
+    for sse in EventSource(response).iter_sse():
+        yield sse.id or None, sse.event, sse.data
 
 
 def drop_then_resume(first: ServerProcess, second: ServerProcess) -> None:
