@@ -1,3 +1,4 @@
+# requires: langchain, langchain_core
 """A LangChain v1 agent kept within a 4,000-token budget by ctxstack (offline, no API key).
 
     pip install 'ctxstack[langchain]'

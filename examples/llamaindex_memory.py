@@ -1,3 +1,4 @@
+# requires: llama_index
 """LlamaIndex + ctxstack: a FunctionAgent whose memory is fitted to a token budget.
 
 Runs offline: the LLM is LlamaIndex's own ``MockFunctionCallingLLM`` (a tool call, then an

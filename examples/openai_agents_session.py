@@ -1,3 +1,4 @@
+# requires: agents, sqlalchemy, aiosqlite, alembic
 """OpenAI Agents SDK + ctxstack: a guarded, database-backed session and a per-call filter.
 
 Runs offline: the model is the SDK's own ``ScriptedModel`` (a tool call, then an answer),

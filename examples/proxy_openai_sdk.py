@@ -1,3 +1,4 @@
+# requires: fastapi, uvicorn, sqlalchemy, aiosqlite, httpx
 """Context management for an unchanged OpenAI SDK client: point it at ``ctxstack proxy``.
 
 The only change to the client is its ``base_url``. The proxy forwards a request that fits

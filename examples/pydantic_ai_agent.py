@@ -1,3 +1,4 @@
+# requires: pydantic_ai
 """A pydantic-ai agent kept within a 4,000-token budget by ctxstack (offline, no API key).
 
     pip install 'ctxstack[pydantic-ai]'

@@ -27,7 +27,7 @@ from tests.reliability_support import (
     new_conversation,
     stored,
 )
-from tests.service_support import parse_sse, running_server
+from tests.service_support import running_server, sse_events
 
 CLIENTS = 10
 DURATION = 40.0
@@ -69,7 +69,7 @@ def _one_turn(http: httpx.Client, client: Client, n: int) -> None:
                 return
             client.questions.append(query)
             sent = False
-            for item in parse_sse(response.iter_lines()):
+            for item in sse_events(response):
                 if not sent and getattr(item, "event", None) in ("step", "context", "answer"):
                     sent = True
                     r = http.post("/api/chat/inject", timeout=30, json={

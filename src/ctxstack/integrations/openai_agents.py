@@ -49,7 +49,6 @@ from ctxstack.integrations._responses import (
     items_to_messages,
     messages_to_items,
 )
-from ctxstack.integrations._session_store import ItemStore
 from ctxstack.protocol import ToolSpec
 from ctxstack.protocol._llm import FunctionSpec
 from ctxstack.tokens._counter import effective_budget
@@ -61,6 +60,11 @@ try:
     from agents.tracing import custom_span
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra("openai-agents", "openai-agents", exc) from exc
+# The session's store (SQLAlchemy, Alembic, aiosqlite) comes with the same extra.
+try:
+    from ctxstack.integrations._session_store import ItemStore
+except ImportError as exc:  # pragma: no cover - exercised by scripts/check-extras
+    raise missing_extra("openai-agents", "sqlalchemy", exc) from exc
 
 __all__ = ["CalibrationHooks", "CtxstackSession", "InputFilter", "input_filter"]
 
