@@ -128,9 +128,14 @@ class SSEEvent:
 
 
 def sse_events(response: httpx.Response) -> Iterator[SSEEvent]:
-    """A turn's events as httpx-sse reads them (keep-alive comments are not events)."""
+    """A turn's events as httpx-sse reads them (keep-alive comments are not events).
+
+    httpx-sse dispatches an empty event at the blank line after a comment once the stream
+    has carried an ``id:`` (it keeps the last id); the SSE spec dispatches nothing when the
+    data buffer is empty, so neither does this."""
     for sse in EventSource(response).iter_sse():
-        yield SSEEvent(sse.event, json.loads(sse.data))
+        if sse.data:
+            yield SSEEvent(sse.event, json.loads(sse.data))
 
 
 def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = "react",

@@ -125,6 +125,25 @@ def test_what_the_model_remembers_in_chromium(browser_ready: None, tmp_path: Pat
         assert (ARTIFACTS / f"remember-{name}.png").stat().st_size > 5_000, name
 
 
+def test_chat_habits_and_resumed_stream_in_chromium(browser_ready: None, tmp_path: Path) -> None:
+    """Issue 31: Regenerate with an image, Edit, Compact now with its preview, a reload
+    mid-answer resuming the stream, code blocks with a label and Copy."""
+    checks = _run_script("habits.mjs", tmp_path, {
+        "CTXSTACK_DEMO_DELAY": "0.05",
+        "CTXSTACK_DEMO_CHUNK_DELAY": "0.03",
+    })
+    assert checks["regenerate_with_image"] is True
+    assert checks["edit"] is True
+    assert "Summarise 2 earlier messages" in checks["compact_preview"]
+    assert checks["compact_now"] is True
+    assert checks["edit_invalidates_summary"] is True
+    assert checks["resumed_running"] is True
+    assert checks["reload_resumed"]["shown"] > 300
+    assert checks["code_copy"] is True
+    for name in ("edit", "compact-preview"):
+        assert (ARTIFACTS / f"habits-{name}.png").stat().st_size > 5_000, name
+
+
 def test_signed_in_user_and_sign_out_in_chromium(browser_ready: None, tmp_path: Path) -> None:
     checks = _run_script("account.mjs", tmp_path, {}, auth=True, user="alice")
     assert "Signed in as alice" in " ".join(checks["sidebar"].split())

@@ -40,7 +40,7 @@ def stub() -> Iterator[StubServer]:
 
 @pytest.fixture(scope="module")
 def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3")
+    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3", CTXSTACK_STREAM_RESUME_GRACE="1")
     with running_server(tmp_path_factory.mktemp("serve"), env) as proc:
         yield proc
 
@@ -178,7 +178,10 @@ def test_compaction_on_load_emits_compact_with_counts(
             found = [e for e in events if e.event == "compact" and e.data["scope"] == "load"]
             if found:
                 compact = found[0]
-                assert events[0] is compact  # reported before the agent starts
+                # reported before the agent starts, right after the summariser's run
+                assert [e.event for e in events[:3]] == ["compact_start", "compact_end",
+                                                         "compact"]
+                assert events[2] is compact
                 done = events[-1].data
         assert compact is not None, "history never compacted at a 4,000-token budget"
         history = 2 * (turns - 1)  # user + assistant per earlier turn
@@ -189,7 +192,7 @@ def test_compaction_on_load_emits_compact_with_counts(
         # … and its tokens are part of the turn's usage.
         assert (done["usage"]["input_tokens"], done["usage"]["output_tokens"]) == rule.total()
         stored = messages(client, cid)[-1]
-        assert stored["events"][0] == {"event": "compact", "data": compact.data}
+        assert stored["events"][2] == {"event": "compact", "data": compact.data}
         summarized = compact.data["summarized_messages"]
         assert summarized + compact.data["kept_messages"] == history  # none dropped
         text = _divider_text(compact.data)
@@ -324,7 +327,8 @@ def test_openapi_describes_every_sse_event_payload(client: httpx.Client) -> None
     schema = stream["text/event-stream"]["schema"]
     assert schema["discriminator"]["propertyName"] == "event"
     mapping = schema["discriminator"]["mapping"]
-    assert set(mapping) == {"step", "inject", "compact", "context", "answer", "done", "error"}
+    assert set(mapping) == {"step", "inject", "compact", "compact_start", "compact_end",
+                            "context", "answer", "done", "error"}
     components = spec["components"]["schemas"]
 
     def resolve(ref: str) -> dict:

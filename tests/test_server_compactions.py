@@ -82,7 +82,8 @@ def test_compact_event_counts_stored_history_and_the_route_shows_the_summary(
         assert data["last_seq"] == earlier[summarized - 1]["seq"]
         assert data["summary"] == SUMMARY
         assert "TCK-100" in data["facts"]  # the first question's ticket, kept verbatim
-        assert stored[-1]["events"][0] == {"event": "compact", "data": data}
+        # after the summariser's compact_start / compact_end
+        assert stored[-1]["events"][2] == {"event": "compact", "data": data}
 
         meters = [e.data for e in events if e.event == "context"]
         assert meters[0]["at"] == "load"

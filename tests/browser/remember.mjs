@@ -199,8 +199,12 @@ try {
   expect(copied.includes("Answer (demo model)"), `clipboard: ${copied.slice(0, 80)}`);
   expect(await page.locator(".regen-btn").count() === 1, "Regenerate should be on the last answer only");
   const answers = await page.locator(".msg.assistant").count();
+  const questions = await page.locator(".msg.user").count();
   await page.locator(".regen-btn").click();
-  await page.locator(".msg.assistant").nth(answers).locator(".done-card").waitFor({ timeout: 60000 });
+  // the answer is replaced: as many answers and questions as before (issue 31)
+  await page.locator(".msg.assistant").nth(answers - 1).locator(".done-card").waitFor({ timeout: 60000 });
+  expect(await page.locator(".msg.assistant").count() === answers, "Regenerate added an answer");
+  expect(await page.locator(".msg.user").count() === questions, "Regenerate asked the question again");
   const lastQuestion = await page.locator(".msg.user .bubble").last().innerText();
   expect(lastQuestion === QUESTIONS[turns - 1], `regenerate asked: ${lastQuestion}`);
   checks.copy_regenerate = true;

@@ -37,6 +37,7 @@ from ctxstack._http_guard import FailureCounter, GuardPolicy, RequestGuard, fail
 from ctxstack.errors import ConfigError, CtxstackError, InputError, MessageError
 from ctxstack.server.errors import NoRunningTurnError, TurnBusyError
 from ctxstack.server.failures import classify
+from ctxstack.server.habit_routes import router as habit_router
 from ctxstack.server.health import LoopLagProbe
 from ctxstack.server.health import router as health_router
 from ctxstack.server.routes import router
@@ -214,6 +215,7 @@ def create_app(settings: Settings | None = None, *,
                        error=_refusal)
     app.add_middleware(SecurityHeaders)
     app.include_router(router)
+    app.include_router(habit_router)
     app.include_router(health_router)
     _document_sse(app)
 

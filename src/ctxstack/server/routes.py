@@ -8,8 +8,6 @@ that does not exist.
 
 from __future__ import annotations
 
-import asyncio
-import secrets
 import time
 from typing import Annotated, Any, Literal
 
@@ -23,7 +21,6 @@ from ctxstack.messages._model import kind_metadata
 from ctxstack.server.auth import AdminDep, UserDep
 from ctxstack.server.compactions import CompactionOut, list_compactions
 from ctxstack.server.injects import MAX_INJECT_CHARS
-from ctxstack.server.lifecycle import TurnLease
 from ctxstack.server.persist import interrupted_answer, stored_events, unanswered_question
 from ctxstack.server.schemas import (
     MAX_INT,
@@ -46,10 +43,10 @@ from ctxstack.server.schemas import (
     UsageOut,
     check_text,
 )
-from ctxstack.server.sse import event_stream, frames
 from ctxstack.server.sse import openapi_schema as sse_openapi_schema
 from ctxstack.server.state import ServiceState, service_state
-from ctxstack.server.turn import Turn, TurnSpec
+from ctxstack.server.turn import TurnSpec
+from ctxstack.server.turn_start import new_turn_id, start_turn
 from ctxstack.store import conversations as conv_store
 from ctxstack.store import model_configs as config_store
 from ctxstack.store.errors import NotFoundError
@@ -58,7 +55,6 @@ from ctxstack.store.messages import (
     MessageRecord,
     NewMessage,
     append_messages_in,
-    append_retry_policy,
     list_messages,
 )
 
@@ -214,7 +210,7 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
     started = time.perf_counter()
     state = _state(request)
     cid = body.conversation_id
-    turn_id = secrets.token_hex(16)
+    turn_id = new_turn_id()
     images: list[FileRecord] = []
     title = ""  # the conversation's, as read in the claim's transaction
 
@@ -244,21 +240,10 @@ async def chat(request: Request, user: UserDep, body: ChatRequest) -> Response:
 
     # The ownership check, the claim and the stored question are one transaction (with
     # the database queue; Redis: a read, the claim, a write).
-    lease = await TurnLease.claim(
-        state.injects, cid, turn_id, lease_seconds=state.settings.turn_lease,
-        check=owned, write=store_question, factory=state.factory,
-        retry=append_retry_policy(state.factory, cid, "storing a question"))
-    turn = Turn(state, TurnSpec(turn_id=turn_id, user_id=user.id,
-                                conversation_id=cid, query=body.query,
-                                mode=body.mode, images=images), lease, started=started)
-    task = asyncio.create_task(turn.run(), name=f"ctxstack-turn-{turn_id}")
-    state.track(task)
-
-    def stop_turn() -> None:
-        task.cancel()  # the turn saves what it produced, then ends
-
-    return event_stream(frames(turn.queue), keepalive_seconds=state.settings.keepalive_seconds,
-                        on_disconnect=stop_turn)
+    return await start_turn(
+        state, cid, turn_id=turn_id, check=owned, write=store_question, started=started,
+        spec=lambda: TurnSpec(turn_id=turn_id, user_id=user.id, conversation_id=cid,
+                              query=body.query, mode=body.mode, images=images))
 
 
 def _title_from(query: str) -> str:

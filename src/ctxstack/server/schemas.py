@@ -106,7 +106,8 @@ class UsageOut(BaseModel):
 class StoredEvent(BaseModel):
     """An SSE event as stored on an assistant message (all but the answer deltas)."""
 
-    event: Literal["step", "inject", "compact", "context", "answer", "done", "error"]
+    event: Literal["step", "inject", "compact", "compact_start", "compact_end", "context",
+                   "answer", "done", "error"]
     data: dict[str, Any]
 
 

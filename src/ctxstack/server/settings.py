@@ -108,6 +108,15 @@ class Settings(StorageSettings):
     conversation at most this long)."""
     redis_timeout: float = Field(2.0, gt=0, le=3600, validation_alias="CTXSTACK_REDIS_TIMEOUT")
     """Seconds for a Redis connect or command."""
+    stream_resume_grace: float = Field(15.0, ge=0, le=3600,
+                                       validation_alias="CTXSTACK_STREAM_RESUME_GRACE")
+    """Seconds a turn keeps running with nobody reading its stream, so a reload or a
+    dropped connection can resume it (:mod:`ctxstack.server.streams`); ``0`` stops it as
+    soon as its reader disconnects."""
+    stream_retention: float = Field(3600.0, gt=0, le=30 * 86_400,
+                                    validation_alias="CTXSTACK_STREAM_RETENTION")
+    """Seconds a finished turn's recorded SSE events are kept for resuming (Redis streams
+    with ``CTXSTACK_REDIS_URL``, else the ``turn_streams`` tables)."""
     # From the LLM roles' settings (ctxstack.llm.config), filled by from_env:
     llm_timeout: float = Field(60.0, gt=0, le=86_400)
     fast_llm_timeout: float | None = Field(None, gt=0, le=86_400)
@@ -163,6 +172,8 @@ class Settings(StorageSettings):
             "CTXSTACK_MAX_ITERATIONS": str(self.max_iterations),
             "CTXSTACK_CALIBRATE": "1" if self.calibrate else "0",
             "CTXSTACK_TURN_LEASE": str(self.turn_lease),
+            "CTXSTACK_STREAM_RESUME_GRACE": str(self.stream_resume_grace),
+            "CTXSTACK_STREAM_RETENTION": str(self.stream_retention),
             "CTXSTACK_DB_CONNECT_TIMEOUT": str(self.db_connect_timeout),
             "CTXSTACK_DB_STATEMENT_TIMEOUT": str(self.db_statement_timeout),
             "CTXSTACK_DB_POOL_SIZE": str(self.db_pool_size),

@@ -5,8 +5,11 @@ One ``POST /api/chat`` answers with one ``text/event-stream``. Every frame is::
     event: <name>
     data: <one line of JSON>
 
-with ``<name>`` one of ``step``, ``inject``, ``compact``, ``context``, ``answer``, ``done``,
-``error`` (docs/DESIGN.md §5; ``context`` is the context meter). JSON never contains a raw
+with ``<name>`` one of ``step``, ``inject``, ``compact``, ``compact_start``,
+``compact_end``, ``context``, ``answer``, ``done``, ``error`` (docs/DESIGN.md §5;
+``context`` is the context meter; ``compact_start``/``compact_end`` bracket a
+summariser run). Each frame also carries ``id: <turn id>.<n>`` so a client can resume
+the stream with ``Last-Event-ID`` (:mod:`ctxstack.server.streams`). JSON never contains a raw
 newline, so each frame has exactly one ``data:`` line. Comment frames (``: keep-alive``)
 are sent every ``CTXSTACK_SSE_KEEPALIVE`` seconds so proxies and browsers do not drop a
 long-running connection; clients ignore them.
@@ -159,6 +162,33 @@ class CompactEvent(_Data):
     data: CompactData
 
 
+class CompactStartData(_Data):
+    """The summariser started (the page shows a "Summarising…" state until the matching
+    ``compact_end``). ``scope`` as in :class:`CompactData`."""
+
+    scope: Literal["load", "run"] = "load"
+
+
+class CompactStartEvent(_Data):
+    event: Literal["compact_start"] = "compact_start"
+    data: CompactStartData
+
+
+class CompactEndData(_Data):
+    """The summarising that ``compact_start`` announced is over: ``seconds`` it took;
+    ``compacted`` whether it changed the context (the ``compact`` event, when there is
+    one, says how)."""
+
+    scope: Literal["load", "run"] = "load"
+    seconds: float = 0.0
+    compacted: bool = True
+
+
+class CompactEndEvent(_Data):
+    event: Literal["compact_end"] = "compact_end"
+    data: CompactEndData
+
+
 class ContextParts(_Data):
     """Tokens of each part of the context sent to the model."""
 
@@ -230,12 +260,13 @@ class SseErrorEvent(_Data):
 
 
 SSEEvent = Annotated[
-    StepEvent | InjectEvent | CompactEvent | ContextEvent | AnswerEvent | SseDoneEvent
-    | SseErrorEvent,
+    StepEvent | InjectEvent | CompactEvent | CompactStartEvent | CompactEndEvent
+    | ContextEvent | AnswerEvent | SseDoneEvent | SseErrorEvent,
     Field(discriminator="event"),
 ]
 EVENT_ADAPTER: TypeAdapter[SSEEvent] = TypeAdapter(SSEEvent)
-EVENT_NAMES = ("step", "inject", "compact", "context", "answer", "done", "error")
+EVENT_NAMES = ("step", "inject", "compact", "compact_start", "compact_end", "context",
+               "answer", "done", "error")
 
 
 def openapi_schema() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -25,6 +25,7 @@ from ctxstack.server.identity import CurrentUser, ensure_local_user
 from ctxstack.server.inject_dispatch import InjectDispatcher
 from ctxstack.server.injects import DbInjectQueue, InjectQueue, RedisInjectQueue
 from ctxstack.server.settings import Settings
+from ctxstack.server.streams import StreamHub
 from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
@@ -275,9 +276,12 @@ class ServiceState:
     turns: set[asyncio.Task[None]] = field(default_factory=set)
     inject_poller: InjectDispatcher = field(init=False)
     """The worker's one poller of :attr:`injects` for all its running turns."""
+    streams: StreamHub = field(init=False)
+    """The turns' recorded SSE streams (:mod:`ctxstack.server.streams`)."""
 
     def __post_init__(self) -> None:
         self.inject_poller = InjectDispatcher(self.injects)
+        self.streams = StreamHub.open(self.settings, self.factory)
 
     async def budgets(self) -> tuple[ModelBudget, ModelBudget]:
         """(main, fast) budgets: admin model configs first, then env, then defaults (the
@@ -337,6 +341,7 @@ async def close_state(state: ServiceState, *, grace: float = 10.0) -> None:
         if late:
             await asyncio.wait(late, timeout=grace)
     await state.inject_poller.close()
+    await state.streams.close()
     await state.injects.close()
     await state.llms.aclose()
     await engine_of(state.factory).dispose()

@@ -84,6 +84,7 @@ from ctxstack.server.sse import (
     UsageData,
 )
 from ctxstack.server.state import ServiceState
+from ctxstack.server.summarising import SummarisingSignal
 from ctxstack.server.tools import service_tool_specs, service_tools
 from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.checkpoints import CheckpointCandidate
@@ -164,6 +165,8 @@ class Turn:
         # the stored messages the context's summary covers (pending: counted if needed)
         self.span: Span | PendingSpan = Span()
         self.model_calls = 0
+        # compact_start / compact_end around the summariser's runs
+        self.summarising = SummarisingSignal(self.push)
 
     # ------------------------------------------------------------------ events
     async def emit(self, event: SSEEvent) -> None:
@@ -245,7 +248,7 @@ class Turn:
             self.spec.conversation_id,
             session_factory=self.state.factory,
             budget=budget,
-            compact_llm=fast_llm,
+            compact_llm=self.summarising.wrap(fast_llm, "load"),
             user_id=self.spec.user_id,
             owner_verified=True,  # the route checked it, and the claim keeps it so
             file_store=self.state.files,
@@ -256,6 +259,7 @@ class Turn:
             tools=service_tool_specs() if self.spec.mode == "react" else None,
         )
         history = await memory.get_messages()
+        self.summarising.end(memory.was_compacted)
         self.checkpoint = memory.checkpoint_candidate
         # The stored messages are the archive (ctxstack.store.archive): what the load
         # summarised or trimmed, and what the run's guard clears, stays recallable.
@@ -325,7 +329,8 @@ class Turn:
         self, llm: LLM, fast_llm: LLM, budget: ModelBudget, history: list[ChatMessage]
     ) -> None:
         folds = FoldTracker()
-        guard = ContextGuard(compact_llm=fast_llm, default_budget=budget,
+        guard = ContextGuard(compact_llm=self.summarising.wrap(fast_llm, "run"),
+                             default_budget=budget,
                              counter=self.state.llms.counter("main"),
                              on_check=[folds, self._on_check(budget)], archive=self.archive)
         agent = ReActAgent(
@@ -350,6 +355,7 @@ class Turn:
                         result=_preview(event.result_preview), error=event.error is not None,
                         duration_ms=round(event.duration_s * 1000, 1))))
                 case agent_events.CompactionNoticeEvent():
+                    self.summarising.end(True)
                     base = await resolve_span(self.span, self.state.factory)
                     data, self.span = run_compaction(event.compaction, folds.last_fold, base)
                     self._checkpoint_run_summary(data, folds)
@@ -434,6 +440,7 @@ class Turn:
         """Stop taking injects, store everything in one transaction, then release the
         conversation and end the stream (the claim outlives the commit: issue 15)."""
         final: SseDoneEvent | None = None
+        self.summarising.end(False)  # a summariser run the turn never reported
         try:
             final = await self._save(status, error)
         finally:

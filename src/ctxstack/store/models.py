@@ -423,3 +423,39 @@ class ArchivedMessage(Base):
     content: Mapped[str] = mapped_column(Text)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JsonType, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class TurnStream(Base):
+    """The recorded SSE stream of one chat turn (the database backend of
+    :mod:`ctxstack.server.stream_log`; with Redis configured the streams live there).
+
+    ``ended_at`` is set when the turn's last event was recorded; a stream is deleted
+    ``CTXSTACK_STREAM_RETENTION`` seconds after it ended. ``watched_at`` is the last time
+    a reader on any worker read it (the turn keeps running while someone does);
+    ``stop_requested`` asks the turn's worker to stop it.
+    """
+
+    __tablename__ = "turn_streams"
+
+    turn_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    watched_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                 server_default=text("false"))
+
+
+class TurnStreamEvent(Base):
+    """One recorded SSE event of a turn: ``seq`` (1, 2, …) is its id within the turn."""
+
+    __tablename__ = "turn_stream_events"
+
+    turn_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("turn_streams.turn_id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    event: Mapped[str] = mapped_column(String(32))
+    data: Mapped[str] = mapped_column(Text)

@@ -146,6 +146,24 @@ function newTurn(question) {
   return turn;
 }
 
+/**
+ * The divider from the stored summaries (GET /compactions) when the answers on the page
+ * no longer carry it — the answer whose compaction drew it was regenerated — or after an
+ * edit or regenerate dropped the summary it showed.
+ */
+async function refreshDivider(conversationId, { force = false } = {}) {
+  if (!force && state.divider) return;
+  const listed = await api(`/api/conversations/${encodeURIComponent(conversationId)}/compactions`);
+  if (state.currentId !== conversationId) return;
+  const last = Array.isArray(listed) ? listed[listed.length - 1] : null;
+  if (!last) {
+    state.divider = null;
+    messagesBox().querySelector(":scope > .conversation-divider")?.remove();
+    return;
+  }
+  if (force || !state.divider) showDivider(last);
+}
+
 function showDivider(data) {
   state.divider = data;
   placeDivider(messagesBox(), data, (d) => openRemembers($("#remembers"), d, () =>
@@ -167,7 +185,10 @@ function renderHistory(messages) {
   for (const m of messages) {
     if (m.role === "user") {
       if (m.kind === "inject") continue; // drawn inside the turn that consumed it
-      renderUser(m.content, m.images || []).dataset.seq = String(m.seq);
+      const wrap = renderUser(m.content, m.images || []);
+      wrap.dataset.seq = String(m.seq);
+      wrap.dataset.id = String(m.id);
+      if (m.kind === "query") addEditButton(wrap);
       question = m.content;
     } else if (m.role === "assistant") {
       const turn = newTurn(question);
@@ -201,7 +222,11 @@ async function syncSeqs(conversationId) {
   const extra = nodes.length - shown.length;
   if (extra < 0 || extra > 1) return;
   shown.forEach((m, i) => {
-    if (nodes[i].classList.contains(m.role)) nodes[i].dataset.seq = String(m.seq);
+    if (nodes[i].classList.contains(m.role)) {
+      nodes[i].dataset.seq = String(m.seq);
+      nodes[i].dataset.id = String(m.id);
+      if (m.role === "user" && m.kind === "query") addEditButton(nodes[i]);
+    }
   });
   if (state.divider) showDivider(state.divider);
 }
@@ -300,7 +325,11 @@ async function selectConversation(id) {
   history.replaceState(null, "", `#c=${encodeURIComponent(id)}`);
   try {
     const messages = await api(`/api/conversations/${id}/messages`);
-    if (state.currentId === id) renderHistory(messages);
+    if (state.currentId === id) {
+      renderHistory(messages);
+      refreshDivider(id).catch(() => {});
+      resumeRunning(id).catch(() => {});
+    }
   } catch (err) {
     toast(`Could not load the conversation: ${err.message}`);
   }
@@ -333,9 +362,210 @@ function setRunning(running) {
   else $("#query").focus();
 }
 
+/** Replace the newest answer: its question and images stay (POST …/regenerate). */
 async function regenerate(turn) {
-  if (state.running || !turn.question) return;
-  await sendMessage(turn.question);
+  const conversationId = state.currentId;
+  if (state.running || !turn.question || !conversationId) return;
+  removeFrom(turn.root);
+  const next = newTurn(turn.question);
+  await runStream(conversationId, next, `/api/conversations/${encodeURIComponent(conversationId)}/regenerate`, {});
+}
+
+/** Remove `node` and every message drawn after it. */
+function removeFrom(node) {
+  let cur = node;
+  while (cur) {
+    const next = cur.nextElementSibling;
+    cur.remove();
+    cur = next;
+  }
+}
+
+/** Edit a sent question in place; saving replaces it and what followed, then answers. */
+function startEdit(wrap) {
+  const conversationId = state.currentId;
+  const id = wrap.dataset.id;
+  if (state.running || !conversationId || !id || wrap.querySelector(".edit-text")) return;
+  const bubble = wrap.querySelector(".bubble");
+  const area = el("textarea", "edit-text");
+  area.value = bubble?.textContent || "";
+  const save = el("button", "btn btn-small btn-primary edit-save", "Save & send");
+  const cancel = el("button", "btn btn-small edit-cancel", "Cancel");
+  save.type = cancel.type = "button";
+  const box = el("div", "edit-box");
+  box.append(area, save, cancel);
+  wrap.append(box);
+  if (bubble) bubble.hidden = true;
+  area.focus();
+  cancel.addEventListener("click", () => { box.remove(); if (bubble) bubble.hidden = false; });
+  save.addEventListener("click", async () => {
+    const query = area.value.trim();
+    if (!query) return;
+    box.remove();
+    if (bubble) { bubble.hidden = false; bubble.textContent = query; }
+    if (wrap.nextElementSibling) removeFrom(wrap.nextElementSibling);
+    const turn = newTurn(query);
+    await runStream(conversationId, turn,
+      `/api/conversations/${encodeURIComponent(conversationId)}/messages/${encodeURIComponent(id)}/edit`,
+      { query, mode: currentMode() });
+  });
+}
+
+function addEditButton(wrap) {
+  if (wrap.querySelector(".edit-btn")) return;
+  const button = el("button", "btn btn-small edit-btn", "Edit");
+  button.type = "button";
+  button.title = "Edit this question (what followed it is replaced)";
+  button.addEventListener("click", () => startEdit(wrap));
+  wrap.append(button);
+}
+
+const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+const RECONNECT_ATTEMPTS = 8;
+
+/**
+ * Stream a turn into `turn`: POST `path` (or, with `path` null, GET the running turn's
+ * stream), then — if the connection drops before `done`/`error` — reconnect with
+ * Last-Event-ID, so the turn goes on wherever it runs.
+ */
+async function runStream(conversationId, turn, path, body) {
+  const controller = new AbortController();
+  state.running = { conversationId, controller, turn, stopped: false };
+  document.querySelectorAll("#messages .regen-btn").forEach((b) => b.remove());
+  stickToBottom = true;
+  autoScroll(true);
+  setRunning(true);
+  let lastId = null;
+  const streamPath = `/api/conversations/${encodeURIComponent(conversationId)}/stream`;
+  try {
+    for (let attempt = 0; attempt <= RECONNECT_ATTEMPTS && !turn.finished; attempt += 1) {
+      let response;
+      try {
+        if (path && attempt === 0) {
+          response = await api(path, { method: "POST", body, signal: controller.signal, raw: true });
+        } else {
+          if (attempt > 0) await sleep(Math.min(4000, 500 * attempt));
+          const headers = {};
+          if (state.token) headers.Authorization = `Bearer ${state.token}`;
+          if (lastId) headers["Last-Event-ID"] = lastId;
+          response = await fetch(streamPath, { headers, signal: controller.signal });
+          if (response.status === 204) break;
+          if (!response.ok) throw new ApiError(response.status, `${response.status}`);
+        }
+        for await (const { event, data, id } of readEventStream(response, controller.signal)) {
+          if (id) lastId = id;
+          turn.handle(event, data);
+          autoScroll();
+        }
+      } catch (err) {
+        if (controller.signal.aborted) break;
+        if (err instanceof ApiError && attempt === 0 && path) throw err;
+      }
+    }
+    if (!turn.finished && state.running?.stopped) turn.markStopped();
+    else if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
+  } catch (err) {
+    turn.onError({ message: err.message });
+  } finally {
+    const stopped = state.running?.stopped;
+    state.running = null;
+    setRunning(false);
+    pruneRegenerate();
+    loadConversations().catch(() => {});
+    const rewrote = Boolean(path) && path !== "/api/chat";
+    setTimeout(() => syncSeqs(conversationId)
+      .then(() => (rewrote ? refreshDivider(conversationId, { force: true }) : null))
+      .catch(() => {}), stopped ? 800 : 0);
+  }
+}
+
+/** After a reload: a turn still running in this conversation is shown and followed. */
+async function resumeRunning(conversationId) {
+  if (state.running) return;
+  const headers = {};
+  if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  const probe = await fetch(`/api/conversations/${encodeURIComponent(conversationId)}/stream`,
+    { headers, method: "GET" });
+  if (probe.status !== 200 || state.currentId !== conversationId) {
+    probe.body?.cancel().catch(() => {});
+    return;
+  }
+  const users = [...messagesBox().querySelectorAll(":scope > .msg.user .bubble")];
+  const turn = newTurn(users.length ? users[users.length - 1].textContent : null);
+  const controller = new AbortController();
+  state.running = { conversationId, controller, turn, stopped: false };
+  setRunning(true);
+  try {
+    for await (const { event, data } of readEventStream(probe, controller.signal)) {
+      turn.handle(event, data);
+      autoScroll();
+    }
+  } catch { /* dropped: the loop below reconnects */ }
+  state.running = null;
+  if (!turn.finished) {
+    // continue like any dropped stream
+    turn.root.remove();
+    const again = newTurn(turn.question);
+    await runStream(conversationId, again, null, null);
+  } else {
+    setRunning(false);
+    pruneRegenerate();
+  }
+}
+
+async function stopRunning() {
+  const running = state.running;
+  if (!running) return;
+  running.stopped = true;
+  try {
+    await api(`/api/conversations/${encodeURIComponent(running.conversationId)}/stop`, { method: "POST" });
+  } catch {
+    running.controller.abort();
+  }
+}
+
+/** The meter's "Compact now": show what would be summarised, then run it. */
+async function compactNow() {
+  const conversationId = state.currentId;
+  const panel = $("#compact-panel");
+  if (!conversationId || state.running || !panel) return;
+  panel.hidden = false;
+  panel.replaceChildren(el("span", "", "Looking at what could be summarised…"));
+  let preview;
+  try {
+    preview = await api(`/api/conversations/${encodeURIComponent(conversationId)}/compact-preview`);
+  } catch (err) {
+    panel.replaceChildren(el("span", "", `Could not preview: ${err.message}`));
+    return;
+  }
+  if (!preview.messages) {
+    panel.replaceChildren(el("span", "compact-preview", "Nothing to summarise yet: the conversation is already short."));
+    setTimeout(() => { panel.hidden = true; }, 3000);
+    return;
+  }
+  const text = `Summarise ${preview.messages} earlier message${preview.messages === 1 ? "" : "s"} `
+    + `(keeping the last ${preview.kept_messages} verbatim): ${preview.tokens_before.toLocaleString("en")} → `
+    + `about ${preview.estimated_tokens_after.toLocaleString("en")} tokens, an estimated saving of `
+    + `${preview.estimated_saving.toLocaleString("en")} tokens.`;
+  const run = el("button", "btn btn-small btn-primary compact-run", "Compact");
+  const cancel = el("button", "btn btn-small compact-cancel", "Cancel");
+  run.type = cancel.type = "button";
+  const actions = el("div", "actions");
+  actions.append(run, cancel);
+  panel.replaceChildren(el("div", "compact-preview", text), actions);
+  cancel.addEventListener("click", () => { panel.hidden = true; });
+  run.addEventListener("click", async () => {
+    panel.replaceChildren(el("span", "summarising-state", "Summarising…"));
+    try {
+      const done = await api(`/api/conversations/${encodeURIComponent(conversationId)}/compact`, { method: "POST" });
+      panel.replaceChildren(el("span", "compact-done",
+        `Summarised ${done.compact.summarized_messages} messages: ${done.tokens_before.toLocaleString("en")} → ${done.tokens_after.toLocaleString("en")} tokens.`));
+      if (state.currentId === conversationId) showDivider(done.compact);
+    } catch (err) {
+      panel.replaceChildren(el("span", "", `Compaction failed: ${err.message}`));
+    }
+    setTimeout(() => { panel.hidden = true; }, 4000);
+  });
 }
 
 async function sendMessage(again = null) {
@@ -366,40 +596,9 @@ async function sendMessage(again = null) {
     renderAttachments();
   }
   renderUser(query, attachments.map((a) => ({ file_id: a.id, url: a.url })));
-  document.querySelectorAll("#messages .regen-btn").forEach((b) => b.remove());
   const turn = newTurn(query);
-  stickToBottom = true;
-  autoScroll(true);
-  const controller = new AbortController();
-  state.running = { conversationId, controller, turn };
-  setRunning(true);
-  try {
-    const response = await api("/api/chat", {
-      method: "POST",
-      body: { conversation_id: conversationId, query, mode: currentMode(), file_ids: attachments.map((a) => a.id) },
-      signal: controller.signal,
-      raw: true,
-    });
-    for await (const { event, data } of readEventStream(response, controller.signal)) {
-      turn.handle(event, data);
-      autoScroll();
-    }
-    if (!turn.finished && controller.signal.aborted) turn.markStopped();
-    else if (!turn.finished) turn.onError({ message: "The connection closed before the turn finished." });
-  } catch (err) {
-    if (controller.signal.aborted) {
-      turn.markStopped();
-    } else {
-      turn.onError({ message: err.message });
-    }
-  } finally {
-    state.running = null;
-    setRunning(false);
-    pruneRegenerate();
-    loadConversations().catch(() => {});
-    // A stopped turn is saved by the server a moment after the disconnect.
-    setTimeout(() => syncSeqs(conversationId).catch(() => {}), controller.signal.aborted ? 800 : 0);
-  }
+  await runStream(conversationId, turn, "/api/chat",
+    { conversation_id: conversationId, query, mode: currentMode(), file_ids: attachments.map((a) => a.id) });
 }
 
 async function sendInject() {
@@ -488,7 +687,10 @@ function hideLogin() {
 function bind() {
   $("#composer").addEventListener("submit", (e) => { e.preventDefault(); sendMessage(); });
   $("#inject-form").addEventListener("submit", (e) => { e.preventDefault(); sendInject(); });
-  $("#stop").addEventListener("click", () => state.running?.controller.abort());
+  $("#stop").addEventListener("click", () => { stopRunning(); });
+  $("#composer-meter").addEventListener("click", (e) => {
+    if (e.target.closest("#compact-now")) compactNow();
+  });
   $("#new-chat").addEventListener("click", newChat);
   $("#toggle-sidebar").addEventListener("click", openSidebar);
   $("#scrim").addEventListener("click", closeSidebar);

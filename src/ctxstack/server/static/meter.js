@@ -74,4 +74,10 @@ export function setComposerMeter(box, data, budget) {
   }
   box.hidden = false;
   box.append(renderMeter(reading, { label: data ? "Context" : "Context (empty)" }));
+  // "Compact now" lives in the gauge (app.js shows what it would summarise first).
+  const compact = el("button", "btn btn-small compact-now", "Compact now");
+  compact.type = "button";
+  compact.id = "compact-now";
+  compact.title = "Summarise the older messages now (shows what and the saving first)";
+  box.append(compact);
 }

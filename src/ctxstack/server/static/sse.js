@@ -31,6 +31,7 @@ export async function* readEventStream(response, signal) {
 
 export function parseFrame(frame) {
   let event = "message";
+  let id = null;
   const data = [];
   for (const line of frame.split("\n")) {
     if (line === "" || line.startsWith(":")) continue;
@@ -40,12 +41,13 @@ export function parseFrame(frame) {
     if (value.startsWith(" ")) value = value.slice(1);
     if (field === "event") event = value;
     else if (field === "data") data.push(value);
+    else if (field === "id") id = value;
   }
   if (!data.length) return null;
   const text = data.join("\n");
   try {
-    return { event, data: JSON.parse(text) };
+    return { event, data: JSON.parse(text), id };
   } catch {
-    return { event, data: text };
+    return { event, data: text, id };
   }
 }

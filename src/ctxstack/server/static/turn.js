@@ -4,6 +4,7 @@
 // so both draw the same thing. What belongs to the whole conversation (the divider, the
 // composer's meter, scrolling, asking again) goes through `hooks`.
 
+import { decorateCodeBlocks } from "./codeblocks.js";
 import { PlanView } from "./dagview.js";
 import { el } from "./dom.js";
 import { clip, dividerText, pretty, usageText } from "./format.js";
@@ -76,6 +77,8 @@ export class AssistantTurn {
   handle(event, data) {
     switch (event) {
       case "compact": return this.onCompact(data);
+      case "compact_start": return this.onSummarising(true);
+      case "compact_end": return this.onSummarising(false);
       case "context": return this.onContext(data);
       case "step": return this.onStep(data);
       case "inject": return this.onInject(data);
@@ -109,6 +112,15 @@ export class AssistantTurn {
     divider.append(el("span", "", dividerText(data)));
     if (data?.scope === "run" && this.steps) this.stepList.append(divider);
     else this.append(divider);
+  }
+
+  /** The summariser runs (compact_start) or finished (compact_end): a visible state. */
+  onSummarising(running) {
+    if (this.replay) return;
+    this.root.classList.toggle("summarising", running);
+    if (this.thinking.isConnected) {
+      this.thinking.textContent = running ? "Summarising earlier messages…" : "Thinking…";
+    }
   }
 
   onStep(data) {
@@ -197,6 +209,7 @@ export class AssistantTurn {
       requestAnimationFrame(() => {
         this.renderQueued = false;
         this.answerEl.innerHTML = renderMarkdown(this.text);
+        decorateCodeBlocks(this.answerEl, copyText);
         this.hooks.onRender?.();
       });
     }
@@ -210,6 +223,7 @@ export class AssistantTurn {
     }
     this.text = text;
     this.answerEl.innerHTML = renderMarkdown(text);
+    decorateCodeBlocks(this.answerEl, copyText);
   }
 
   onContext(data) {
@@ -231,7 +245,7 @@ export class AssistantTurn {
     if (this.question) {
       const regen = el("button", "btn btn-small regen-btn", "Regenerate");
       regen.type = "button";
-      regen.title = "Ask the same question again";
+      regen.title = "Replace this answer with a new one (the question and its images stay)";
       regen.addEventListener("click", () => this.hooks.onRegenerate?.(this));
       bar.append(regen);
     }
@@ -244,6 +258,7 @@ export class AssistantTurn {
   markStopped() {
     if (this.root.querySelector(".turn-stopped")) return;
     if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
+    decorateCodeBlocks(this.answerEl, copyText);
     this.root.classList.add("stopped");
     this.append(el("div", "turn-stopped", this.text
       ? "Stopped — the answer above is what was written before Stop. It is saved."
@@ -255,6 +270,7 @@ export class AssistantTurn {
   onDone(data) {
     if (!this.text && data?.answer) this.setAnswer(data.answer);
     else if (this.answerEl) this.answerEl.innerHTML = renderMarkdown(this.text);
+    decorateCodeBlocks(this.answerEl, copyText);
     const usage = data?.usage || {};
     const card = el("div", "done-card");
     card.append(el("span", "usage", usageText(usage)));
