@@ -74,11 +74,8 @@ def test_truncation_of_a_broken_log_is_valid_and_fits(events: list[tuple[str, ob
     messages = build(events)
     out = CompactUtils.smart_truncate(messages, budget)
     assert tool_turn_problems(out) == []
-    # The system prompt is kept: the leading system messages once the log is repaired (a
-    # dropped orphan result can join a later system note to the prompt).
-    repaired = repair_tool_turns(messages)
-    prompt = next((i for i, m in enumerate(repaired) if m.role != "system"), len(repaired))
-    fixed = DEFAULT_COUNTER.count_messages(repaired[:prompt])
+    prompt = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+    fixed = DEFAULT_COUNTER.count_messages(messages[:prompt])  # the system prompt is kept
     if fixed <= effective_budget(budget, DEFAULT_COUNTER):
         assert DEFAULT_COUNTER.count_messages(out) <= effective_budget(budget, DEFAULT_COUNTER)
 
