@@ -10,7 +10,9 @@ neither. Only the summariser model is wrapped — the main model's calls never s
 
 from __future__ import annotations
 
+import inspect
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -31,9 +33,17 @@ class SummarisingSignal:
     """Brackets summariser runs with events sent through ``push``."""
 
     def __init__(self, push: Callable[[SSEEvent], None]) -> None:
-        self.push = push
+        # A weak reference to a bound method: the turn holds this signal, and a strong
+        # reference back would make every finished turn wait for the cycle collector.
+        self._push: Callable[[], Callable[[SSEEvent], None] | None] = (
+            weakref.WeakMethod(push) if inspect.ismethod(push) else (lambda: push))
         self.scope: Scope | None = None
         self._started = 0.0
+
+    def _send(self, event: SSEEvent) -> None:
+        push = self._push()
+        if push is not None:
+            push(event)
 
     @property
     def running(self) -> bool:
@@ -44,13 +54,13 @@ class SummarisingSignal:
             return
         self.scope = scope
         self._started = time.perf_counter()
-        self.push(CompactStartEvent(data=CompactStartData(scope=scope)))
+        self._send(CompactStartEvent(data=CompactStartData(scope=scope)))
 
     def end(self, compacted: bool = True) -> None:
         if self.scope is None:
             return
         seconds = round(time.perf_counter() - self._started, 3)
-        self.push(CompactEndEvent(data=CompactEndData(scope=self.scope, seconds=seconds,
+        self._send(CompactEndEvent(data=CompactEndData(scope=self.scope, seconds=seconds,
                                                       compacted=compacted)))
         self.scope = None
 
