@@ -110,6 +110,8 @@ class TurnRecorder:
             self._logged = False
         self.hub.local[self.turn_id] = self
         self._pump = asyncio.create_task(self._run(), name=f"ctxstack-stream-{self.turn_id}")
+        self.hub.pumps.add(self._pump)
+        self._pump.add_done_callback(self.hub.pumps.discard)
         self._watch = asyncio.create_task(self._watchdog(),
                                           name=f"ctxstack-watch-{self.turn_id}")
 
@@ -262,6 +264,9 @@ async def follow_log(hub: StreamHub, turn_id: str, after: int,
         await asyncio.sleep(FOLLOW_POLL)
 
 
+CLOSE_GRACE_SECONDS = 5.0
+
+
 @dataclass
 class StreamHub:
     """A worker's recorded streams: the log and the turns recording here."""
@@ -269,6 +274,8 @@ class StreamHub:
     settings: Settings
     log: StreamLog
     local: dict[str, TurnRecorder] = field(default_factory=dict)
+    pumps: set[asyncio.Task[None]] = field(default_factory=set)
+    """Recording tasks still running (their last write may follow the turn's end)."""
 
     @classmethod
     def open(cls, settings: Settings, factory: SessionFactory) -> StreamHub:
@@ -287,6 +294,14 @@ class StreamHub:
             del self.local[recorder.turn_id]
 
     async def close(self) -> None:
+        """Let the recordings finish their last writes (a few seconds at most), then close
+        the log: a write after the close would open a connection nobody closes."""
+        if self.pumps:
+            _, pending = await asyncio.wait(set(self.pumps), timeout=CLOSE_GRACE_SECONDS)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
         await self.log.close()
 
 
