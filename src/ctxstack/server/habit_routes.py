@@ -254,6 +254,8 @@ async def resume_stream(
         return Response(status_code=204)
     keepalive = state.settings.keepalive_seconds
     local = hub.local.get(info.turn_id)
+    if resume is None and local is not None and local.ended:
+        return Response(status_code=204)  # ended here; its log's last write may lag
     if local is not None:
         return event_stream(local.frames(after), keepalive_seconds=keepalive,
                             on_disconnect=local.attach())

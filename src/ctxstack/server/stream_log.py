@@ -126,12 +126,15 @@ class DbStreamLog:
                    limit: int = READ_LIMIT) -> tuple[list[Recorded], bool]:
         events = table_of(TurnStreamEvent)
         async with reading(self.factory, "reading a turn's stream") as session:
+            # The end first: it is written with the last events in one transaction, so an
+            # end seen here guarantees the rows read next are complete (reads are per
+            # statement; the other order could see no rows, then the end, and lose them).
+            ended = await session.scalar(select(TurnStream.ended_at).where(
+                TurnStream.turn_id == turn_id))
             rows = (await session.execute(
                 select(events.c.seq, events.c.event, events.c.data)
                 .where(events.c.turn_id == turn_id, events.c.seq > after)
                 .order_by(events.c.seq).limit(limit))).all()
-            ended = await session.scalar(select(TurnStream.ended_at).where(
-                TurnStream.turn_id == turn_id))
         return [Recorded(int(r[0]), str(r[1]), str(r[2])) for r in rows], ended is not None
 
     @staticmethod
@@ -241,10 +244,12 @@ class RedisStreamLog:
 
     async def read(self, turn_id: str, after: int,
                    limit: int = READ_LIMIT) -> tuple[list[Recorded], bool]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(self._events(turn_id), min=f"({after}-0", max="+", count=limit)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            # One MULTI/EXEC: the end and the events as one snapshot (an append's own
+            # MULTI/EXEC cannot fall between them).
             pipe.hget(self._meta(turn_id), "ended")
-            entries, ended = await self._run(pipe.execute())
+            pipe.xrange(self._events(turn_id), min=f"({after}-0", max="+", count=limit)
+            ended, entries = await self._run(pipe.execute())
         out = [Recorded(int(str(entry_id).split("-", 1)[0]), str(fields.get("e", "")),
                         str(fields.get("d", "")))
                for entry_id, fields in entries or []]

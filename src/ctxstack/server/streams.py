@@ -140,8 +140,12 @@ class TurnRecorder:
             self._notify()
             if self._watch is not None:
                 self._watch.cancel()
-            self.hub.forget(self)
-        await writer
+            try:
+                await writer
+            finally:
+                # Only now: until the log says the stream ended, readers here must keep
+                # reading it from memory (the log would look unfinished to them).
+                self.hub.forget(self)
 
     async def _writer(self) -> None:
         """Write what arrived since the last write, at most every ``FLUSH_INTERVAL``
