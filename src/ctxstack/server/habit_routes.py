@@ -260,7 +260,14 @@ async def resume_stream(
         return event_stream(local.frames(after), keepalive_seconds=keepalive,
                             on_disconnect=local.attach())
 
+    followed = info.turn_id
+
     async def running() -> bool:
+        """Whether the followed turn may still run: a newer turn of the conversation
+        means it ended (one turn at a time), else the conversation's claim says."""
+        newest = await hub.log.latest(conversation_id)
+        if newest is not None and newest.turn_id != followed:
+            return False
         return await state.injects.is_running(conversation_id)
 
     return event_stream(follow_log(hub, info.turn_id, after, running),

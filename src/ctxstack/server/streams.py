@@ -11,7 +11,8 @@ Readers:
 * the response to the request that started the turn, and any ``GET`` of its stream on
   the same worker, read the recorder's memory (:meth:`TurnRecorder.frames`);
 * a ``GET`` on another worker or host follows the log (:func:`follow_log`), polling it,
-  and marks the stream as read (``touch``) while it does.
+  and marks the stream as read (``touch``) while it does; the stream of a turn whose
+  worker died ends with an "interrupted" error, recorded for every later reader.
 
 A turn now outlives its reader: a reload must find it still running. It stops
 
@@ -36,8 +37,9 @@ from dataclasses import dataclass, field
 
 from sse_starlette import ServerSentEvent
 
+from ctxstack.server.persist import INTERRUPTED_ANSWER
 from ctxstack.server.settings import Settings
-from ctxstack.server.sse import SSEEvent
+from ctxstack.server.sse import ErrorData, SseErrorEvent, SSEEvent
 from ctxstack.server.stream_log import DbStreamLog, Recorded, RedisStreamLog, StreamLog
 from ctxstack.store.db import SessionFactory
 
@@ -48,6 +50,8 @@ WATCH_INTERVAL = 1.0
 FOLLOW_POLL = 0.1
 """Seconds between two reads of the log by a reader on another worker."""
 TOUCH_INTERVAL = 1.0
+ENDING_GRACE = 1.0
+"""Seconds a reader waits for a turn found not running to end its stream itself."""
 FLUSH_INTERVAL = 0.05
 """Seconds between two writes of a turn's new events to the log."""
 
@@ -242,8 +246,15 @@ class TurnRecorder:
 async def follow_log(hub: StreamHub, turn_id: str, after: int,
                      running: Callable[[], Awaitable[bool]]) -> AsyncIterator[bytes]:
     """The events of a turn recorded by another worker, after ``after``, polled from the
-    log until the stream ended — or until its turn is no longer running and nothing came
-    for a lease (a worker that died mid-turn never ends its stream)."""
+    log until the stream ended.
+
+    A worker that died mid-turn (``kill -9``, a lost host) never ends its stream: when
+    nothing came for three leases and ``running()`` says the turn no longer runs, the
+    stream ends with the outcome the conversation will store for it — an ``error`` event
+    saying the turn was interrupted (:data:`~ctxstack.server.persist.INTERRUPTED_ANSWER`),
+    recorded so that later readers get it at once and the stream reads as ended. (Before,
+    it ended without a last event, and a page reconnecting to another host retried for
+    minutes.)"""
     quiet_limit = max(3 * hub.settings.turn_lease, 2.0)
     last_event = last_touch = time.monotonic()
     touched = False
@@ -262,10 +273,32 @@ async def follow_log(hub: StreamHub, turn_id: str, after: int,
         if ended:
             return
         if time.monotonic() - last_event > quiet_limit:
-            if not await running():
+            if not await running() and await _still_silent(hub, turn_id, after):
+                yield await _interrupted(hub, turn_id, after)
                 return
             last_event = time.monotonic()
         await asyncio.sleep(FOLLOW_POLL)
+
+
+async def _still_silent(hub: StreamHub, turn_id: str, after: int) -> bool:
+    """A last look at the log, :data:`ENDING_GRACE` seconds after the turn was found not
+    running: a turn that just ended releases its claim before its ``done`` reaches the
+    log, and must not be declared interrupted."""
+    await asyncio.sleep(ENDING_GRACE)
+    events, ended = await hub.log.read(turn_id, after, limit=1)
+    return not events and not ended
+
+
+async def _interrupted(hub: StreamHub, turn_id: str, after: int) -> bytes:
+    """The last event of a turn whose worker died, recorded as the stream's end (best
+    effort: a second reader recording it too is refused, and sends the same)."""
+    item = recorded(after + 1, SseErrorEvent(data=ErrorData(message=INTERRUPTED_ANSWER,
+                                                            kind="failed")))
+    try:
+        await hub.log.append(turn_id, [item], end=True)
+    except Exception:
+        log.info("turn %s: its interrupted end was not recorded", turn_id, exc_info=True)
+    return frame(turn_id, item)
 
 
 CLOSE_GRACE_SECONDS = 5.0
