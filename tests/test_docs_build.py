@@ -162,7 +162,8 @@ def parse(args: list[str]) -> list[str]:
         if not rest:
             break
         name, sub, remaining = command.resolve_command(ctx, rest)
-        assert sub is not None and name is not None
+        assert sub is not None
+        assert name is not None
         path.append(name)
         command = sub
         ctx = sub.make_context(name, remaining, parent=ctx)
@@ -200,7 +201,8 @@ def test_every_command_in_the_getting_started_page_is_a_real_subcommand() -> Non
     real = _help_commands()
     groups = {name: _help_commands(name) for name in ("db", "user")}
     for args in found:
-        assert args and args[0] in real, f"`ctxstack {shlex.join(args)}`: not in ctxstack --help"
+        assert args, "a bare `ctxstack` in a command block"
+        assert args[0] in real, f"`ctxstack {shlex.join(args)}`: not in ctxstack --help"
         if args[0] in groups and len(args) > 1 and not args[1].startswith("-"):
             assert args[1] in groups[args[0]], f"`ctxstack {shlex.join(args)}`"
 
