@@ -78,8 +78,8 @@ def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
         assert (site / page).is_file(), page
     # The API reference is generated from the docstrings, not written by hand.
     guard = (site / "reference" / "guard" / "index.html").read_text(encoding="utf-8")
-    assert "check_and_compact" in guard
-    assert "enforces the budget before every model call" in guard
+    assert 'id="ctxstack.guard.ContextGuard"' in guard
+    assert 'id="ctxstack.guard.ContextGuard.check_and_compact"' in guard
 
 
 def test_the_pages_load_nothing_from_elsewhere(site: Path) -> None:
@@ -225,3 +225,18 @@ def test_the_readme_links_to_pages_that_exist() -> None:
     assert any(link.startswith("docs/getting-started") for link in links)
     missing = [link for link in links if not (ROOT / link).exists()]
     assert not missing, f"README links to missing files: {missing}"
+
+
+def test_the_http_api_page_lists_every_route_the_service_serves() -> None:
+    from ctxstack.server.app import create_app
+    from ctxstack.server.settings import Settings
+
+    spec = create_app(Settings(auth="none")).openapi()
+    page = (DOCS / "http-api.md").read_text(encoding="utf-8")
+    # the routes table: | `GET /api/info` | … and | `GET`, `PATCH`, `DELETE /api/…` | …
+    documented = set(re.findall(r"^\| `[A-Z][A-Z`, ]* (/api/[^` ]+)` \|", page, re.MULTILINE))
+    served = {path.replace("{conversation_id}", "{id}") for path in spec["paths"]}
+    missing = sorted(served - documented)
+    assert not missing, f"docs/http-api.md does not list {missing}"
+    gone = sorted(documented - served)
+    assert not gone, f"docs/http-api.md lists routes the service does not serve: {gone}"
