@@ -199,7 +199,8 @@ def test_every_command_in_the_getting_started_page_is_a_real_subcommand() -> Non
     found = [args for block in shell_blocks(text) for args in invocations(block)]
     assert len(found) >= 5, "the getting-started page should show the commands it explains"
     real = _help_commands()
-    groups = {name: _help_commands(name) for name in ("db", "user")}
+    groups = {name: _help_commands(name) for name, command in cli.commands.items()
+              if isinstance(command, click.Group)}
     for args in found:
         assert args, "a bare `ctxstack` in a command block"
         assert args[0] in real, f"`ctxstack {shlex.join(args)}`: not in ctxstack --help"
@@ -240,3 +241,16 @@ def test_the_http_api_page_lists_every_route_the_service_serves() -> None:
     assert not missing, f"docs/http-api.md does not list {missing}"
     gone = sorted(documented - served)
     assert not gone, f"docs/http-api.md lists routes the service does not serve: {gone}"
+
+
+def test_the_command_line_page_lists_every_command() -> None:
+    page = (DOCS / "cli.md").read_text(encoding="utf-8")
+    commands: list[list[str]] = []
+    for name, command in cli.commands.items():
+        if isinstance(command, click.Group):
+            commands += [[name, sub] for sub in command.commands]
+        else:
+            commands.append([name])
+    assert len(commands) > 8
+    missing = [" ".join(c) for c in commands if f"`ctxstack {' '.join(c)}" not in page]
+    assert not missing, f"docs/cli.md does not list: {missing}"
