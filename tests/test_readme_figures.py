@@ -1,15 +1,18 @@
-"""Every figure the README's "Headline figures" quotes agrees with benchmarks/results/REPORT.md.
+"""Every figure the documentation's "Headline figures" quotes agrees with
+benchmarks/results/REPORT.md.
 
-The README is prose and the report is tables, so each quoted figure has a *check* below: a
-pattern that finds the quote in the README and the report cell(s) it must agree with.
+The headline figures live on the site's benchmarks page (docs/benchmarks.md; the README
+links to it). The page is prose and the report is tables, so each quoted figure has a
+*check* below: a pattern that finds the quote in the page and the report cell(s) it must
+agree with.
 A quote agrees when it equals the report's value rounded to the quote's precision (``51%``
 for 51.25 %, ``≈ 0.03 ms`` for 0.0299 ms), or, for a bound ("within 1.3×", "≥ 20×"), when
 the report's value satisfies it. Every number in the headline section must belong to one
-check, so a figure added to the README without a check fails too.
+check, so a figure added to the page without a check fails too.
 
-When a figure disagrees, the failure names it, with the README's value and the report's:
-regenerate the report (``benchmarks/run``) at the commit the README describes, or correct
-the README.
+When a figure disagrees, the failure names it, with the page's value and the report's:
+regenerate the report (``benchmarks/run``) at the commit the page describes, or correct
+the page.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"
 REPORT = ROOT / "benchmarks" / "results" / "REPORT.md"
 
 _NUMBER = re.compile(r"[-−]?\d[\d,]*(?:\.\d+)?")
@@ -139,7 +142,7 @@ def parse_report(text: str) -> dict[str, Section]:
 # ---------------------------------------------------------------------------- the checks
 
 Actual = Callable[[dict[str, Section], tuple[str, ...]], list[tuple[str, str, float, str]]]
-"""(report, README groups) -> [(figure, quoted, report value, "round" | "max" | "min" | "eq")]"""
+"""(report, page groups) -> [(figure, quoted, report value, "round" | "max" | "min" | "eq")]"""
 
 
 @dataclass(frozen=True)
@@ -317,7 +320,7 @@ CHECKS = [
 
 
 def headline() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index("Headline figures")
     end = text.index("\n## ", start)
     return " ".join(text[start:end].split())
@@ -346,17 +349,17 @@ def report() -> dict[str, Section]:
 def test_readme_figure_agrees_with_the_report(check: Check, report: dict[str, Section]) -> None:
     match = re.search(check.pattern, headline())
     assert match is not None, (
-        f"README 'Headline figures' no longer says what the {check.name!r} check looks for "
-        f"({check.pattern!r}): update the check with the README"
+        f"docs/benchmarks.md 'Headline figures' no longer says what the {check.name!r} check looks for "
+        f"({check.pattern!r}): update the check with the page"
     )
     try:
         figures = check.actual(report, match.groups())
     except (LookupError, KeyError, ValueError) as exc:
-        pytest.fail(f"{check.name}: the README quotes {match.group(0)!r}, which REPORT.md "
+        pytest.fail(f"{check.name}: docs/benchmarks.md quotes {match.group(0)!r}, which REPORT.md "
                     f"does not contain ({exc})")
-    wrong = [f"{name}: README says {quoted}, REPORT.md has {actual:g} ({mode})"
+    wrong = [f"{name}: the page says {quoted}, REPORT.md has {actual:g} ({mode})"
              for name, quoted, actual, mode in figures if not agrees(quoted, actual, mode)]
-    assert not wrong, "README figures disagree with REPORT.md:\n" + "\n".join(wrong)
+    assert not wrong, "docs/benchmarks.md figures disagree with REPORT.md:\n" + "\n".join(wrong)
 
 
 def test_every_number_in_the_headline_is_checked() -> None:
@@ -367,7 +370,7 @@ def test_every_number_in_the_headline_is_checked() -> None:
         for m in _NUMBER.finditer(text)
         if not any(a <= m.start() < b for a, b in covered)
     ]
-    assert not loose, f"README headline numbers no check covers: {loose}"
+    assert not loose, f"headline numbers no check covers: {loose}"
 
 
 # ---------------------------------------------------------------------------- the checker

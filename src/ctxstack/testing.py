@@ -55,7 +55,8 @@ class ScriptedLLM:
         handler: used when the queue is empty; without one an empty queue is an error.
         delay: seconds to sleep before every answer (to test timeouts and concurrency).
         stream_chunk: characters per streamed delta.
-        context_size / max_output_tokens: what the budget layer reads.
+        context_size: the context window the budget layer reads.
+        max_output_tokens: the reserved output the budget layer reads.
     """
 
     def __init__(

@@ -149,7 +149,10 @@ class DAGEngine:
         step_max_iterations: ReAct iteration cap per step.
         compact_steps_with_llm: step guards summarise with ``fast_llm`` (else truncate).
         agent_options: extra keyword arguments for every step ``ReActAgent``.
-        planner_prompt / step_prompt / analyzer_prompt / synthesis_prompt: system prompts.
+        planner_prompt: the planner's system prompt.
+        step_prompt: each step agent's system prompt.
+        analyzer_prompt: the result analyzer's system prompt.
+        synthesis_prompt: the final answer's system prompt.
         counter: token counter for the planner-input bound.
         step_counter: token counter of the step guards (they run on the fast model's
             budget, so e.g. the fast model's calibrating counter).

@@ -255,9 +255,10 @@ class LangChainSummarizer(ModelWindow):
 
     Args:
         chat_model: a LangChain ``BaseChatModel``.
-        context_size / max_output_tokens: the model's window; by default read from the
-            model's ``profile`` (``max_input_tokens`` + ``max_output_tokens``), else
-            128,000 and 16,000.
+        context_size: the model's window; by default read from the model's ``profile``
+            (``max_input_tokens`` + ``max_output_tokens``), else 128,000.
+        max_output_tokens: the tokens kept for the answer; by default the profile's
+            ``max_output_tokens``, else 16,000.
 
     ``chat`` passes ``tools`` through ``bind_tools`` and other options (``max_tokens``…) to
     the model's call; usage comes from the answer's ``usage_metadata`` (estimated and

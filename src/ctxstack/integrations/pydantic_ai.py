@@ -161,7 +161,8 @@ class PydanticAISummarizer(ModelWindow):
 
     Args:
         model: a pydantic-ai ``Model`` instance (``FunctionModel``, ``OpenAIChatModel``, …).
-        context_size / max_output_tokens: the model's window (default 128,000 / 16,000).
+        context_size: the model's window (default 128,000).
+        max_output_tokens: the tokens kept for the answer (default 16,000).
 
     ``chat`` sends the messages through ``pydantic_ai.direct.model_request`` (tools as
     function tool definitions, ``max_tokens`` as a model setting); usage is the response's

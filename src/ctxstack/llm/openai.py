@@ -87,7 +87,8 @@ class OpenAICompatibleLLM:
         base_url: the endpoint's base URL including ``/v1`` (``http://localhost:11434/v1``).
         api_key: the bearer key (any non-empty value for servers that ignore it).
         model: the model name sent with every request.
-        context_size / max_output_tokens: override the budget's numbers.
+        context_size: overrides the budget's context window.
+        max_output_tokens: overrides the budget's reserved output.
         budget: the :class:`~ctxstack.budget.ModelBudget` to expose; default
             ``resolve_budget(role)`` (database-less: env, then defaults).
         timeout: seconds per non-streaming attempt / per stream read.

@@ -65,7 +65,9 @@ class SummaryMemory(BaseMemory):
         budget: optional token budget: also compact when the held messages exceed it,
             size the summary in proportion to it, and never return more than it from
             :meth:`get_messages` (``smart_truncate`` as a last resort).
-        prompt / timeout / counter: as for :func:`ctxstack.compaction._llm_compact`.
+        prompt: as for :func:`ctxstack.compaction.llm_compact`.
+        timeout: as for :func:`ctxstack.compaction.llm_compact`.
+        counter: as for :func:`ctxstack.compaction.llm_compact`.
 
     Attributes ``usage`` (summariser usage so far), ``compactions`` and ``last_reason``
     (why the last compaction fell back, or None) are for reporting.

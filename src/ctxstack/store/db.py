@@ -170,8 +170,9 @@ def create_engine_from_url(
         url: database URL; ``None`` → ``CTXSTACK_DATABASE_URL`` → the default SQLite file.
         schema: PostgreSQL schema to work in (via ``search_path``); refused for SQLite.
         echo: log every SQL statement.
-        connect_timeout, statement_timeout: seconds (see the module docstring); ``None``
-            reads them from the environment.
+        connect_timeout: seconds to open a connection (see the module docstring);
+            ``None`` reads it from the environment.
+        statement_timeout: seconds one statement may take (likewise).
         engine_kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Raises:

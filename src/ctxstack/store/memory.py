@@ -133,12 +133,13 @@ class DbMemory(BaseMemory):
         max_fold_chunks: summariser calls one load may spend folding history older
             than the window (16: a first load of ~2,000 messages folds them all; longer
             ones continue from the checkpoint on the next load).
-        system_prompt, tools: what every call adds to the loaded history besides the
-            trailing question. The history is compacted to what the guard will leave
-            it — ``budget`` less the tool specs, the system prompt and the trailing
-            question (which the agent re-adds), counted as the guard counts them — so
-            a history that fits here is not compacted a second time at the first call.
-            Without them only the trailing question is set aside.
+        system_prompt: what every call adds to the loaded history besides the trailing
+            question (with ``tools``). The history is compacted to what the guard will
+            leave it — ``budget`` less the tool specs, the system prompt and the
+            trailing question (which the agent re-adds), counted as the guard counts
+            them — so a history that fits here is not compacted a second time at the
+            first call. Without them only the trailing question is set aside.
+        tools: the tool specs every call sends (see ``system_prompt``).
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the

@@ -186,7 +186,8 @@ class CalibratingCounter:
     Args:
         base: the counter whose figures are corrected (default: the heuristic).
         model: the model whose factor this view applies (``None``: the unnamed factor).
-        min_factor / max_factor: bounds of the factor.
+        min_factor: lower bound of the factor.
+        max_factor: upper bound of the factor.
         smoothing: weight of a new sample in the moving average (0 < smoothing ≤ 1).
         min_sample_tokens: estimates below this are too small to learn from.
 
