@@ -27,7 +27,8 @@ from ctxstack.proxy import parse_compaction_header
 from ctxstack.proxy.responses_request import validate_pairs
 from ctxstack.proxy.responses_view import count_tokens, schema_tokens, side
 from ctxstack.tokens import DEFAULT_COUNTER
-from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, running_proxy
+from ctxstack.proxy.responses_recall import RECALL_TOOL_SPEC
+from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, is_summary_request, running_proxy
 
 BUDGET = 4_000
 MODEL = "stub-model"
@@ -52,9 +53,10 @@ def proxy(stub_server: StubServer, workdir: Path) -> Iterator[ProxyProcess]:
 
 
 def _rule(request: StubRequest) -> StubReply:
-    """Summaries on the chat route; on /v1/responses a call when the last user item asks
-    to look something up and no output came yet, else a text answer; with reasoning."""
-    if request.path.endswith("/chat/completions"):
+    """Summaries (the transcript on the chat route, or the conversation continued on
+    /v1/responses); otherwise a call when the last user item asks to look something up
+    and no output came yet, else a text answer; with reasoning."""
+    if request.path.endswith("/chat/completions") or is_summary_request(request):
         return StubReply.text(SUMMARY_TEXT)
     items = request.body.get("input")
     items = items if isinstance(items, list) else []
@@ -67,7 +69,9 @@ def _rule(request: StubRequest) -> StubReply:
 
 
 def _forwarded(stub: StubServer) -> list[StubRequest]:
-    return [r for r in stub.requests if r.path == "/v1/responses"]
+    """The client's requests as forwarded (not the proxy's own summary requests)."""
+    return [r for r in stub.requests
+            if r.path == "/v1/responses" and not is_summary_request(r)]
 
 
 def _tokens(body: dict[str, Any]) -> int:
@@ -142,7 +146,7 @@ def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
         assert _tokens(dict(body)) <= BUDGET, k
         validate_pairs([], body["input"])  # raises on a call without its output or vice versa
         assert body["instructions"] == INSTRUCTIONS
-        assert body["tools"] == TOOLS
+        assert body["tools"] in (TOOLS, [*TOOLS, RECALL_TOOL_SPEC])
         assert json.dumps(body["input"][-1]) == json.dumps(mine[-1])
         _check_turns(body["input"], mine)
         reasoning += sum(1 for item in body["input"] if item.get("type") == "reasoning")

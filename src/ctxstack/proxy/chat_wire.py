@@ -38,6 +38,7 @@ from ctxstack.proxy.recall import (
     RECALL_PARAMETERS,
     RECALL_TOOL,
     RecallCall,
+    RecallWire,
     UpstreamUsage,
     parse_query,
     recall_text,
@@ -309,7 +310,8 @@ def summary_prefix(view: Sequence[Mapping[str, Any]], counts: Sequence[int],
 class RecallRun:
     """One client request's recall loop state (shared by the JSON and stream paths)."""
 
-    wire: ChatRecallWire
+    wire: RecallWire
+    """The wire's half of the loop (Chat here; the Responses wire uses this run too)."""
     archive: Archive
     counter: TokenCounter
     body: dict[str, Any]
