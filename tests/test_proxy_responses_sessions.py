@@ -37,17 +37,33 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer, stub_usage
-from ctxstack.proxy import ProxySettings, create_app, parse_compaction_header
+from ctxstack.proxy import parse_compaction_header
 from ctxstack.proxy.recall import RECALL_TOOL, USAGE_HEADER
 from ctxstack.proxy.responses_recall import RECALL_TOOL_SPEC
 from ctxstack.proxy.responses_request import validate_pairs
-from ctxstack.proxy.responses_view import ResponsesConversation, count_tokens, schema_tokens, side
-from ctxstack.store import create_engine_from_url, upgrade
+from ctxstack.proxy.responses_view import ResponsesConversation
 from ctxstack.tokens import DEFAULT_COUNTER
 from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, is_summary_request, running_proxy
+from tests.responses_support import (
+    BUDGET,
+    MODEL,
+    ResendingClient,
+    body_tokens,
+    check_turns,
+    forwarded,
+    input_items,
+)
+from tests.store.dbkit import Backend
 
-BUDGET = 4_000
-MODEL = "stub-model"
+# The in-process apps (one, or two on one database) of the Chat wire's session tests.
+from tests.test_proxy_sessions import (  # noqa: F401  (db_url, backend: fixtures)
+    _app_client,
+    _settings,
+    backend,
+    db_url,
+)
+
+JSON = {"content-type": "application/json"}
 INSTRUCTIONS = "You are the operations assistant of ACME-7. Quote log lines exactly."
 TOOLS = [{"type": "function", "name": "read_log", "description": "Read a log file",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -56,14 +72,17 @@ LOG_LINE = "2026-03-14 12:00:07 worker-3 shipped order #A-{n} (12 units, invoice
 FACT = "The vault combination is 7391-ALPHA."
 
 
+ENV = {"LLM_API_KEY": "k", "LLM_CONTEXT_SIZE": str(BUDGET + 1000),
+       "LLM_MAX_OUTPUT_TOKENS": "1000", "CTXSTACK_PROXY_STATS_FLUSH": "0.2"}
+"""The proxy's settings: a budget of BUDGET tokens, stats shared every 0.2 s."""
+
+
 @pytest.fixture(scope="module")
 def proxy(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory,
           ) -> Iterator[ProxyProcess]:
-    env = {"LLM_API_KEY": "k", "LLM_CONTEXT_SIZE": str(BUDGET + 1000),
-           "LLM_MAX_OUTPUT_TOKENS": "1000", "CTXSTACK_PROXY_STATS_FLUSH": "0.2"}
-    with running_proxy(tmp_path_factory.mktemp("resp-sessions"), stub_server.base_url,
-                       env) as p:
-        yield p
+    workdir = tmp_path_factory.mktemp("resp-sessions")
+    with running_proxy(workdir, stub_server.base_url, ENV) as process:
+        yield process
 
 
 class Model:
@@ -79,7 +98,7 @@ class Model:
     def __call__(self, request: StubRequest) -> StubReply:
         if request.path.endswith("/chat/completions") or is_summary_request(request):
             return StubReply.text(SUMMARY_TEXT, delay=self.summary_delay, cached_tokens=50)
-        items = _input(request.body)
+        items = input_items(request.body)
         last = items[-1] if items else {}
         user = last.get("role") == "user"
         text = json.dumps(last.get("content"))
@@ -97,48 +116,16 @@ class Model:
         return StubReply.text("Noted.", cached_tokens=30)
 
 
-def _input(body: Any) -> list[dict[str, Any]]:
-    value = body.get("input")
-    return [{"role": "user", "content": value}] if isinstance(value, str) else list(value)
-
-
-def _forwarded(requests: list[StubRequest]) -> list[StubRequest]:
-    """The client's requests as the upstream got them (not the proxy's summary calls)."""
-    return [r for r in requests if r.path == "/v1/responses" and not is_summary_request(r)]
-
-
-def _tokens(body: Any) -> int:
-    """The proxy's exact count of a forwarded body (its counter for this model)."""
-    return count_tokens(_input(body), body.get("instructions"),
-                        schema_tokens(body, DEFAULT_COUNTER), DEFAULT_COUNTER)
-
-
-def _turns(items: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """The model's turns: maximal runs of assistant-side items, each as its JSON."""
-    runs: list[list[str]] = []
-    previous = False
-    for item in items:
-        mine = side(item) == "assistant"
-        if mine:
-            if not previous:
-                runs.append([])
-            runs[-1].append(json.dumps(item))
-        previous = mine
-    return [tuple(r) for r in runs]
-
-
 def _check_valid(body: Any, history: list[dict[str, Any]] | None = None) -> None:
     """Within budget, every call with its output and vice versa, ``instructions`` and
     ``tools`` the client's (plus at most the recall tool), and — given the client's
     history — every model turn one of the client's, whole and byte-identical."""
-    assert _tokens(body) <= BUDGET
-    validate_pairs([], _input(body))
+    assert body_tokens(body) <= BUDGET
+    validate_pairs([], input_items(body))
     assert body["instructions"] == INSTRUCTIONS
     assert body["tools"] in (TOOLS, [*TOOLS, RECALL_TOOL_SPEC])
     if history is not None:
-        own = set(_turns(history))
-        for turn in _turns(_input(body)):
-            assert turn in own, turn
+        check_turns(input_items(body), history)
 
 
 def _agent_turns(start: int, count: int, *, fact_at: int | None = None,
@@ -181,54 +168,33 @@ def test_a_growing_conversation_extends_its_view_within_budget_and_valid(
     prefix of the next one) until it overflows; summaries continue the conversation."""
     stub.rule = Model()
     client = openai.OpenAI(base_url=proxy.base_url, api_key="grow-key", max_retries=0)
-    history: list[dict[str, Any]] = []
-    sent: list[list[dict[str, Any]]] = []
-    methods: list[str] = []
-
-    def call() -> Any:
-        sent.append(list(history))
-        raw = client.responses.with_raw_response.create(
-            model=MODEL, instructions=INSTRUCTIONS, tools=TOOLS,  # type: ignore[arg-type]
-            input=history, store=False,  # type: ignore[arg-type]
-            include=["reasoning.encrypted_content"])
-        methods.append(parse_compaction_header(raw.headers["x-ctxstack-compaction"])["method"])
-        assert RECALL_TOOL not in raw.text
-        return raw.parse()
-
+    agent = ResendingClient(client, model=MODEL, instructions=INSTRUCTIONS, tools=TOOLS,
+                            store=False, include=["reasoning.encrypted_content"])
     for turn in range(80):
         ask = "check the log" if turn % 2 else "what next"
-        history.append({"role": "user", "content": f"Turn {turn}: {ask} of day {turn}."})
-        response = call()
-        while True:
-            output = [o.model_dump(exclude_none=True) for o in response.output]
-            history.extend(output)
-            calls = [o for o in output if o["type"] == "function_call"]
-            if not calls:
-                break
-            for c in calls:
-                history.append({"type": "function_call_output", "call_id": c["call_id"],
-                                "output": "".join(LOG_LINE.format(n=turn * 10 + i)
-                                                  for i in range(3))})
-            response = call()
+        agent.turn(f"Turn {turn}: {ask} of day {turn}.", lambda _, t=turn: "".join(
+            LOG_LINE.format(n=t * 10 + i) for i in range(3)))
     client.close()
+    sent, methods = agent.sent, agent.methods
+    assert all(RECALL_TOOL not in text for text in agent.texts)
 
-    forwarded = _forwarded(stub.requests)
-    assert len(forwarded) == len(sent) == 120
-    for k, (request, mine) in enumerate(zip(forwarded, sent, strict=True)):
+    upstream = forwarded(stub.requests)
+    assert len(upstream) == len(sent) == 120
+    for k, (request, mine) in enumerate(zip(upstream, sent, strict=True)):
         _check_valid(request.body, mine)
-        assert json.dumps(_input(request.body)[-1]) == json.dumps(mine[-1]), k
+        assert json.dumps(input_items(request.body)[-1]) == json.dumps(mine[-1]), k
     first = next(k for k, m in enumerate(methods) if m != "none")
     extended = shares = 0
     prefix_shares = []
-    for k in range(first + 1, len(forwarded)):
-        before = [json.dumps(i) for i in _input(forwarded[k - 1].body)]
-        now = [json.dumps(i) for i in _input(forwarded[k].body)]
+    for k in range(first + 1, len(upstream)):
+        before = [json.dumps(i) for i in input_items(upstream[k - 1].body)]
+        now = [json.dumps(i) for i in input_items(upstream[k].body)]
         extended += now[:len(before)] == before
         same = next((i for i, (a, b) in enumerate(zip(before, now, strict=False)) if a != b),
                     min(len(before), len(now)))
-        conv = ResponsesConversation(_input(forwarded[k].body), None).conversation
+        conv = ResponsesConversation(input_items(upstream[k].body), None).conversation
         conv.tokens(DEFAULT_COUNTER)
-        prefix = ResponsesConversation(_input(forwarded[k].body)[:same], None).conversation
+        prefix = ResponsesConversation(input_items(upstream[k].body)[:same], None).conversation
         shares += 1
         prefix_shares.append(prefix.tokens(DEFAULT_COUNTER) / max(1, sum(conv.counts)))
     summaries = [r for r in stub.requests if is_summary_request(r)]
@@ -249,13 +215,14 @@ def test_a_growing_conversation_extends_its_view_within_budget_and_valid(
         assert body["tool_choice"] == "none"
         assert body["input"][-1]["role"] == "user"
         at = requests.index(summary)
-        last = next((r for r in reversed(_forwarded(requests[:at]))), None)
+        last = next((r for r in reversed(forwarded(requests[:at]))), None)
         if last is None:  # the first compaction: the client's own items
             continue
         reused = [json.dumps(i) for i in body["input"][:-1]]
-        before = [json.dumps(i) for i in _input(last.body)]
+        before = [json.dumps(i) for i in input_items(last.body)]
         common = min(len(reused), len(before))
-        assert common > 0 and reused[:common] == before[:common]
+        assert common > 0
+        assert reused[:common] == before[:common]
 
 
 # --------------------------------------------------------------------------- recall
@@ -284,15 +251,15 @@ def _headers(session: str) -> dict[str, str]:
 def _check_rounds(stub: StubServer, seen: int, rounds: int) -> list[StubRequest]:
     """The upstream calls of one client request: ``rounds`` recall rounds then the
     answer, every one a forwarded request like any other (within budget, valid)."""
-    calls = _forwarded(stub.requests[seen:])
+    calls = forwarded(stub.requests[seen:])
     assert len(calls) == rounds + 1
     for k, call in enumerate(calls):
         _check_valid(call.body)
         names = call.tool_names
         assert (RECALL_TOOL in names) == (k < 3), k
         if k:  # the round appended: the model's turn, whole, and the proxy's answer
-            before = _input(calls[k - 1].body)
-            now = _input(call.body)
+            before = input_items(calls[k - 1].body)
+            now = input_items(call.body)
             assert [json.dumps(i) for i in now[:len(before)]] == \
                 [json.dumps(i) for i in before]
             added = now[len(before):]
@@ -300,7 +267,7 @@ def _check_rounds(stub: StubServer, seen: int, rounds: int) -> list[StubRequest]
                 "reasoning", "function_call", "message", "function_call_output"]
             assert added[1]["name"] == RECALL_TOOL
             assert added[3]["call_id"] == added[1]["call_id"]
-    assert [i for i in _input(calls[0].body) if i.get("content") ==
+    assert [i for i in input_items(calls[0].body) if i.get("content") ==
             "What is the vault combination?"]
     return calls
 
@@ -401,6 +368,48 @@ def test_recall_over_the_websocket_is_hidden_and_counted(
         "recall_rounds", 0) == 1
 
 
+def test_a_websocket_chain_continues_after_a_recall_without_its_rounds(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """Codex's way: ``store: false`` and ``previous_response_id`` over the socket. The
+    response answered through a recall round continues like any other: the proxy's
+    chain holds what the client was shown, never the recall turn."""
+    stub.rule = Model()
+    url = proxy.base_url.replace("http://", "ws://") + "/responses"
+    opening = [{"role": "user", "content": "Conversation ws-chain."},
+               *_agent_turns(0, 30, fact_at=1), {"role": "user", "content": "Carry on."}]
+
+    def create(ws: Any, previous: str | None, items: list[dict[str, Any]]) -> dict[str, Any]:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False,
+                            "instructions": INSTRUCTIONS, "tools": TOOLS, "input": items,
+                            **({"previous_response_id": previous} if previous else {})}))
+        while True:
+            event = json.loads(ws.recv(timeout=30))
+            assert RECALL_TOOL not in json.dumps(event)
+            if event["type"] in ("response.completed", "error"):
+                assert event["type"] == "response.completed", event
+                return dict(event["response"])
+
+    with ws_connect(url, additional_headers={"authorization": "Bearer chain"}) as ws:
+        first = create(ws, None, opening)
+        seen = len(stub.requests)
+        asked = create(ws, first["id"], [{"role": "user",
+                                          "content": "What is the vault combination?"}])
+        rounds = forwarded(stub.requests[seen:])
+        assert [RECALL_TOOL in r.tool_names for r in rounds] == [True, True]
+        assert "7391-ALPHA" in json.dumps(asked["output"])
+        seen = len(stub.requests)
+        create(ws, asked["id"], [{"role": "user", "content": "Thanks, what next?"}])
+    [after] = forwarded(stub.requests[seen:])
+    assert "previous_response_id" not in after.body
+    _check_valid(after.body)
+    items = input_items(after.body)
+    assert not [i for i in items if i.get("name") == RECALL_TOOL]
+    assert json.dumps(items[-1]) == json.dumps(
+        {"role": "user", "content": "Thanks, what next?"})
+    shown = [json.dumps(o) for o in asked["output"]]
+    assert [json.dumps(i) for i in items[-1 - len(shown):-1]] == shown
+
+
 def test_after_three_recall_rounds_one_last_call_without_the_tool(
         proxy: ProxyProcess, stub: StubServer) -> None:
     history = _compacted(proxy, stub, "recall-max")
@@ -419,28 +428,6 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
 
 
 # --------------------------------------------------------------------------- in-process apps
-async def _app_client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.AsyncClient:
-    app = create_app(settings)
-    await stack.enter_async_context(app.router.lifespan_context(app))
-    return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60))
-
-
-@pytest.fixture
-async def db_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.db'}"
-    engine = create_engine_from_url(url)
-    await upgrade(engine)
-    await engine.dispose()
-    return url
-
-
-def _settings(db_url: str, upstream: str) -> ProxySettings:
-    return ProxySettings(upstream=upstream, database_url=db_url,
-                         budget_env={"LLM_CONTEXT_SIZE": str(BUDGET + 1000),
-                                     "LLM_MAX_OUTPUT_TOKENS": "1000"})
-
-
 def _over_budget() -> dict[str, Any]:
     return {"model": MODEL, "instructions": INSTRUCTIONS, "tools": TOOLS,
             "input": [*_agent_turns(0, 30), {"role": "user", "content": "Carry on."}]}
@@ -448,24 +435,24 @@ def _over_budget() -> dict[str, Any]:
 
 @pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, db_url: str, stub: StubServer) -> None:
+        apps: int, backend: Backend, stub: StubServer) -> None:  # noqa: F811
     stub.rule = Model(summary_delay=1.0)
     headers = {"x-ctxstack-session": "s-1", "authorization": "Bearer k1"}
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, _settings(db_url, stub.base_url))
+        clients = [await _app_client(stack, _settings(backend, stub.base_url))
                    for _ in range(apps)]
         a, b = await asyncio.gather(
             clients[0].post("/v1/responses", json=_over_budget(), headers=headers),
             clients[-1].post("/v1/responses", json=_over_budget(), headers=headers))
     assert a.status_code == b.status_code == 200, (a.text, b.text)
     assert len([r for r in stub.requests if is_summary_request(r)]) == 1
-    first, second = _forwarded(stub.requests)
+    first, second = forwarded(stub.requests)
     # The second request extended the view the first computed: the same input.
     assert first.body["input"] == second.body["input"]
     _check_valid(first.body, _over_budget()["input"])
 
 
-async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer) -> None:
+async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer) -> None:  # noqa: F811
     stub.rule = Model()
     async with AsyncExitStack() as stack:
         client = await _app_client(stack, _settings(db_url, stub.base_url))
@@ -480,21 +467,22 @@ async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServ
 
 
 async def test_a_fitting_failure_forwards_the_original_request(
-        db_url: str, tmp_path: Path, stub: StubServer) -> None:
+        db_url: str, tmp_path: Path, stub: StubServer) -> None:  # noqa: F811
     stub.rule = Model()
-    httpx.delete(stub.base_url.removesuffix("/v1") + "/_stub/requests")
     with sqlite3.connect(tmp_path / "proxy.db") as db:  # the session store is broken
         db.execute("DROP TABLE proxy_sessions")
     raw = json.dumps(_over_budget()).encode()
+    log = stub.base_url.removesuffix("/v1") + "/_stub/requests"
     async with AsyncExitStack() as stack:
         client = await _app_client(stack, _settings(db_url, stub.base_url))
-        response = await client.post("/v1/responses", content=raw,
-                                      headers={"content-type": "application/json"})
-        assert response.status_code == 200, response.text
-        assert parse_compaction_header(response.headers["x-ctxstack-compaction"])[
-            "method"] == "none"
-        stats = (await client.get("/ctxstack/stats")).json()
-    recorded = httpx.get(stub.base_url.removesuffix("/v1") + "/_stub/requests").json()
-    [forwarded] = [r for r in recorded["requests"] if r["path"] == "/v1/responses"]
-    assert forwarded["body"].encode() == raw  # the client's bytes, unchanged
+        plain = await stack.enter_async_context(httpx.AsyncClient())
+        await plain.delete(log)
+        response = await client.post("/v1/responses", content=raw, headers=JSON)
+        stats, recorded = [(await c.get(u)).json() for c, u in (
+            (client, "/ctxstack/stats"), (plain, log))]
+    assert response.status_code == 200, response.text
+    assert parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"] \
+        == "none"  # the request went out as the client sent it
+    [sent] = [r for r in recorded["requests"] if r["path"] == "/v1/responses"]
+    assert sent["body"].encode() == raw  # the client's bytes, unchanged
     assert stats["fit_failures"] == 1

@@ -39,6 +39,7 @@ error) forwards the original request unchanged; it is logged and counted
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import json
 import logging
@@ -428,20 +429,15 @@ def terminal_response(name: str | None, data: str) -> dict[str, Any] | None:
     return response if isinstance(response, dict) else None
 
 
-async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyParts,
-                          ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
-    """The upstream's SSE body: each decoded chunk with the events completed by it. The
-    terminal response is recorded as it passes. A stall or a broken connection ends it
-    with :class:`ProxyError` (504/502)."""
+async def read_events(upstream: httpx.Response,
+                      ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
+    """The upstream's SSE body: each chunk with the events it completed. A stall or a
+    broken connection ends it with :class:`ProxyError` (504/502); the response is closed
+    at the end either way."""
     reader = EventReader()
     try:
         async for chunk in upstream.aiter_bytes():
-            events = reader.feed(chunk)
-            yield chunk, events  # the client first, then the bookkeeping
-            for name, data in events:
-                response = terminal_response(name, data)
-                if response is not None:
-                    await record(state, ex, response)
+            yield chunk, reader.feed(chunk)
     except httpx.HTTPError as exc:
         timed_out = isinstance(exc, httpx.TimeoutException)
         log.warning("proxy: upstream responses stream %s (%s)",
@@ -450,3 +446,15 @@ async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyPa
                else upstream_failed()) from None
     finally:
         await upstream.aclose()
+
+
+async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyParts,
+                          ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
+    """:func:`read_events`, the terminal response recorded as it passes."""
+    async with contextlib.aclosing(read_events(upstream)) as chunks:
+        async for chunk, events in chunks:
+            yield chunk, events  # the client first, then the bookkeeping
+            for name, data in events:
+                response = terminal_response(name, data)
+                if response is not None:
+                    await record(state, ex, response)

@@ -108,19 +108,15 @@ class ResponsesRecallWire:
 
     def add_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = body.get("tools")
-        out = dict(body)
-        out["tools"] = [*(tools if isinstance(tools, list) else []), RECALL_TOOL_SPEC]
-        return out
+        return {**body, "tools": [*(tools if isinstance(tools, list) else []),
+                                  RECALL_TOOL_SPEC]}
 
     def remove_tool(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the client's own tools, in place (none: no ``tools`` at all)."""
         tools = body.get("tools")
-        out = dict(body)
         kept = [t for t in tools if not _is_recall_tool(t)] if isinstance(tools, list) else []
-        if kept:
-            out["tools"] = kept
-        else:
-            out.pop("tools", None)
-        return out
+        return {**body, "tools": kept} if kept else {
+            k: v for k, v in body.items() if k != "tools"}
 
     def recall_calls(self, answer: Mapping[str, Any]) -> list[RecallCall]:
         return [RecallCall(str(it.get("call_id") or ""), parse_query(it.get("arguments")))
@@ -166,16 +162,13 @@ class ResponsesRecallWire:
 
     def with_usage(self, answer: dict[str, Any], usage: UpstreamUsage) -> dict[str, Any]:
         own = answer.get("usage")
-        merged: dict[str, Any] = dict(own) if isinstance(own, Mapping) else {}
-        merged.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                      total_tokens=usage.input_tokens + usage.output_tokens)
-        details = merged.get("input_tokens_details")
-        details = dict(details) if isinstance(details, Mapping) else {}
-        details["cached_tokens"] = usage.cache_read_tokens
-        merged["input_tokens_details"] = details
-        out = dict(answer)
-        out["usage"] = merged
-        return out
+        own = own if isinstance(own, Mapping) else {}
+        details = own.get("input_tokens_details")
+        return {**answer, "usage": {
+            **own, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "input_tokens_details": {**(details if isinstance(details, Mapping) else {}),
+                                     "cached_tokens": usage.cache_read_tokens}}}
 
 
 def _output(answer: Mapping[str, Any]) -> list[Any]:

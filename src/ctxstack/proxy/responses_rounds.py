@@ -29,21 +29,18 @@ requested again.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 
 from ctxstack.proxy.chat_wire import RecallRun
-from ctxstack.proxy.errors import upstream_failed, upstream_timeout
-from ctxstack.proxy.forwarding import read_error, upstream_timeout_seconds
+from ctxstack.proxy.forwarding import read_error
 from ctxstack.proxy.recall import MAX_ROUNDS
-from ctxstack.proxy.responses_exchange import TERMINAL, EventReader
+from ctxstack.proxy.responses_exchange import TERMINAL, read_events
 from ctxstack.proxy.responses_recall import WIRE, hide_tool, is_recall
-
-log = logging.getLogger("ctxstack.proxy")
 
 LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
 OpenNext = Callable[[dict[str, Any]], Awaitable[httpx.Response]]
@@ -210,10 +207,9 @@ async def recall_events(first: httpx.Response, run: RecallRun, open_next: OpenNe
     """
     upstream = first
     while True:
-        reader = EventReader()
-        try:
-            async for chunk in upstream.aiter_bytes():
-                for _, data in reader.feed(chunk):
+        async with contextlib.aclosing(read_events(upstream)) as chunks:
+            async for _, events in chunks:
+                for _, data in events:
                     try:
                         event = json.loads(data)
                     except json.JSONDecodeError:
@@ -221,14 +217,6 @@ async def recall_events(first: httpx.Response, run: RecallRun, open_next: OpenNe
                     if isinstance(event, dict):
                         for out in view.feed(event):
                             yield out
-        except httpx.HTTPError as exc:
-            timed_out = isinstance(exc, httpx.TimeoutException)
-            log.warning("proxy: upstream responses stream %s during recall (%s)",
-                        "stalled" if timed_out else "broke", type(exc).__name__)
-            raise (upstream_timeout(upstream_timeout_seconds(upstream)) if timed_out
-                   else upstream_failed()) from None
-        finally:
-            await upstream.aclose()
         response = view.recall_round()
         if response is not None:
             run.usage = run.usage + WIRE.usage(response)
