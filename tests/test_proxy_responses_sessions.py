@@ -248,13 +248,16 @@ def _headers(session: str) -> dict[str, str]:
     return {"authorization": "Bearer client-a", "x-ctxstack-session": session}
 
 
-def _check_rounds(stub: StubServer, seen: int, rounds: int) -> list[StubRequest]:
+def _check_rounds(stub: StubServer, seen: int, rounds: int, session: str,
+                  ) -> list[StubRequest]:
     """The upstream calls of one client request: ``rounds`` recall rounds then the
-    answer, every one a forwarded request like any other (within budget, valid)."""
+    answer, every one a forwarded request like any other (within budget, valid, with
+    the client's headers)."""
     calls = forwarded(stub.requests[seen:])
     assert len(calls) == rounds + 1
     for k, call in enumerate(calls):
         _check_valid(call.body)
+        assert call.headers["x-ctxstack-session"] == session
         names = call.tool_names
         assert (RECALL_TOOL in names) == (k < 3), k
         if k:  # the round appended: the model's turn, whole, and the proxy's answer
@@ -292,7 +295,7 @@ def test_recall_over_http_is_answered_by_the_proxy_and_hidden(
     assert "7391-ALPHA" in response.output_text
     assert [t.model_dump(exclude_none=True) for t in response.tools] == TOOLS
     assert [o.type for o in response.output] == ["reasoning", "message"]
-    calls = _check_rounds(stub, seen, 1)
+    calls = _check_rounds(stub, seen, 1, "recall-json")
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=2"
     assert response.usage is not None
     assert response.usage.input_tokens == _stub_input_tokens(calls)
@@ -325,7 +328,7 @@ def test_recall_in_an_sse_stream_is_hidden_and_usage_summed(
     assert "7391-ALPHA" in final.output_text
     assert [o.type for o in final.output] == ["reasoning", "message"]
     assert events[0].response.id == final.id  # type: ignore[union-attr]
-    calls = _check_rounds(stub, seen, 1)
+    calls = _check_rounds(stub, seen, 1, "recall-sse")
     assert final.usage is not None
     assert final.usage.input_tokens == _stub_input_tokens(calls)
     assert final.usage.input_tokens_details.cached_tokens == 60
@@ -357,7 +360,7 @@ def test_recall_over_the_websocket_is_hidden_and_counted(
     text = [p["text"] for o in done["response"]["output"] if o["type"] == "message"
             for p in o["content"]]
     assert "7391-ALPHA" in text[0]
-    calls = _check_rounds(stub, seen, 1)
+    calls = _check_rounds(stub, seen, 1, "recall-ws")
     assert all(c.transport == "http" for c in calls)
     assert done["response"]["usage"]["input_tokens"] == _stub_input_tokens(calls)
     after = _stats(proxy)
@@ -410,6 +413,38 @@ def test_a_websocket_chain_continues_after_a_recall_without_its_rounds(
     assert [json.dumps(i) for i in items[-1 - len(shown):-1]] == shown
 
 
+def test_a_recall_beside_the_clients_own_call_is_dropped_and_the_call_delivered(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """The model calls ``ctxstack_recall`` and the client's tool at once: no round (the
+    client must act first), the recall call removed, the client's call delivered — in
+    JSON and in a stream, whose output indexes close the gap."""
+    history = _compacted(proxy, stub, "recall-mixed")
+    both = StubReply.tool_calls_of((RECALL_TOOL, {"query": "vault"}), ("read_log", {"path": "d1"}),
+                                   reasoning="both at once")
+    stub.push(both, both)
+    seen = len(stub.requests)
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="client-a", max_retries=0,
+                           default_headers={"x-ctxstack-session": "recall-mixed"})
+    fields: dict[str, Any] = {"model": MODEL, "instructions": INSTRUCTIONS, "tools": TOOLS,
+                              "input": history}
+    raw = client.responses.with_raw_response.create(**fields)
+    assert RECALL_TOOL not in raw.text
+    assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=1"
+    answer = raw.parse()
+    with client.responses.stream(**fields) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    client.close()
+    for response in (answer, final):
+        assert [o.type for o in response.output] == ["reasoning", "function_call"]
+        assert response.output[1].name == "read_log"  # type: ignore[union-attr]
+    added = [e.output_index for e in events  # type: ignore[union-attr]
+             if e.type == "response.output_item.added"]
+    assert added == [0, 1]
+    assert all(RECALL_TOOL not in e.model_dump_json(warnings=False) for e in events)
+    assert len(forwarded(stub.requests[seen:])) == 2  # one upstream call each, no round
+
+
 def test_after_three_recall_rounds_one_last_call_without_the_tool(
         proxy: ProxyProcess, stub: StubServer) -> None:
     history = _compacted(proxy, stub, "recall-max")
@@ -419,7 +454,7 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
                      json={"model": MODEL, "instructions": INSTRUCTIONS, "tools": TOOLS,
                            "input": history})
     assert raw.status_code == 200, raw.text
-    calls = _check_rounds(stub, seen, 3)
+    calls = _check_rounds(stub, seen, 3, "recall-max")
     assert RECALL_TOOL not in calls[3].tool_names
     assert calls[3].body["tools"] == TOOLS
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=4"

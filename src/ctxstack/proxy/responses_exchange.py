@@ -293,7 +293,8 @@ def _prefix_summarizer(state: ProxyParts, ex: Exchange, conv: ResponsesConversat
     """Summaries asked as the conversation's continuation, through the upstream with the
     client's own headers (:class:`~ctxstack.proxy.responses_summary.ResponsesPrefixSummarizer`)."""
     upstream_headers = [(k, v) for k, v in state.upstream.request_headers(headers.items())
-                        if k.lower() != "accept"]
+                        if k.lower() not in ("accept", "content-type")] + [
+        ("content-type", "application/json")]
     full = ex.full or []
 
     async def send(content: bytes) -> tuple[int, object]:

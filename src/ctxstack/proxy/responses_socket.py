@@ -123,7 +123,8 @@ async def responses_socket(state: ProxyParts, ws: WebSocket) -> None:
     incoming = [(k, v) for k, v in incoming if v or k.lower() != "openai-beta"]
     client = {k.lower(): v for k, v in incoming}
     upstream_headers = [(k, v) for k, v in state.upstream.request_headers(incoming)
-                        if k.lower() != "accept"] + [("accept", "text/event-stream")]
+                        if k.lower() not in ("accept", "content-type")] + [
+        ("accept", "text/event-stream"), ("content-type", "application/json")]
     while True:
         try:
             text = await ws.receive_text()
