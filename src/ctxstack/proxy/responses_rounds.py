@@ -145,11 +145,15 @@ class ClientStream:
             return None
         return response
 
-    def next_round(self) -> None:
-        """This round was a recall round: its held events go, its shown items stay."""
+    def next_round(self) -> list[dict[str, Any]]:
+        """This round was a recall round: its held events go, but for those of items the
+        client was already shown (their end, had it come after the recall call began);
+        its shown items stay. Returns the events to send."""
+        out = self._emit([e for e in self.held if e.get("output_index") in self.index])
         self.shown += self.done
         self.round += 1
         self._reset()
+        return out
 
     def finish(self, run: RecallRun) -> list[dict[str, Any]]:
         """The held events (without recall calls) and the terminal event as the client
@@ -229,7 +233,8 @@ async def recall_events(first: httpx.Response, run: RecallRun, open_next: OpenNe
                     raw, failure = await read_error(upstream)
                     yield error_event(view, upstream.status_code, raw, failure)
                     return
-                view.next_round()
+                for out in view.next_round():
+                    yield out
                 continue
         elif view.terminal is not None and isinstance(view.terminal.get("response"), dict):
             run.usage = run.usage + WIRE.usage(view.terminal["response"])
