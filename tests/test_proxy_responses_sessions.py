@@ -218,6 +218,7 @@ def test_a_growing_conversation_extends_its_view_within_budget_and_valid(
         last = next((r for r in reversed(forwarded(requests[:at]))), None)
         if last is None:  # the first compaction: the client's own items
             continue
+        assert body["tools"] == last.body["tools"]  # the recall tool too, if it was there
         reused = [json.dumps(i) for i in body["input"][:-1]]
         before = [json.dumps(i) for i in input_items(last.body)]
         common = min(len(reused), len(before))
