@@ -488,6 +488,28 @@ async def test_two_concurrent_over_budget_requests_make_one_summary_call(
     _check_valid(first.body, _over_budget()["input"])
 
 
+async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
+        db_url: str, stub: StubServer) -> None:  # noqa: F811
+    model = Model()
+
+    def upstream(request: StubRequest) -> StubReply:
+        if request.path == "/v1/responses" and is_summary_request(request):
+            return StubReply.server_error()
+        return model(request)
+
+    stub.rule = upstream
+    async with AsyncExitStack() as stack:
+        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        r = await client.post("/v1/responses", json=_over_budget())
+    assert r.status_code == 200, r.text
+    assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] == "llm"
+    summaries = [x.path for x in stub.requests if is_summary_request(x)]
+    assert summaries == ["/v1/responses", "/v1/chat/completions"]
+    [sent] = forwarded(stub.requests)
+    assert SUMMARY_TEXT in json.dumps(sent.body["input"])
+    _check_valid(sent.body, _over_budget()["input"])
+
+
 async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer) -> None:  # noqa: F811
     stub.rule = Model()
     async with AsyncExitStack() as stack:
