@@ -396,7 +396,12 @@ def test_a_codex_shaped_request_over_budget_is_fitted_validly(
     assert "response.completed" in text
     sent = _recorded(stub)[-1]["json"]
     assert json.dumps(sent["instructions"]) == json.dumps(body["instructions"])
-    assert json.dumps(sent["tools"]) == json.dumps(tools)
+    # tools: the client's own, byte-identical, plus at most the proxy's recall tool.
+    from ctxstack.proxy.responses_recall import RECALL_TOOL_SPEC
+
+    assert json.dumps(sent["tools"][:len(tools)]) == json.dumps(tools)
+    assert sent["tools"][len(tools):] in ([], [RECALL_TOOL_SPEC])
+    assert "ctxstack_recall" not in text  # the client never sees it
     assert sent["prompt_cache_key"] == "0199-session"
     forwarded = sent["input"]
     assert json.dumps(forwarded[0]) == json.dumps(items[0])  # the developer prompt

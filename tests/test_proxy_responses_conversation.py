@@ -17,20 +17,19 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
 
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.proxy import parse_compaction_header
+from ctxstack.proxy.responses_recall import RECALL_TOOL_SPEC
 from ctxstack.proxy.responses_request import validate_pairs
-from ctxstack.proxy.responses_view import count_tokens, schema_tokens, side
-from ctxstack.tokens import DEFAULT_COUNTER
-from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, running_proxy
+from tests import responses_support as support
+from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, is_summary_request, running_proxy
 
-BUDGET = 4_000
-MODEL = "stub-model"
+BUDGET, MODEL = support.BUDGET, support.MODEL
+
 INSTRUCTIONS = "You are the planning assistant of ACME-7. Cite order numbers."
 TOOLS = [{"type": "function", "name": "lookup", "description": "Look up an order",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
@@ -52,9 +51,10 @@ def proxy(stub_server: StubServer, workdir: Path) -> Iterator[ProxyProcess]:
 
 
 def _rule(request: StubRequest) -> StubReply:
-    """Summaries on the chat route; on /v1/responses a call when the last user item asks
-    to look something up and no output came yet, else a text answer; with reasoning."""
-    if request.path.endswith("/chat/completions"):
+    """Summaries (the transcript on the chat route, or the conversation continued on
+    /v1/responses); otherwise a call when the last user item asks to look something up
+    and no output came yet, else a text answer; with reasoning."""
+    if request.path.endswith("/chat/completions") or is_summary_request(request):
         return StubReply.text(SUMMARY_TEXT)
     items = request.body.get("input")
     items = items if isinstance(items, list) else []
@@ -66,87 +66,34 @@ def _rule(request: StubRequest) -> StubReply:
     return StubReply.text(ANSWER, reasoning="short thought " * 6)
 
 
-def _forwarded(stub: StubServer) -> list[StubRequest]:
-    return [r for r in stub.requests if r.path == "/v1/responses"]
-
-
-def _tokens(body: dict[str, Any]) -> int:
-    items = body["input"] if isinstance(body["input"], list) else [
-        {"role": "user", "content": body["input"]}]
-    return count_tokens(items, body.get("instructions"), schema_tokens(body, DEFAULT_COUNTER),
-                        DEFAULT_COUNTER)
-
-
-def _turns(items: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    """The model's turns: maximal runs of assistant-side items, each as its JSON texts."""
-    runs: list[list[str]] = []
-    previous = False
-    for item in items:
-        mine = side(item) == "assistant"
-        if mine:
-            if not previous:
-                runs.append([])
-            runs[-1].append(json.dumps(item))
-        previous = mine
-    return [tuple(r) for r in runs]
-
-
-def _check_turns(forwarded: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
-    """Every turn of the model forwarded is one of the client's, whole: its reasoning,
-    calls and message byte-identical (key order included), contiguous and in order."""
-    own = set(_turns(history))
-    for turn in _turns(forwarded):
-        assert turn in own, turn
-
-
 def test_80_turn_conversation_with_calls_stays_within_budget_and_valid(
         proxy: ProxyProcess, stub: StubServer) -> None:
     stub.rule = _rule
     client = openai.OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
-    history: list[dict[str, Any]] = []
-    methods: list[str] = []
-    sent: list[list[dict[str, Any]]] = []
-
-    def call() -> Any:
-        sent.append(list(history))
-        raw = client.responses.with_raw_response.create(
-            model=MODEL, instructions=INSTRUCTIONS, tools=TOOLS,  # type: ignore[arg-type]
-            input=history,  # type: ignore[arg-type]
-            store=False, include=["reasoning.encrypted_content"])
-        methods.append(parse_compaction_header(raw.headers["x-ctxstack-compaction"])["method"])
-        return raw.parse()
-
+    agent = support.ResendingClient(client, model=MODEL, instructions=INSTRUCTIONS,
+                                    tools=TOOLS, store=False,
+                                    include=["reasoning.encrypted_content"])
     for turn in range(80):
         ask = "please look it up" if turn % 4 == 1 else "what next"
-        history.append({"role": "user", "content": f"Turn {turn}: {ask} for team {turn % 3}, "
-                                                   f"order #A-{1000 + turn}?"})
-        response = call()
-        while True:
-            output = [o.model_dump(exclude_none=True) for o in response.output]
-            history.extend(output)
-            calls = [o for o in output if o["type"] == "function_call"]
-            if not calls:
-                break
-            for c in calls:
-                history.append({"type": "function_call_output", "call_id": c["call_id"],
-                                "output": f"Order #A-{1000 + turn}: 12 units, shipped, invoice "
-                                          f"INV-{turn:04d}, total {turn * 37} EUR."})
-            response = call()
+        agent.turn(f"Turn {turn}: {ask} for team {turn % 3}, order #A-{1000 + turn}?",
+                   lambda _, t=turn: f"Order #A-{1000 + t}: 12 units, shipped, invoice "
+                                     f"INV-{t:04d}, total {t * 37} EUR.")
     client.close()
+    sent, methods = agent.sent, agent.methods
 
-    forwarded = _forwarded(stub)
-    assert len(forwarded) == len(sent) > 80
+    sent_up = support.forwarded(stub.requests)
+    assert len(sent_up) == len(sent) > 80
     reasoning = 0
-    for k, (request, mine) in enumerate(zip(forwarded, sent, strict=True)):
+    for k, (request, mine) in enumerate(zip(sent_up, sent, strict=True)):
         body = request.body
-        assert _tokens(dict(body)) <= BUDGET, k
+        assert support.body_tokens(body) <= BUDGET, k
         validate_pairs([], body["input"])  # raises on a call without its output or vice versa
         assert body["instructions"] == INSTRUCTIONS
-        assert body["tools"] == TOOLS
+        assert body["tools"] in (TOOLS, [*TOOLS, RECALL_TOOL_SPEC])
         assert json.dumps(body["input"][-1]) == json.dumps(mine[-1])
-        _check_turns(body["input"], mine)
+        support.check_turns(body["input"], mine)
         reasoning += sum(1 for item in body["input"] if item.get("type") == "reasoning")
-    assert reasoning > len(forwarded)  # reasoning items were forwarded (and checked)
+    assert reasoning > len(sent_up)  # reasoning items were forwarded (and checked)
     assert methods.count("none") < len(methods)  # the conversation did overflow
     assert "llm" in methods or "checkpoint" in methods
 
@@ -158,7 +105,7 @@ def test_previous_response_id_chains_are_expanded_and_fitted(
     filler = "We reviewed the plan, the orders and the invoices in detail. " * 6
     for store in (True, False):
         previous: str | None = None
-        before = len(_forwarded(stub))
+        before = len(support.forwarded(stub.requests))
         items = 0
         for turn in range(30):
             extra = {"previous_response_id": previous} if previous else {}
@@ -169,7 +116,7 @@ def test_previous_response_id_chains_are_expanded_and_fitted(
             response = raw.parse()
             previous = response.id
             items += 1 + len(response.output)
-        chain = _forwarded(stub)[before:]
+        chain = support.forwarded(stub.requests)[before:]
         assert len(chain) == 30
         # The header counts the conversation's items: all of them, and those forwarded.
         header = parse_compaction_header(raw.headers["x-ctxstack-compaction"])
@@ -178,7 +125,7 @@ def test_previous_response_id_chains_are_expanded_and_fitted(
         assert int(header["kept"]) == len(chain[-1].body["input"])
         for k, request in enumerate(chain):
             assert "previous_response_id" not in request.body, k
-            assert _tokens(dict(request.body)) <= BUDGET, k
+            assert support.body_tokens(request.body) <= BUDGET, k
         # The later requests carry more than the new item: the chain, fitted.
         assert len(chain[-1].body["input"]) > 2
     client.close()

@@ -5,9 +5,18 @@
    items, then the request's new ones. Pairing is validated over that (400 before any
    upstream call).
 2. **Fit** — the conversation's units (:mod:`ctxstack.proxy.responses_view`) go through
-   the proxy's one fitter (:class:`~ctxstack.proxy.fitting.Fitter`: within budget →
-   unchanged; a checkpoint; else the guard), then are rendered back into items. What is
-   forwarded is recounted: it must be within the budget (else one smaller refit).
+   the proxy's session fitter (:class:`~ctxstack.proxy.session_fit.SessionFitter`, as on
+   the Chat wire: within budget → unchanged; else the session's stored view extended
+   with the new units, byte-identical to what went before, until that overflows; then
+   the view recomputed once with headroom — single flight per session, across workers),
+   then rendered back into items. The session is ``x-ctxstack-session`` or derived from
+   the conversation's opening units, salted with the wire, the caller and the client's
+   key (:mod:`ctxstack.proxy.sessions`). Summaries continue the conversation's own
+   prefix (:mod:`ctxstack.proxy.responses_summary`). Once something of the session was
+   compacted away, ``tools`` gain ``ctxstack_recall``
+   (:mod:`ctxstack.proxy.responses_recall`, answered by
+   :mod:`ctxstack.proxy.responses_rounds`). What is forwarded is recounted, the recall
+   tool included: it must be within the budget (else one smaller recomputation).
 3. **Forward** — unchanged bytes when nothing had to change and no chain was expanded;
    otherwise the body with ``input`` replaced and ``previous_response_id`` removed (every
    other field byte-identical: ``instructions``, ``tools``, unknown fields). An unknown
@@ -17,8 +26,10 @@
    target and retries once; every other upstream error passes through with its status,
    body and headers (``Retry-After``, rate limits).
 5. **Record** — a completed (or incomplete) response is remembered for the requests
-   that continue it, and its ``usage`` counted per wire and model (cached input tokens
-   as the wire's ``cache_read_tokens``).
+   that continue it, and its ``usage`` (summed over the recall rounds) counted per wire
+   and model as on the Chat wire (``by_model``: usage, ``cache_read_tokens`` from
+   ``input_tokens_details.cached_tokens``, recall rounds; ``by_wire``: requests,
+   forwarded, WebSocket requests).
 
 Any failure of steps 1–2 other than a 400 (a bug, an unexpected shape, a database
 error) forwards the original request unchanged; it is logged and counted
@@ -28,11 +39,12 @@ error) forwards the original request unchanged; it is logged and counted
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,15 +63,21 @@ from ctxstack.proxy.forwarding import (
     read_error,
     upstream_timeout_seconds,
 )
+from ctxstack.proxy.recall import UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.responses_chains import ChainStore, owner_key
-from ctxstack.proxy.responses_request import ResponsesRequest, validate_pairs
+from ctxstack.proxy.responses_recall import WIRE as RECALL
+from ctxstack.proxy.responses_recall import responses_usage
+from ctxstack.proxy.responses_request import ResponsesRequest, dump, validate_pairs
+from ctxstack.proxy.responses_summary import ResponsesPrefixSummarizer
 from ctxstack.proxy.responses_view import (
     UNIT_KEY,
     ResponsesConversation,
     count_tokens,
     schema_tokens,
 )
+from ctxstack.proxy.session_fit import SessionFitter
+from ctxstack.proxy.sessions import SessionStore, owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
 from ctxstack.tokens import TokenCounter
@@ -84,14 +102,20 @@ class ProxyParts(Protocol):
     summarizers: Summarizers
     fitter: Fitter
     chains: ChainStore
+    sessions: SessionStore
+    session_fitter: SessionFitter
 
 
 class _FitRequest(CompletionRequest):
     """The fitter's request for a Responses conversation: its units' chat views, its
     schemas (``tools``, a ``text.format`` schema) counted as the tool definitions."""
 
-    def __init__(self, request: ResponsesRequest, conv: ResponsesConversation) -> None:
-        super().__init__(b"", request.body, request.model, conv.conversation)
+    def __init__(self, request: ResponsesRequest, conv: ResponsesConversation, *,
+                 own: bool) -> None:
+        # ``raw`` only sizes the request (a byte per token at most): the client's bytes
+        # when they are the whole conversation, else nothing (a chain is counted).
+        super().__init__(request.raw if own else b"", request.body, request.model,
+                         conv.conversation)
 
     def tools_tokens(self, counter: TokenCounter) -> int:
         return schema_tokens(self.body, counter)
@@ -104,6 +128,8 @@ class Exchange:
     request: ResponsesRequest
     owner: str
     salt: str
+    """Salts what the proxy keeps per conversation on this wire (checkpoints, sessions):
+    the wire, the caller and the client's key."""
     budget: int
     summarizer: LLM | None
     full: list[dict[str, Any]] | None
@@ -114,6 +140,9 @@ class Exchange:
     """The input to forward; None: forward the request's own body."""
     conv: ResponsesConversation | None = None
     failed: str | None = None
+    session: str = ""
+    offer_recall: bool = False
+    """The forwarded ``tools`` carry ``ctxstack_recall`` (the session has an archive)."""
     own_summarizer: OpenAICompatibleLLM | None = None
     """A per-request summariser (carrying the client's key) to close afterwards."""
     log: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +151,19 @@ class Exchange:
         """The bytes to forward (``stream``: the upstream must answer with events)."""
         if self.items is None:
             return self.request.forced_stream() if stream else self.request.raw
+        if self.offer_recall:
+            body = self.forward_body()
+            if stream:
+                body["stream"] = True
+            return dump(body)
         return self.request.with_input(self.items, stream=True if stream else None)
+
+    def forward_body(self) -> dict[str, Any]:
+        """The fitted body as an object: ``input`` replaced, no ``previous_response_id``,
+        the recall tool added when offered (every other field as the client sent it)."""
+        body = {k: v for k, v in self.request.body.items() if k != "previous_response_id"}
+        body["input"] = self.items if self.items is not None else self.request.input
+        return RECALL.add_tool(body) if self.offer_recall else body
 
     def headers(self) -> dict[str, str]:
         """The ``x-ctxstack-*`` headers (today's format; counts are input items)."""
@@ -147,6 +188,7 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
         ProxyError: 400 for a conversation the upstream would refuse (pairing).
     """
     owner = owner_key(salt, headers)
+    wire_salt = f"{WIRE}\x1f{owner_salt(headers, salt)}"
     chain: list[dict[str, Any]] | None = []
     if request.body.get("conversation") is not None:
         chain = None  # the upstream's Conversations API holds the history: not ours to fit
@@ -156,7 +198,7 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
     model_budget = await state.budgets.get(request.model)
     budget = model_budget.usable_input_tokens
     full = None if chain is None else [*chain, *request.input]
-    ex = Exchange(request, owner, salt, budget, None, full)
+    ex = Exchange(request, owner, wire_salt, budget, None, full)
     if not fit:
         return ex
     if full is None:
@@ -178,6 +220,7 @@ def _failed(state: ProxyParts, ex: Exchange, exc: BaseException) -> None:
     ex.failed = type(exc).__name__
     ex.fit = None
     ex.items = None
+    ex.offer_recall = False
 
 
 async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[str, str],
@@ -192,22 +235,41 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
         if own:
             ex.own_summarizer = summarizer
     conv = ResponsesConversation(ex.full, request.instructions)
-    fitting = _FitRequest(request, conv)
-    salt = f"{WIRE}\x1f{ex.salt}"
-    fitter = state.fitter
-    fit = (await fitter.refit(fitting, target, salt=salt, summarizer=ex.summarizer) if refit
-           else await fitter.fit(fitting, target, salt=salt, summarizer=ex.summarizer))
-    counter = await fitter.counters.aget(request.model)
+    fitting = _FitRequest(request, conv, own=request.previous_id is None)
+    chat = conv.conversation
+    if not ex.session:
+        ex.session = session_key(headers, chat.messages, chat.prompt_end, ex.salt)
+    sessions = state.session_fitter
+    counter = await state.fitter.counters.aget(request.model)
+    if refit:
+        fit = await sessions.refit(fitting, target, salt=ex.salt, summarizer=ex.summarizer,
+                                   session=ex.session,
+                                   extra_tools=RECALL.added_tokens(request.body, counter))
+    else:
+        prefix = (None if state.settings.summarizer_configured
+                  else _prefix_summarizer(state, ex, conv, headers))
+        fit = await sessions.fit(
+            fitting, target, salt=ex.salt, summarizer=ex.summarizer, session=ex.session,
+            extra_tools=lambda: RECALL.added_tokens(request.body, counter),
+            prefix_summarizer=prefix)
     items = None if fit.messages is None else conv.render(fit.messages)
+    offer = fit.recall and items is not None and RECALL.can_offer(request.body)
     if items is not None:
-        tokens = count_tokens(items, request.instructions, schema_tokens(request.body, counter),
-                              counter)
+        schemas = schema_tokens(RECALL.add_tool(request.body) if offer else request.body,
+                                counter)
+        tokens = count_tokens(items, request.instructions, schemas, counter)
         if tokens > ex.budget:
-            again = await fitter.refit(fitting, int(min(target, ex.budget) * REFIT_FILL),
-                                       salt=salt, summarizer=ex.summarizer)
+            # A kept model turn the guard wanted cut counts whole: recompute smaller once
+            # (stored, so the next requests extend the smaller view).
+            again = await sessions.refit(
+                fitting, int(min(target, ex.budget) * REFIT_FILL), salt=ex.salt,
+                summarizer=ex.summarizer, session=ex.session,
+                extra_tools=RECALL.added_tokens(request.body, counter))
             items = None if again.messages is None else conv.render(again.messages)
-            tokens = count_tokens(items or ex.full, request.instructions,
-                                  schema_tokens(request.body, counter), counter)
+            offer = again.recall and items is not None and RECALL.can_offer(request.body)
+            schemas = schema_tokens(RECALL.add_tool(request.body) if offer else request.body,
+                                    counter)
+            tokens = count_tokens(items or ex.full, request.instructions, schemas, counter)
             if tokens > ex.budget:
                 raise RuntimeError(f"the fitted input counts {tokens} tokens, over the "
                                    f"budget of {ex.budget}")
@@ -220,8 +282,35 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
     if ex.fit is not None:
         fit = dataclasses.replace(fit, summarizer_usage=ex.fit.summarizer_usage
                                   + fit.summarizer_usage)
-    ex.conv, ex.fit, ex.items = conv, fit, items
+    ex.conv, ex.fit, ex.items, ex.offer_recall = conv, fit, items, offer
+    ex.log["view"] = fit.view
+    ex.log["recall_offered"] = offer
     state.stats.fitted(fit)
+
+
+def _prefix_summarizer(state: ProxyParts, ex: Exchange, conv: ResponsesConversation,
+                       headers: Mapping[str, str]) -> Callable[[list[Any], LLM], LLM]:
+    """Summaries asked as the conversation's continuation, through the upstream with the
+    client's own headers (:class:`~ctxstack.proxy.responses_summary.ResponsesPrefixSummarizer`)."""
+    upstream_headers = [(k, v) for k, v in state.upstream.request_headers(headers.items())
+                        if k.lower() not in ("accept", "content-type")] + [
+        ("content-type", "application/json")]
+    full = ex.full or []
+
+    async def send(content: bytes) -> tuple[int, object]:
+        upstream = await state.upstream.open("POST", "responses", query="",
+                                             headers=upstream_headers, content=content)
+        _, data = await read_error(upstream)
+        return upstream.status_code, data
+
+    def build(prefix: list[Any], fallback: LLM) -> LLM:
+        items = conv.render(prefix)
+        compacted = len(items) > len(full) or any(
+            a is not b for a, b in zip(items, full, strict=False))
+        return ResponsesPrefixSummarizer(send, ex.request.body, items, fallback,
+                                         recall=compacted)
+
+    return build
 
 
 async def close(ex: Exchange) -> None:
@@ -264,27 +353,23 @@ async def open_upstream(state: ProxyParts, ex: Exchange, headers: list[tuple[str
             return upstream, raw, data
 
 
-async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any]) -> None:
-    """Step 5 for one finished response object."""
-    usage = response.get("usage")
-    counts: dict[str, int] = {}
-    if isinstance(usage, Mapping):
-        details = usage.get("input_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-        for key, value in (("input_tokens", usage.get("input_tokens")),
-                           ("output_tokens", usage.get("output_tokens"))):
-            if isinstance(value, int) and not isinstance(value, bool):
-                counts[key] = value
-        if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
-            state.stats.cache_usage(WIRE, ex.request.model, read=cached, write=0)
-    if counts:
-        state.stats.wire(WIRE, ex.request.model, **counts)
+async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any], *,
+                 usage: UpstreamUsage | None = None, rounds: int = 0) -> None:
+    """Step 5 for one finished response object (``usage``: the sum over the upstream
+    calls made for it, when the proxy answered ``ctxstack_recall``; else its own)."""
+    model = ex.request.model
+    if usage is None and isinstance(response.get("usage"), Mapping):
+        usage = responses_usage(response)
+    if usage is not None:
+        state.stats.usage(WIRE, model, usage, rounds)
+        state.stats.wire(WIRE, model, input_tokens=usage.input_tokens,
+                         output_tokens=usage.output_tokens)
     rid = response.get("id")
     output = response.get("output")
     if (not isinstance(rid, str) or not rid or not isinstance(output, list)
             or response.get("status") not in ("completed", "incomplete")):
         return
-    await state.chains.remember(ex.owner, rid, ex.request.previous_id, ex.request.model,
+    await state.chains.remember(ex.owner, rid, ex.request.previous_id, model,
                                 [*ex.request.input, *output], persist=ex.request.store)
 
 
@@ -345,20 +430,15 @@ def terminal_response(name: str | None, data: str) -> dict[str, Any] | None:
     return response if isinstance(response, dict) else None
 
 
-async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyParts,
-                          ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
-    """The upstream's SSE body: each decoded chunk with the events completed by it. The
-    terminal response is recorded as it passes. A stall or a broken connection ends it
-    with :class:`ProxyError` (504/502)."""
+async def read_events(upstream: httpx.Response,
+                      ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
+    """The upstream's SSE body: each chunk with the events it completed. A stall or a
+    broken connection ends it with :class:`ProxyError` (504/502); the response is closed
+    at the end either way."""
     reader = EventReader()
     try:
         async for chunk in upstream.aiter_bytes():
-            events = reader.feed(chunk)
-            yield chunk, events  # the client first, then the bookkeeping
-            for name, data in events:
-                response = terminal_response(name, data)
-                if response is not None:
-                    await record(state, ex, response)
+            yield chunk, reader.feed(chunk)
     except httpx.HTTPError as exc:
         timed_out = isinstance(exc, httpx.TimeoutException)
         log.warning("proxy: upstream responses stream %s (%s)",
@@ -367,3 +447,15 @@ async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyPa
                else upstream_failed()) from None
     finally:
         await upstream.aclose()
+
+
+async def upstream_events(upstream: httpx.Response, ex: Exchange, state: ProxyParts,
+                          ) -> AsyncGenerator[tuple[bytes, list[tuple[str | None, str]]], None]:
+    """:func:`read_events`, the terminal response recorded as it passes."""
+    async with contextlib.aclosing(read_events(upstream)) as chunks:
+        async for chunk, events in chunks:
+            yield chunk, events  # the client first, then the bookkeeping
+            for name, data in events:
+                response = terminal_response(name, data)
+                if response is not None:
+                    await record(state, ex, response)

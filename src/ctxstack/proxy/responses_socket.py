@@ -18,6 +18,14 @@ error. A missing proxy token closes the socket after an error frame (401); a fra
 larger than the proxy's body limit is a 413 error frame. Without tokens, a handshake to a
 host that is not loopback (or allowed), or from another origin, is refused (403).
 
+When the forwarded ``tools`` carry ``ctxstack_recall`` (:mod:`ctxstack.proxy.responses_rounds`),
+the events are re-framed as on the SSE stream: the client never sees the tool, and the
+``usage`` of ``response.completed`` is the sum over the upstream calls. A socket has no
+per-response headers, so the handshake's response says it once for every response on
+the socket: ``x-ctxstack-usage: sum`` (as on an SSE stream). WebSocket requests count in
+the stats with their wire and model (``by_wire.responses.<model>.websocket_requests``
+beside ``requests``).
+
 ``generate: false`` (Codex's pre-warm: "remember this input, generate nothing") is
 answered by the proxy itself when it knows the chain: a ``response.created`` and a
 ``response.completed`` with no output, remembered like any response, so the next
@@ -34,11 +42,13 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ctxstack._net import host_name, is_local_host, origin_host
 from ctxstack.proxy.errors import ProxyError
-from ctxstack.proxy.forwarding import response_headers
+from ctxstack.proxy.forwarding import read_error, response_headers
+from ctxstack.proxy.recall import USAGE_HEADER
 from ctxstack.proxy.responses_exchange import (
     WIRE,
     Exchange,
@@ -51,6 +61,8 @@ from ctxstack.proxy.responses_exchange import (
     upstream_events,
 )
 from ctxstack.proxy.responses_request import dump, parse_responses
+from ctxstack.proxy.responses_rounds import ClientStream, RoundError, answer_json, recall_events
+from ctxstack.proxy.responses_route import recall_run
 
 log = logging.getLogger("ctxstack.proxy")
 
@@ -99,7 +111,7 @@ async def responses_socket(state: ProxyParts, ws: WebSocket) -> None:
         log.warning("proxy: responses WebSocket refused (%s)", refused)
         await ws.close(code=1008)  # before accepting: the handshake is answered 403
         return
-    await ws.accept()
+    await ws.accept(headers=[(USAGE_HEADER.encode(), b"sum")])
     try:
         salt = await state.auth.caller(ws.headers)
     except ProxyError as exc:
@@ -111,7 +123,8 @@ async def responses_socket(state: ProxyParts, ws: WebSocket) -> None:
     incoming = [(k, v) for k, v in incoming if v or k.lower() != "openai-beta"]
     client = {k.lower(): v for k, v in incoming}
     upstream_headers = [(k, v) for k, v in state.upstream.request_headers(incoming)
-                        if k.lower() != "accept"] + [("accept", "text/event-stream")]
+                        if k.lower() not in ("accept", "content-type")] + [
+        ("accept", "text/event-stream"), ("content-type", "application/json")]
     while True:
         try:
             text = await ws.receive_text()
@@ -154,7 +167,7 @@ async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
     ex: Exchange | None = None
     try:
         request = parse_responses(dump(body), body)
-        state.stats.wire(WIRE, request.model, requests=1)
+        state.stats.wire(WIRE, request.model, requests=1, websocket_requests=1)
         prewarm = body.get("generate") is False
         ex = await prepare(state, request, client, salt, fit=not prewarm)
         if prewarm and ex.full is not None:
@@ -173,7 +186,9 @@ async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
             log_done(ex, started, upstream.status_code, upstream_error=True,
                      transport="websocket")
             return
-        if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        if ex.offer_recall:
+            await _with_recall(state, ws, ex, upstream, upstream_headers)
+        elif not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             answer = json.loads(await upstream.aread())
             await upstream.aclose()
             if isinstance(answer, dict):
@@ -199,6 +214,48 @@ async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
     finally:
         if ex is not None:
             await close(ex)
+
+
+async def _with_recall(state: ProxyParts, ws: WebSocket, ex: Exchange,
+                       upstream: httpx.Response, headers: list[tuple[str, str]]) -> None:
+    """Relay a response whose request offered ``ctxstack_recall`` (see the module doc)."""
+    run = await recall_run(state, ex)
+
+    async def open_next(body: dict[str, Any]) -> httpx.Response:
+        state.stats.bump("forwarded")
+        state.stats.wire(WIRE, ex.request.model, forwarded=1)
+        return await state.upstream.open("POST", "responses", query="", headers=headers,
+                                         content=dump(body))
+
+    if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        _, first = await read_error(upstream)
+        if not isinstance(first, dict):
+            raise json.JSONDecodeError("not a response object", "", 0)
+        try:
+            answer, _ = await answer_json(first, run, open_next)
+        except RoundError as exc:
+            error = exc.data.get("error") if isinstance(exc.data, dict) else None
+            await ws.send_text(error_frame(exc.response.status_code, error if isinstance(
+                error, dict) else {"type": "upstream_error", "code": "upstream_error",
+                                   "message": exc.raw.decode("utf-8", "replace")[:300]},
+                response_headers(exc.response, keep_length=False)))
+            state.stats.usage(WIRE, ex.request.model, run.usage, run.rounds)
+            return
+        await ws.send_text(json.dumps({"type": "response.completed", "response": answer},
+                                      ensure_ascii=False))
+        await record(state, ex, answer, usage=run.usage, rounds=run.rounds)
+        return
+    view = ClientStream()
+    try:
+        async with contextlib.aclosing(recall_events(upstream, run, open_next, view)) as events:
+            async for event in events:
+                await ws.send_text(json.dumps(event, ensure_ascii=False))
+    finally:
+        if view.final is not None:
+            await record(state, ex, view.final, usage=run.usage, rounds=run.rounds)
+        elif run.usage.calls:
+            state.stats.usage(WIRE, ex.request.model, run.usage, run.rounds)
+    ex.log["recall_rounds"] = run.rounds
 
 
 async def _prewarm(state: ProxyParts, ws: WebSocket, ex: Exchange) -> None:

@@ -199,6 +199,19 @@ class StubRequest:
         return list(tools) if isinstance(tools, list) else None
 
     @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools offered, in any wire's format (Chat's
+        ``{"function": {"name"}}``, Responses' and Anthropic's ``{"name"}``)."""
+        names = []
+        for tool in self.tools or ():
+            inner = tool.get("function") if isinstance(tool, Mapping) else None
+            name = (inner.get("name") if isinstance(inner, Mapping)
+                    else tool.get("name") if isinstance(tool, Mapping) else None)
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    @property
     def last_user_text(self) -> str:
         for m in reversed(self.messages):
             if m.role == "user":
