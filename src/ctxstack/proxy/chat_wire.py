@@ -38,6 +38,7 @@ from ctxstack.proxy.recall import (
     RECALL_PARAMETERS,
     RECALL_TOOL,
     RecallCall,
+    RecallWire,
     UpstreamUsage,
     parse_query,
     recall_text,
@@ -252,7 +253,7 @@ class PrefixSummarizer:
         try:
             status, data = await self.send(dumps_body(self.request_body(
                 instruction, max_tokens if isinstance(max_tokens, int) else None)))
-            text = _answer_text(data) if status < 400 else None
+            text = self.answer_text(data) if status < 400 else None
         except Exception as exc:  # the summary falls back; the request goes on
             log.warning("proxy: prefix summary call failed (%s); summarising a transcript",
                         type(exc).__name__)
@@ -260,10 +261,19 @@ class PrefixSummarizer:
         if not text:
             return await self.fallback.chat(messages, tools=tools, **opts)
         self.used_prefix = True
-        usage = chat_usage(data if isinstance(data, Mapping) else {})
+        usage = self.answer_usage(data if isinstance(data, Mapping) else {})
         return LLMResult(message=ChatMessage.assistant(text), usage=Usage(
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cached_tokens=usage.cache_read_tokens, calls=1))
+
+    def answer_text(self, data: object) -> str | None:
+        """The summary in an answer (None: not a usable one). A wire's subclass reads its
+        own answer shape."""
+        return _answer_text(data)
+
+    def answer_usage(self, data: Mapping[str, Any]) -> UpstreamUsage:
+        """The usage an answer reports (a wire's subclass reads its own)."""
+        return chat_usage(data)
 
     def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
         return self.fallback.stream_chat(messages, **opts)
@@ -309,7 +319,7 @@ def summary_prefix(view: Sequence[Mapping[str, Any]], counts: Sequence[int],
 class RecallRun:
     """One client request's recall loop state (shared by the JSON and stream paths)."""
 
-    wire: ChatRecallWire
+    wire: RecallWire
     archive: Archive
     counter: TokenCounter
     body: dict[str, Any]

@@ -199,6 +199,22 @@ class StubRequest:
         return list(tools) if isinstance(tools, list) else None
 
     @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools offered, whatever the wire: Chat's
+        ``{"type": "function", "function": {"name"}}``, Anthropic's and Responses'
+        ``{"name"}`` (a rule answers every wire by name: a ``ctxstack_recall`` call when
+        the proxy offers it)."""
+        names: list[str] = []
+        for tool in self.tools or ():
+            if not isinstance(tool, Mapping):
+                continue
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    @property
     def last_user_text(self) -> str:
         for m in reversed(self.messages):
             if m.role == "user":
