@@ -3,9 +3,10 @@
 The official ``anthropic`` SDK against a real ``ctxstack proxy`` process (and, for the
 single-flight and do-no-harm cases, proxy apps in process sharing one database) in front
 of the recording stub, which speaks ``/v1/messages`` and refuses, as Anthropic does, any
-request breaking the sequence rules. Its scripted model (:class:`Model`) reads logs with a
+request breaking the sequence rules. Its scripted model reads logs with a
 ``read_log`` tool, signs its thinking blocks, and calls ``ctxstack_recall`` when it is
-offered and asked about the vault. Budget: 5,000 input tokens.
+offered and asked about the vault (:class:`~tests.proxy_support.RecallScript`, the same
+script the Chat Completions tests drive). Budget: 5,000 input tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import hashlib
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -25,18 +26,25 @@ import pytest
 
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.llm.stub.anthropic import input_tokens, sequence_problems
-from ctxstack.proxy import ProxySettings, create_app, parse_compaction_header
+from ctxstack.proxy import ProxySettings, parse_compaction_header
 from ctxstack.proxy.anthropic import count_request
-from ctxstack.proxy.anthropic.recall import RECALL_TOOL_SPEC
 from ctxstack.proxy.recall import RECALL_TOOL, USAGE_HEADER
-from ctxstack.store import create_engine_from_url, upgrade
 from ctxstack.tokens import DEFAULT_COUNTER
-from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, is_summary_request, running_proxy
-from tests.store.dbkit import Backend, postgres_backend
+from tests.proxy_support import (
+    SUMMARY_TEXT,
+    ProxyProcess,
+    RecallScript,
+    app_client,
+    check_anthropic_forwarded,
+    is_summary_request,
+    running_proxy,
+)
+from tests.store.dbkit import Backend
 
 BUDGET = 5_000
-MODEL = "claude-stub-4"
-KEY = "sk-ant-client-key"
+MODEL = "claude-stub-sessions"
+"""Its own model name: the per-model stats these tests read are theirs alone."""
+KEY = "sk-ant-session-client"
 SYSTEM = [{"type": "text", "text": "You are the operations assistant of ACME-7.",
            "cache_control": {"type": "ephemeral"}}]
 TOOLS = [{"name": "read_log", "description": "Read a log file.",
@@ -44,38 +52,6 @@ TOOLS = [{"name": "read_log", "description": "Read a log file.",
                            "required": ["path"]}}]
 LOG_LINE = "2026-03-14 12:00:07 worker-3 shipped order #A-{n} (12 units, invoice INV-{n}) ok\n"
 FACT = "The vault combination is 7391-ALPHA."
-
-
-class Model:
-    """The stub's rule: a summary for compaction calls (optionally slow); a
-    ``ctxstack_recall`` call when it is offered and the user asks about the vault (or
-    always, until ``tool_choice`` is ``none``); a ``read_log`` call when asked to check a
-    log; after a tool result an answer quoting it; thinking blocks signed throughout."""
-
-    def __init__(self, *, summary_delay: float = 0.0, always_recall: bool = False) -> None:
-        self.summary_delay = summary_delay
-        self.always_recall = always_recall
-
-    def __call__(self, request: StubRequest) -> StubReply:
-        if is_summary_request(request):
-            return StubReply.text(SUMMARY_TEXT, delay=self.summary_delay, cached_tokens=50)
-        last = request.messages[-1]
-        n = len(request.messages)
-        choice = request.body.get("tool_choice") or {}
-        offered = RECALL_TOOL in request.tool_names and choice.get("type") != "none"
-        asked = "vault" in request.last_user_text
-        if offered and (self.always_recall or (asked and last.role == "user")):
-            return StubReply.tool_call(RECALL_TOOL, {"query": "vault combination"},
-                                       content="Let me check.", thinking=f"Recall ({n}).",
-                                       cached_tokens=30, cache_write_tokens=5)
-        if last.role == "tool":
-            return StubReply.text(f"From the record: {last.text[:160]}",
-                                  thinking=f"Reading the result ({n}).", cached_tokens=30)
-        if "check the shipping log" in last.text:
-            day = last.text.split("day ")[-1].rstrip(".")
-            return StubReply.tool_call("read_log", {"path": f"d{day}"},
-                                       thinking=f"I need the log ({n}).", cached_tokens=30)
-        return StubReply.text("Noted.", thinking=f"Nothing to do ({n}).", cached_tokens=30)
 
 
 def _log(day: int, *, fact: bool = False, lines: int = 6) -> str:
@@ -93,9 +69,24 @@ def proxy(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory,
         yield p
 
 
-def _client(proxy: ProxyProcess, session: str, key: str = KEY) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0, timeout=60,
-                               default_headers={"x-ctxstack-session": session})
+Connect = Callable[[str], anthropic.Anthropic]
+
+
+@pytest.fixture
+def connect(proxy: ProxyProcess) -> Iterator[Connect]:
+    """``connect(session)``: an SDK client of the proxy sending ``x-ctxstack-session``
+    (closed after the test)."""
+    made: list[anthropic.Anthropic] = []
+
+    def make(session: str) -> anthropic.Anthropic:
+        made.append(anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0,
+                                        timeout=60,
+                                        default_headers={"x-ctxstack-session": session}))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 def forwarded(stub: StubServer, since: int = 0) -> list[StubRequest]:
@@ -130,28 +121,19 @@ def _marked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _check_valid(request: StubRequest, client_turns: set[str]) -> None:
-    """Within budget by the exact count, valid by Anthropic's rules, ``system`` and
-    ``tools`` the client's (the recall tool aside), thinking turns byte-identical."""
-    body = dict(request.body)
-    assert count_request(body, DEFAULT_COUNTER) <= BUDGET
-    assert sequence_problems(body) == []
-    assert json.dumps(body["system"]) == json.dumps(SYSTEM)
-    assert json.dumps(body["tools"][:len(TOOLS)]) == json.dumps(TOOLS)
-    assert body["tools"][len(TOOLS):] in ([], [RECALL_TOOL_SPEC])
-    for m in body["messages"]:
-        if m["role"] == "assistant" and any(b["type"] == "thinking" for b in _blocks(m)):
-            assert json.dumps(m) in client_turns
+    check_anthropic_forwarded(dict(request.body), budget=BUDGET, system=SYSTEM, tools=TOOLS,
+                              client_turns=client_turns)
 
 
 def _ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], *, stream: bool,
          ) -> tuple[anthropic.types.Message, httpx.Headers]:
     if stream:
-        with client.messages.stream(model=MODEL, max_tokens=256, system=SYSTEM,  # type: ignore[arg-type]
-                                    tools=TOOLS, messages=_marked(messages)) as s:  # type: ignore[arg-type]
+        with client.messages.stream(model=MODEL, max_tokens=256, system=SYSTEM,
+                                    tools=TOOLS, messages=_marked(messages)) as s:
             return s.get_final_message(), s.response.headers
     raw = client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
-        messages=_marked(messages))  # type: ignore[arg-type]
+        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,
+        messages=_marked(messages))
     return raw.parse(), raw.headers
 
 
@@ -165,13 +147,14 @@ def _model_stats(proxy: ProxyProcess) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- growing
 def test_growing_80_turn_conversation_extends_its_view_and_recalls_an_early_fact(
-        proxy: ProxyProcess, stub: StubServer) -> None:
+        proxy: ProxyProcess, stub: StubServer,
+        connect: Connect) -> None:
     """80 agent turns with tool use past the budget: every forwarded request within budget
     and valid, thinking turns byte-identical; once compacted, each request that extends
     the session's view starts with the previous request's messages byte for byte; a fact
     planted in turn 1 is answered through ``ctxstack_recall`` at the end."""
-    stub.rule = Model()
-    client = _client(proxy, "growing")
+    stub.rule = RecallScript(thinking=True)
+    client = connect("growing")
     messages: list[dict[str, Any]] = []
     client_turns: set[str] = set()
     methods: list[str] = []
@@ -221,23 +204,23 @@ def test_growing_80_turn_conversation_extends_its_view_and_recalls_an_early_fact
     text = json.dumps([r.body["messages"] for r in requests[first:]])
     assert f"{RECALL_TOOL} ref r" in text  # a cleared tool output's placeholder
     assert f"`{RECALL_TOOL}`" in text  # the summary's note
-    assert "`recall`" not in text and "; recall ref" not in text
+    assert "`recall`" not in text
+    assert "; recall ref" not in text
     # The early fact, asked at the end.
     seen = len(stub.requests)
     messages.append({"role": "user", "content": "What is the vault combination?"})
     answer, headers = _ask(client, messages, stream=False)
-    assert "7391-ALPHA" in answer.content[-1].text  # type: ignore[union-attr]
+    assert "7391-ALPHA" in answer.content[-1].text
     assert RECALL_TOOL not in answer.model_dump_json()
     assert len(forwarded(stub, seen)) == 2
     assert headers[USAGE_HEADER] == "sum; upstream_calls=2"
-    client.close()
 
 
 # --------------------------------------------------------------------------- recall
-def _compacted(proxy: ProxyProcess, stub: StubServer, session: str,
+def _compacted(connect: Connect, stub: StubServer, session: str,
                ) -> tuple[anthropic.Anthropic, list[dict[str, Any]]]:
     """A conversation of ``session`` whose early part (with the fact) was compacted."""
-    stub.rule = Model()
+    stub.rule = RecallScript(thinking=True)
     messages: list[dict[str, Any]] = []
     for day in range(24):
         messages += [
@@ -250,7 +233,7 @@ def _compacted(proxy: ProxyProcess, stub: StubServer, session: str,
                                           "content": _log(day, fact=day == 1)}]},
             {"role": "assistant", "content": f"Day {day}: all orders shipped."}]
     messages.append({"role": "user", "content": "Carry on."})
-    client = _client(proxy, session)
+    client = connect(session)
     answer, headers = _ask(client, messages, stream=False)
     assert parse_compaction_header(headers["x-ctxstack-compaction"])["method"] != "none"
     messages.append({"role": "assistant", "content": [b.model_dump() for b in answer.content]})
@@ -263,16 +246,17 @@ def _signed(block: dict[str, Any]) -> bool:
 
 
 def test_recall_is_answered_by_the_proxy_and_hidden_from_the_client(
-        proxy: ProxyProcess, stub: StubServer) -> None:
-    client, messages = _compacted(proxy, stub, "recall-json")
+        proxy: ProxyProcess, stub: StubServer,
+        connect: Connect) -> None:
+    client, messages = _compacted(connect, stub, "recall-json")
     rounds_before = _model_stats(proxy).get("recall_rounds", 0)
     seen = len(stub.requests)
     messages.append({"role": "user", "content": "What is the vault combination?"})
     raw = client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
-        messages=messages)  # type: ignore[arg-type]
+        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,
+        messages=messages)
     answer = raw.parse()
-    assert "7391-ALPHA" in answer.content[-1].text  # type: ignore[union-attr]
+    assert "7391-ALPHA" in answer.content[-1].text
     assert answer.stop_reason == "end_turn"
     assert all(b.type != "tool_use" for b in answer.content)
     assert RECALL_TOOL not in raw.http_response.text
@@ -298,27 +282,27 @@ def test_recall_is_answered_by_the_proxy_and_hidden_from_the_client(
     assert answer.usage.cache_read_input_tokens == 60
     assert answer.usage.cache_creation_input_tokens == 5
     assert _model_stats(proxy)["recall_rounds"] - rounds_before == 1
-    client.close()
 
 
-def test_recall_in_a_stream_is_hidden_and_usage_summed(proxy: ProxyProcess,
-                                                       stub: StubServer) -> None:
-    client, messages = _compacted(proxy, stub, "recall-stream")
+def test_recall_in_a_stream_is_hidden_and_usage_summed(
+        proxy: ProxyProcess, stub: StubServer, connect: Connect) -> None:
+    client, messages = _compacted(connect, stub, "recall-stream")
     seen = len(stub.requests)
     messages.append({"role": "user", "content": "Stream it: what is the vault combination?"})
     events: list[Any] = []
-    with client.messages.stream(model=MODEL, max_tokens=256, system=SYSTEM,  # type: ignore[arg-type]
-                                tools=TOOLS, messages=messages) as stream:  # type: ignore[arg-type]
+    with client.messages.stream(model=MODEL, max_tokens=256, system=SYSTEM,
+                                tools=TOOLS, messages=messages) as stream:
         assert stream.response.headers[USAGE_HEADER] == "sum"
         events.extend(stream)
         final = stream.get_final_message()
     kinds = [e.type for e in events]
-    assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
+    assert kinds.count("message_start") == 1
+    assert kinds[-1] == "message_stop"
     starts = [e for e in events if e.type == "content_block_start"]
     assert [e.index for e in starts] == list(range(len(starts)))  # renumbered, no gaps
     assert all(e.content_block.type != "tool_use" for e in starts)
     assert final.stop_reason == "end_turn"
-    assert "7391-ALPHA" in final.content[-1].text  # type: ignore[union-attr]
+    assert "7391-ALPHA" in final.content[-1].text
     assert RECALL_TOOL not in final.model_dump_json()
     calls = forwarded(stub, seen)
     assert len(calls) == 2
@@ -328,18 +312,18 @@ def test_recall_in_a_stream_is_hidden_and_usage_summed(proxy: ProxyProcess,
     turn = calls[1].body["messages"][-2]
     assert _signed(turn["content"][0])
     assert turn["content"][2]["input"] == {"query": "vault combination"}
-    client.close()
 
 
 def test_after_three_recall_rounds_one_last_call_without_the_tool(
-        proxy: ProxyProcess, stub: StubServer) -> None:
-    client, messages = _compacted(proxy, stub, "recall-rounds")
-    stub.rule = Model(always_recall=True)
+        proxy: ProxyProcess, stub: StubServer,
+        connect: Connect) -> None:
+    client, messages = _compacted(connect, stub, "recall-rounds")
+    stub.rule = RecallScript(thinking=True, always_recall=True)
     seen = len(stub.requests)
     messages.append({"role": "user", "content": "And the vault?"})
     raw = client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
-        messages=messages)  # type: ignore[arg-type]
+        model=MODEL, max_tokens=256, system=SYSTEM, tools=TOOLS,
+        messages=messages)
     calls = forwarded(stub, seen)
     assert len(calls) == 4
     assert all(c.body.get("tool_choice") is None for c in calls[:3])
@@ -349,20 +333,19 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
     assert all(sequence_problems(dict(c.body)) == [] for c in calls)
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=4"
     assert RECALL_TOOL not in raw.http_response.text
-    client.close()
 
 
 def test_stats_count_anthropic_usage_cache_tokens_once_and_requests(
-        proxy: ProxyProcess, stub: StubServer) -> None:
+        proxy: ProxyProcess, stub: StubServer,
+        connect: Connect) -> None:
     before = _model_stats(proxy)
     stub.rule = lambda r: StubReply.text("ok", cached_tokens=70, cache_write_tokens=30)
-    client = _client(proxy, "stats")
+    client = connect("stats")
     client.messages.create(model=MODEL, max_tokens=64,
                            messages=[{"role": "user", "content": "hi"}])
     with client.messages.stream(model=MODEL, max_tokens=64,
                                 messages=[{"role": "user", "content": "hi"}]) as stream:
         stream.get_final_message()
-    client.close()
     after = _model_stats(proxy)
     stats = _stats(proxy)
     for field, delta in (("requests", 2), ("forwarded", 2), ("responses", 2),
@@ -376,34 +359,6 @@ def test_stats_count_anthropic_usage_cache_tokens_once_and_requests(
 
 
 # --------------------------------------------------------------------------- in process
-async def _app_client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.AsyncClient:
-    app = create_app(settings)
-    await stack.enter_async_context(app.router.lifespan_context(app))
-    return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60))
-
-
-@pytest.fixture
-async def db_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.db'}"
-    engine = create_engine_from_url(url)
-    await upgrade(engine)
-    await engine.dispose()
-    return url
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Backend]:
-    if request.param == "sqlite":
-        yield Backend("sqlite", db_url)
-        return
-    async for pg in postgres_backend():
-        engine = pg.engine()
-        await upgrade(engine)
-        await engine.dispose()
-        yield pg
-
-
 def _settings(db: str | Backend, stub: StubServer) -> ProxySettings:
     url, schema = (db, None) if isinstance(db, str) else (db.url, db.schema)
     return ProxySettings(upstream=stub.base_url, anthropic_upstream=stub.url,
@@ -423,12 +378,12 @@ def _over_budget() -> dict[str, Any]:
 
 @pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, backend: Backend, stub: StubServer) -> None:
-    stub.rule = Model(summary_delay=1.0)
+        apps: int, proxy_backend: Backend, stub: StubServer) -> None:
+    stub.rule = RecallScript(thinking=True, summary_delay=1.0)
     headers = {"x-ctxstack-session": "s-1", "x-api-key": KEY,
                "anthropic-version": "2023-06-01"}
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, _settings(backend, stub)) for _ in range(apps)]
+        clients = [await app_client(stack, _settings(proxy_backend, stub)) for _ in range(apps)]
         a, b = await asyncio.gather(*(
             c.post("/v1/messages", json=_over_budget(), headers=headers)
             for c in (clients[0], clients[-1])))
@@ -441,11 +396,11 @@ async def test_two_concurrent_over_budget_requests_make_one_summary_call(
 
 @pytest.mark.parametrize("session", [{"x-ctxstack-session": "same"}, {}],
                          ids=["same-session-header", "derived-session"])
-async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer,
+async def test_sessions_are_never_shared_across_keys(proxy_db_url: str, stub: StubServer,
                                                      session: dict[str, str]) -> None:
-    stub.rule = Model()
+    stub.rule = RecallScript(thinking=True)
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub))
+        client = await app_client(stack, _settings(proxy_db_url, stub))
         for key in ("sk-ant-alice", "sk-ant-bob"):
             r = await client.post("/v1/messages", json=_over_budget(),
                                   headers={**session, "x-api-key": key})
@@ -462,13 +417,13 @@ async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServ
 
 
 async def test_a_fitting_failure_forwards_the_original_request(
-        db_url: str, tmp_path: Path, stub: StubServer) -> None:
-    stub.rule = Model()
+        proxy_db_url: str, tmp_path: Path, stub: StubServer) -> None:
+    stub.rule = RecallScript(thinking=True)
     with sqlite3.connect(tmp_path / "proxy.db") as db:  # the session store is broken
         db.execute("DROP TABLE proxy_sessions")
     raw = json.dumps(_over_budget()).encode()
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub))
+        client = await app_client(stack, _settings(proxy_db_url, stub))
         response = await client.post("/v1/messages", content=raw, headers={
             "content-type": "application/json", "x-api-key": KEY})
         assert response.status_code == 200, response.text
@@ -481,8 +436,8 @@ async def test_a_fitting_failure_forwards_the_original_request(
 
 
 async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
-        db_url: str, stub: StubServer) -> None:
-    model = Model()
+        proxy_db_url: str, stub: StubServer) -> None:
+    model = RecallScript(thinking=True)
 
     def rule(request: StubRequest) -> StubReply:
         if is_summary_request(request) and request.body.get("tool_choice") is not None:
@@ -492,7 +447,7 @@ async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
     stub.rule = rule
     body = {**_over_budget(), "tools": TOOLS}
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub))
+        client = await app_client(stack, _settings(proxy_db_url, stub))
         r = await client.post("/v1/messages", json=body, headers={"x-api-key": KEY})
     assert r.status_code == 200, r.text
     assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] == "llm"

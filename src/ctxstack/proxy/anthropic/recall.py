@@ -32,28 +32,21 @@ import httpx
 from starlette.responses import Response
 
 from ctxstack import TokenCounter
+from ctxstack.proxy import recall as loop
 from ctxstack.proxy.anthropic.errors import anthropic_error, error_body
 from ctxstack.proxy.anthropic.relay import error_passthrough
 from ctxstack.proxy.anthropic.units import to_units
 from ctxstack.proxy.chat_wire import RecallRun, dumps_body
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.forwarding import read_error, response_headers
-from ctxstack.proxy.recall import (
-    MAX_ROUNDS,
-    RECALL_DESCRIPTION,
-    RECALL_PARAMETERS,
-    RECALL_TOOL,
-    USAGE_HEADER,
-    RecallCall,
-    UpstreamUsage,
-    parse_query,
-)
+from ctxstack.proxy.recall import RECALL_TOOL, RecallCall, UpstreamUsage
 from ctxstack.proxy.request import guard_view
 
 log = logging.getLogger("ctxstack.proxy")
 
 RECALL_TOOL_SPEC: dict[str, Any] = {
-    "name": RECALL_TOOL, "description": RECALL_DESCRIPTION, "input_schema": RECALL_PARAMETERS,
+    "name": RECALL_TOOL, "description": loop.RECALL_DESCRIPTION,
+    "input_schema": loop.RECALL_PARAMETERS,
 }
 
 
@@ -124,10 +117,7 @@ class AnthropicRecallWire:
         return count(self.add_tool(dict(body))["tools"]) - count(tools)
 
     def add_tool(self, body: dict[str, Any]) -> dict[str, Any]:
-        tools = body.get("tools")
-        out = dict(body)
-        out["tools"] = [*(tools if isinstance(tools, list) else []), RECALL_TOOL_SPEC]
-        return out
+        return loop.with_tool(body, RECALL_TOOL_SPEC)
 
     def remove_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         out = dict(body)
@@ -135,7 +125,7 @@ class AnthropicRecallWire:
         return out
 
     def recall_calls(self, answer: Mapping[str, Any]) -> list[RecallCall]:
-        return [RecallCall(str(b.get("id") or ""), parse_query(b.get("input")))
+        return [RecallCall(str(b.get("id") or ""), loop.parse_query(b.get("input")))
                 for b in _blocks(answer) if _is_recall(b)]
 
     def has_other_calls(self, answer: Mapping[str, Any]) -> bool:
@@ -187,27 +177,14 @@ async def answer_with_recall(first: httpx.Response, run: RecallRun, open_next: O
     Raises:
         ProxyError: a round's body could not be read (502/504).
     """
-    wire = run.wire
-    last = first
-    stripped = False
     try:
-        raw, data = await read_error(first)
-        while isinstance(data, dict):
-            run.usage = run.usage + wire.usage(data)
-            calls = wire.recall_calls(data)
-            if not calls:
-                break
-            if wire.has_other_calls(data) or run.rounds >= MAX_ROUNDS:
-                data, stripped = wire.strip(data), True
-                break
-            last = await open_next(dumps_body(await run.next_body(data, calls)))
-            if last.status_code >= 400:
-                raw_error, error_data = await read_error(last)
-                return error_passthrough(last, raw_error, error_data, extra)
-            raw, data = await read_error(last)
+        outcome = await run.answer(first, open_next)
     finally:
         done(run.usage, run.rounds)
-    headers = response_headers(last, {**extra, USAGE_HEADER:
+    last, raw, data = outcome.last, outcome.raw, outcome.data
+    if outcome.failed:
+        return error_passthrough(last, raw, data, extra)
+    headers = response_headers(last, {**extra, loop.USAGE_HEADER:
                                       f"sum; upstream_calls={run.usage.calls}"},
                                keep_length=False)
     if data is None:
@@ -215,9 +192,10 @@ async def answer_with_recall(first: httpx.Response, run: RecallRun, open_next: O
                     "JSON (%d bytes)", last.status_code, len(raw))
         return anthropic_error(502, "the upstream model server sent an answer that is not "
                                "valid JSON", dict(extra))
-    if run.rounds == 0 and not stripped:
+    if run.rounds == 0 and not outcome.stripped:
         return Response(raw, status_code=last.status_code, headers=headers)
-    final = wire.with_usage(data, run.usage) if isinstance(data, dict) and run.rounds else data
+    final = run.wire.with_usage(data, run.usage) if isinstance(data, dict) and run.rounds \
+        else data
     return Response(dumps_body(final), status_code=last.status_code, headers=headers)
 
 
@@ -370,7 +348,7 @@ async def stream_with_recall(first: httpx.Response, run: RecallRun, open_next: O
             answer = state.answer()
             calls = run.wire.recall_calls(answer)
             if (calls and not state.failed and not state.other_calls()
-                    and run.rounds < MAX_ROUNDS):
+                    and run.rounds < loop.MAX_ROUNDS):
                 body = await run.next_body(answer, calls)
                 offset += len(sent)
                 try:
