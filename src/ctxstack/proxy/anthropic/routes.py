@@ -375,8 +375,11 @@ async def _recall_answer(state: Any, wire: AnthropicWire, upstream: httpx.Respon
     async def open_next(content: bytes) -> httpx.Response:
         state.stats.bump("forwarded")
         state.stats.wire(WIRE, model, forwarded=1)
-        return await wire.upstream.open("POST", "messages", query=query, headers=headers,
-                                        content=content)
+        answer: httpx.Response = await wire.upstream.open(
+            "POST", "messages", query=query, headers=headers, content=content)
+        if answer.status_code >= 400:
+            state.stats.upstream_error(answer.status_code)
+        return answer
 
     def done(usage: UpstreamUsage, rounds: int) -> None:
         state.stats.usage(WIRE, model, usage, rounds)
