@@ -335,6 +335,26 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
     assert RECALL_TOOL not in raw.http_response.text
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_recall_call_beside_the_clients_own_call_is_removed_and_the_answer_delivered(
+        proxy: ProxyProcess, stub: StubServer, connect: Connect, stream: bool) -> None:
+    """The model calls ``ctxstack_recall`` and the client's ``read_log`` at once: the proxy
+    makes no round (the client must run its tool), removes the recall call and delivers
+    the answer; the client's call keeps its place, renumbered in a stream."""
+    client, messages = _compacted(connect, stub, f"beside-{stream}")
+    stub.rule = lambda r: StubReply.tool_calls_of(
+        (RECALL_TOOL, {"query": "vault"}), ("read_log", {"path": "d3"}), thinking="Both.")
+    seen = len(stub.requests)
+    messages.append({"role": "user", "content": "What is the vault combination?"})
+    answer, headers = _ask(client, messages, stream=stream)
+    assert [b.type for b in answer.content] == ["thinking", "tool_use"]
+    assert answer.content[1].name == "read_log"
+    assert answer.stop_reason == "tool_use"
+    assert RECALL_TOOL not in answer.model_dump_json()
+    assert len(forwarded(stub, seen)) == 1  # no round: a completed answer, delivered
+    assert headers[USAGE_HEADER] == ("sum" if stream else "sum; upstream_calls=1")
+
+
 def test_stats_count_anthropic_usage_cache_tokens_once_and_requests(
         proxy: ProxyProcess, stub: StubServer,
         connect: Connect) -> None:
