@@ -396,14 +396,20 @@ def _over_budget() -> dict[str, Any]:
     return {"model": MODEL, "max_tokens": 64, "system": SYSTEM, "messages": messages}
 
 
-@pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
+@pytest.mark.parametrize(("apps", "redis"), [(1, False), (2, False), (2, True)],
+                         ids=["one-app", "two-apps-one-database", "two-apps-redis-lease"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, proxy_backend: Backend, stub: StubServer) -> None:
+        apps: int, redis: bool, proxy_backend: Backend, stub: StubServer) -> None:
+    settings = _settings(proxy_backend, stub)
+    if redis:  # the lease in Redis (CTXSTACK_PROXY_REDIS_URL) instead of the database
+        from tests.service_support import redis_url_or_skip
+
+        settings = settings.model_copy(update={"redis_url": redis_url_or_skip()})
     stub.rule = RecallScript(thinking=True, summary_delay=1.0)
     headers = {"x-ctxstack-session": "s-1", "x-api-key": KEY,
                "anthropic-version": "2023-06-01"}
     async with AsyncExitStack() as stack:
-        clients = [await app_client(stack, _settings(proxy_backend, stub)) for _ in range(apps)]
+        clients = [await app_client(stack, settings) for _ in range(apps)]
         a, b = await asyncio.gather(*(
             c.post("/v1/messages", json=_over_budget(), headers=headers)
             for c in (clients[0], clients[-1])))
