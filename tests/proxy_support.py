@@ -8,10 +8,12 @@ start) on a random loopback port, in front of a :class:`~ctxstack.llm.stub.StubS
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,10 @@ import httpx
 
 from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest
+from ctxstack.proxy import ProxySettings, create_app
+from ctxstack.store import create_engine_from_url, upgrade
 from tests.service_support import clean_env, free_port
+from tests.store.dbkit import Backend, postgres_backend
 
 _LAUNCH = "import ctxstack.cli.proxy\nfrom ctxstack.cli import main\nmain()\n"
 SUMMARY_TEXT = "Summary: the user discussed the quarterly plan, order #A-1042 and 3.2% growth."
@@ -116,6 +121,47 @@ def client_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | N
     return [t for t in tools if (t.get("function") or {}).get("name") != "ctxstack_recall"]
 
 
+class RecallScript:
+    """The stub's model for the session and recall tests, on every wire: a summary for
+    compaction calls (after ``summary_delay``); a ``ctxstack_recall`` call when the proxy
+    offers it (and ``tool_choice`` is not ``none``) and the user's last message asks about
+    the vault — or always, with ``always_recall``; a ``read_log`` call when the last
+    message asks to check a day's shipping log; after a tool result an answer quoting it
+    (the line about the vault when asked about it); else "Noted.". With ``thinking``, every answer starts with a signed thinking block
+    (the Anthropic wire)."""
+
+    def __init__(self, *, summary_delay: float = 0.0, always_recall: bool = False,
+                 thinking: bool = False) -> None:
+        self.summary_delay = summary_delay
+        self.always_recall = always_recall
+        self.thinking = thinking
+
+    def __call__(self, request: StubRequest) -> StubReply:
+        if is_summary_request(request):
+            return StubReply.text(SUMMARY_TEXT, delay=self.summary_delay, cached_tokens=50)
+        last = request.messages[-1]
+        think: dict[str, Any] = (
+            {"thinking": f"Step {len(request.messages)}."} if self.thinking else {})
+        choice = request.body.get("tool_choice")
+        offered = "ctxstack_recall" in request.tool_names and not (
+            isinstance(choice, Mapping) and choice.get("type") == "none")
+        asked = "vault" in request.last_user_text and last.role == "user"
+        if offered and (self.always_recall or asked):
+            return StubReply.tool_call("ctxstack_recall", {"query": "vault combination"},
+                                       content="Let me check.", cached_tokens=30,
+                                       cache_write_tokens=5, **think)
+        if last.role == "tool":  # quoting the line that answers, if there is one
+            found = [line for line in last.text.splitlines()
+                     if "vault" in line and "vault" in request.last_user_text]
+            return StubReply.text(f"From the record: {(found or [last.text])[0][:200]}",
+                                  cached_tokens=30, **think)
+        if last.role == "user" and "check the shipping log of day " in last.text:
+            day = last.text.rsplit("day ", 1)[-1].rstrip(".")
+            return StubReply.tool_call("read_log", {"path": f"d{day}"}, cached_tokens=30,
+                                       **think)
+        return StubReply.text("Noted.", cached_tokens=30, **think)
+
+
 class ConversationRule:
     """The stub's answers: a summary for compaction calls; for chat calls a tool call when
     the last user message asks for one (and no result came yet), else a text answer."""
@@ -161,3 +207,56 @@ def tool_sequence_problems(messages: list[dict[str, Any]]) -> list[str]:
     if pending:
         problems.append(f"end: calls {sorted(pending)} left unanswered")
     return problems
+
+
+# --------------------------------------------------------------------------- in process
+async def app_client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.AsyncClient:
+    """A proxy app run in process (its lifespan on ``stack``), reached over ASGI."""
+    app = create_app(settings)
+    await stack.enter_async_context(app.router.lifespan_context(app))
+    return await stack.enter_async_context(httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60))
+
+
+async def migrated_sqlite(path: Path) -> str:
+    """The URL of a SQLite database at ``path`` with the proxy's tables."""
+    url = f"sqlite+aiosqlite:///{path}"
+    engine = create_engine_from_url(url)
+    await upgrade(engine)
+    await engine.dispose()
+    return url
+
+
+async def migrated_backend(kind: str, sqlite_url: str) -> AsyncIterator[Backend]:
+    """``sqlite_url`` (already migrated), or a fresh migrated PostgreSQL schema."""
+    if kind == "sqlite":
+        yield Backend("sqlite", sqlite_url)
+        return
+    async for pg in postgres_backend():
+        engine = pg.engine()
+        await upgrade(engine)
+        await engine.dispose()
+        yield pg
+
+
+def check_anthropic_forwarded(body: Mapping[str, Any], *, budget: int, system: Any,
+                              tools: list[dict[str, Any]], client_turns: set[str]) -> None:
+    """A request the proxy forwarded on the Anthropic wire: within ``budget`` by the exact
+    count, valid by Anthropic's rules, the client's ``system`` and ``tools`` byte-identical
+    (the proxy's ``ctxstack_recall`` may follow the tools), every assistant turn holding a
+    thinking block one the client sent (``client_turns``: their JSON), whole."""
+    from ctxstack.llm.stub.anthropic import sequence_problems
+    from ctxstack.proxy.anthropic import count_request
+    from ctxstack.proxy.anthropic.recall import RECALL_TOOL_SPEC
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    assert count_request(body, DEFAULT_COUNTER) <= budget
+    assert sequence_problems(body) == []
+    assert json.dumps(body["system"]) == json.dumps(system)
+    assert json.dumps(body["tools"][:len(tools)]) == json.dumps(tools)
+    assert body["tools"][len(tools):] in ([], [RECALL_TOOL_SPEC])
+    for m in body["messages"]:
+        content = m["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if m["role"] == "assistant" and any(b["type"] == "thinking" for b in blocks):
+            assert json.dumps(m) in client_turns

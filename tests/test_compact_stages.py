@@ -86,6 +86,25 @@ async def test_masking_not_enough_goes_on_to_the_summary_with_a_recall_note() ->
     assert len(archive) == res.archived >= res.masked
 
 
+async def test_the_recall_tool_is_named_as_the_options_say() -> None:
+    """The proxy reads its archives back with ``ctxstack_recall``: its placeholders and
+    the summary's note name that tool, not the agents' ``recall``."""
+    msgs = tool_run(4, size=4_000)
+    msgs += [ChatMessage.user("more " * 400), ChatMessage.assistant("answer " * 400)] * 3
+    llm = ScriptedLLM(handler=lambda m, t: "Summary of the research so far.")
+    options = CompactionOptions(recall_tool="ctxstack_recall")
+    res = await compact_staged(msgs, llm, 2_500, options, counter=HEURISTIC,
+                               archive=HistoryArchive())
+    assert res.summary is not None
+    assert "`ctxstack_recall`" in res.summary.text
+    assert "`recall`" not in res.summary.text
+    masked = await compact_staged(tool_run(10), llm, 4_000, options.with_(mask_fill=0.6),
+                                  counter=HEURISTIC, archive=HistoryArchive())
+    cleared = [m.text for m in masked.messages if m.metadata.get(MASKED_KEY)]
+    assert cleared
+    assert all("; ctxstack_recall ref " in t for t in cleared)
+
+
 async def test_without_a_summariser_masking_then_truncation_archives_the_dropped() -> None:
     msgs = tool_run(3, size=4_000)
     msgs += [ChatMessage.user("question " * 300), ChatMessage.assistant("reply " * 300)] * 2

@@ -261,18 +261,24 @@ def test_stats_count_usage_and_cache_reads_per_wire_and_model(
     before = stats["by_wire"].get("responses", {}).get(MODEL, {})
     cached = stats["cache_tokens"].get("responses", {}).get(MODEL, {})
     stub.push(StubReply.text("a", cached_tokens=11), StubReply.text("b", cached_tokens=5))
-    client.responses.create(model=MODEL, input="one")
+    first = client.responses.create(model=MODEL, input="one")
     with client.responses.connect() as conn:
         conn.response.create(model=MODEL, input="two")
         for event in conn:
             if event.type == "response.completed":
+                second = event.response
                 break
     stats = _stats(proxy)
     after = stats["by_wire"]["responses"][MODEL]
     cache = stats["cache_tokens"]["responses"][MODEL]
     assert cache["cache_read_tokens"] - cached.get("cache_read_tokens", 0) == 16
     assert after["requests"] - before.get("requests", 0) == 2
-    assert after["output_tokens"] > before.get("output_tokens", 0)
+    # counted once each, exactly what the client was told
+    assert first.usage is not None and second.usage is not None
+    assert after["input_tokens"] - before.get("input_tokens", 0) == (
+        first.usage.input_tokens + second.usage.input_tokens)
+    assert after["output_tokens"] - before.get("output_tokens", 0) == (
+        first.usage.output_tokens + second.usage.output_tokens)
 
 
 def test_a_websocket_prewarm_is_answered_by_the_proxy_and_continued(

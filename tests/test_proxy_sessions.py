@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import statistics
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -23,21 +23,23 @@ import pytest
 
 from ctxstack import ChatMessage
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
-from ctxstack.proxy import ProxySettings, create_app, parse_compaction_header
+from ctxstack.proxy import ProxySettings, parse_compaction_header
 from ctxstack.proxy.chat_wire import RECALL_TOOL_SPEC
 from ctxstack.proxy.recall import RECALL_TOOL, USAGE_HEADER
 from ctxstack.proxy.views import stable_prefix_tokens
-from ctxstack.store import create_engine_from_url, upgrade
 from ctxstack.tokens import DEFAULT_COUNTER
 from tests.proxy_support import (
-    SUMMARY_TEXT,
     ProxyProcess,
+    app_client,
     chat_requests,
     is_summary_request,
     running_proxy,
     tool_sequence_problems,
 )
-from tests.store.dbkit import Backend, postgres_backend
+from tests.proxy_support import (
+    RecallScript as Upstream,
+)
+from tests.store.dbkit import Backend
 
 BUDGET = 4_000
 SYSTEM = "You are the operations assistant of ACME-7."
@@ -84,29 +86,6 @@ def _agent_turns(start: int, count: int, *, fact_at: int | None = None, lines: i
             {"role": "assistant", "content": f"Day {t}: eight orders shipped, all ok."},
         ]
     return out
-
-
-class Upstream:
-    """The stub's rule: a summary for compaction calls (optionally slow), a recall call
-    when the model is asked about the vault and has the recall tool, else an answer that
-    quotes the last tool result it was given."""
-
-    def __init__(self, *, summary_delay: float = 0.0, always_recall: bool = False) -> None:
-        self.summary_delay = summary_delay
-        self.always_recall = always_recall
-
-    def __call__(self, request: StubRequest) -> StubReply:
-        if is_summary_request(request):
-            return StubReply.text(SUMMARY_TEXT, delay=self.summary_delay, cached_tokens=50)
-        names = [t["function"]["name"] for t in request.tools or []]
-        last = request.messages[-1]
-        asked = "vault" in request.last_user_text
-        if RECALL_TOOL in names and (self.always_recall or (asked and last.role == "user")):
-            return StubReply.tool_call(RECALL_TOOL, {"query": "vault combination"},
-                                       content="Let me check.", cached_tokens=30)
-        if last.role == "tool":
-            return StubReply.text(f"From the record: {last.text[:200]}", cached_tokens=30)
-        return StubReply.text("Noted.", cached_tokens=30)
 
 
 def _post(proxy: ProxyProcess, messages: list[dict[str, Any]], **kw: Any) -> httpx.Response:
@@ -275,34 +254,6 @@ def test_cache_tokens_are_summed_per_model_and_wire(proxy: ProxyProcess,
 
 
 # --------------------------------------------------------------------------- do no harm
-async def _app_client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.AsyncClient:
-    app = create_app(settings)
-    await stack.enter_async_context(app.router.lifespan_context(app))
-    return await stack.enter_async_context(httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60))
-
-
-@pytest.fixture
-async def db_url(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'proxy.db'}"
-    engine = create_engine_from_url(url)
-    await upgrade(engine)
-    await engine.dispose()
-    return url
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, db_url: str) -> AsyncIterator[Backend]:
-    if request.param == "sqlite":
-        yield Backend("sqlite", db_url)
-        return
-    async for pg in postgres_backend():
-        engine = pg.engine()
-        await upgrade(engine)
-        await engine.dispose()
-        yield pg
-
-
 def _settings(db_url: str | Backend, upstream: str) -> ProxySettings:
     url, schema = (db_url, None) if isinstance(db_url, str) else (db_url.url, db_url.schema)
     return ProxySettings(upstream=upstream, database_url=url, database_schema=schema,
@@ -311,7 +262,7 @@ def _settings(db_url: str | Backend, upstream: str) -> ProxySettings:
 
 
 async def test_a_fitting_failure_forwards_the_original_request(
-        db_url: str, tmp_path: Path, stub: StubServer) -> None:
+        proxy_db_url: str, tmp_path: Path, stub: StubServer) -> None:
     stub.rule = Upstream()
     with sqlite3.connect(tmp_path / "proxy.db") as db:  # the session store is broken
         db.execute("DROP TABLE proxy_sessions")
@@ -319,7 +270,7 @@ async def test_a_fitting_failure_forwards_the_original_request(
                {"role": "user", "content": "Carry on."}]
     raw = json.dumps({"model": "stub-model", "messages": history}).encode()
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         response = await client.post("/v1/chat/completions", content=raw,
                                       headers={"content-type": "application/json"})
         assert response.status_code == 200, response.text
@@ -344,10 +295,10 @@ async def _two_at_once(first: httpx.AsyncClient, second: httpx.AsyncClient,
 
 @pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, backend: Backend, stub: StubServer) -> None:
+        apps: int, proxy_backend: Backend, stub: StubServer) -> None:
     stub.rule = Upstream(summary_delay=1.0)
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, _settings(backend, stub.base_url))
+        clients = [await app_client(stack, _settings(proxy_backend, stub.base_url))
                    for _ in range(apps)]
         a, b = await _two_at_once(clients[0], clients[-1],
                                   {"x-ctxstack-session": "s-1", "authorization": "Bearer k1"})
@@ -359,12 +310,13 @@ async def test_two_concurrent_over_budget_requests_make_one_summary_call(
     assert first.body["messages"] == second.body["messages"]
 
 
-async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer) -> None:
+async def test_sessions_are_never_shared_across_keys(proxy_db_url: str,
+                                                     stub: StubServer) -> None:
     stub.rule = Upstream()
     history = [{"role": "system", "content": SYSTEM}, *_agent_turns(0, 30),
                {"role": "user", "content": "Carry on."}]
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         for key in ("Bearer k1", "Bearer k2"):
             r = await client.post("/v1/chat/completions",
                                   json={"model": "stub-model", "messages": history},
@@ -378,7 +330,7 @@ async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServ
 
 
 async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
-        db_url: str, stub: StubServer) -> None:
+        proxy_db_url: str, stub: StubServer) -> None:
     """The upstream counts more than the proxy: one overflow, one smaller retry — and the
     next request extends that smaller view instead of overflowing again."""
     rule = Upstream()
@@ -394,7 +346,7 @@ async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
     history = [{"role": "system", "content": SYSTEM}, *_agent_turns(0, 30),
                {"role": "user", "content": "Carry on."}]
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         first = await client.post("/v1/chat/completions",
                                   json={"model": "stub-model", "messages": history})
         assert first.status_code == 200, first.text
@@ -414,12 +366,12 @@ async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
 
 
 async def test_a_session_archive_is_searched_and_read_by_ref_and_kept_per_session(
-        db_url: str) -> None:
+        proxy_db_url: str) -> None:
     from ctxstack.proxy.recall import recall_text
     from ctxstack.proxy.sessions import SessionArchive
-    from ctxstack.store import session_factory
+    from ctxstack.store import create_engine_from_url, session_factory
 
-    engine = create_engine_from_url(db_url)
+    engine = create_engine_from_url(proxy_db_url)
     try:
         factory = session_factory(engine)
         mine, other = SessionArchive(factory, "a" * 64), SessionArchive(factory, "b" * 64)
@@ -439,7 +391,7 @@ async def test_a_session_archive_is_searched_and_read_by_ref_and_kept_per_sessio
         await engine.dispose()
 
 
-async def test_single_flight_through_redis_when_configured(db_url: str,
+async def test_single_flight_through_redis_when_configured(proxy_db_url: str,
                                                            stub: StubServer) -> None:
     """With ``CTXSTACK_REDIS_URL`` the lease is Redis's: still one summary call for two
     concurrent requests on two apps, and the lease is gone afterwards."""
@@ -449,9 +401,9 @@ async def test_single_flight_through_redis_when_configured(db_url: str,
 
     url = redis_url_or_skip()
     stub.rule = Upstream(summary_delay=1.0)
-    settings = _settings(db_url, stub.base_url).model_copy(update={"redis_url": url})
+    settings = _settings(proxy_db_url, stub.base_url).model_copy(update={"redis_url": url})
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, settings) for _ in range(2)]
+        clients = [await app_client(stack, settings) for _ in range(2)]
         a, b = await _two_at_once(clients[0], clients[1],
                                   {"x-ctxstack-session": "s-redis", "authorization": "Bearer r"})
     assert a.status_code == b.status_code == 200

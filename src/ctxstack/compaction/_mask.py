@@ -75,9 +75,11 @@ def _calls_answered(messages: Sequence[ChatMessage]) -> dict[int, ToolCall]:
 
 
 def placeholder_text(
-    message: ChatMessage, call: ToolCall | None, ref: str | None, preview_chars: int
+    message: ChatMessage, call: ToolCall | None, ref: str | None, preview_chars: int,
+    tool: str = "recall",
 ) -> str:
-    """The text that replaces a cleared tool output (see the module doc)."""
+    """The text that replaces a cleared tool output (see the module doc; ``tool``: the
+    name of the tool that reads ``ref`` back)."""
     text = message.text
     name = message.name or (call.name if call else "tool")
     args = call.arguments_json if call else ""
@@ -86,7 +88,7 @@ def placeholder_text(
     head = " ".join(text[:preview_chars].split())
     if len(text) > preview_chars:
         head += "…"
-    where = f"; recall ref {ref}" if ref else ""
+    where = f"; {tool} ref {ref}" if ref else ""
     # An audio or file part goes with the output it came in (never half of it): named.
     attached = "".join(f" and {binary_note(p)}" for p in message.binary_parts)
     return (
@@ -144,7 +146,7 @@ def plan_mask(
             if cost < options.mask_min_tokens:
                 continue
             text = placeholder_text(m, calls.get(i), _PENDING_REF * 4,
-                                    options.preview_chars)
+                                    options.preview_chars, options.recall_tool)
             saved = cost - counter.count_message(m.replace(content=text))
             if saved <= 0:
                 continue
@@ -166,7 +168,8 @@ def apply_mask(
     out = list(messages)
     for i, ref in zip(plan.indices, refs, strict=True):
         m = messages[i]
-        text = placeholder_text(m, calls.get(i), ref, options.preview_chars)
+        text = placeholder_text(m, calls.get(i), ref, options.preview_chars,
+                                options.recall_tool)
         meta = {**m.metadata, MASKED_KEY: True}
         if ref:
             meta[ARCHIVE_REF_KEY] = ref

@@ -62,6 +62,9 @@ class CompactionOptions(BaseModel):
         mask_keep_groups: newest tool groups whose outputs are never cleared.
         mask_min_tokens: tool outputs smaller than this are never cleared.
         preview_chars: characters of an output's head kept in its placeholder.
+        recall_tool: the name of the tool that reads the archive back, as the placeholders
+            and the summary's note name it (``recall``, the agents' tool; the proxy offers
+            ``ctxstack_recall``).
         strategies: the compaction pipeline, cheapest first — each a
             :class:`~ctxstack.compaction.Compactor`; ``None`` (the default) runs
             ``MaskToolOutputs(), RollingSummary(), Truncate()``. Reorder, remove or add
@@ -82,6 +85,7 @@ class CompactionOptions(BaseModel):
     mask_keep_groups: int = 2
     mask_min_tokens: int = 64
     preview_chars: int = 160
+    recall_tool: str = "recall"
     strategies: tuple[Any, ...] | None = None
 
     def __init__(self, **data: Any) -> None:

@@ -41,6 +41,11 @@ RECALL_NOTE = (
     "or with the ref a cleared tool output names, to read them."
 )
 
+
+def recall_note(tool: str = "recall") -> str:
+    """:data:`RECALL_NOTE` naming ``tool`` (``CompactionOptions.recall_tool``)."""
+    return RECALL_NOTE.replace("`recall`", f"`{tool}`")
+
 DEFAULT_STRATEGIES: tuple[Compactor, ...] = (MaskToolOutputs(), RollingSummary(), Truncate())
 """Mask, then summarise, then truncate: what ``CompactionOptions(strategies=None)`` runs."""
 
@@ -69,7 +74,8 @@ async def compact_staged(
     msgs = list(messages)
     ctx = CompactionContext(llm=llm, budget=max_tokens, fits=effective_budget(max_tokens, counter),
                             options=opts, counter=counter, archive=archive,
-                            note=RECALL_NOTE if archive is not None else None)
+                            note=recall_note(opts.recall_tool) if archive is not None
+                            else None)
     before = await ctx.count(msgs)
     if before <= ctx.fits:
         return CompactionResult(messages=msgs, method="none", tokens_before=before,

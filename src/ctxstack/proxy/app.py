@@ -55,7 +55,7 @@ from ctxstack.proxy.forwarding import (
     response_headers,
 )
 from ctxstack.proxy.guard import failures_for, refusal, request_policy
-from ctxstack.proxy.recall import MAX_ROUNDS, USAGE_HEADER, UpstreamUsage
+from ctxstack.proxy.recall import USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.responses_chains import ChainStore
 from ctxstack.proxy.responses_route import responses_http
@@ -403,26 +403,12 @@ async def _recall_answer(state: ProxyState, upstream: httpx.Response, chat: Comp
             status_code=upstream.status_code,
             headers=response_headers(upstream, extra, keep_length=False),
             background=BackgroundTask(upstream.aclose))
-    last = upstream
-    raw, data = await read_error(upstream)
-    stripped = False
-    while isinstance(data, dict):
-        run.usage = run.usage + wire.usage(data)
-        calls = wire.recall_calls(data)
-        if not calls:
-            break
-        if wire.has_other_calls(data) or run.rounds >= MAX_ROUNDS:
-            data, stripped = wire.strip(data), True
-            break
-        next_body = await run.next_body(data, calls)
-        last = await open_next(dumps_body(next_body))
-        if last.status_code >= 400:
-            raw_error, error_data = await read_error(last)
-            state.stats.upstream_error(last.status_code)
-            done(run.usage, run.rounds)
-            return error_passthrough(last, raw_error, extra, error_data)
-        raw, data = await read_error(last)
+    outcome = await run.answer(upstream, open_next)
+    last, raw, data, stripped = outcome.last, outcome.raw, outcome.data, outcome.stripped
     done(run.usage, run.rounds)
+    if outcome.failed:
+        state.stats.upstream_error(last.status_code)
+        return error_passthrough(last, raw, extra, data)
     if data is None:
         raise upstream_bad_answer()
     headers_out = response_headers(last, {**extra, USAGE_HEADER:

@@ -32,6 +32,7 @@ from ctxstack import LLM, ChatMessage, LLMResult, TokenCounter, Usage
 from ctxstack.compaction import Archive
 from ctxstack.protocol import ChatStream
 from ctxstack.proxy.errors import ProxyError, error_body, upstream_failed
+from ctxstack.proxy.forwarding import read_error
 from ctxstack.proxy.recall import (
     MAX_ROUNDS,
     RECALL_DESCRIPTION,
@@ -42,6 +43,7 @@ from ctxstack.proxy.recall import (
     UpstreamUsage,
     parse_query,
     recall_text,
+    with_tool,
 )
 from ctxstack.proxy.request import guard_view, schema_tokens
 
@@ -110,10 +112,7 @@ class ChatRecallWire:
         return schema_tokens(self.add_tool(body), counter) - schema_tokens(body, counter)
 
     def add_tool(self, body: dict[str, Any]) -> dict[str, Any]:
-        tools = body.get("tools")
-        out = dict(body)
-        out["tools"] = [*(tools if isinstance(tools, list) else []), RECALL_TOOL_SPEC]
-        return out
+        return with_tool(body, RECALL_TOOL_SPEC)
 
     def remove_tool(self, body: dict[str, Any]) -> dict[str, Any]:
         tools = body.get("tools")
@@ -266,16 +265,17 @@ class PrefixSummarizer:
             input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cached_tokens=usage.cache_read_tokens, calls=1))
 
-    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
-        return self.fallback.stream_chat(messages, **opts)
-
     def answer_text(self, data: object) -> str | None:
-        """The summary in an answer (None: not usable, fall back). Per wire."""
+        """The summary in an answer (None: not a usable one). A wire's subclass reads its
+        own answer shape."""
         return _answer_text(data)
 
     def answer_usage(self, data: Mapping[str, Any]) -> UpstreamUsage:
-        """The usage an answer reports. Per wire."""
+        """The usage an answer reports (a wire's subclass reads its own)."""
         return chat_usage(data)
+
+    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
+        return self.fallback.stream_chat(messages, **opts)
 
 
 def _answer_text(data: object) -> str | None:
@@ -352,6 +352,47 @@ class RecallRun:
             body = self.wire.remove_tool(body)
         self.body = body
         return body
+
+    async def answer(self, first: httpx.Response, open_next: Opener) -> RecallOutcome:
+        """The loop for a JSON answer, any wire: while the answer calls only the recall
+        tool, answer it and call the upstream again (``open_next``); an answer that also
+        calls the client's tools, or comes after :data:`MAX_ROUNDS` rounds, loses its
+        recall calls. Stops at a round's error status (the caller passes it through).
+
+        Raises:
+            ProxyError: an answer could not be read (502/504).
+        """
+        wire = self.wire
+        last = first
+        raw, data = await read_error(first)
+        stripped = False
+        while isinstance(data, dict):
+            self.usage = self.usage + wire.usage(data)
+            calls = wire.recall_calls(data)
+            if not calls:
+                break
+            if wire.has_other_calls(data) or self.rounds >= MAX_ROUNDS:
+                data, stripped = wire.strip(data), True
+                break
+            last = await open_next(dumps_body(await self.next_body(data, calls)))
+            raw, data = await read_error(last)
+            if last.status_code >= 400:
+                return RecallOutcome(last, raw, data, stripped, failed=True)
+        return RecallOutcome(last, raw, data, stripped)
+
+
+@dataclass(frozen=True)
+class RecallOutcome:
+    """Where :meth:`RecallRun.answer` ended: the last upstream response and its body."""
+
+    last: httpx.Response
+    raw: bytes
+    data: object
+    """The decoded body (None: not JSON)."""
+    stripped: bool
+    """Recall calls were removed from ``data``."""
+    failed: bool = False
+    """``last`` answered an error status: ``raw`` / ``data`` are its error body."""
 
 
 Opener = Callable[[bytes], Awaitable[httpx.Response]]

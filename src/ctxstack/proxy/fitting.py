@@ -28,6 +28,7 @@ from ctxstack import LLM, ChatMessage, CompactionOptions, ContextGuard, TokenCou
 from ctxstack.compaction import Archive
 from ctxstack.proxy.checkpoints import CheckpointStore
 from ctxstack.proxy.counting import ModelCounters
+from ctxstack.proxy.recall import RECALL_TOOL
 from ctxstack.proxy.request import WIRE_KEY, CompletionRequest, WireConversation
 from ctxstack.store.proxy_checkpoints import ProxyCheckpointRecord
 from ctxstack.tokens._counter import effective_budget
@@ -106,8 +107,10 @@ class Fitter:
                        tools: int, total: int, *, salt: str, summarizer: LLM | None,
                        archive: Archive | None = None, reuse: bool = True) -> Fit:
         """The checkpoint, else the guard (with ``archive``: what it compacts away is
-        archived). ``reuse=False``: never the bare checkpoint reuse (a session's view is
-        being recomputed because it overflowed: the guard compacts with headroom)."""
+        archived, and its placeholders and summary note name ``ctxstack_recall``, the tool
+        the proxy reads an archive back with). ``reuse=False``: never the bare checkpoint
+        reuse (a session's view is being recomputed because it overflowed: the guard
+        compacts with headroom)."""
         conv = request.conversation
         n = len(conv)
         key = counter.cache_key
@@ -127,7 +130,8 @@ class Fitter:
             compact_llm=summarizer,
             default_budget=limit,
             max_message_chars=max(DEFAULT_CUT_CHARS, conv.longest_protected() + 1),
-            options=CompactionOptions(timeout=self.summary_timeout),
+            options=CompactionOptions(timeout=self.summary_timeout, **(
+                {"recall_tool": RECALL_TOOL} if archive is not None else {})),
             counter=counter,
             archive=archive,
         )

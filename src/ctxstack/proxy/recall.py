@@ -126,6 +126,14 @@ class RecallWire(Protocol):
         ...
 
 
+def with_tool(body: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` whose ``tools`` list ends with ``spec`` (the wire's recall tool)."""
+    tools = body.get("tools")
+    out = dict(body)
+    out["tools"] = [*(tools if isinstance(tools, list) else []), spec]
+    return out
+
+
 def parse_query(arguments: object) -> str:
     """The ``query`` of a recall call's arguments (a JSON text or object); "" if none."""
     if isinstance(arguments, str):
@@ -141,8 +149,9 @@ def parse_query(arguments: object) -> str:
 
 async def recall_text(archive: Archive, query: str, max_tokens: int,
                       counter: TokenCounter) -> str:
-    """The tool result for one recall: the message a ref names, or the best matches,
-    within ``max_tokens``. Never raises for a bad query: the model reads what went wrong."""
+    """The tool result for one recall: the message a ref names, or the best matches (the
+    best whole when it fits, the others in the room left), within ``max_tokens``. Never
+    raises for a bad query: the model reads what went wrong."""
     room = max(MIN_RESULT_TOKENS, max_tokens)
     if not query:
         return "ctxstack_recall: pass a `query` (words to look for, or a ref such as r12)."
@@ -154,8 +163,17 @@ async def recall_text(archive: Archive, query: str, max_tokens: int,
     hits = await archive.search(query, SEARCH_RESULTS)
     if not hits:
         return f"ctxstack_recall: nothing archived matches {query!r}."
-    per = max(MIN_RESULT_TOKENS // 2, room // len(hits))
-    parts = [cut_text_tokens(f"[{h.ref}] {_render(h.message)}", per, counter) for h in hits]
+    # The best match first and whole if it fits, the next ones in the room left: cutting
+    # every match to an equal share cut the answer out of the best one when room was short
+    # (a request near its budget).
+    parts: list[str] = []
+    left = room
+    for h in hits:
+        if left < MIN_RESULT_TOKENS // 2:
+            break
+        part = cut_text_tokens(f"[{h.ref}] {_render(h.message)}", left, counter)
+        parts.append(part)
+        left -= counter.count_text(part) + 2
     return cut_text_tokens("\n\n".join(parts), room, counter)
 
 

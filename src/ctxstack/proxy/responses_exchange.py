@@ -362,8 +362,6 @@ async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any], *
         usage = responses_usage(response)
     if usage is not None:
         state.stats.usage(WIRE, model, usage, rounds)
-        state.stats.wire(WIRE, model, input_tokens=usage.input_tokens,
-                         output_tokens=usage.output_tokens)
     rid = response.get("id")
     output = response.get("output")
     if (not isinstance(rid, str) or not rid or not isinstance(output, list)

@@ -16,8 +16,15 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
   ``usage`` is the sum over the upstream calls made for the request (more than one when
   the proxy answered ``ctxstack_recall``, :mod:`ctxstack.proxy.recall`).
 
-``by_model`` in the stats sums, per wire and model, what the upstream reported: usage,
-prompt-cache reads and writes, and the recall rounds.
+**Per wire and model**, one shape: ``by_model[wire][model]`` (:class:`ModelUsage`) —
+``requests`` received, ``forwarded`` upstream calls, upstream answers that reported usage
+(``responses``), ``input_tokens`` / ``output_tokens``, prompt-cache reads and writes
+(``cache_read_tokens`` / ``cache_write_tokens``, from Chat
+``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens`` /
+``cache_creation_input_tokens``, Responses ``input_tokens_details.cached_tokens``) and the
+``recall_rounds``. The wires are ``chat``, ``anthropic`` and ``responses``. The earlier
+``cache_tokens`` and ``by_wire`` objects are kept as read-only views of the same figures
+(for clients written against them); new code reads ``by_model``.
 
 ``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
 (``--workers N``, and every other proxy process) sharing the database, since the database
@@ -95,6 +102,10 @@ class ModelUsage(BaseModel):
     ``cache_read_input_tokens`` / ``cache_creation_input_tokens``, Responses
     ``input_tokens_details.cached_tokens``)."""
 
+    requests: int = 0
+    """Client requests received on this wire for this model (where the wire counts them)."""
+    forwarded: int = 0
+    """Requests sent upstream (retries and recall rounds included; where counted)."""
     responses: int = 0
     """Upstream answers that reported usage."""
     input_tokens: int = 0
@@ -112,18 +123,17 @@ _SEP = "|"
 def usage_keys(wire: str, model: str, usage: UpstreamUsage, rounds: int) -> dict[str, int]:
     """Flat keys of one request's upstream usage (``by_model|chat|gpt-4o|cache_read_tokens``;
     ``|`` because model names contain dots)."""
+    return _model_keys(wire, model, {
+        "responses": usage.calls, "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens, "cache_read_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens, "recall_rounds": rounds})
+
+
+def _model_keys(wire: str, model: str, counts: Mapping[str, int]) -> dict[str, int]:
+    """Flat ``by_model`` keys of ``counts`` (each a :class:`ModelUsage` field)."""
     prefix = f"{BY_MODEL}{_SEP}{wire}{_SEP}{model[:60].replace(_SEP, '/')}{_SEP}"
-    return {f"{prefix}responses": usage.calls, f"{prefix}input_tokens": usage.input_tokens,
-            f"{prefix}output_tokens": usage.output_tokens,
-            f"{prefix}cache_read_tokens": usage.cache_read_tokens,
-            f"{prefix}cache_write_tokens": usage.cache_write_tokens,
-            f"{prefix}recall_rounds": rounds}
-
-
-def _cache_keys(wire: str, model: str, read: int, write: int) -> dict[str, int]:
-    model = model[:60]
-    return {f"cache_tokens.{wire}:{model}:cache_read_tokens": read,
-            f"cache_tokens.{wire}:{model}:cache_write_tokens": write}
+    return {f"{prefix}{metric}": by for metric, by in counts.items()
+            if metric in ModelUsage.model_fields}
 
 
 class ProxyStats(BaseModel):
@@ -157,17 +167,16 @@ class ProxyStats(BaseModel):
     fit_failures: int = 0
     """Requests whose fitting failed (a bug, an unknown shape, a database error): forwarded
     unchanged instead (do no harm; logged)."""
-    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
-    """Per wire, then model: ``cache_read_tokens`` and ``cache_write_tokens`` as the
-    upstream reported them (Anthropic ``cache_read_input_tokens`` /
-    ``cache_creation_input_tokens``, Chat ``prompt_tokens_details.cached_tokens``)."""
     by_model: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
-    """Per wire (``chat``, …) and model: usage, prompt-cache reads and writes, recall
-    rounds, as the upstream reported them (the cache figures are ``cache_tokens``'s)."""
+    """Per wire (``chat``, ``anthropic``, ``responses``) and model: requests, upstream
+    calls, usage, prompt-cache reads and writes, recall rounds, as the upstream reported
+    them (see the module doc). WebSocket traffic counts with its wire."""
+    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
+    """Deprecated view of :attr:`by_model`: per wire and model, ``cache_read_tokens`` and
+    ``cache_write_tokens``."""
     by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
-    """Per wire (``responses``, …) and requested model: ``requests``, ``forwarded``, and
-    the ``input_tokens`` / ``output_tokens`` the upstream reported in ``usage`` (its cache
-    tokens are in :attr:`cache_tokens`). WebSocket traffic counts with its wire."""
+    """Deprecated view of :attr:`by_model`: per wire and model, ``requests``,
+    ``forwarded``, ``input_tokens`` and ``output_tokens``."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -175,13 +184,16 @@ class ProxyStats(BaseModel):
         """Built from flat keys (``requests``, ``compactions.llm``, ``summarizer.calls``,
         ``upstream_errors.429``); unknown keys (a newer proxy's) are ignored."""
         stats = cls(scope=scope)
+
+        def add(wire: str, model: str, metric: str, value: int) -> None:
+            entry = stats.by_model.setdefault(wire, {}).setdefault(model, ModelUsage())
+            setattr(entry, metric, getattr(entry, metric) + value)
+
         for key, value in totals.items():
             if key.startswith(BY_MODEL + _SEP):
                 parts = key.split(_SEP)
                 if len(parts) == 4 and parts[3] in ModelUsage.model_fields:
-                    entry = stats.by_model.setdefault(parts[1], {}).setdefault(
-                        parts[2], ModelUsage())
-                    setattr(entry, parts[3], getattr(entry, parts[3]) + value)
+                    add(parts[1], parts[2], parts[3], value)
                 continue
             group, _, name = key.partition(".")
             if not name and group in _INT_FIELDS:
@@ -189,20 +201,23 @@ class ProxyStats(BaseModel):
             elif group in ("compactions", "upstream_errors") and name:
                 counts: dict[str, int] = getattr(stats, group)
                 counts[name] = counts.get(name, 0) + value
-            elif group == "cache_tokens" and name.count(":") >= 2:
-                wire, _, rest = name.partition(":")
-                model, _, kind = rest.rpartition(":")
-                per = stats.cache_tokens.setdefault(wire, {}).setdefault(
-                    model, {"cache_read_tokens": 0, "cache_write_tokens": 0})
-                per[kind] = per.get(kind, 0) + value
             elif group == "summarizer" and name in SummarizerTotals.model_fields:
                 setattr(stats.summarizer, name, getattr(stats.summarizer, name) + value)
-            elif group == "by_wire" and name:
+            elif group == "by_wire" and name:  # written by proxies before by_model had it
                 wire, _, rest = name.partition(".")
                 model, _, metric = rest.rpartition(".")
-                if wire and model and metric:
-                    per = stats.by_wire.setdefault(wire, {}).setdefault(model, {})
-                    per[metric] = per.get(metric, 0) + value
+                if wire and model and metric in ModelUsage.model_fields:
+                    add(wire, model, metric, value)
+            # ``cache_tokens.*`` keys of older proxies were always written beside the
+            # by_model ones: not added twice.
+        for wire, models in stats.by_model.items():
+            for model, entry in models.items():
+                stats.cache_tokens.setdefault(wire, {})[model] = {
+                    "cache_read_tokens": entry.cache_read_tokens,
+                    "cache_write_tokens": entry.cache_write_tokens}
+                stats.by_wire.setdefault(wire, {})[model] = {
+                    "requests": entry.requests, "forwarded": entry.forwarded,
+                    "input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens}
         return stats
 
 
@@ -253,19 +268,17 @@ class StatsRecorder:
     def usage(self, wire: str, model: str, usage: UpstreamUsage, rounds: int = 0) -> None:
         """What the upstream reported for one client request (summed over its calls)."""
         self._add(usage_keys(wire, model, usage, rounds))
-        self._add(_cache_keys(wire, model, usage.cache_read_tokens, usage.cache_write_tokens))
 
     def wire(self, wire: str, model: str, **counts: int) -> None:
-        """Add ``counts`` (``requests=1``, ``input_tokens=N``, …) to ``wire`` and
-        ``model`` (the name cut to 48 characters: the stored key is bounded)."""
-        self._add({f"by_wire.{wire}.{model[:48]}.{metric}": by for metric, by in counts.items()})
+        """Add ``counts`` (``requests=1``, ``input_tokens=N``, … — :class:`ModelUsage`
+        fields; others are ignored) to ``wire`` and ``model`` in ``by_model``."""
+        self._add(_model_keys(wire, model, counts))
 
     def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
         """Prompt-cache tokens the upstream reported for one answer (``wire``:
         ``anthropic``, …; the model name is cut to keep the stored key short)."""
-        self._add(_cache_keys(wire, model, read, write))
-        self._add(usage_keys(wire, model, UpstreamUsage(cache_read_tokens=read,
-                                                        cache_write_tokens=write), 0))
+        self._add(_model_keys(wire, model, {"cache_read_tokens": read,
+                                            "cache_write_tokens": write}))
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})

@@ -200,13 +200,16 @@ class StubRequest:
 
     @property
     def tool_names(self) -> list[str]:
-        """The names of the tools offered, in any wire's format (Chat's
-        ``{"function": {"name"}}``, Responses' and Anthropic's ``{"name"}``)."""
-        names = []
+        """The names of the tools offered, whatever the wire: Chat's
+        ``{"type": "function", "function": {"name"}}``, Anthropic's and Responses'
+        ``{"name"}`` (a rule answers every wire by name: a ``ctxstack_recall`` call when
+        the proxy offers it)."""
+        names: list[str] = []
         for tool in self.tools or ():
-            inner = tool.get("function") if isinstance(tool, Mapping) else None
-            name = (inner.get("name") if isinstance(inner, Mapping)
-                    else tool.get("name") if isinstance(tool, Mapping) else None)
+            if not isinstance(tool, Mapping):
+                continue
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
             if isinstance(name, str):
                 names.append(name)
         return names

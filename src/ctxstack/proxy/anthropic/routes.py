@@ -12,14 +12,22 @@ Do no harm: if fitting raises for any reason, the request is forwarded exactly a
 received, the failure logged and counted (``fit_failures``). An upstream error passes
 through with its status, body and headers, except a context-overflow error, which triggers
 one compaction to a smaller target and one retry. A completed answer is always relayed,
-never asked for again. Checkpoints are salted with the caller and a digest of the
-client's Anthropic key, so no state is shared across keys.
+never asked for again.
+
+Sessions (:mod:`~ctxstack.proxy.sessions`): the header ``x-ctxstack-session``, else the
+conversation's opening (system prompt and first message), hashed with the caller and the
+client's Anthropic credentials — no view, archive or checkpoint is ever shared across
+keys. An over-budget request extends the session's stored view (the same bytes as the
+last forwarded request, then the new messages) until it overflows; then the view is
+recomputed once, single flight across workers (:mod:`~ctxstack.proxy.session_fit`), the
+summariser asked as the conversation's continuation (the same ``system``, ``tools`` and
+messages, the instruction appended). Once something was compacted away, the forwarded
+``tools`` gain ``ctxstack_recall``, answered by the proxy (:mod:`.recall`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -27,14 +35,21 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from ctxstack import LLM, ModelBudget
 from ctxstack.llm.classify import is_context_overflow
 from ctxstack.proxy.anthropic.errors import from_proxy_error
+from ctxstack.proxy.anthropic.recall import (
+    AnthropicRecallWire,
+    answer_with_recall,
+    anthropic_usage,
+    stream_with_recall,
+)
 from ctxstack.proxy.anthropic.relay import error_passthrough, relay_message
-from ctxstack.proxy.anthropic.summarizer import AnthropicSummarizer
+from ctxstack.proxy.anthropic.summarizer import AnthropicPrefixSummarizer, AnthropicSummarizer
 from ctxstack.proxy.anthropic.units import (
     UNIT_KEY,
     CountCache,
@@ -44,19 +59,25 @@ from ctxstack.proxy.anthropic.units import (
 )
 from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_request
 from ctxstack.proxy.auth import TokenAuth
+from ctxstack.proxy.chat_wire import RecallRun, dumps_body
 from ctxstack.proxy.errors import ProxyError
-from ctxstack.proxy.fitting import Fit, Fitter
+from ctxstack.proxy.fitting import Fit
 from ctxstack.proxy.forwarding import (
     ERROR_BODY_LIMIT,
     Upstream,
     forwarded_body,
     read_error,
     relay,
+    response_headers,
 )
+from ctxstack.proxy.recall import USAGE_HEADER, UpstreamUsage
 from ctxstack.proxy.request import CompletionRequest
+from ctxstack.proxy.session_fit import PrefixFactory
+from ctxstack.proxy.sessions import owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import fit_headers, log_event
 from ctxstack.store import SessionFactory
+from ctxstack.tokens._counter import effective_budget
 
 log = logging.getLogger("ctxstack.proxy")
 WIRE = "anthropic"
@@ -73,6 +94,7 @@ class AnthropicWire:
                                  connect_timeout=settings.connect_timeout, transport=transport)
         self.auth = TokenAuth(factory, required=settings.auth == "token", forward_auth=True)
         self.counts = CountCache()
+        self.recall = AnthropicRecallWire()
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
@@ -123,14 +145,17 @@ async def passthrough(state: Any, request: Request) -> Response:
 
 @dataclasses.dataclass
 class _Plan:
-    """What one request needs across the fit and the retry."""
+    """What one request needs across the fit, the retry and the recall rounds."""
 
     request: MessagesRequest
-    units: RequestUnits | None
-    chat: CompletionRequest | None
+    headers: Mapping[str, str]
     salt: str
     summarizer: LLM | None
     counts: CountCache | None = None
+    units: RequestUnits | None = None
+    chat: CompletionRequest | None = None
+    recall_body: dict[str, Any] | None = None
+    """The body forwarded with ``ctxstack_recall`` added (None: not offered)."""
 
 
 async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
@@ -144,13 +169,15 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
         caller = await wire.auth.caller(request.headers)
         req = parse_messages_request(await request.body(), count_only=count_only)
         log_fields.update(model=req.model, stream=req.stream, messages=len(req.messages))
+        if not count_only:
+            state.stats.wire(WIRE, req.model, requests=1)
         model_budget = await state.budgets.get(req.model)
         budget = model_budget.usable_input_tokens
         summarizer, own = _summarizer(state, wire, req, model_budget, request)
         try:
-            plan = _Plan(req, None, None, _salt(caller, request.headers), summarizer,
+            plan = _Plan(req, request.headers, _salt(caller, request.headers), summarizer,
                          wire.counts)
-            body, fit = await _fit(state.fitter, plan, budget, state, limit=None)
+            body, fit = await _fit(state, plan, budget, limit=None)
             state.stats.fitted(fit)
             return await _forward(state, wire, request, plan, body, fit, budget, started,
                                   count_only, event, log_fields)
@@ -171,9 +198,9 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
 
 
 def _salt(caller: str, headers: Mapping[str, str]) -> str:
-    """The checkpoint salt: the proxy caller and a digest of the client's Anthropic key."""
-    key = headers.get("x-api-key") or headers.get("authorization") or ""
-    return f"{caller}|{WIRE}|{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}"
+    """What sessions and checkpoints are salted with: the proxy caller and the client's
+    Anthropic credentials (:func:`~ctxstack.proxy.sessions.owner_salt`), on this wire."""
+    return owner_salt(headers, f"{caller}|{WIRE}")
 
 
 def _summarizer(state: Any, wire: AnthropicWire, req: MessagesRequest, budget: ModelBudget,
@@ -187,34 +214,85 @@ def _summarizer(state: Any, wire: AnthropicWire, req: MessagesRequest, budget: M
                                req.body.get("system")), False
 
 
-async def _fit(fitter: Fitter, plan: _Plan, budget: int, state: Any,
-               limit: int | None) -> tuple[bytes, Fit]:
-    """The body to forward and its fit; any failure forwards the original (counted)."""
+def _prefix_summarizer(plan: _Plan) -> PrefixFactory | None:
+    """Summaries asked as the conversation's continuation
+    (:class:`~ctxstack.proxy.anthropic.summarizer.AnthropicPrefixSummarizer`), when the
+    summariser is the Anthropic upstream itself."""
     req = plan.request
+
+    def build(prefix: list[Any], fallback: LLM) -> LLM:
+        if not isinstance(fallback, AnthropicSummarizer) or plan.units is None:
+            return fallback
+        messages = render(plan.units, prefix, req.body.get("system"), req.body.get("tools"))
+        return AnthropicPrefixSummarizer(req.body, messages, fallback)
+
+    return build if isinstance(plan.summarizer, AnthropicSummarizer) else None
+
+
+async def _fit(state: Any, plan: _Plan, budget: int, limit: int | None,
+               fit: Fit | None = None) -> tuple[bytes, Fit]:
+    """The body to forward and its fit: the session's cache-stable fit
+    (:class:`~ctxstack.proxy.session_fit.SessionFitter`), or with ``limit`` the compaction
+    after an upstream overflow. Any failure forwards the original (counted)."""
+    req = plan.request
+    wire: AnthropicWire = state.anthropic
     n = len(req.messages)
+    plan.recall_body = None
     try:
         if plan.units is None or plan.chat is None:
             plan.units = to_units(req.body.get("system"), req.messages)
             plan.chat = CompletionRequest(req.raw, req.body, req.model,
                                           plan.units.conversation(plan.counts))
+        counter = await state.fitter.counters.aget(req.model)
+        offer = wire.recall.can_offer(req.body)
         if limit is None:
-            fit = await fitter.fit(plan.chat, budget, salt=plan.salt,
-                                   summarizer=plan.summarizer)
+            conv = plan.chat.conversation
+            session = session_key(plan.headers, conv.messages, conv.prompt_end, plan.salt)
+            fit = await state.session_fitter.fit(
+                plan.chat, budget, salt=plan.salt, summarizer=plan.summarizer,
+                session=session, prefix_summarizer=_prefix_summarizer(plan),
+                extra_tools=(lambda: wire.recall.added_tokens(req.body, counter))
+                if offer else 0)
         else:
-            fit = await fitter.refit(plan.chat, limit, salt=plan.salt,
-                                     summarizer=plan.summarizer)
+            extra = wire.recall.added_tokens(req.body, counter) if offer else 0
+            fit = await _refit(state, plan, fit, limit, extra)
         if fit.messages is None:
             return req.raw, dataclasses.replace(fit, original=n, kept=n)
         messages = render(plan.units, fit.messages, req.body.get("system"),
                           req.body.get("tools"))
-        return req.with_messages(messages), dataclasses.replace(
+        fitted = dataclasses.replace(
             fit, original=n, kept=len(messages),
             summarized=_summarized_messages(plan.units, fit) if fit.summarized else 0)
+        if fit.recall and offer:
+            plan.recall_body = wire.recall.add_tool({**req.body, "messages": messages})
+            return dumps_body(plan.recall_body), fitted
+        return req.with_messages(messages), fitted
     except Exception as exc:  # do no harm: the client's request, as sent
         log.exception("proxy: fitting an Anthropic request failed; forwarding it unchanged")
         state.stats.bump("fit_failures")
+        plan.recall_body = None
         return req.raw, Fit(None, "none", n, n, 0, 0, 0,
                             reason=f"fit_error: {type(exc).__name__}")
+
+
+async def _refit(state: Any, plan: _Plan, fit: Fit | None, limit: int, extra: int) -> Fit:
+    """The compaction after an upstream overflow: the session's view recomputed smaller
+    (and stored, so the next requests extend a view the upstream accepts), else — no
+    session, or that failed — the plain refit."""
+    assert plan.chat is not None
+    if fit is not None and fit.session:
+        try:
+            recomputed: Fit = await state.session_fitter.refit(
+                plan.chat, limit, salt=plan.salt, summarizer=plan.summarizer,
+                session=fit.session, extra_tools=extra)
+            return recomputed
+        except Exception:
+            log.exception("proxy: recomputing the session's view after an overflow failed; "
+                          "compacting without it")
+            state.stats.bump("fit_failures")
+    refit: Fit = await state.fitter.refit(plan.chat, limit, salt=plan.salt,
+                                          summarizer=plan.summarizer)
+    return refit
 
 
 def _summarized_messages(units: RequestUnits, fit: Fit) -> int:
@@ -234,13 +312,12 @@ async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Pla
     retried = False
 
     def on_usage(usage: Mapping[str, object]) -> None:
-        read = usage.get("cache_read_input_tokens")
-        write = usage.get("cache_creation_input_tokens")
-        state.stats.cache_usage(WIRE, model, read=read if isinstance(read, int) else 0,
-                                write=write if isinstance(write, int) else 0)
+        state.stats.usage(WIRE, model, anthropic_usage(usage))
 
     while True:
         state.stats.bump("forwarded")
+        if not count_only:
+            state.stats.wire(WIRE, model, forwarded=1)
         added_ms = (time.perf_counter() - started) * 1000
         upstream = await wire.upstream.open("POST", path, query=request.url.query,
                                             headers=headers, content=body)
@@ -248,12 +325,22 @@ async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Pla
         log_fields.update(method=fit.method, original=fit.original, kept=fit.kept,
                           summarized=fit.summarized, tokens_estimated=fit.tokens,
                           counter=fit.counter, summarizer_calls=fit.summarizer_usage.calls,
-                          overflow_retry=retried, proxy_ms=round(added_ms, 2))
+                          overflow_retry=retried, view=fit.view,
+                          recall_offered=plan.recall_body is not None,
+                          proxy_ms=round(added_ms, 2))
         if fit.reason:
             log_fields["fallback"] = fit.reason.split(":")[0]
         if upstream.status_code < 400:
-            answer = await relay_message(upstream, extra,
-                                         on_usage if not count_only else lambda _: None)
+            if count_only:
+                answer = await relay_message(upstream, extra, lambda _: None)
+            elif plan.recall_body is not None:
+                answer = await _recall_answer(state, wire, upstream, plan, fit, budget,
+                                              headers, request.url.query, extra, log_fields)
+            else:
+                is_sse = upstream.headers.get("content-type", "").startswith(
+                    "text/event-stream")
+                extra[USAGE_HEADER] = "sum" if is_sse else "sum; upstream_calls=1"
+                answer = await relay_message(upstream, extra, on_usage)
             log_event(event, status=upstream.status_code, **log_fields)
             return answer
         raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
@@ -266,6 +353,43 @@ async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Pla
         state.stats.bump("overflow_retries")
         target = int(min(budget, fit.tokens or budget) * state.settings.overflow_retry_fill)
         before = fit.summarizer_usage
-        body, fit = await _fit(state.fitter, plan, budget, state, limit=target)
+        body, fit = await _fit(state, plan, budget, limit=target, fit=fit)
         state.stats.fitted(fit)
         fit = dataclasses.replace(fit, summarizer_usage=before + fit.summarizer_usage)
+
+
+async def _recall_answer(state: Any, wire: AnthropicWire, upstream: httpx.Response,
+                         plan: _Plan, fit: Fit, budget: int, headers: list[tuple[str, str]],
+                         query: str, extra: dict[str, str], log_fields: dict[str, Any],
+                         ) -> Response:
+    """The answer of a request offered ``ctxstack_recall``: the proxy answers the calls
+    from the session's archive and calls the upstream again (:mod:`.recall`); the client
+    never sees the tool; ``usage`` is the sum over the upstream calls."""
+    assert plan.recall_body is not None
+    model = plan.request.model
+    counter = await state.fitter.counters.aget(model)
+    run = RecallRun(wire.recall, state.sessions.archive(fit.session, 1), counter,
+                    plan.recall_body, fits=effective_budget(budget, counter),
+                    tokens=fit.tokens)
+
+    async def open_next(content: bytes) -> httpx.Response:
+        state.stats.bump("forwarded")
+        state.stats.wire(WIRE, model, forwarded=1)
+        answer: httpx.Response = await wire.upstream.open(
+            "POST", "messages", query=query, headers=headers, content=content)
+        if answer.status_code >= 400:
+            state.stats.upstream_error(answer.status_code)
+        return answer
+
+    def done(usage: UpstreamUsage, rounds: int) -> None:
+        state.stats.usage(WIRE, model, usage, rounds)
+        log_fields.update(recall_rounds=rounds)
+
+    if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        return StreamingResponse(
+            stream_with_recall(upstream, run, open_next, done),
+            status_code=upstream.status_code,
+            headers=response_headers(upstream, {**extra, USAGE_HEADER: "sum"},
+                                     keep_length=False),
+            background=BackgroundTask(upstream.aclose))
+    return await answer_with_recall(upstream, run, open_next, extra, done)

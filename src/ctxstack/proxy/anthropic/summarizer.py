@@ -1,4 +1,4 @@
-"""The summariser of an Anthropic conversation when no ``FAST_LLM_*`` one is configured:
+"""The summarisers of an Anthropic conversation when no ``FAST_LLM_*`` one is configured:
 the Anthropic upstream itself, asked with the request's model and the client's own
 credentials (``x-api-key`` / ``authorization``, ``anthropic-version``, ``anthropic-beta``):
 the client's key is the only key there is on this wire.
@@ -11,18 +11,27 @@ The client's own ``system`` goes first in the summariser's ``system``, the summa
 instructions after it: the provider's prompt cache then serves that prefix, and a
 credential that only accepts requests carrying its client's system prompt (a Claude Code
 subscription login) is accepted for summaries too.
+
+:class:`AnthropicPrefixSummarizer` asks first as the conversation's own continuation: the
+body as last forwarded (``system``, ``tools`` and the messages of the session's view, in
+the same bytes), with the instruction appended as the last user text and ``tool_choice``
+``none`` — so the provider's prompt cache serves all but the instruction. Any failure
+falls back to :class:`AnthropicSummarizer`'s transcript request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxstack import ChatMessage, LLMResult, ModelBudget, Usage
 from ctxstack.errors import LLMError
 from ctxstack.protocol import ChatStream
-from ctxstack.proxy.forwarding import Upstream
+from ctxstack.proxy.anthropic.recall import anthropic_usage
+from ctxstack.proxy.chat_wire import SUMMARY_INTRO, PrefixSummarizer
+from ctxstack.proxy.forwarding import Upstream, read_error
+from ctxstack.proxy.recall import UpstreamUsage
 
 CREDENTIAL_HEADERS = ("x-api-key", "authorization", "anthropic-version", "anthropic-beta")
 DEFAULT_VERSION = "2023-06-01"
@@ -97,3 +106,62 @@ class AnthropicSummarizer:
 
     async def aclose(self) -> None:
         """Nothing to close: the upstream's pooled client belongs to the app."""
+
+
+class AnthropicPrefixSummarizer(PrefixSummarizer):
+    """The summary asked as the conversation's continuation (see the module doc).
+
+    ``base``: the client's body; ``prefix``: the Anthropic messages to reuse (the session's
+    view as last forwarded, valid by Anthropic's rules, cut to leave room for the
+    instruction); ``fallback``: the transcript summariser, whose upstream and credentials
+    this one uses too.
+    """
+
+    def __init__(self, base: Mapping[str, Any], prefix: Sequence[Any],
+                 fallback: AnthropicSummarizer) -> None:
+        async def send(content: bytes) -> tuple[int, object]:
+            if not self.prefix:  # nothing to continue: the transcript request
+                return 599, None
+            response = await fallback.upstream.open("POST", "messages", query="",
+                                                    headers=fallback.headers, content=content)
+            _, data = await read_error(response)
+            return response.status_code, data
+
+        super().__init__(send, base, prefix, fallback)
+
+    def request_body(self, instruction: str, max_tokens: int | None) -> dict[str, Any]:
+        body = dict(self.base)
+        for key in ("stream", "tool_choice", "output_format"):
+            body.pop(key, None)
+        text = {"type": "text", "text": f"{SUMMARY_INTRO}\n\n{instruction}"}
+        messages = list(self.prefix)
+        last = messages[-1] if messages else None
+        if isinstance(last, Mapping) and last.get("role") == "user":
+            content = last.get("content")
+            blocks = ([{"type": "text", "text": content}] if isinstance(content, str)
+                      else list(content or []))
+            messages[-1] = {**last, "content": [*blocks, text]}
+        else:
+            messages.append({"role": "user", "content": [text]})
+        body["messages"] = messages
+        if body.get("tools"):
+            body["tool_choice"] = {"type": "none"}
+        out = max_tokens or 1024
+        thinking = body.get("thinking")
+        if isinstance(thinking, Mapping) and isinstance(thinking.get("budget_tokens"), int):
+            out += thinking["budget_tokens"]  # max_tokens must exceed the thinking budget
+        body["max_tokens"] = out
+        return body
+
+    def answer_text(self, data: object) -> str | None:
+        if not isinstance(data, Mapping) or data.get("stop_reason") == "tool_use":
+            return None
+        text = "".join(str(b.get("text", "")) for b in data.get("content") or []
+                       if isinstance(b, Mapping) and b.get("type") == "text")
+        return text if text.strip() else None
+
+    def answer_usage(self, data: Mapping[str, Any]) -> UpstreamUsage:
+        return anthropic_usage(data.get("usage"))
+
+    async def aclose(self) -> None:
+        """Nothing to close (the upstream's pooled client belongs to the app)."""
