@@ -65,8 +65,7 @@ def main() -> int:
                     print("websocket error:", event, file=sys.stderr)
                     return 1
         stats = httpx.get(base_url.removesuffix("/v1") + "/ctxstack/stats").json()
-        print("responses stats:", stats["by_wire"].get("responses"),
-              "| cache:", stats["cache_tokens"].get("responses"))
+        print("responses stats:", stats["by_model"].get("responses"))
         client.close()
     return 0
 

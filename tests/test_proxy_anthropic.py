@@ -284,8 +284,8 @@ def test_cache_tokens_are_counted_once_per_answer(client: anthropic.Anthropic,
                                                   ) -> None:
     def totals() -> dict[str, int]:
         stats = httpx.get(f"{proxy.url}/ctxstack/stats").json()
-        return stats["cache_tokens"].get("anthropic", {}).get(
-            MODEL, {"cache_read_tokens": 0, "cache_write_tokens": 0})
+        usage = stats["by_model"].get("anthropic", {}).get(MODEL, {})
+        return {k: usage.get(k, 0) for k in ("cache_read_tokens", "cache_write_tokens")}
 
     before = totals()
     upstream.push(StubReply.text("cached", cached_tokens=70, cache_write_tokens=30),

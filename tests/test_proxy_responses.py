@@ -258,8 +258,7 @@ def test_a_request_the_proxy_cannot_fit_goes_out_as_sent(
 def test_stats_count_usage_and_cache_reads_per_wire_and_model(
         client: openai.OpenAI, stub: StubServer, proxy: ProxyProcess) -> None:
     stats = _stats(proxy)
-    before = stats["by_wire"].get("responses", {}).get(MODEL, {})
-    cached = stats["cache_tokens"].get("responses", {}).get(MODEL, {})
+    before = stats["by_model"].get("responses", {}).get(MODEL, {})
     stub.push(StubReply.text("a", cached_tokens=11), StubReply.text("b", cached_tokens=5))
     first = client.responses.create(model=MODEL, input="one")
     with client.responses.connect() as conn:
@@ -269,12 +268,12 @@ def test_stats_count_usage_and_cache_reads_per_wire_and_model(
                 second = event.response
                 break
     stats = _stats(proxy)
-    after = stats["by_wire"]["responses"][MODEL]
-    cache = stats["cache_tokens"]["responses"][MODEL]
-    assert cache["cache_read_tokens"] - cached.get("cache_read_tokens", 0) == 16
+    after = stats["by_model"]["responses"][MODEL]
+    assert after["cache_read_tokens"] - before.get("cache_read_tokens", 0) == 16
     assert after["requests"] - before.get("requests", 0) == 2
     # counted once each, exactly what the client was told
-    assert first.usage is not None and second.usage is not None
+    assert first.usage is not None
+    assert second.usage is not None
     assert after["input_tokens"] - before.get("input_tokens", 0) == (
         first.usage.input_tokens + second.usage.input_tokens)
     assert after["output_tokens"] - before.get("output_tokens", 0) == (

@@ -43,7 +43,15 @@ from ctxstack.proxy.responses_recall import RECALL_TOOL_SPEC
 from ctxstack.proxy.responses_request import validate_pairs
 from ctxstack.proxy.responses_view import ResponsesConversation
 from ctxstack.tokens import DEFAULT_COUNTER
-from tests.proxy_support import SUMMARY_TEXT, ProxyProcess, is_summary_request, running_proxy
+
+# The in-process apps (one, or two on one database) of the Chat wire's session tests.
+from tests.proxy_support import (
+    SUMMARY_TEXT,
+    ProxyProcess,
+    app_client,
+    is_summary_request,
+    running_proxy,
+)
 from tests.responses_support import (
     BUDGET,
     MODEL,
@@ -54,14 +62,7 @@ from tests.responses_support import (
     input_items,
 )
 from tests.store.dbkit import Backend
-
-# The in-process apps (one, or two on one database) of the Chat wire's session tests.
-from tests.test_proxy_sessions import (  # noqa: F401  (db_url, backend: fixtures)
-    _app_client,
-    _settings,
-    backend,
-    db_url,
-)
+from tests.test_proxy_sessions import _settings
 
 JSON = {"content-type": "application/json"}
 INSTRUCTIONS = "You are the operations assistant of ACME-7. Quote log lines exactly."
@@ -365,7 +366,7 @@ def test_recall_over_the_websocket_is_hidden_and_counted(
     assert all(c.transport == "http" for c in calls)
     assert done["response"]["usage"]["input_tokens"] == _stub_input_tokens(calls)
     after = _stats(proxy)
-    wire = lambda s: s["by_wire"].get("responses", {}).get(MODEL, {})  # noqa: E731
+    wire = lambda s: s["by_model"].get("responses", {}).get(MODEL, {})  # noqa: E731
     assert wire(after).get("websocket_requests", 0) - wire(before).get(
         "websocket_requests", 0) == 1
     assert _model_stats(after)["recall_rounds"] - _model_stats(before).get(
@@ -471,11 +472,11 @@ def _over_budget() -> dict[str, Any]:
 
 @pytest.mark.parametrize("apps", [1, 2], ids=["one-app", "two-apps-one-database"])
 async def test_two_concurrent_over_budget_requests_make_one_summary_call(
-        apps: int, backend: Backend, stub: StubServer) -> None:  # noqa: F811
+        apps: int, proxy_backend: Backend, stub: StubServer) -> None:
     stub.rule = Model(summary_delay=1.0)
     headers = {"x-ctxstack-session": "s-1", "authorization": "Bearer k1"}
     async with AsyncExitStack() as stack:
-        clients = [await _app_client(stack, _settings(backend, stub.base_url))
+        clients = [await app_client(stack, _settings(proxy_backend, stub.base_url))
                    for _ in range(apps)]
         a, b = await asyncio.gather(
             clients[0].post("/v1/responses", json=_over_budget(), headers=headers),
@@ -489,7 +490,7 @@ async def test_two_concurrent_over_budget_requests_make_one_summary_call(
 
 
 async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
-        db_url: str, stub: StubServer) -> None:  # noqa: F811
+        proxy_db_url: str, stub: StubServer) -> None:
     model = Model()
 
     def upstream(request: StubRequest) -> StubReply:
@@ -499,7 +500,7 @@ async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
 
     stub.rule = upstream
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         r = await client.post("/v1/responses", json=_over_budget())
     assert r.status_code == 200, r.text
     assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] == "llm"
@@ -510,10 +511,10 @@ async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
     _check_valid(sent.body, _over_budget()["input"])
 
 
-async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServer) -> None:  # noqa: F811
+async def test_sessions_are_never_shared_across_keys(proxy_db_url: str, stub: StubServer) -> None:
     stub.rule = Model()
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         for key in ("Bearer k1", "Bearer k2"):
             r = await client.post("/v1/responses", json=_over_budget(), headers={
                 "x-ctxstack-session": "same", "authorization": key})
@@ -525,14 +526,14 @@ async def test_sessions_are_never_shared_across_keys(db_url: str, stub: StubServ
 
 
 async def test_a_fitting_failure_forwards_the_original_request(
-        db_url: str, tmp_path: Path, stub: StubServer) -> None:  # noqa: F811
+        proxy_db_url: str, tmp_path: Path, stub: StubServer) -> None:
     stub.rule = Model()
     with sqlite3.connect(tmp_path / "proxy.db") as db:  # the session store is broken
         db.execute("DROP TABLE proxy_sessions")
     raw = json.dumps(_over_budget()).encode()
     log = stub.base_url.removesuffix("/v1") + "/_stub/requests"
     async with AsyncExitStack() as stack:
-        client = await _app_client(stack, _settings(db_url, stub.base_url))
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
         plain = await stack.enter_async_context(httpx.AsyncClient())
         await plain.delete(log)
         response = await client.post("/v1/responses", content=raw, headers=JSON)

@@ -157,9 +157,8 @@ async def test_a_request_within_budget_never_waits_for_the_database(
 
 
 def test_usage_per_wire_and_model_has_one_shape_and_older_keys_still_count() -> None:
-    """``by_model[wire][model]`` carries every per-model figure of every wire; the older
-    ``cache_tokens`` and ``by_wire`` objects are views of it; a database written by an
-    older proxy (``by_wire.*`` keys, ``cache_tokens.*`` keys written beside ``by_model``
+    """``by_model[wire][model]`` carries every per-model figure of every wire (the only
+    per-model object in the answer); a database written by an older proxy (``by_wire.*`` keys, ``cache_tokens.*`` keys written beside ``by_model``
     ones) adds up without counting anything twice."""
     from ctxstack.proxy.recall import UpstreamUsage
 
@@ -176,7 +175,4 @@ def test_usage_per_wire_and_model_has_one_shape_and_older_keys_still_count() -> 
     assert (gpt.requests, gpt.forwarded, gpt.input_tokens, gpt.cache_read_tokens) == (3, 1, 10, 7)
     assert (claude.responses, claude.input_tokens, claude.output_tokens, claude.recall_rounds,
             claude.cache_read_tokens, claude.cache_write_tokens) == (2, 5, 2, 1, 6, 4)
-    assert stats.cache_tokens["anthropic"]["claude-x"] == {"cache_read_tokens": 6,
-                                                           "cache_write_tokens": 4}
-    assert stats.by_wire["responses"]["gpt-x"] == {"requests": 3, "forwarded": 1,
-                                                   "input_tokens": 10, "output_tokens": 0}
+    assert set(stats.model_dump()) & {"cache_tokens", "by_wire"} == set()

@@ -23,7 +23,7 @@ the events are re-framed as on the SSE stream: the client never sees the tool, a
 ``usage`` of ``response.completed`` is the sum over the upstream calls. A socket has no
 per-response headers, so the handshake's response says it once for every response on
 the socket: ``x-ctxstack-usage: sum`` (as on an SSE stream). WebSocket requests count in
-the stats with their wire and model (``by_wire.responses.<model>.websocket_requests``
+the stats with their wire and model (``by_model.responses.<model>.websocket_requests``
 beside ``requests``).
 
 ``generate: false`` (Codex's pre-warm: "remember this input, generate nothing") is

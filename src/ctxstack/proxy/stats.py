@@ -22,9 +22,9 @@ upstream's; the summariser's cost is reported beside it, never mixed in):
 (``cache_read_tokens`` / ``cache_write_tokens``, from Chat
 ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens`` /
 ``cache_creation_input_tokens``, Responses ``input_tokens_details.cached_tokens``) and the
-``recall_rounds``. The wires are ``chat``, ``anthropic`` and ``responses``. The earlier
-``cache_tokens`` and ``by_wire`` objects are kept as read-only views of the same figures
-(for clients written against them); new code reads ``by_model``.
+``recall_rounds``, and on Responses the ``websocket_requests``. The wires are ``chat``,
+``anthropic`` and ``responses``. (Counts stored by older proxies under ``by_wire.*`` are
+folded in.)
 
 ``GET /ctxstack/stats`` returns :class:`ProxyStats` as JSON: the totals of **every worker**
 (``--workers N``, and every other proxy process) sharing the database, since the database
@@ -114,6 +114,8 @@ class ModelUsage(BaseModel):
     cache_write_tokens: int = 0
     recall_rounds: int = 0
     """Rounds in which the proxy answered ``ctxstack_recall`` and called the upstream again."""
+    websocket_requests: int = 0
+    """Of ``requests``, those that came over a WebSocket (the Responses wire's)."""
 
 
 BY_MODEL = "by_model"
@@ -171,12 +173,6 @@ class ProxyStats(BaseModel):
     """Per wire (``chat``, ``anthropic``, ``responses``) and model: requests, upstream
     calls, usage, prompt-cache reads and writes, recall rounds, as the upstream reported
     them (see the module doc). WebSocket traffic counts with its wire."""
-    cache_tokens: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
-    """Deprecated view of :attr:`by_model`: per wire and model, ``cache_read_tokens`` and
-    ``cache_write_tokens``."""
-    by_wire: dict[str, dict[str, dict[str, int]]] = Field(default_factory=dict)
-    """Deprecated view of :attr:`by_model`: per wire and model, ``requests``,
-    ``forwarded``, ``input_tokens`` and ``output_tokens``."""
 
     @classmethod
     def from_flat(cls, totals: Mapping[str, int], scope: Literal["all", "worker"] = "all",
@@ -210,14 +206,6 @@ class ProxyStats(BaseModel):
                     add(wire, model, metric, value)
             # ``cache_tokens.*`` keys of older proxies were always written beside the
             # by_model ones: not added twice.
-        for wire, models in stats.by_model.items():
-            for model, entry in models.items():
-                stats.cache_tokens.setdefault(wire, {})[model] = {
-                    "cache_read_tokens": entry.cache_read_tokens,
-                    "cache_write_tokens": entry.cache_write_tokens}
-                stats.by_wire.setdefault(wire, {})[model] = {
-                    "requests": entry.requests, "forwarded": entry.forwarded,
-                    "input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens}
         return stats
 
 
