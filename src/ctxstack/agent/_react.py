@@ -72,7 +72,12 @@ class _Totals(Protocol):
 
 
 class GuardLike(Protocol):
-    """What the agent needs from :class:`ctxstack.guard.ContextGuard`."""
+    """What the agent needs from :class:`ctxstack.guard.ContextGuard`.
+
+    ``check`` may also take a keyword ``tools`` (the tools the coming model call carries,
+    so a summary can reuse the conversation's cached prefix); a guard whose ``check`` does
+    not is called without it.
+    """
 
     async def check(
         self, messages: list[ChatMessage], budget: int | None = None, hint: Hint = "general"
@@ -89,6 +94,15 @@ def _offer(
     if recall is None or not len(recall[1]):
         return specs
     return [*(specs or []), recall[0].spec()]
+
+
+def _takes_tools(guard: object) -> bool:
+    """Whether ``guard.check`` accepts a ``tools`` keyword (see :class:`GuardLike`)."""
+    try:
+        params = inspect.signature(guard.check).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "tools" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
@@ -182,6 +196,7 @@ class ReActAgent:
         self.tool_selection_threshold = tool_selection_threshold
         self.tool_timeout = tool_timeout
         self.on_event = on_event
+        self._guard_takes_tools = _takes_tools(guard)
         # deque.append / popleft are atomic, so inject() is safe from any task or thread.
         self._inbox: deque[str] = deque()
         self._running = False
@@ -288,7 +303,11 @@ class ReActAgent:
                 run.injected.append(text)
                 yield InjectedEvent(iteration=iteration, text=text)
 
-            messages = await self._check(run.compactions, messages, budget, "react_iteration")
+            # The tools the previous call carried (recall's spec joins once something was
+            # archived, and nothing was archived since): a summary reuses them with the
+            # messages, as the prefix the provider cached.
+            messages = await self._check(run.compactions, messages, budget, "react_iteration",
+                                         tools=_offer(specs, recall))
             for event in self._new_compactions(run, recovery=False):
                 yield event
             yield IterationStartedEvent(
@@ -368,10 +387,18 @@ class ReActAgent:
 
     # ------------------------------------------------------------------ I/O helpers
     async def _check(
-        self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
+        self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint,
+        tools: list[ToolSpec] | None = None,
     ) -> list[ChatMessage]:
-        """One guard call; its compaction event, if any, is appended to ``sink``."""
-        checked = await self.guard.check(messages, budget=budget, hint=hint)
+        """One guard call; its compaction event, if any, is appended to ``sink``.
+
+        ``tools``: what the model call that follows carries, passed to a guard that takes
+        them (see :class:`GuardLike`)."""
+        if self._guard_takes_tools:
+            checked = await self.guard.check(messages, budget=budget, hint=hint,  # type: ignore[call-arg]
+                                             tools=tools)
+        else:
+            checked = await self.guard.check(messages, budget=budget, hint=hint)
         if checked.event is not None:
             sink.append(checked.event)
         return list(checked.messages)
@@ -393,7 +420,8 @@ class ReActAgent:
             half = self._message_budget(max(1, self.budget // 2), specs)
             log.warning("context overflow at %d budget; compacting to %d and retrying: %s",
                         self.budget, half, first)
-            messages = await self._check(run.compactions, messages, half, "react_iteration")
+            messages = await self._check(run.compactions, messages, half, "react_iteration",
+                                         tools=specs)
             try:
                 reply = await self.llm.chat(messages, tools=specs)
             except ContextOverflowError as second:

@@ -29,6 +29,7 @@ from ctxstack.compaction._compactor import CompactionContext, Compactor
 from ctxstack.compaction._llm_compact import RollingSummary, resolve_options
 from ctxstack.compaction._mask import MaskToolOutputs
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.compaction._truncate import Truncate, check_budget
 from ctxstack.messages import ChatMessage
@@ -53,8 +54,13 @@ async def compact_staged(
     *,
     counter: TokenCounter | None = None,
     archive: Archive | None = None,
+    prefix: CallPrefix | None = None,
 ) -> CompactionResult:
     """Fit ``messages`` into ``max_tokens`` with ``options.strategies`` (see the module doc).
+
+    ``prefix`` describes the conversation's previous model call (what it sent ahead of
+    ``messages``, its tools; ``seen`` defaults to ``messages`` as given here): a summary
+    reuses it as its cache-aligned request.
 
     Never raises for a model failure (the summary falls back to truncation); the result
     always fits. ``tokens_before`` / ``messages_before`` describe ``messages``; ``usage``,
@@ -69,7 +75,8 @@ async def compact_staged(
     msgs = list(messages)
     ctx = CompactionContext(llm=llm, budget=max_tokens, fits=effective_budget(max_tokens, counter),
                             options=opts, counter=counter, archive=archive,
-                            note=RECALL_NOTE if archive is not None else None)
+                            note=RECALL_NOTE if archive is not None else None,
+                            prefix=(prefix or CallPrefix()).seeing(msgs))
     before = await ctx.count(msgs)
     if before <= ctx.fits:
         return CompactionResult(messages=msgs, method="none", tokens_before=before,
