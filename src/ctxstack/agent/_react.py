@@ -136,6 +136,8 @@ class _Run:
         self.compactions_reported = 0
         self.injected: list[str] = []
         self.checklist_done = False
+        self.tools: list[ToolSpec] | None = None
+        """The tools the last model call carried."""
 
 
 class ReActAgent:
@@ -414,6 +416,7 @@ class ReActAgent:
         self, run: _Run, messages: list[ChatMessage], specs: list[ToolSpec] | None
     ) -> tuple[LLMResult, list[ChatMessage]]:
         """``llm.chat`` with one overflow recovery: compact to half the budget, retry once."""
+        run.tools = specs
         try:
             reply = await self.llm.chat(messages, tools=specs)
         except ContextOverflowError as first:
@@ -518,5 +521,6 @@ class ReActAgent:
             usage=run.usage + guard_usage, compactions=list(run.compactions),
             messages=final, stopped_reason=stopped, injected=list(run.injected),
             elapsed_s=time.perf_counter() - run.started, query=run.query,
+            tools=[dict(t) for t in run.tools] if run.tools else None,
         )
 

@@ -23,8 +23,9 @@ It is only a request when it is one a provider accepts and the summariser can re
 must end at a valid boundary (no assistant tool call without all its results, no orphan
 result — :func:`ctxstack.messages.tool_turns_valid`), hold something to summarise, carry
 no file or audio part, and fit the summariser's input. Otherwise :func:`prefix_request`
-says why, and the caller sends the transcript request instead (which cuts messages and bounds itself; this one never cuts,
-since a cut message would no longer be the cached prefix).
+says why, and the caller sends the transcript request instead (which cuts messages and
+bounds itself; this one never cuts, since a cut message would no longer be the cached
+prefix).
 """
 
 from __future__ import annotations
