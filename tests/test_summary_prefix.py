@@ -106,11 +106,32 @@ async def test_the_guard_sends_the_outputs_as_the_model_saw_them_before_the_mask
     assert is_prefix_request(call.messages, "react_iteration")
 
 
+async def test_without_a_known_previous_call_the_transcript_request_is_sent() -> None:
+    # compaction of a list nobody says the model saw (a proxy whose summariser frames its
+    # own request, a user calling llm_compact): the transcript request, as before
+    msgs = [*chat(12), ChatMessage.user("And now?")]
+    llm = ScriptedLLM(["Summary."])
+    assert (await compact_detailed(msgs, llm, 1200)).method == "llm"
+    assert is_transcript_request(llm.calls[0].messages)
+    guard = ContextGuard(compact_llm=ScriptedLLM(["Summary."]), default_budget=1200,
+                         options=CompactionOptions(mask=False))
+    assert (await guard.check(msgs)).event is not None
+    assert is_transcript_request(guard.compact_llm.calls[0].messages)  # type: ignore[union-attr]
+    # an agent without tools says so with an empty list: the prefix request, no tools
+    guard = ContextGuard(compact_llm=ScriptedLLM(["Summary."]), default_budget=1200,
+                         options=CompactionOptions(mask=False))
+    assert (await guard.check(msgs, tools=[])).event is not None
+    [call] = guard.compact_llm.calls  # type: ignore[union-attr]
+    assert is_prefix_request(call.messages)
+    assert call.tools is None
+    assert "tool_choice" not in call.opts
+
+
 async def test_a_request_over_the_summarisers_input_falls_back_to_the_transcript() -> None:
     msgs = [*chat(30, words=80), ChatMessage.user("And now?")]
     # what the summariser can read: far less than the fold, far more than its transcript
     llm = ScriptedLLM(["Summary."], context_size=4_000, max_output_tokens=1_000)
-    res = await compact_detailed(msgs, llm, 6_000)
+    res = await compact_detailed(msgs, llm, 6_000, prefix=CallPrefix())
     assert res.method == "llm"
     [call] = llm.calls
     assert is_transcript_request(call.messages)
@@ -186,7 +207,7 @@ async def test_facts_and_the_finalize_hook_are_unchanged(monkeypatch: pytest.Mon
     previous = ChatMessage.summary("[Conversation summary]\nprev")
     msgs = [SYS, previous, *chat(12)[1:], ChatMessage.user("And now?")]
     llm = ScriptedLLM(["new"])
-    res = await compact_detailed(msgs, llm, 1200, hint="react_iteration")
+    res = await compact_detailed(msgs, llm, 1200, hint="react_iteration", prefix=CallPrefix())
     assert is_prefix_request(llm.calls[0].messages, "react_iteration")
     assert llm.calls[0].messages[1] is previous  # the previous summary where it stood
     assert seen == [("react_iteration", "prev", "new")]
@@ -203,7 +224,8 @@ async def test_file_parts_keep_the_transcript_request() -> None:
     msgs = [SYS, with_parts("Contract ORD-77.", pdf_part(2_000)), *chat(12)[1:],
             ChatMessage.user("And now?")]
     llm = ScriptedLLM(["Summary."])
-    res = await compact_staged(msgs, llm, 1200, CompactionOptions(mask=False))
+    res = await compact_staged(msgs, llm, 1200, CompactionOptions(mask=False),
+                               prefix=CallPrefix())
     assert res.method == "llm"
     assert is_transcript_request(llm.calls[0].messages)
 

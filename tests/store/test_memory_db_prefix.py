@@ -71,3 +71,34 @@ async def test_dbmemory_falls_back_to_the_transcript(
     assert is_transcript_request(llm.calls[-1].messages)
     assert history[0].kind == "summary"
     assert "Summary." in history[0].text
+
+
+async def test_compact_now_asks_with_the_last_react_calls_prefix(
+    sf: SessionFactory, conv: str, alice: UserRecord
+) -> None:
+    from ctxstack.budget import ModelBudget
+    from ctxstack.server.compact_now import compact
+    from ctxstack.server.tools import service_tool_specs
+    from ctxstack.server.turn import SYSTEM_PROMPT
+    from ctxstack.tokens import HEURISTIC
+
+    await _stored_chat(sf, conv, 10)
+    await append_messages(sf, conv, [
+        NewMessage(role="user", content="Can you check?"),
+        NewMessage(role="assistant", content="The turn failed.", metadata={"status": "failed"}),
+    ])
+    await _stored_chat(sf, conv, 4)
+    # what the last ReAct call sent: the system prompt, the history as DbMemory loads it
+    loaded = await DbMemory(conv, session_factory=sf, budget=64_000).get_messages()
+    previous = [ChatMessage.system(SYSTEM_PROMPT), *loaded]
+    llm = ScriptedLLM(["Summary: ORD-0 to ORD-9 priced."])
+    out = await compact(sf, conv, alice.id, budget=ModelBudget(context_size=64_000,
+                                                               max_output_tokens=8_000),
+                        fast_llm=llm, counter=HEURISTIC)
+    assert out.compact.method == "llm"
+    [call] = llm.calls
+    head = call.messages[:-1]
+    assert len(head) > 10
+    assert wire(head) == wire(previous[: len(head)])  # the failure notice left out
+    assert is_prefix_request(call.messages)
+    assert call.tools == tuple(service_tool_specs())

@@ -309,7 +309,7 @@ class ReActAgent:
             # archived, and nothing was archived since): a summary reuses them with the
             # messages, as the prefix the provider cached.
             messages = await self._check(run.compactions, messages, budget, "react_iteration",
-                                         tools=_offer(specs, recall))
+                                         tools=_offer(specs, recall) or [])
             for event in self._new_compactions(run, recovery=False):
                 yield event
             yield IterationStartedEvent(
@@ -394,9 +394,9 @@ class ReActAgent:
     ) -> list[ChatMessage]:
         """One guard call; its compaction event, if any, is appended to ``sink``.
 
-        ``tools``: what the model call that follows carries, passed to a guard that takes
-        them (see :class:`GuardLike`)."""
-        if self._guard_takes_tools:
+        ``tools``: what the model call that follows carries (``[]`` for none), passed to a
+        guard that takes them (see :class:`GuardLike`); ``None``: not passed."""
+        if self._guard_takes_tools and tools is not None:
             checked = await self.guard.check(messages, budget=budget, hint=hint,  # type: ignore[call-arg]
                                              tools=tools)
         else:
@@ -424,7 +424,7 @@ class ReActAgent:
             log.warning("context overflow at %d budget; compacting to %d and retrying: %s",
                         self.budget, half, first)
             messages = await self._check(run.compactions, messages, half, "react_iteration",
-                                         tools=specs)
+                                         tools=specs or [])
             try:
                 reply = await self.llm.chat(messages, tools=specs)
             except ContextOverflowError as second:

@@ -14,7 +14,8 @@ The flow of :func:`compact_detailed` (docs/DESIGN.md §3, layer 2):
    summariser is asked with the cache-aligned request first
    (:mod:`ctxstack.compaction._prefix_request`): the messages up to the end of the fold as
    the model last saw them (``prefix``: what the previous call sent before them, the list
-   before a mask, its tools), the instruction last; the transcript request is its fallback.
+   before a mask, its tools), the instruction last, when the caller gives a ``prefix``;
+   the transcript request is its fallback (and the only request without one).
 5. Still over budget (pinned messages, a huge recent group) → ``smart_truncate`` the
    result; the summary is kept in preference to older verbatim messages.
 
@@ -282,8 +283,9 @@ async def compact_detailed(
     hint "general", …); the keyword arguments override it. ``note`` is a line appended
     to the summary (the guard says there that archived messages can be recalled).
     ``prefix`` describes the conversation's previous model call (see
-    :class:`~ctxstack.compaction._prefix_request.CallPrefix`); without one, ``messages``
-    are taken as what that call sent, with no tools.
+    :class:`~ctxstack.compaction._prefix_request.CallPrefix`; ``CallPrefix()``: it sent
+    ``messages`` themselves, without tools): the summariser is asked with it first.
+    Without one, the transcript request only.
 
     Raises :class:`ConfigError` for invalid arguments (never for a model failure).
     """
@@ -304,7 +306,7 @@ async def compact_detailed(
     if llm is None:
         return done.fallback("no_llm")
 
-    call = prefix or CallPrefix()
+    call = prefix if prefix is not None else CallPrefix(enabled=False)
     prep = await asyncio.to_thread(_prepare, msgs, llm, max_tokens, opts, counter, note, call)
     if prep is None:
         return done.fallback("nothing_to_summarize")
@@ -353,8 +355,9 @@ class RollingSummary:
     """Strategy ``"llm"``: fold the oldest history into the one rolling summary
     (:func:`compact_detailed` with the context's summariser, down to ``target_fill``).
 
-    The summariser is asked with the cache-aligned request built from ``ctx.prefix``
-    (the pipeline's input as the model saw it), the transcript request as its fallback.
+    With ``ctx.prefix`` (the pipeline's input as the model saw it, the call's tools) the
+    summariser is asked with the cache-aligned request, the transcript request as its
+    fallback; without one, with the transcript request.
     Skipped without a summariser. When the summariser fails, hangs or answers nothing,
     the result is the truncation :func:`compact_detailed` falls back to (the seed's rule);
     a fallback offered earlier (a mask) is preferred to it by the pipeline. What the

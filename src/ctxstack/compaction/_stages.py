@@ -60,7 +60,8 @@ async def compact_staged(
 
     ``prefix`` describes the conversation's previous model call (what it sent ahead of
     ``messages``, its tools; ``seen`` defaults to ``messages`` as given here): a summary
-    reuses it as its cache-aligned request.
+    reuses it as its cache-aligned request. Without one, summaries use the transcript
+    request.
 
     Never raises for a model failure (the summary falls back to truncation); the result
     always fits. ``tokens_before`` / ``messages_before`` describe ``messages``; ``usage``,
@@ -76,7 +77,7 @@ async def compact_staged(
     ctx = CompactionContext(llm=llm, budget=max_tokens, fits=effective_budget(max_tokens, counter),
                             options=opts, counter=counter, archive=archive,
                             note=RECALL_NOTE if archive is not None else None,
-                            prefix=(prefix or CallPrefix()).seeing(msgs))
+                            prefix=prefix.seeing(msgs) if prefix is not None else None)
     before = await ctx.count(msgs)
     if before <= ctx.fits:
         return CompactionResult(messages=msgs, method="none", tokens_before=before,

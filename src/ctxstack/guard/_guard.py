@@ -255,10 +255,14 @@ class ContextGuard:
         need the events of *their* call: listeners see every call's events, this returns
         only its own (``event`` is ``None`` when nothing was compacted).
 
-        ``tools``: the tools the model call after this check will carry (the agent passes
-        its own). A summary then asks the summariser with the conversation's cached prefix
-        — these messages as the model saw them and these tools, the instruction last — so
-        the provider's prompt cache serves it (:mod:`ctxstack.compaction._prefix_request`).
+        ``tools``: the tools of the model call these messages are for (an empty list for
+        none; the agent passes its own). Given, they say the messages are the conversation
+        as that call sends it, and a summary asks the summariser with its cached prefix —
+        these messages as the model saw them and these tools, the instruction last — so the
+        provider's prompt cache serves it (:mod:`ctxstack.compaction._prefix_request`).
+        ``None`` (the default): the summariser gets the transcript request, as a caller
+        whose list is not what its model saw (or whose summariser frames the request
+        itself) needs.
         """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
@@ -400,7 +404,7 @@ class ContextGuard:
         fits = effective_budget(limit, counter)  # what the result may fill (margin kept)
         pool, unpinned, cut_queries = apply_pinned_cap(messages, fits, self.pinned_cap, counter)
         # The messages as the model saw them (before the pinned cap, which keeps positions).
-        seen = CallPrefix.of(seen=messages, tools=tools)
+        seen = CallPrefix.of(seen=messages, tools=tools) if tools is not None else None
         detailed, reason = await self._staged(pool, limit, hint, seen)
         result = detailed.messages
         method: CompactionMethod = "truncate" if detailed.method == "none" else detailed.method
