@@ -54,9 +54,10 @@ from ctxstack.compaction._prompts import (
     is_summary_instruction,
 )
 from ctxstack.dag import DAGExecutor, Plan, PlanStep
+from ctxstack.errors import LLMError
 from ctxstack.guard import ContextGuard
 from ctxstack.messages import ChatMessage
-from ctxstack.protocol import LLMResult, ToolSpec
+from ctxstack.protocol import ToolSpec
 from ctxstack.store import NewMessage, append_messages, create_conversation, create_user, upgrade
 from ctxstack.store import session_factory as make_session_factory
 from ctxstack.store.db import create_engine_from_url
@@ -105,39 +106,6 @@ class Timeline:
     """Every model call of a run, in order (the conversation's model and the summariser)."""
 
     calls: list[Call] = field(default_factory=list)
-
-
-class Recorded:
-    """An :class:`~ctxstack.protocol.LLM` recording its calls into a shared timeline.
-
-    ``refuse_prefix``: a cache-aligned summary request fails (the baseline run, in which
-    the transcript request is sent instead, as before this change)."""
-
-    def __init__(self, inner: ScriptedLLM, timeline: Timeline, *,
-                 refuse_prefix: bool = False) -> None:
-        self.inner = inner
-        self.timeline = timeline
-        self.refuse_prefix = refuse_prefix
-
-    @property
-    def context_size(self) -> int:
-        return self.inner.context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self.inner.max_output_tokens
-
-    async def chat(self, messages: Sequence[ChatMessage], *,
-                   tools: Sequence[ToolSpec] | None = None, **opts: Any) -> LLMResult:
-        call = Call(tuple(messages), tuple(tools) if tools else None)
-        if self.refuse_prefix and call.cache_aligned:
-            raise RuntimeError("baseline: cache-aligned request refused")
-        self.timeline.calls.append(call)
-        return await self.inner.chat(messages, tools=tools, **opts)
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> Any:
-        self.timeline.calls.append(Call(tuple(messages), None))
-        return self.inner.stream_chat(messages, **opts)
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -206,11 +174,26 @@ def _loop_handler(iterations: int, answer: str = "Done: the orders are listed ab
     return reply
 
 
-def _models(timeline: Timeline, handler: Any, baseline: bool) -> tuple[Recorded, Recorded]:
-    main = Recorded(ScriptedLLM(handler=handler, name="main"), timeline)
-    summariser = Recorded(ScriptedLLM(handler=first_sentence_summarizer, name="summariser"),
-                          timeline, refuse_prefix=baseline)
-    return main, summariser
+def _models(timeline: Timeline, handler: Any, baseline: bool
+            ) -> tuple[ScriptedLLM, ScriptedLLM]:
+    """The conversation's model and the summariser, recording their calls into one
+    timeline. ``baseline``: the summariser refuses cache-aligned requests, so the
+    transcript request is sent instead (as before this change); a refused call is not
+    recorded."""
+
+    def main(messages: Sequence[ChatMessage], tools: Any) -> Any:
+        timeline.calls.append(Call(tuple(messages), tuple(tools) if tools else None))
+        return handler(messages, tools)
+
+    def summarise(messages: Sequence[ChatMessage], tools: Any) -> Any:
+        call = Call(tuple(messages), tuple(tools) if tools else None)
+        if baseline and call.cache_aligned:
+            return LLMError("baseline: cache-aligned request refused")
+        timeline.calls.append(call)
+        return first_sentence_summarizer(messages, tools)
+
+    return ScriptedLLM(handler=main, name="main"), ScriptedLLM(handler=summarise,
+                                                                name="summariser")
 
 
 AGENT_PROMPT = "You are an order-tracking agent. Use the search tool; cite order numbers."
@@ -232,7 +215,7 @@ async def _dag(quick: bool, baseline: bool) -> Timeline:
     long_answer = "Orders found:\n" + "\n".join(
         f"- ORD-{1000 + i}: {120 + 7 * i} EUR, shipped 2026-03-{1 + i % 28:02d}, carrier notes "
         "checked against the warehouse log." for i in range(600))
-    iterations = 16 if quick else 36
+    iterations = 22 if quick else 36
     main, summariser = _models(timeline, _loop_handler(iterations, long_answer), baseline)
     executor = DAGExecutor(main, [search], budget=ModelBudget(
         role="fast", context_size=16_000, max_output_tokens=4_000), compact_llm=summariser,

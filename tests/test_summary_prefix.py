@@ -198,12 +198,8 @@ async def test_the_outcome_says_which_request_answered_and_why() -> None:
 
 async def test_facts_and_the_finalize_hook_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, str | None, str]] = []
-
-    def fake(hint: str, previous: str | None, new: str) -> str:
-        seen.append((hint, previous, new))
-        return f"MERGED {new}"
-
-    monkeypatch.setattr(summarize_module, "finalize_summary", fake)
+    monkeypatch.setattr(summarize_module, "finalize_summary",
+                        lambda *args: seen.append(args) or f"MERGED {args[2]}")
     previous = ChatMessage.summary("[Conversation summary]\nprev")
     msgs = [SYS, previous, *chat(12)[1:], ChatMessage.user("And now?")]
     llm = ScriptedLLM(["new"])

@@ -20,8 +20,11 @@ last line of defence before messages reach the provider. Three stages:
    clear old tool outputs ("mask"); if that is not enough, the rolling LLM summary with
    the hint's prompt when a compact LLM is set ("llm"), else ``smart_truncate``
    ("truncate"). Any LLM failure — exception, timeout, empty or unusable answer — ends in
-   truncation: the agent never sees it. Each compaction is reported as a
-   :class:`~ctxstack.guard.CompactionEvent` whose ``method`` names the stage.
+   truncation: the agent never sees it. Given the coming call's ``tools``, the summary
+   asks with the conversation's cached prefix (these messages as the model saw them, the
+   tools, the instruction last; :mod:`ctxstack.compaction._prefix_request`). Each
+   compaction is reported as a :class:`~ctxstack.guard.CompactionEvent` whose ``method``
+   names the stage.
 
 With an ``archive`` (:class:`ctxstack.HistoryArchive`, or the service's database-backed
 one) everything the guard masks, summarises or drops is archived first, and the agents

@@ -158,7 +158,7 @@ async def compact(factory: SessionFactory, conversation_id: str, owner_id: int, 
                 if planned.checkpoint is not None else None)
     # What the last ReAct call sent before these rows (see the module doc).
     summary = _summary_message(planned.checkpoint)
-    before = [ChatMessage.system(SYSTEM_PROMPT), *([summary] if summary is not None else [])]
+    ahead = [ChatMessage.system(SYSTEM_PROMPT), *([summary] if summary is not None else [])]
     async with reading(factory, f"compacting conversation {conversation_id!r}") as session:
         outcome = await fold_older(
             session, conversation_id,
@@ -167,7 +167,7 @@ async def compact(factory: SessionFactory, conversation_id: str, owner_id: int, 
             budget=budget.usable_input_tokens,
             options=CompactionOptions().with_(hint="general"), counter=counter,
             max_chunks=MAX_FOLD_CHUNKS,
-            prefix=CallPrefix.of(before=before, tools=service_tool_specs()))
+            prefix=CallPrefix.of(before=ahead, tools=service_tool_specs()))
     if outcome.summary is None or outcome.last_seq is None:
         why = outcome.stopped or "no summary"
         raise InputError(f"the summary could not be written ({why}); nothing was changed")
