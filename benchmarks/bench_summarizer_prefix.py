@@ -28,7 +28,9 @@ summariser) and in process:
   checkpoint; the load summarises once the history outgrows the budget;
 * **service** — the chat service's turn composed in process from its own parts: the
   load as :meth:`ctxstack.server.turn.Turn._load_history` builds it and the ReAct run as
-  ``_run_react`` builds it (its ``SYSTEM_PROMPT``, its tools, a guard on the same budget).
+  ``_run_react`` builds it (its ``SYSTEM_PROMPT``, its tools, a guard on the same budget);
+  and, at full size only, a real ``ctxstack serve`` process (SQLite) answering from the
+  recording stub LLM, the shares computed on the request bodies the stub received.
 
 Run: ``python -m benchmarks.bench_summarizer_prefix [--quick]``.
 """
@@ -42,6 +44,7 @@ import statistics
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import BenchRow, print_table
@@ -66,6 +69,7 @@ from ctxstack.testing import ScriptedLLM, first_sentence_summarizer
 from ctxstack.tokens import DEFAULT_COUNTER
 
 TITLE = "Cache-aligned summariser requests: share served from the prompt cache"
+ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.8
 _last: dict[str, Any] = {}
 
@@ -303,6 +307,85 @@ async def service_run(quick: bool, baseline: bool) -> list[float]:
     return await _chat_turns(quick, baseline, service=True)
 
 
+# ---------------------------------------------------------------- the real service
+def _body_wire(body: Any) -> str:
+    dump = {"ensure_ascii": False, "separators": (",", ":")}
+    tools = body.get("tools")
+    return (json.dumps(tools, **dump) if tools else "") + json.dumps(  # type: ignore[arg-type]
+        body.get("messages") or [], **dump)  # type: ignore[arg-type]
+
+
+def _body_kind(body: Any, system_prompt: str) -> str:
+    """``"prefix"`` / ``"transcript"`` (summary requests), ``"conversation"`` (a ReAct call:
+    the chat's system prompt first, tools offered) or ``"other"``."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    content = last.get("content") if isinstance(last, dict) else None
+    if last.get("role") == "user" and isinstance(content, str) and \
+            is_summary_instruction(content):
+        return "prefix"
+    system = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+    if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+        return "transcript"
+    if body.get("tools") and messages and messages[0].get("content") == system_prompt:
+        return "conversation"
+    return "other"
+
+
+def real_service_run(turns: int, baseline: bool) -> list[float]:
+    """A ``ctxstack serve`` process (SQLite) answering from the recording stub LLM, one
+    conversation of ``turns`` turns in an 8,000-token window; shares computed on the request
+    bodies the stub received. ``baseline``: the stub refuses cache-aligned requests."""
+    import httpx
+
+    from benchmarks.bench_service import serve_process
+    from ctxstack.llm.stub import StubReply, StubServer
+    from ctxstack.server.turn import SYSTEM_PROMPT
+
+    def rule(request: Any) -> Any:
+        kind = _body_kind(request.body, SYSTEM_PROMPT)
+        if kind == "prefix" and baseline:
+            return StubReply.failure(400, "baseline: cache-aligned request refused")
+        if kind in ("prefix", "transcript"):
+            return "Summary: the user asked about orders; the answers listed amounts."
+        if request.tools:
+            last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+            if not any(m.role == "tool" for m in request.messages[last_user:]):
+                return StubReply.tool_call("calculate", {"expression": "6*7"})
+            return StubReply.text("Brief: 42. " + "The amounts are listed. " * 30)
+        return StubReply.text("The answer is 42. " * 60, chunk_size=200)
+
+    with tempfile.TemporaryDirectory() as tmp, StubServer(rule=rule) as stub:
+        env = {"CTXSTACK_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/bench.db",
+               "LLM_BASE_URL": stub.base_url, "LLM_API_KEY": "bench", "LLM_MODEL": "stub",
+               "LLM_CONTEXT_SIZE": "8000", "LLM_MAX_OUTPUT_TOKENS": "4000",
+               "CTXSTACK_FILES_DIR": f"{tmp}/files"}
+        with serve_process(ROOT, Path(tmp), env) as (url, _), \
+                httpx.Client(base_url=url, timeout=120) as client:
+            cid = client.post("/api/conversations", json={}).json()["id"]
+            for turn in range(turns):
+                query = f"Question {turn}: which orders shipped? " + "Include amounts. " * 20
+                with client.stream("POST", "/api/chat", json={
+                        "conversation_id": cid, "query": query}) as response:
+                    response.raise_for_status()
+                    for _ in response.iter_lines():
+                        pass
+        bodies = [r.body for r in stub.state.requests]
+    out: list[float] = []
+    previous: Any = None
+    counter = DEFAULT_COUNTER
+    for body in bodies:
+        kind = _body_kind(body, SYSTEM_PROMPT)
+        if kind == "conversation":
+            previous = body
+        elif kind in ("prefix", "transcript") and previous is not None and not (
+                baseline and kind == "prefix"):
+            wire, before = _body_wire(body), _body_wire(previous)
+            total = counter.count_text(wire)
+            out.append(counter.count_text(wire[:_common_prefix(wire, before)]) / total)
+    return out
+
+
 COMPONENTS = (("agent", agent_run), ("DAG steps (their guards)", dag_run),
               ("DAG dependency summaries", dependency_run), ("DbMemory", dbmemory_run),
               ("service", service_run))
@@ -316,8 +399,13 @@ async def _measure(quick: bool) -> dict[str, tuple[list[float], list[float]]]:
     return out
 
 
+REAL_SERVICE = "service (a real ctxstack serve process)"
+
+
 def run(quick: bool) -> list[BenchRow]:
     measured = asyncio.run(_measure(quick))
+    if not quick:  # a server process: seconds to start, so only at full size
+        measured[REAL_SERVICE] = (real_service_run(14, False), real_service_run(14, True))
     _last["measured"] = measured
     rows = []
     for name, (aligned, transcript) in measured.items():
@@ -339,7 +427,9 @@ def run(quick: bool) -> list[BenchRow]:
 
 def report_markdown(quick: bool) -> str:
     measured = _last.get("measured") or {}
-    lines = ["| component | summary requests | median | min | transcript median |",
+    lines = [f"Quick mode: the row for {REAL_SERVICE!r} is not measured (it starts a "
+             "server); the in-process service row composes the same parts.\n"] if quick else []
+    lines += ["| component | summary requests | median | min | transcript median |",
              "|---|---|---|---|---|"]
     for name, (aligned, transcript) in measured.items():
         lines.append(f"| {name} | {len(aligned)} | "

@@ -102,3 +102,32 @@ async def test_compact_now_asks_with_the_last_react_calls_prefix(
     assert wire(head) == wire(previous[: len(head)])  # the failure notice left out
     assert is_prefix_request(call.messages)
     assert call.tools == tuple(service_tool_specs())
+
+
+async def test_a_load_from_a_checkpoint_carries_the_archive_tools_the_turns_offered(
+    sf: SessionFactory, conv: str
+) -> None:
+    from ctxstack.agent._recall import recall_spec
+    from ctxstack.store import CheckpointCandidate, save_checkpoint
+
+    await _stored_chat(sf, conv, 14)
+    await append_messages(sf, conv, [NewMessage(role="user", content="And the totals?")])
+    # no checkpoint yet: the turns before offered no recall
+    llm = ScriptedLLM(["Summary."])
+    mem = DbMemory(conv, session_factory=sf, budget=1_500, compact_llm=llm,
+                   system_prompt=PROMPT, tools=TOOLS, archive_tools=[recall_spec()])
+    await mem.get_messages()
+    assert llm.calls[0].tools == tuple(TOOLS)
+    # from a checkpoint: the turns since offered recall, so the request carries it
+    await save_checkpoint(sf, conv, CheckpointCandidate(
+        summary="[Conversation summary]\nEarlier orders were priced.", last_seq=4,
+        token_count=12))
+    llm = ScriptedLLM(["Summary."])
+    mem = DbMemory(conv, session_factory=sf, budget=1_500, compact_llm=llm,
+                   system_prompt=PROMPT, tools=TOOLS, archive_tools=[recall_spec()])
+    await mem.get_messages()
+    [call] = llm.calls
+    assert call.tools == (*TOOLS, recall_spec())
+    # the summary the turns started from, where they saw it
+    assert wire(call.messages[:2]) == wire([ChatMessage.system(PROMPT), ChatMessage.summary(
+        "[Conversation summary]\nEarlier orders were priced.")])

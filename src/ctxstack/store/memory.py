@@ -142,7 +142,12 @@ class DbMemory(BaseMemory):
             it — ``budget`` less the tool specs, the system prompt and the trailing
             question (which the agent re-adds), counted as the guard counts them — so
             a history that fits here is not compacted a second time at the first call.
-            Without them only the trailing question is set aside.
+            Without them only the trailing question is set aside. They are also what
+            the previous turn's call sent before and with this history: a summary asks
+            with that prefix (see step 5).
+        archive_tools: tools the agent adds once history is archived (its ``recall``,
+            :func:`ctxstack.agent._recall.recall_spec`): a load from a checkpoint follows
+            calls that offered them, so the summary request carries them too.
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
@@ -177,6 +182,7 @@ class DbMemory(BaseMemory):
         max_fold_chunks: int = 16,
         system_prompt: str | None = None,
         tools: Sequence[ToolSpec] | None = None,
+        archive_tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -206,6 +212,7 @@ class DbMemory(BaseMemory):
         self.max_fold_chunks = max_fold_chunks
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools else None
+        self.archive_tools = list(archive_tools) if archive_tools else []
         self._reset()
 
     @property
@@ -447,7 +454,9 @@ class DbMemory(BaseMemory):
         # summary asks with that prefix (cached by the provider), the instruction last.
         # Image rows are placeholders until materialised: that call cannot be rebuilt.
         around = () if self.system_prompt is None else (ChatMessage.system(self.system_prompt),)
-        prefix = CallPrefix.of(before=around, tools=self.tools,
+        # A load from a checkpoint follows turns whose calls offered the archive's tools.
+        offered = [*(self.tools or []), *(self.archive_tools if self.checkpoint else [])]
+        prefix = CallPrefix.of(before=around, tools=offered,
                                enabled=not any(m.images for m in history))
         result = await compact_staged(
             history, llm, self._history_tokens, self.options.with_(hint="general"),
