@@ -76,9 +76,9 @@ async def compact_staged(
     msgs = list(messages)
     ctx = CompactionContext(llm=llm, budget=max_tokens, fits=effective_budget(max_tokens, counter),
                             options=opts, counter=counter, archive=archive,
-                            note=RECALL_NOTE if archive is not None else None,
-                            prefix=prefix.seeing(msgs) if prefix is not None else None)
+                            note=RECALL_NOTE if archive is not None else None)
     before = await ctx.count(msgs)
+    ctx.prefix = prefix.seeing(msgs) if prefix is not None else None  # as the model saw it
     if before <= ctx.fits:
         return CompactionResult(messages=msgs, method="none", tokens_before=before,
                                 tokens_after=before, messages_before=len(msgs),

@@ -134,6 +134,11 @@ class DbMemory(BaseMemory):
         use_checkpoints: start from the newest checkpoint (``False`` ignores them).
         compact_timeout: seconds the summariser may take before falling back.
         options: the shared :class:`CompactionOptions`; the arguments above override it.
+        archive_tools: tools the agent adds once history is archived (its ``recall``,
+            :func:`ctxstack.agent._recall.recall_spec`). ``system_prompt`` and ``tools``
+            (below) are also what the previous turn's call sent before and with this
+            history, and a load from a checkpoint follows calls that offered these too:
+            a summary asks with that prefix (step 5).
         max_fold_chunks: summariser calls one load may spend folding history older
             than the window (16: a first load of ~2,000 messages folds them all; longer
             ones continue from the checkpoint on the next load).
@@ -142,12 +147,7 @@ class DbMemory(BaseMemory):
             it — ``budget`` less the tool specs, the system prompt and the trailing
             question (which the agent re-adds), counted as the guard counts them — so
             a history that fits here is not compacted a second time at the first call.
-            Without them only the trailing question is set aside. They are also what
-            the previous turn's call sent before and with this history: a summary asks
-            with that prefix (see step 5).
-        archive_tools: tools the agent adds once history is archived (its ``recall``,
-            :func:`ctxstack.agent._recall.recall_spec`): a load from a checkpoint follows
-            calls that offered them, so the summary request carries them too.
+            Without them only the trailing question is set aside.
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
