@@ -380,3 +380,33 @@ async def test_dag_step_guards_and_dependency_summaries_reuse_the_steps_prefix()
     assert len(request) == len(previous) + 2
     assert tools == previous_tools
     assert tools
+
+
+# ---------------------------------------------------------------- SummaryMemory
+async def test_summary_memory_asks_with_the_agents_previous_call() -> None:
+    from ctxstack.memory import SummaryMemory
+
+    timeline = Timeline(lambda messages, tools: "Answer: ORD-7 costs 7 EUR. " + "note " * 30)
+    memory = SummaryMemory(timeline.summariser, threshold=6, keep_recent=2,
+                           system_prompt=SYS.text, tools=[lookup.spec()])
+    agent = ReActAgent(timeline.main, [lookup], ContextGuard(), system_prompt=SYS.text,
+                       memory=memory, checklist_threshold=None)
+    for i in range(6):
+        await agent.run(f"Question {i}: what does ORD-{i} cost?")
+    summaries = timeline.summaries()
+    assert summaries
+    for request, previous, tools, previous_tools in summaries:
+        head = request[:-1]
+        assert wire(head) == wire(previous[: len(head)])
+        assert tools == previous_tools
+        assert is_prefix_request(request)
+    # without the agent's system prompt the memory cannot rebuild its call: the transcript
+    plain = Timeline(lambda messages, tools: "Answer.")
+    memory = SummaryMemory(plain.summariser, threshold=6, keep_recent=2)
+    agent = ReActAgent(plain.main, [lookup], ContextGuard(), system_prompt=SYS.text,
+                       memory=memory, checklist_threshold=None)
+    for i in range(6):
+        await agent.run(f"Question {i}?")
+    requests = [m for kind, m, _ in plain.calls if kind == "summary"]
+    assert requests
+    assert all(is_transcript_request(m) for m in requests)

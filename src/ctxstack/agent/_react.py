@@ -25,6 +25,7 @@ sees every event either way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -217,12 +218,17 @@ class ReActAgent:
         self._inbox.append(text)
 
     async def run(self, query: str) -> AgentResult:
-        """Run to an answer. Raises what the run raised (``AgentError``, ``LLMError``, …)."""
-        async for event in self.run_events(query):
-            if isinstance(event, DoneEvent):
-                return event.result
-            if isinstance(event, ErrorEvent):
-                raise event.exception or AgentError(event.message)
+        """Run to an answer. Raises what the run raised (``AgentError``, ``LLMError``, …).
+
+        The event stream is closed before returning, so the run's end (the agent no longer
+        running) is settled at once: the same agent may run the next query right away.
+        """
+        async with contextlib.aclosing(self.run_events(query)) as events:
+            async for event in events:
+                if isinstance(event, DoneEvent):
+                    return event.result
+                if isinstance(event, ErrorEvent):
+                    raise event.exception or AgentError(event.message)
         raise AgentError("the agent's event stream ended without a result")  # pragma: no cover
 
     async def run_events(
