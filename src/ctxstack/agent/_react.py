@@ -30,7 +30,7 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol
 
 from ctxstack.agent import _decisions as decisions
@@ -233,7 +233,7 @@ class ReActAgent:
 
     async def run_events(
         self, query: str, *, synthesize: bool = False
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run and yield every event, ending with exactly one ``done`` or ``error``.
 
         Failures are reported as an :class:`ErrorEvent` (never raised from here) so a
