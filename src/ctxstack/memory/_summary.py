@@ -68,13 +68,13 @@ class SummaryMemory(BaseMemory):
         keep_recent: newest messages kept verbatim (at least; whole tool groups); must be
             smaller than ``threshold``.
         hint: compaction prompt (see :mod:`ctxstack.compaction._prompts`).
+        system_prompt / tools: those of the agent this memory serves (its calls send the
+            system prompt, then these messages, with these tools): summaries reuse that
+            prefix (see the module doc). ``None``: the transcript request only.
         budget: optional token budget: also compact when the held messages exceed it,
             size the summary in proportion to it, and never return more than it from
             :meth:`get_messages` (``smart_truncate`` as a last resort).
         prompt / timeout / counter: as for :func:`ctxstack.compaction._llm_compact`.
-        system_prompt / tools: those of the agent this memory serves (its calls send the
-            system prompt, then these messages, with these tools): summaries reuse that
-            prefix (see the module doc). ``None``: the transcript request only.
 
     Attributes ``usage`` (summariser usage so far), ``compactions`` and ``last_reason``
     (why the last compaction fell back, or None) are for reporting.
