@@ -59,7 +59,10 @@ def _rule(request: Any) -> Any:
     from ctxstack.llm.stub import StubReply
 
     system = "\n".join(m.text for m in request.messages if m.role == "system")
-    if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+    last = request.messages[-1] if request.messages else None
+    if system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (  # transcript or cache-aligned
+            last is not None and last.role == "user"
+            and last.text.rstrip().endswith(LANGUAGE_INSTRUCTION)):
         return StubReply.text("Summary: figures compared, growth 3.2%, order #A-1042.",
                               delay=LATENCY)
     if request.tools:

@@ -205,7 +205,11 @@ class ServiceRule:
         from ctxstack.llm.stub import StubReply
 
         system = "\n".join(m.text for m in request.messages if m.role == "system")
-        if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
+        last = request.messages[-1] if request.messages else None
+        if system.rstrip().endswith(LANGUAGE_INSTRUCTION) or (
+                last is not None and last.role == "user"
+                and last.text.rstrip().endswith(LANGUAGE_INSTRUCTION)):
+            # the transcript request, or the cache-aligned one (its instruction last)
             return "summary", StubReply.text(self.summary)
         try:
             from ctxstack.dag import _prompts as dag_prompts

@@ -656,3 +656,12 @@ async def test_pinned_injections_survive_compaction_until_answered() -> None:
     await agent.run(QUERY)
     later = [list(c.messages) for c in llm.calls[1:]]
     assert all(any(m.kind == "inject" and "INJ-42" in m.text for m in msgs) for msgs in later)
+
+
+async def test_the_same_agent_runs_one_query_after_another() -> None:
+    # run() returns from inside the event stream: the stream is closed there, so the
+    # agent is not left "already running" until the garbage collector finalises it
+    llm = ScriptedLLM(["first answer", "second answer"])
+    agent = ReActAgent(llm, [], ContextGuard(), checklist_threshold=None)
+    assert (await agent.run("one")).answer == "first answer"
+    assert (await agent.run("two")).answer == "second answer"

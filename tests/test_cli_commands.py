@@ -139,9 +139,14 @@ async def test_the_session_keeps_its_summary_between_overflows() -> None:
 
     summariser_requests: list[str] = []
 
+    from ctxstack.compaction._prompts import is_summary_instruction
+
     def handler(messages: list[ChatMessage], tools: object) -> str:
-        if tools is None and any("summary" in (m.text or "").lower() for m in messages
-                                 if m.role == "system"):
+        # the transcript request (a summary prompt as system message), or the cache-aligned
+        # one (the conversation itself, with its tools, the summary instruction last)
+        if (tools is None and any("summary" in (m.text or "").lower() for m in messages
+                                  if m.role == "system")) or (
+                messages[-1].role == "user" and is_summary_instruction(messages[-1].text)):
             summariser_requests.append("\n".join(m.text or "" for m in messages))
             return "Earlier the user asked numbered questions; each got a long answer."
         return "A long answer. " * 40

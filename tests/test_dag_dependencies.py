@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxstack.agent import CompactionNoticeEvent
-from ctxstack.compaction._prompts import compaction_prompt
+from ctxstack.compaction._prompts import compaction_prompt, summary_instruction
 from ctxstack.dag import DAGEngine, PlanStep, StepActivityEvent, StepResult
 from ctxstack.dag._context import build_step_context, dependency_shares
 from ctxstack.llm import ScriptedLLM, ToolSpec
@@ -15,11 +15,14 @@ from ctxstack.messages import ChatMessage
 from tests.test_dag_engine import FAST, Reply, Router, collect, plan_json, step_task
 
 DEPENDENCY_PROMPT = compaction_prompt("step_dependency")
+DEPENDENCY_INSTRUCTION = summary_instruction("step_dependency")
 HUGE = "HEAD-" + "filler line with words. " * 5_000 + "revenue: 1234567 EUR -TAIL"
 
 
 class DependencyRouter(Router):
-    """The DAG router, answering step_dependency summaries itself (and counting them)."""
+    """The DAG router, answering step_dependency summaries itself (and counting them): the
+    cache-aligned request (the step's own conversation, the instruction last) and the
+    transcript request (the hint's system prompt)."""
 
     def __init__(self, summary: str | BaseException, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
@@ -28,7 +31,9 @@ class DependencyRouter(Router):
 
     def __call__(self, messages: Sequence[ChatMessage],
                  tools: Sequence[ToolSpec] | None) -> Reply:
-        if messages and messages[0].role == "system" and messages[0].text == DEPENDENCY_PROMPT:
+        if messages and ((messages[0].role == "system"
+                          and messages[0].text == DEPENDENCY_PROMPT)
+                         or messages[-1].text == DEPENDENCY_INSTRUCTION):
             self.dependency_calls.append(tuple(messages))
             if isinstance(self.dependency_summary, BaseException):
                 raise self.dependency_summary
@@ -56,8 +61,14 @@ async def test_a_result_over_its_cut_is_summarised_with_the_step_dependency_hint
                               plans=[plan_json(("a", []), ("b", ["a"]))], steps={"task a": HUGE})
     events = await collect(_engine(router), "q")
     assert len(router.dependency_calls) == 1
-    # the summariser read the dependency result (its transcript carries the step's answer)
-    assert "HEAD-" in router.dependency_calls[0][1].text
+    # the summariser read the dependency result: step a's own context, its answer last,
+    # then the instruction (the prefix step a's last call cached)
+    [request] = router.dependency_calls
+    [a_last] = [m for m in router.seen["step"] if step_task(m) == "task a"][-1:]
+    assert request[: len(a_last)] == a_last
+    assert request[-2].role == "assistant"
+    assert request[-2].text == HUGE
+    assert request[-1].text == DEPENDENCY_INSTRUCTION
     query = _b_query(router)
     assert "### Step a: task a\n- revenue: 1234567 EUR" in query
     assert "characters truncated" not in query

@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ctxstack.compaction._prompts import is_summary_instruction
+from ctxstack.compaction._summarize import transcript_entries
 from ctxstack.errors import LLMError
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.protocol import ChatStream, LLMResult, ToolSpec, Usage
@@ -191,11 +193,15 @@ def first_sentence_summarizer(
     """A deliberately lossy, deterministic summariser (a :class:`ScriptedLLM` handler).
 
     Keeps only the first sentence of each transcript entry the compaction request carries
-    (lines starting ``[user]``, ``[assistant]``, ``[tool result: …]``). What survives beyond
-    that is what the library itself preserves (facts re-attached verbatim, pinned messages,
-    recent turns) — which is exactly what the demo and the fidelity benchmark want to show.
+    (lines starting ``[user]``, ``[assistant]``, ``[tool result: …]``). A cache-aligned
+    request (the conversation's messages, then the summary instruction) is read the same
+    way: its non-system messages as transcript entries. What survives beyond that is what
+    the library itself preserves (facts re-attached verbatim, pinned messages, recent
+    turns) — which is exactly what the demo and the fidelity benchmark want to show.
     """
     request = messages[-1].text if messages else ""
+    if is_summary_instruction(request):
+        request = "\n".join(transcript_entries([m for m in messages[:-1] if m.role != "system"]))
     kept = [
         f"- {first_sentence(line)}"
         for line in request.splitlines()

@@ -25,11 +25,12 @@ sees every event either way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Protocol
 
 from ctxstack.agent import _decisions as decisions
@@ -72,7 +73,12 @@ class _Totals(Protocol):
 
 
 class GuardLike(Protocol):
-    """What the agent needs from :class:`ctxstack.guard.ContextGuard`."""
+    """What the agent needs from :class:`ctxstack.guard.ContextGuard`.
+
+    ``check`` may also take a keyword ``tools`` (the tools the coming model call carries,
+    so a summary can reuse the conversation's cached prefix); a guard whose ``check`` does
+    not is called without it.
+    """
 
     async def check(
         self, messages: list[ChatMessage], budget: int | None = None, hint: Hint = "general"
@@ -89,6 +95,15 @@ def _offer(
     if recall is None or not len(recall[1]):
         return specs
     return [*(specs or []), recall[0].spec()]
+
+
+def _takes_tools(guard: object) -> bool:
+    """Whether ``guard.check`` accepts a ``tools`` keyword (see :class:`GuardLike`)."""
+    try:
+        params = inspect.signature(guard.check).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "tools" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def resolve_agent_budget(budget: int | ModelBudget | None, llm: LLM) -> int:
@@ -122,6 +137,8 @@ class _Run:
         self.compactions_reported = 0
         self.injected: list[str] = []
         self.checklist_done = False
+        self.tools: list[ToolSpec] | None = None
+        """The tools the last model call carried."""
 
 
 class ReActAgent:
@@ -182,6 +199,7 @@ class ReActAgent:
         self.tool_selection_threshold = tool_selection_threshold
         self.tool_timeout = tool_timeout
         self.on_event = on_event
+        self._guard_takes_tools = _takes_tools(guard)
         # deque.append / popleft are atomic, so inject() is safe from any task or thread.
         self._inbox: deque[str] = deque()
         self._running = False
@@ -200,17 +218,22 @@ class ReActAgent:
         self._inbox.append(text)
 
     async def run(self, query: str) -> AgentResult:
-        """Run to an answer. Raises what the run raised (``AgentError``, ``LLMError``, …)."""
-        async for event in self.run_events(query):
-            if isinstance(event, DoneEvent):
-                return event.result
-            if isinstance(event, ErrorEvent):
-                raise event.exception or AgentError(event.message)
+        """Run to an answer. Raises what the run raised (``AgentError``, ``LLMError``, …).
+
+        The event stream is closed before returning, so the run's end (the agent no longer
+        running) is settled at once: the same agent may run the next query right away.
+        """
+        async with contextlib.aclosing(self.run_events(query)) as events:
+            async for event in events:
+                if isinstance(event, DoneEvent):
+                    return event.result
+                if isinstance(event, ErrorEvent):
+                    raise event.exception or AgentError(event.message)
         raise AgentError("the agent's event stream ended without a result")  # pragma: no cover
 
     async def run_events(
         self, query: str, *, synthesize: bool = False
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run and yield every event, ending with exactly one ``done`` or ``error``.
 
         Failures are reported as an :class:`ErrorEvent` (never raised from here) so a
@@ -288,7 +311,11 @@ class ReActAgent:
                 run.injected.append(text)
                 yield InjectedEvent(iteration=iteration, text=text)
 
-            messages = await self._check(run.compactions, messages, budget, "react_iteration")
+            # The tools the previous call carried (recall's spec joins once something was
+            # archived, and nothing was archived since): a summary reuses them with the
+            # messages, as the prefix the provider cached.
+            messages = await self._check(run.compactions, messages, budget, "react_iteration",
+                                         tools=_offer(specs, recall) or [])
             for event in self._new_compactions(run, recovery=False):
                 yield event
             yield IterationStartedEvent(
@@ -368,10 +395,18 @@ class ReActAgent:
 
     # ------------------------------------------------------------------ I/O helpers
     async def _check(
-        self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint
+        self, sink: list[CompactionEvent], messages: list[ChatMessage], budget: int, hint: Hint,
+        tools: list[ToolSpec] | None = None,
     ) -> list[ChatMessage]:
-        """One guard call; its compaction event, if any, is appended to ``sink``."""
-        checked = await self.guard.check(messages, budget=budget, hint=hint)
+        """One guard call; its compaction event, if any, is appended to ``sink``.
+
+        ``tools``: what the model call that follows carries (``[]`` for none), passed to a
+        guard that takes them (see :class:`GuardLike`); ``None``: not passed."""
+        if self._guard_takes_tools and tools is not None:
+            checked = await self.guard.check(messages, budget=budget, hint=hint,  # type: ignore[call-arg]
+                                             tools=tools)
+        else:
+            checked = await self.guard.check(messages, budget=budget, hint=hint)
         if checked.event is not None:
             sink.append(checked.event)
         return list(checked.messages)
@@ -387,13 +422,15 @@ class ReActAgent:
         self, run: _Run, messages: list[ChatMessage], specs: list[ToolSpec] | None
     ) -> tuple[LLMResult, list[ChatMessage]]:
         """``llm.chat`` with one overflow recovery: compact to half the budget, retry once."""
+        run.tools = specs
         try:
             reply = await self.llm.chat(messages, tools=specs)
         except ContextOverflowError as first:
             half = self._message_budget(max(1, self.budget // 2), specs)
             log.warning("context overflow at %d budget; compacting to %d and retrying: %s",
                         self.budget, half, first)
-            messages = await self._check(run.compactions, messages, half, "react_iteration")
+            messages = await self._check(run.compactions, messages, half, "react_iteration",
+                                         tools=specs or [])
             try:
                 reply = await self.llm.chat(messages, tools=specs)
             except ContextOverflowError as second:
@@ -490,5 +527,6 @@ class ReActAgent:
             usage=run.usage + guard_usage, compactions=list(run.compactions),
             messages=final, stopped_reason=stopped, injected=list(run.injected),
             elapsed_s=time.perf_counter() - run.started, query=run.query,
+            tools=[dict(t) for t in run.tools] if run.tools else None,
         )
 

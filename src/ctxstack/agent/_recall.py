@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from ctxstack.agent._tools import Tool
-from ctxstack.compaction import Archive
+from ctxstack.compaction import Archive, HistoryArchive
 from ctxstack.errors import ToolArgumentsError
 from ctxstack.guard._rules import cut_text
+from ctxstack.protocol import ToolSpec
 
 RECALL_TOOL_NAME = "recall"
 MAX_RECALL_CHARS = 12_000
@@ -79,3 +80,10 @@ def recall_tool(archive: Archive) -> Tool:
         return "\n".join(lines)
 
     return Tool(RECALL_TOOL_NAME, DESCRIPTION, PARAMETERS, recall, validator=_validate)
+
+
+def recall_spec() -> ToolSpec:
+    """The ``recall`` tool's spec exactly as the agent offers it (its archive plays no part
+    in it): what a caller rebuilding the tools of a call that offered recall — DbMemory's
+    cache-aligned summary request — adds to its own."""
+    return recall_tool(HistoryArchive()).spec()

@@ -41,7 +41,9 @@ class AgentResult(BaseModel):
     brief answer; ``synthesis`` the streamed final answer, when one was made.
     ``stopped_reason`` is ``"max_iterations"`` when the answer is the honest partial one
     written at the iteration limit. ``messages`` is the context as the model last saw it
-    plus the final answer (after any compaction: summaries included, dropped turns gone).
+    plus the final answer (after any compaction: summaries included, dropped turns gone);
+    ``tools`` the tools that last call carried (``None``: none) — with ``messages``, the
+    prefix a later summary of the run can reuse from the provider's cache.
 
     Not frozen: :meth:`ReActAgent.stream_answer` adds the synthesis usage to it.
     """
@@ -57,6 +59,9 @@ class AgentResult(BaseModel):
     injected: list[str] = Field(default_factory=list)
     elapsed_s: float = 0.0
     synthesis: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    """:class:`~ctxstack.protocol.ToolSpec` entries (plain dicts: pydantic cannot check
+    ``typing.TypedDict`` on Python 3.11)."""
 
     @property
     def tool_calls(self) -> int:

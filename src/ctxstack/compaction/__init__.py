@@ -9,6 +9,8 @@ Public entry point: :class:`CompactUtils`. The pieces live in small private modu
 * :mod:`~ctxstack.compaction._truncate` — ``smart_truncate``;
 * :mod:`~ctxstack.compaction._facts` — exact values re-attached to summaries;
 * :mod:`~ctxstack.compaction._summarize` — the one summariser call path;
+* :mod:`~ctxstack.compaction._prefix_request` — the cache-aligned summary request (the
+  conversation's previous call, the instruction last) and when it cannot be used;
 * :mod:`~ctxstack.compaction._llm_compact` — ``llm_compact`` / ``compact_detailed``.
 """
 

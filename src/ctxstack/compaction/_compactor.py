@@ -34,6 +34,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY, Archive
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM
@@ -84,6 +85,9 @@ class CompactionContext:
     archive: Archive | None = None
     note: str | None = None
     """A line a summary should end with (the recall hint, when there is an archive)."""
+    prefix: CallPrefix | None = None
+    """The conversation's previous model call, for a cache-aligned summary request (its
+    ``seen``: the pipeline's input, before any strategy changed it)."""
     _fallback: Callable[[], Awaitable[CompactionResult]] | None = field(default=None,
                                                                        repr=False)
 

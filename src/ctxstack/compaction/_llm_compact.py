@@ -10,7 +10,12 @@ The flow of :func:`compact_detailed` (docs/DESIGN.md §3, layer 2):
    budget *with the summary's reserved size included*, tool groups whole, the kept part
    opening with a user turn.
 4. Summarise (:mod:`ctxstack.compaction._summarize`), re-attach dropped exact values, and
-   assemble: system prompt → summary → remaining messages in original order.
+   assemble: system prompt → summary → remaining messages in original order. The
+   summariser is asked with the cache-aligned request first
+   (:mod:`ctxstack.compaction._prefix_request`): the messages up to the end of the fold as
+   the model last saw them (``prefix``: what the previous call sent before them, the list
+   before a mask, its tools), the instruction last, when the caller gives a ``prefix``;
+   the transcript request is its fallback (and the only request without one).
 5. Still over budget (pinned messages, a huge recent group) → ``smart_truncate`` the
    result; the summary is kept in preference to older verbatim messages.
 
@@ -36,13 +41,13 @@ from typing import Literal
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult, Method
 from ctxstack.compaction._summarize import (
     assemble_summary,
-    build_request,
-    call_summarizer,
     finalize_text,
     previous_text,
+    summarize,
     summary_reserve,
 )
 from ctxstack.compaction._truncate import check_budget, smart_truncate
@@ -188,12 +193,14 @@ class _Prepared:
     previous: str | None
     to_summarize: list[ChatMessage]
     folded: list[ChatMessage]
-    request: list[ChatMessage]
+    head: list[ChatMessage] | None
+    """The cache-aligned request's messages: the previous call's start to the fold's end
+    (``None``: the prefix is not usable, the transcript request only)."""
 
 
 def _prepare(
     msgs: list[ChatMessage], llm: LLM, max_tokens: int, opts: CompactionOptions,
-    counter: TokenCounter, note: str | None,
+    counter: TokenCounter, note: str | None, prefix: CallPrefix,
 ) -> _Prepared | None:
     layout = split_layout(msgs, counter)
     units = layout.units
@@ -218,8 +225,9 @@ def _prepare(
     folded_units = sorted((*plan.fold, *summaries))
     folded = [m for i in folded_units for m in msgs[units[i].start : units[i].stop]]
     to_summarize = [m for i in plan.fold for m in msgs[units[i].start : units[i].stop]]
-    request = build_request(to_summarize, previous, llm, opts.hint, opts.prompt, counter)
-    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, request)
+    end = max(units[i].stop for i in folded_units)
+    head = [*prefix.before, *prefix.view(msgs)[:end]] if prefix.enabled else None
+    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, head)
 
 
 def _finish(
@@ -267,12 +275,17 @@ async def compact_detailed(
     timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
     counter: TokenCounter | None = None,
     note: str | None = None,
+    prefix: CallPrefix | None = None,
 ) -> CompactionResult:
     """Compact ``messages`` to ``max_tokens`` with ``llm`` as summariser; see the module doc.
 
     Settings come from ``options`` (default :class:`CompactionOptions`: keep_recent 4,
     hint "general", …); the keyword arguments override it. ``note`` is a line appended
     to the summary (the guard says there that archived messages can be recalled).
+    ``prefix`` describes the conversation's previous model call (see
+    :class:`~ctxstack.compaction._prefix_request.CallPrefix`; ``CallPrefix()``: it sent
+    ``messages`` themselves, without tools): the summariser is asked with it first.
+    Without one, the transcript request only.
 
     Raises :class:`ConfigError` for invalid arguments (never for a model failure).
     """
@@ -293,12 +306,14 @@ async def compact_detailed(
     if llm is None:
         return done.fallback("no_llm")
 
-    prep = await asyncio.to_thread(_prepare, msgs, llm, max_tokens, opts, counter, note)
+    call = prefix if prefix is not None else CallPrefix(enabled=False)
+    prep = await asyncio.to_thread(_prepare, msgs, llm, max_tokens, opts, counter, note, call)
     if prep is None:
         return done.fallback("nothing_to_summarize")
-    outcome = await call_summarizer(
-        prep.request, llm, timeout=opts.timeout,
-        answer_tokens=summary_sizes(max_tokens, llm)[0],
+    outcome = await summarize(
+        prep.to_summarize, prep.previous, llm, hint=opts.hint, prompt=opts.prompt,
+        timeout=opts.timeout, answer_tokens=summary_sizes(max_tokens, llm)[0],
+        counter=counter, head=prep.head, tools=call.tools,
     )
     if outcome.text is None:
         return done.fallback(outcome.reason or "empty_summary", outcome.usage, prep.previous)
@@ -340,6 +355,9 @@ class RollingSummary:
     """Strategy ``"llm"``: fold the oldest history into the one rolling summary
     (:func:`compact_detailed` with the context's summariser, down to ``target_fill``).
 
+    With ``ctx.prefix`` (the pipeline's input as the model saw it, the call's tools) the
+    summariser is asked with the cache-aligned request, the transcript request as its
+    fallback; without one, with the transcript request.
     Skipped without a summariser. When the summariser fails, hangs or answers nothing,
     the result is the truncation :func:`compact_detailed` falls back to (the seed's rule);
     a fallback offered earlier (a mask) is preferred to it by the pipeline. What the
@@ -355,7 +373,7 @@ class RollingSummary:
         if ctx.llm is None:
             return None
         res = await compact_detailed(messages, ctx.llm, ctx.budget, options=ctx.options,
-                                     counter=ctx.counter, note=ctx.note)
+                                     counter=ctx.counter, note=ctx.note, prefix=ctx.prefix)
         if res.method == "llm":
             folded = await ctx.archive_messages(res.summarized)
         else:

@@ -116,6 +116,35 @@ def compaction_prompt(hint: str, custom: str | None = None) -> str:
     return f"{body.rstrip()}\n\n{LANGUAGE_INSTRUCTION}"
 
 
+SUMMARY_INSTRUCTION_MARKER = "[ctxstack: context compaction]"
+"""How a cache-aligned summary request's last message starts (see :func:`summary_instruction`)."""
+
+_INSTRUCTION_INTRO = (
+    f"{SUMMARY_INSTRUCTION_MARKER} Do not answer or continue the conversation above and do "
+    "not call tools. Instead, summarise the conversation above this message so that it can "
+    "continue without it: the previous summary, if any, is the [Conversation summary] "
+    "message above (fold it into the new one), and everything else above is the messages to "
+    "fold in. Follow these instructions:"
+)
+
+
+def summary_instruction(hint: str, custom: str | None = None) -> str:
+    """The last user message of a cache-aligned summary request.
+
+    The conversation's own messages stand above it (the prefix the provider has cached),
+    so it says what to do with them, then carries :func:`compaction_prompt` (the hint's
+    instructions, or ``custom``) unchanged — ending, like every compaction prompt, with
+    the language sentence (which is how model stubs recognise a summary request).
+    """
+    return f"{_INSTRUCTION_INTRO}\n\n{compaction_prompt(hint, custom=custom)}"
+
+
+def is_summary_instruction(text: str) -> bool:
+    """Whether ``text`` is a :func:`summary_instruction` (a model stub recognises the
+    request by it)."""
+    return text.startswith(SUMMARY_INSTRUCTION_MARKER)
+
+
 _SCRATCHPAD = re.compile(
     r"<(think|thinking|analysis|scratchpad|reasoning|reflection)>.*?(</\1>|\Z)",
     re.DOTALL | re.IGNORECASE,

@@ -29,6 +29,7 @@ from ctxstack.compaction._compactor import CompactionContext, Compactor
 from ctxstack.compaction._llm_compact import RollingSummary, resolve_options
 from ctxstack.compaction._mask import MaskToolOutputs
 from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.compaction._truncate import Truncate, check_budget
 from ctxstack.messages import ChatMessage
@@ -58,8 +59,14 @@ async def compact_staged(
     *,
     counter: TokenCounter | None = None,
     archive: Archive | None = None,
+    prefix: CallPrefix | None = None,
 ) -> CompactionResult:
     """Fit ``messages`` into ``max_tokens`` with ``options.strategies`` (see the module doc).
+
+    ``prefix`` describes the conversation's previous model call (what it sent ahead of
+    ``messages``, its tools; ``seen`` defaults to ``messages`` as given here): a summary
+    reuses it as its cache-aligned request. Without one, summaries use the transcript
+    request.
 
     Never raises for a model failure (the summary falls back to truncation); the result
     always fits. ``tokens_before`` / ``messages_before`` describe ``messages``; ``usage``,
@@ -77,6 +84,7 @@ async def compact_staged(
                             note=recall_note(opts.recall_tool) if archive is not None
                             else None)
     before = await ctx.count(msgs)
+    ctx.prefix = prefix.seeing(msgs) if prefix is not None else None  # as the model saw it
     if before <= ctx.fits:
         return CompactionResult(messages=msgs, method="none", tokens_before=before,
                                 tokens_after=before, messages_before=len(msgs),

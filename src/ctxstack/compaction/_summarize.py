@@ -11,27 +11,44 @@ does not say). Its answer is capped with the ``max_tokens`` option, checked (exc
 timeout, empty or scratchpad-only answers are failures with a reason, never raised), passed
 through :func:`ctxstack.compaction._prompts.finalize_summary`, bounded again, and completed with the
 exact values it dropped (:mod:`ctxstack.compaction._facts`).
+
+:func:`summarize` first tries the *cache-aligned* request when the caller knows the
+conversation's previous call (:mod:`ctxstack.compaction._prefix_request`): that call's own
+messages up to the end of the fold, the summary instruction last, the same tools — so the
+provider's prompt cache serves all but the instruction. With tools it asks for no tool
+call (``tool_choice="none"``, an OpenAI chat-completions option the protocol passes
+through); a client that refuses the option, or an answer that calls a tool anyway, is a
+failed prefix call. It falls back to the transcript request when the prefix request is no
+valid request (the fold ends inside a tool group), would not fit the summariser's input,
+or its call fails (any reason: error, timeout, empty or tool-call answer). The answer
+goes through the same checks and the same finishing either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from ctxstack.compaction._cut import cut_text_tokens
 from ctxstack.compaction._facts import format_facts, select_facts
+from ctxstack.compaction._prefix_request import prefix_request
 from ctxstack.compaction._prompts import (
     SUMMARY_PREFIX,
     compaction_prompt,
     finalize_summary,
     strip_scratchpad,
+    summary_instruction,
 )
 from ctxstack.errors import LLMTimeoutError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
-from ctxstack.protocol import LLM, Usage
+from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.tokens import TokenCounter
+
+logger = logging.getLogger("ctxstack.compaction")
 
 DEFAULT_SUMMARIZER_INPUT = 16_000
 """Input tokens assumed for a summariser that does not report usable sizes."""
@@ -39,19 +56,31 @@ PER_MESSAGE_MAX = 4_000
 PER_MESSAGE_MIN = 48
 SUMMARY_SLACK = 8
 """Tokens allowed for rounding when the summary's parts are counted separately."""
+THREAD_MIN_MESSAGES = 64
+"""A transcript of more messages than this is built in a worker thread (off the loop)."""
 
 _PREVIOUS_HEADER = "Previous summary (fold it into the new summary):\n"
 _TRANSCRIPT_HEADER = "Conversation to fold in (oldest first):\n\n"
 _CLOSING = "\n\nWrite the updated summary now."
 
 
+RequestKind = Literal["prefix", "transcript"]
+
+
 @dataclass(frozen=True, slots=True)
 class SummaryOutcome:
-    """What one summariser call produced: ``text`` on success, else ``reason``."""
+    """What summarising produced: ``text`` on success, else ``reason``.
+
+    ``request`` is the request that produced the outcome (``"prefix"``: the cache-aligned
+    one; ``"transcript"``), ``prefix_reason`` why the prefix request was not used or
+    failed (``None`` when it was used, or never offered); ``usage`` sums every call.
+    """
 
     text: str | None
     reason: str | None
     usage: Usage
+    request: RequestKind = "transcript"
+    prefix_reason: str | None = None
 
 
 def previous_text(summary: ChatMessage) -> str:
@@ -95,6 +124,13 @@ def _render(message: ChatMessage, tool_names: dict[str, str]) -> str:
                 for c in message.tool_calls or ()
             )
             return "\n".join(lines) or "[assistant]"
+
+
+def transcript_entries(messages: Sequence[ChatMessage]) -> list[str]:
+    """Each message as its labelled transcript entry (``[user] …``, ``[tool result: …] …``),
+    uncut: what a model stub reads out of a cache-aligned request's messages."""
+    tool_names = {c.id: c.name for m in messages for c in m.tool_calls or ()}
+    return [_render(m, tool_names) for m in messages]
 
 
 def build_transcript(
@@ -155,6 +191,49 @@ def build_request(
     return [system, ChatMessage.user("".join(parts))]
 
 
+async def summarize(
+    fold: Sequence[ChatMessage],
+    previous: str | None,
+    llm: LLM,
+    *,
+    hint: str,
+    prompt: str | None,
+    timeout: float | None,  # noqa: ASYNC109 (each summariser call; expiry means fallback)
+    answer_tokens: int,
+    counter: TokenCounter,
+    head: Sequence[ChatMessage] | None = None,
+    tools: Sequence[ToolSpec] | None = None,
+) -> SummaryOutcome:
+    """Summarise ``fold`` (after ``previous``): the prefix request first, then the
+    transcript request (see the module doc). Never raises for a model failure.
+
+    ``head`` is the previous call's start up to the end of the fold (``None``: unknown,
+    the transcript request only); ``tools`` the tools that call carried. The prefix call
+    and the transcript call each get ``timeout``.
+    """
+    why: str | None = None
+    spent = Usage()
+    if head is not None:
+        request, why = prefix_request(head, summary_instruction(hint, prompt), tools,
+                                      limit=summarizer_input_tokens(llm), counter=counter)
+        if request is not None:
+            outcome = await call_summarizer(request.messages, llm, timeout=timeout,
+                                            answer_tokens=answer_tokens, tools=request.tools)
+            if outcome.text is not None:
+                return replace(outcome, request="prefix")
+            why, spent = f"prefix call failed: {outcome.reason}", outcome.usage
+            logger.info("summariser: the cache-aligned request failed (%s); sending the "
+                        "transcript request", outcome.reason)
+    if len(fold) > THREAD_MIN_MESSAGES:
+        transcript = await asyncio.to_thread(build_request, fold, previous, llm, hint, prompt,
+                                             counter)
+    else:
+        transcript = build_request(fold, previous, llm, hint, prompt, counter)
+    outcome = await call_summarizer(transcript, llm, timeout=timeout,
+                                    answer_tokens=answer_tokens)
+    return replace(outcome, usage=spent + outcome.usage, prefix_reason=why)
+
+
 async def run_summarizer(
     fold: Sequence[ChatMessage],
     previous: str | None,
@@ -181,15 +260,25 @@ async def call_summarizer(
     *,
     timeout: float | None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
     answer_tokens: int,
+    tools: Sequence[ToolSpec] | None = None,
 ) -> SummaryOutcome:
-    """:func:`run_summarizer` with the request already built (see :func:`build_request`)."""
+    """:func:`run_summarizer` with the request already built (see :func:`build_request`).
+
+    With ``tools`` (a prefix request) the call carries them and ``tool_choice="none"``;
+    an answer calling a tool is the failure ``"tool_call_answer"``.
+    """
     try:
-        call = llm.chat(request, max_tokens=answer_tokens)
+        if tools:
+            call = llm.chat(request, tools=tools, tool_choice="none", max_tokens=answer_tokens)
+        else:
+            call = llm.chat(request, max_tokens=answer_tokens)
         result = await (asyncio.wait_for(call, timeout) if timeout is not None else call)
     except (TimeoutError, LLMTimeoutError):
         return SummaryOutcome(None, "timeout", Usage())
     except Exception as exc:
         return SummaryOutcome(None, f"llm_error: {type(exc).__name__}: {exc}", Usage())
+    if result.message.tool_calls:
+        return SummaryOutcome(None, "tool_call_answer", result.usage)
     text = strip_scratchpad(result.message.text)
     text = text.removeprefix(SUMMARY_PREFIX).strip()
     if not text:

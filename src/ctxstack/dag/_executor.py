@@ -21,7 +21,9 @@ arriving while it works) and detached when it ends.
 Dependencies over their cut: a dependency result longer than its share of the starting
 message is first summarised by the compact model with the ``step_dependency`` hint
 (:mod:`ctxstack.dag._dependencies`), the character cut being the fallback; each attempt is
-relayed as a compaction of the step (``CompactionNoticeEvent`` at iteration 0).
+relayed as a compaction of the step (``CompactionNoticeEvent`` at iteration 0). The
+summariser is asked with the producing step's context (kept per run until it ends) and its
+tools first, the prefix the provider cached for that step's last call.
 
 Usage: each step's LLM (and its guard's compaction LLM) is metered, so a step's usage
 includes its compactions and the calls it made before failing.
@@ -48,7 +50,7 @@ from ctxstack.agent import (
 from ctxstack.budget import ModelBudget, resolve_budget
 from ctxstack.compaction import HistoryArchive
 from ctxstack.dag._context import STEP_CONTEXT_MAX_CHARS, build_step_context
-from ctxstack.dag._dependencies import condense_dependencies
+from ctxstack.dag._dependencies import StepConversation, condense_dependencies
 from ctxstack.dag._events import StepActivityEvent, StepFinishedEvent, StepStartedEvent
 from ctxstack.dag._injects import RunInbox
 from ctxstack.dag._plan import Plan, PlanStep
@@ -176,6 +178,8 @@ class DAGExecutor:
         t0 = self.clock()
         queue: asyncio.Queue[ExecutorEvent | None] = asyncio.Queue()
         results: dict[str, StepResult] = {}
+        # each finished step's context, for the summaries of its result (their cached prefix)
+        conversations: dict[str, StepConversation] = {}
         finished = {s.id: asyncio.Event() for s in plan.steps}
         slots = asyncio.Semaphore(self.max_concurrency)
 
@@ -200,7 +204,7 @@ class DAGExecutor:
                             ))
 
                     result = await self._run_step(
-                        step, results, started, t0, relay, inbox
+                        step, results, started, t0, relay, inbox, conversations
                     )
             results[step.id] = result
             queue.put_nowait(StepFinishedEvent.from_result(round_number, result))
@@ -254,6 +258,7 @@ class DAGExecutor:
         t0: float,
         relay: AgentCallback | None = None,
         inbox: RunInbox | None = None,
+        conversations: dict[str, StepConversation] | None = None,
     ) -> StepResult:
         meter = UsageMeter()
         compact = meter.wrap(self.compact_llm) if self.compact_llm is not None else None
@@ -263,7 +268,8 @@ class DAGExecutor:
                 relay(CompactionNoticeEvent(iteration=0, compaction=event))
 
         inputs = await condense_dependencies(step, results, self.max_message_chars, compact,
-                                             counter=self.counter, report=report)
+                                             counter=self.counter, report=report,
+                                             conversations=conversations)
         query = _build_step_context(step, inputs, self.max_message_chars)
         try:
             guard = self.guard_factory(compact, self.budget, self.max_message_chars)
@@ -279,6 +285,8 @@ class DAGExecutor:
             return _finished(step, started, self.clock() - t0, meter, status="failed",
                              error=f"{type(exc).__name__}: {exc}")
         answer = outcome.answer.strip()
+        if conversations is not None:
+            conversations[step.id] = StepConversation.of(outcome.messages, outcome.tools)
         common: dict[str, Any] = {
             "iterations": outcome.iterations,
             "compactions": _count(outcome.compactions),

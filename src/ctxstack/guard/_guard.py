@@ -20,8 +20,11 @@ last line of defence before messages reach the provider. Three stages:
    clear old tool outputs ("mask"); if that is not enough, the rolling LLM summary with
    the hint's prompt when a compact LLM is set ("llm"), else ``smart_truncate``
    ("truncate"). Any LLM failure — exception, timeout, empty or unusable answer — ends in
-   truncation: the agent never sees it. Each compaction is reported as a
-   :class:`~ctxstack.guard.CompactionEvent` whose ``method`` names the stage.
+   truncation: the agent never sees it. Given the coming call's ``tools``, the summary
+   asks with the conversation's cached prefix (these messages as the model saw them, the
+   tools, the instruction last; :mod:`ctxstack.compaction._prefix_request`). Each
+   compaction is reported as a :class:`~ctxstack.guard.CompactionEvent` whose ``method``
+   names the stage.
 
 With an ``archive`` (:class:`ctxstack.HistoryArchive`, or the service's database-backed
 one) everything the guard masks, summarises or drops is archived first, and the agents
@@ -45,6 +48,7 @@ from ctxstack.budget import ModelBudget
 from ctxstack.compaction import Archive, CompactionOptions, CompactionResult, CompactUtils, Hint
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY
 from ctxstack.compaction._llm_compact import resolve_options
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._prompts import check_hint
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError, MessageError
@@ -63,7 +67,7 @@ from ctxstack.messages import (
     to_openai_messages,
     tool_turns_valid,
 )
-from ctxstack.protocol import LLM
+from ctxstack.protocol import LLM, ToolSpec
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import MessageListMemo, common_prefix, effective_budget, memo_applies
 
@@ -208,6 +212,8 @@ class ContextGuard:
         messages: Sequence[ChatMessage] | Sequence[Mapping[str, Any]],
         budget: int | ModelBudget | None = None,
         hint: Hint | str = "general",
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> list[Any]:
         """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
 
@@ -231,23 +237,35 @@ class ContextGuard:
         """
         if messages and isinstance(messages[0], Mapping):
             converted = from_openai_messages(_all_dicts(messages))
-            fitted = (await self.check(converted, budget, hint)).messages
+            fitted = (await self.check(converted, budget, hint, tools=tools)).messages
             if fitted is converted:
                 return messages if isinstance(messages, list) else list(messages)
             return to_openai_messages(fitted)
-        return (await self.check(messages, budget, hint)).messages  # type: ignore[arg-type]
+        return (await self.check(messages, budget, hint,  # type: ignore[arg-type]
+                                 tools=tools)).messages
 
     async def check(
         self,
         messages: Sequence[ChatMessage],
         budget: int | ModelBudget | None = None,
         hint: Hint | str = "general",
+        *,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> GuardCheck:
         """:meth:`check_and_compact`, also returning this call's :class:`CompactionEvent`.
 
         For callers that share one guard between concurrent tasks (agents, DAG steps) and
         need the events of *their* call: listeners see every call's events, this returns
         only its own (``event`` is ``None`` when nothing was compacted).
+
+        ``tools``: the tools of the model call these messages are for (an empty list for
+        none; the agent passes its own). Given, they say the messages are the conversation
+        as that call sends it, and a summary asks the summariser with its cached prefix —
+        these messages as the model saw them and these tools, the instruction last — so the
+        provider's prompt cache serves it (:mod:`ctxstack.compaction._prefix_request`).
+        ``None`` (the default): the summariser gets the transcript request, as a caller
+        whose list is not what its model saw (or whose summariser frames the request
+        itself) needs.
         """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
@@ -260,7 +278,7 @@ class ContextGuard:
             self._cuts += cut
             result = GuardCheck(current, None)
         else:
-            result = await self._compact(current, total, limit, checked, cut)
+            result = await self._compact(current, total, limit, checked, cut, tools)
         if self.on_check:
             await _notify(self.on_check, GuardCheckEvent(messages, result, limit, checked),
                           "on_check")
@@ -382,13 +400,15 @@ class ContextGuard:
     # ------------------------------------------------------------------ stage 3
     async def _compact(
         self, messages: list[ChatMessage], tokens_before: int, limit: int, hint: Hint,
-        cut_before: int,
+        cut_before: int, tools: Sequence[ToolSpec] | None = None,
     ) -> GuardCheck:
         started = time.perf_counter()
         counter = self.counter
         fits = effective_budget(limit, counter)  # what the result may fill (margin kept)
         pool, unpinned, cut_queries = apply_pinned_cap(messages, fits, self.pinned_cap, counter)
-        detailed, reason = await self._staged(pool, limit, hint)
+        # The messages as the model saw them (before the pinned cap, which keeps positions).
+        seen = CallPrefix.of(seen=messages, tools=tools) if tools is not None else None
+        detailed, reason = await self._staged(pool, limit, hint, seen)
         result = detailed.messages
         method: CompactionMethod = "truncate" if detailed.method == "none" else detailed.method
         if method == "truncate" and reason is None and self.compact_llm is not None:
@@ -435,7 +455,7 @@ class ContextGuard:
         return GuardCheck(result, event)
 
     async def _staged(
-        self, pool: list[ChatMessage], limit: int, hint: Hint
+        self, pool: list[ChatMessage], limit: int, hint: Hint, prefix: CallPrefix | None = None
     ) -> tuple[CompactionResult, str | None]:
         """The staged compaction; every failure, even an unexpected one, ends in truncation
         (with the reason)."""
@@ -446,7 +466,7 @@ class ContextGuard:
             async with asyncio.timeout(deadline):
                 detailed = await compact_staged(
                     pool, self.compact_llm, limit, self.options.with_(hint=hint),
-                    counter=self.counter, archive=self.archive,
+                    counter=self.counter, archive=self.archive, prefix=prefix,
                 )
         except TimeoutError:
             reason = f"compaction did not finish within {deadline:.1f}s"

@@ -22,6 +22,12 @@ added from a broken log are repaired (:func:`ctxstack.messages.repair_tool_turns
 
 Compaction runs inside ``add_message`` under an ``asyncio.Lock``, so concurrent adds are
 serialised and never lose or duplicate a message.
+
+Given the ``system_prompt`` (and ``tools``) of the agent it serves, the summariser is asked
+with the agent's previous call as its prefix — that system prompt, the held messages up to
+the end of the fold, the tools, the instruction last — which the provider has cached
+(:mod:`ctxstack.compaction._prefix_request`); the transcript request is its fallback, and
+the only request without them.
 """
 
 from __future__ import annotations
@@ -29,19 +35,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxstack.compaction import smart_truncate
 from ctxstack.compaction._groups import choose_fold, split_layout
 from ctxstack.compaction._llm_compact import check_keep_recent, check_timeout, summary_sizes
 from ctxstack.compaction._prompts import check_hint
-from ctxstack.compaction._summarize import build_summary_message, previous_text, run_summarizer
+from ctxstack.compaction._summarize import build_summary_message, previous_text, summarize
 from ctxstack.compaction._truncate import check_budget
 from ctxstack.errors import ConfigError
 from ctxstack.memory._base import BaseMemory, as_chat_message
 from ctxstack.messages import ChatMessage, repair_tool_turns
-from ctxstack.protocol import LLM, Usage
+from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
@@ -62,6 +68,9 @@ class SummaryMemory(BaseMemory):
         keep_recent: newest messages kept verbatim (at least; whole tool groups); must be
             smaller than ``threshold``.
         hint: compaction prompt (see :mod:`ctxstack.compaction._prompts`).
+        system_prompt / tools: those of the agent this memory serves (its calls send the
+            system prompt, then these messages, with these tools): summaries reuse that
+            prefix (see the module doc). ``None``: the transcript request only.
         budget: optional token budget: also compact when the held messages exceed it,
             size the summary in proportion to it, and never return more than it from
             :meth:`get_messages` (``smart_truncate`` as a last resort).
@@ -84,6 +93,8 @@ class SummaryMemory(BaseMemory):
         prompt: str | None = None,
         timeout: float | None = None,
         counter: TokenCounter | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise ConfigError(f"threshold: must be a positive integer, got {threshold!r}")
@@ -103,6 +114,8 @@ class SummaryMemory(BaseMemory):
         self.prompt = prompt
         self.timeout = timeout
         self.counter = counter or DEFAULT_COUNTER
+        self.system_prompt = system_prompt
+        self.tools = list(tools) if tools else None
         self.usage = Usage()
         self.compactions = 0
         self.last_reason: str | None = None
@@ -173,7 +186,12 @@ class SummaryMemory(BaseMemory):
             answer_tokens, facts_tokens = summary_sizes(self.budget, self.llm)
         else:
             answer_tokens, facts_tokens = DEFAULT_SUMMARY_TOKENS, DEFAULT_FACTS_TOKENS
-        outcome = await run_summarizer(
+        head = None
+        if self.system_prompt is not None:
+            end = max(units[i].stop for i in (*plan.fold, *summaries))
+            head = [*([ChatMessage.system(self.system_prompt)] if self.system_prompt else []),
+                    *msgs[:end]]
+        outcome = await summarize(
             fold,
             previous,
             self.llm,
@@ -182,6 +200,8 @@ class SummaryMemory(BaseMemory):
             timeout=self.timeout,
             answer_tokens=answer_tokens,
             counter=self.counter,
+            head=head,
+            tools=self.tools,
         )
         self.usage += outcome.usage
         self.compactions += 1

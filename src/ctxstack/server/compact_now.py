@@ -8,6 +8,10 @@ now and an estimate after. Then :func:`compact` (``POST …/compact``, under the
 conversation's claim so no turn runs meanwhile) folds them with the fast model
 (:func:`ctxstack.store.fold.fold_older`, the same summariser a turn's load uses) and
 saves the result as the conversation's newest checkpoint: the next turn starts from it.
+The summary asks with the conversation's cached prefix (the chat's system prompt, the
+summary the turns started from, the rows as they were loaded, the service's tools; the
+instruction last), the transcript request as its fallback
+(:mod:`ctxstack.compaction._prefix_request`).
 
 The estimate guesses the new summary at :data:`ESTIMATED_SUMMARY_SHARE` of what it folds
 (the previous summary and the folded messages), capped by the summariser's answer and
@@ -26,11 +30,14 @@ from pydantic import BaseModel
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
 from ctxstack.compaction._llm_compact import summary_sizes
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 from ctxstack.protocol import LLM
 from ctxstack.server.compactions import history_span, split_summary
 from ctxstack.server.sse import CompactData
+from ctxstack.server.tools import service_tool_specs
+from ctxstack.server.turn import SYSTEM_PROMPT
 from ctxstack.store.checkpoints import (
     CheckpointCandidate,
     CheckpointRecord,
@@ -149,6 +156,9 @@ async def compact(factory: SessionFactory, conversation_id: str, owner_id: int, 
                          "compaction keeps it")
     previous = (planned.checkpoint.summary.removeprefix(SUMMARY_PREFIX).strip()
                 if planned.checkpoint is not None else None)
+    # What the last ReAct call sent before these rows (see the module doc).
+    summary = _summary_message(planned.checkpoint)
+    ahead = [ChatMessage.system(SYSTEM_PROMPT), *([summary] if summary is not None else [])]
     async with reading(factory, f"compacting conversation {conversation_id!r}") as session:
         outcome = await fold_older(
             session, conversation_id,
@@ -156,7 +166,8 @@ async def compact(factory: SessionFactory, conversation_id: str, owner_id: int, 
             before_seq=planned.fold[-1].seq + 1, previous=previous, llm=fast_llm,
             budget=budget.usable_input_tokens,
             options=CompactionOptions().with_(hint="general"), counter=counter,
-            max_chunks=MAX_FOLD_CHUNKS)
+            max_chunks=MAX_FOLD_CHUNKS,
+            prefix=CallPrefix.of(before=ahead, tools=service_tool_specs()))
     if outcome.summary is None or outcome.last_seq is None:
         why = outcome.stopped or "no summary"
         raise InputError(f"the summary could not be written ({why}); nothing was changed")

@@ -31,7 +31,8 @@ from typing import Any
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX
-from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
+from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION, is_summary_instruction
+from ctxstack.compaction._summarize import transcript_entries
 from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
 from ctxstack.server.tools import find_arithmetic
@@ -106,6 +107,12 @@ class DemoHandler:
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None
     ) -> str | ChatMessage:
         system = _system_text(messages)
+        if messages and messages[-1].role == "user" and is_summary_instruction(
+                messages[-1].text):
+            # the cache-aligned request: the conversation itself, the instruction last
+            previous = [m.text for m in messages[:-1] if m.kind == "summary"]
+            entries = transcript_entries([m for m in messages[:-1] if m.role != "system"])
+            return self.summarise([ChatMessage.user("\n".join([*previous, *entries]))])
         if system.rstrip().endswith(LANGUAGE_INSTRUCTION):
             return self.summarise(messages)
         structured = self.structured(system, messages)

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.agent import ReActAgent
 from ctxstack.agent import _events as agent_events
+from ctxstack.agent._recall import recall_spec
 from ctxstack.budget import ModelBudget
 from ctxstack.dag import DAGEngine
 from ctxstack.dag import _events as dag_events
@@ -257,6 +258,9 @@ class Turn:
             # history that fits is not summarised a second time at the first model call
             system_prompt=SYSTEM_PROMPT if self.spec.mode == "react" else None,
             tools=service_tool_specs() if self.spec.mode == "react" else None,
+            # the ReAct run offers recall once history is archived (after a checkpoint):
+            # the summary request's tools are that call's
+            archive_tools=[recall_spec()] if self.spec.mode == "react" else None,
         )
         history = await memory.get_messages()
         self.summarising.end(memory.was_compacted)

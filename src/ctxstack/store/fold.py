@@ -9,6 +9,14 @@ is the "previous summary" of the next), until the window is reached — at most
 ``max_chunks`` chunks per load, so one turn's cost stays bounded. What a bounded turn
 could not fold is counted and reported, and the checkpoint saved after the turn covers
 what was folded, so the next turn continues from there: nothing is skipped for good.
+
+A caller that knows what the conversation's previous model call sent before the first row
+folded (Compact now: the system prompt, the summary the turn started from, the tools)
+passes it as ``prefix``: the first chunk is then summarised with the cache-aligned request
+(that call's start, the chunk's rows as the model saw them, the instruction last;
+:mod:`ctxstack.compaction._prefix_request`), the transcript request as its fallback. Later
+chunks follow a summary the model never saw, and DbMemory folds rows older than its
+window, which no recent call held: those use the transcript request.
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.compaction import CompactionOptions
 from ctxstack.compaction._llm_compact import summary_sizes
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._summarize import (
-    build_request,
     build_summary_message,
-    call_summarizer,
     previous_text,
+    summarize,
     summarizer_input_tokens,
 )
 from ctxstack.messages import ChatMessage
@@ -56,9 +64,31 @@ def _costs(
     counter: TokenCounter, page: list[MessageRecord]
 ) -> tuple[list[ChatMessage], list[int]]:
     """The page's messages and their token costs (CPU work, run off the event loop)."""
-    messages = [ChatMessage(role=r.role, content=r.content or "", metadata={"seq": r.seq})
+    messages = [ChatMessage(role=r.role, content=r.content or "", metadata=_meta(r))
                 for r in page]
     return messages, [counter.count_message(m) for m in messages]
+
+
+_UNSEEN = "ctxstack.store.fold:unseen"
+"""Marks a folded row the model never saw as DbMemory loads it (a failed turn's notice)
+or saw otherwise (an image row): left out of, or ending, a cache-aligned head."""
+
+
+def _meta(record: MessageRecord) -> dict[str, object]:
+    if "images" in record.metadata:
+        return {"seq": record.seq, _UNSEEN: "images"}
+    if record.role == "assistant" and record.metadata.get("status") == "failed":
+        return {"seq": record.seq, _UNSEEN: "failed"}
+    return {"seq": record.seq}
+
+
+def _head(prefix: CallPrefix, chunk: list[ChatMessage]) -> list[ChatMessage] | None:
+    """The cache-aligned request's messages for ``chunk`` (the first one): the prefix,
+    then the rows as DbMemory shows them (failure notices left out); ``None`` when an
+    image row is among them (the model saw its data, not this row)."""
+    if not prefix.enabled or any(m.metadata.get(_UNSEEN) == "images" for m in chunk):
+        return None
+    return [*prefix.before, *(m for m in chunk if _UNSEEN not in m.metadata)]
 
 
 async def fold_older(
@@ -73,10 +103,12 @@ async def fold_older(
     options: CompactionOptions,
     counter: TokenCounter,
     max_chunks: int,
+    prefix: CallPrefix | None = None,
 ) -> FoldOutcome:
     """Fold the history rows with ``after_seq < seq < before_seq`` (see the module doc).
 
-    Never raises for a model failure: folding stops and ``stopped`` says why.
+    ``prefix``: what the previous model call sent before the first row (see the module
+    doc). Never raises for a model failure: folding stops and ``stopped`` says why.
     """
     out = FoldOutcome()
     answer_tokens, facts_tokens = summary_sizes(budget, llm)
@@ -88,15 +120,16 @@ async def fold_older(
 
     async def flush() -> bool:
         nonlocal chunk, chunk_tokens, chunks, previous
-        # Building the transcript and choosing facts is CPU work: off the event loop.
-        request = await asyncio.to_thread(build_request, chunk, previous, llm, options.hint,
-                                          options.prompt, counter)
-        outcome = await call_summarizer(request, llm, timeout=options.timeout,
-                                        answer_tokens=answer_tokens)
+        head = _head(prefix, chunk) if prefix is not None and chunks == 0 else None
+        outcome = await summarize(
+            chunk, previous, llm, hint=options.hint, prompt=options.prompt,
+            timeout=options.timeout, answer_tokens=answer_tokens, counter=counter, head=head,
+            tools=prefix.tools if prefix is not None else None)
         out.usage += outcome.usage
         if outcome.text is None:
             out.stopped = f"summariser failed: {outcome.reason}"
             return False
+        # choosing facts is CPU work: off the event loop
         summary = await asyncio.to_thread(
             build_summary_message, outcome.text, chunk, previous, hint=options.hint,
             answer_tokens=answer_tokens, facts_tokens=facts_tokens, counter=counter,

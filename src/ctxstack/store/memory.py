@@ -32,6 +32,9 @@ What one :meth:`~DbMemory.get_messages` call does:
 5. **Compact to the budget**, cheapest stage first
    (:func:`ctxstack.compaction._stages.compact_staged`, hint "general"), with the compact
    LLM when one is given (any LLM failure falls back to truncation inside it). The
+   summariser is asked with the previous turn's cached prefix first (the system prompt,
+   the history as loaded up to the end of the fold, the tools, the instruction last;
+   :mod:`ctxstack.compaction._prefix_request`), the transcript request as its fallback. The
    summary folds history down to ``target_fill`` — so the checkpoint leaves room for the
    next turns and the summariser runs once per overflow — but the context this load
    returns is then **widened**: the newest folded messages are shown verbatim too, after
@@ -63,6 +66,7 @@ from sqlalchemy import func, select
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
 from ctxstack.compaction._llm_compact import resolve_options
+from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._stages import compact_staged
 from ctxstack.errors import ConfigError
 from ctxstack.memory._base import BaseMemory
@@ -130,6 +134,11 @@ class DbMemory(BaseMemory):
         use_checkpoints: start from the newest checkpoint (``False`` ignores them).
         compact_timeout: seconds the summariser may take before falling back.
         options: the shared :class:`CompactionOptions`; the arguments above override it.
+        archive_tools: tools the agent adds once history is archived (its ``recall``,
+            :func:`ctxstack.agent._recall.recall_spec`). ``system_prompt`` and ``tools``
+            (below) are also what the previous turn's call sent before and with this
+            history, and a load from a checkpoint follows calls that offered these too:
+            a summary asks with that prefix (step 5).
         max_fold_chunks: summariser calls one load may spend folding history older
             than the window (16: a first load of ~2,000 messages folds them all; longer
             ones continue from the checkpoint on the next load).
@@ -174,6 +183,7 @@ class DbMemory(BaseMemory):
         max_fold_chunks: int = 16,
         system_prompt: str | None = None,
         tools: Sequence[ToolSpec] | None = None,
+        archive_tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -203,6 +213,7 @@ class DbMemory(BaseMemory):
         self.max_fold_chunks = max_fold_chunks
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools else None
+        self.archive_tools = list(archive_tools) if archive_tools else []
         self._reset()
 
     @property
@@ -440,9 +451,17 @@ class DbMemory(BaseMemory):
             return list(history)
         # A summariser that just failed while folding is not called again in this load.
         llm = None if self._llm_failed else self.compact_llm
+        # The previous turn's call sent the system prompt, this history and the tools: a
+        # summary asks with that prefix (cached by the provider), the instruction last.
+        # Image rows are placeholders until materialised: that call cannot be rebuilt.
+        around = () if self.system_prompt is None else (ChatMessage.system(self.system_prompt),)
+        # A load from a checkpoint follows turns whose calls offered the archive's tools.
+        offered = [*(self.tools or []), *(self.archive_tools if self.checkpoint else [])]
+        prefix = CallPrefix.of(before=around, tools=offered,
+                               enabled=not any(m.images for m in history))
         result = await compact_staged(
             history, llm, self._history_tokens, self.options.with_(hint="general"),
-            counter=self.counter,
+            counter=self.counter, prefix=prefix,
         )
         self.method = result.method
         self.was_compacted = result.method != "none"
