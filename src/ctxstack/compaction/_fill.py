@@ -50,34 +50,47 @@ Kept = dict[int, list[ChatMessage] | None]
 @dataclass(frozen=True, slots=True)
 class BoundaryTurn:
     """The units a boundary fill may keep: ``opener`` (a user-led unit to keep, or None
-    when a pinned unit opens the turn) and ``steps``, the turn's units after it up to the
-    boundary, oldest first. ``before`` is the index the walk continues below."""
+    when a pinned unit opens the turn) and ``steps``, the turn's units after it, oldest
+    first, up to the boundary (and, with ``tail``, the units after the boundary the walk
+    had kept). ``before`` is the index the walk continues below."""
 
     opener: int | None
     steps: tuple[int, ...]
     before: int
+    tail: bool = False
 
 
-def boundary_turn(units: Sequence[Unit], boundary: int, walkable: Collection[int]
-                  ) -> BoundaryTurn | None:
-    """The turn of ``units[boundary]`` back to its opener; None if it has none in reach.
+def boundary_turns(units: Sequence[Unit], boundary: int, walkable: Collection[int]
+                   ) -> list[BoundaryTurn]:
+    """The ways to fill the turn of ``units[boundary]``, to be tried in order.
 
-    A user-led boundary is a turn start itself (its text is never cut): None. Walking
-    back, a pinned unit opens the turn (it is kept anyway and may open the history); a
-    user-led walkable unit opens it and is kept; anything else that is not walkable (a
-    summary, a unit the walk must not take) or the start of the history means no opener.
+    Walking back from the boundary, a pinned unit opens the turn (it is kept anyway and
+    may open the history) and a user-led walkable unit opens it and is kept; anything
+    else that is not walkable (a summary) or the start of the history means no opener,
+    and no fill. The first way leaves the units the walk kept after the boundary as they
+    are. When a user message opens the turn, those units (the *tail*, up to the next turn)
+    would be dropped as orphans if the opener did not fit, so a second way refits them
+    with the rest of the turn; it is the only way when the boundary is the opener itself.
     """
+    stop = boundary + 1
+    while stop < len(units) and not (units[stop].pinned or units[stop].user_led):
+        stop += 1
+    tail = tuple(j for j in range(boundary + 1, stop) if not units[j].summary)
     if units[boundary].user_led:
-        return None
+        return [BoundaryTurn(boundary, tail, boundary, tail=True)] if tail else []
     for j in range(boundary - 1, -1, -1):
         unit = units[j]
         if unit.pinned:
-            return BoundaryTurn(None, tuple(range(j + 1, boundary + 1)), j)
+            return [BoundaryTurn(None, tuple(range(j + 1, boundary + 1)), j)]
         if j not in walkable:
-            return None
+            return []
         if unit.user_led:
-            return BoundaryTurn(j, tuple(range(j + 1, boundary + 1)), j)
-    return None
+            steps = tuple(range(j + 1, boundary + 1))
+            turns = [BoundaryTurn(j, steps, j)]
+            if tail:
+                turns.append(BoundaryTurn(j, steps + tail, j, tail=True))
+            return turns
+    return []
 
 
 def _cuttable(message: ChatMessage) -> bool:

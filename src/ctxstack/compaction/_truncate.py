@@ -46,7 +46,7 @@ from typing import Literal
 
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._cut import cut_group
-from ctxstack.compaction._fill import MIN_CUT_TOKENS, Kept, boundary_turn, fill_turn
+from ctxstack.compaction._fill import MIN_CUT_TOKENS, Kept, boundary_turns, fill_turn
 from ctxstack.compaction._groups import (
     Layout,
     Unit,
@@ -204,16 +204,21 @@ def _walk(
                 break
             kept[i] = cut
             left = room - counter.count_messages(cut)
-        elif spare is not None and below is None and left - spare >= MIN_CUT_TOKENS:
+        elif spare is not None and below is None:
             walkable = walkable or set(newest_first)
-            turn = boundary_turn(units, i, walkable)
-            filled = None if turn is None else fill_turn(msgs, units, turn, left - spare,
-                                                         counter)
-            if turn is None or filled is None:
+            for turn in boundary_turns(units, i, walkable):
+                # the tail is refitted as it is kept (the newest unit may be kept cut)
+                refit = sum(_cost(units[j], kept[j], counter) for j in turn.steps if j in kept)
+                filled = fill_turn(msgs, units, turn, left - spare + refit, counter)
+                if filled is not None:
+                    break
+            else:
                 break
             plan, tokens = filled
+            for j in turn.steps:
+                kept.pop(j, None)
             kept.update(plan)
-            left -= spare + tokens  # the walk below the turn keeps the spare free too
+            left += refit - spare - tokens  # the walk below the turn keeps the spare free
             below = turn.before
         else:
             break
