@@ -9,7 +9,10 @@ module fits that *boundary turn* into the room left instead:
 * the turn is the boundary unit plus the older units of its turn, back to the message that
   opens it — a user message (kept whole: it states the task) or a pinned unit (kept
   anyway); a turn whose opener cannot be reached (a summary or the start of the history
-  comes first) is not filled, since its kept part would open on an orphan;
+  comes first) is not filled, since its kept part would open on an orphan. When the user
+  opener and the boundary do not fit beside the units the walk kept after the boundary in
+  the same turn (its *tail*, or when the boundary is the opener itself), the tail is
+  refitted with them: without its opener it would be dropped as orphans anyway;
 * the turn's older steps are dropped oldest first while the excess is at least a step's
   whole size (cut to its marker it would keep nothing anyway), and further while even the
   shortest form of what remains does not fit: the kept part is the opener, then a
@@ -22,8 +25,9 @@ module fits that *boundary turn* into the room left instead:
 Only tool outputs are ever cut here. User and assistant text, tool-call arguments, audio
 and file parts and masked placeholders (whose text never changes once written, so the
 prefix providers cache stays byte-identical) are kept as they are, and so is every unit the
-walk already kept whole: a verbatim message stays verbatim, a cut one carries the cut
-marker and ``metadata["truncated_chars"]``.
+walk kept that stands without the fill (all of them but a tail refitted as above): a
+verbatim message stays verbatim, a cut one carries the cut marker and
+``metadata["truncated_chars"]``.
 
 Pure: indices in, a plan out; every cost is counted with the caller's counter, so the
 plan's total is exact for that counter.
@@ -112,23 +116,23 @@ def fill_turn(
     they go do not fit.
     """
     opener_tokens = 0 if turn.opener is None else units[turn.opener].tokens
-    steps = list(turn.steps)
-    cost = {m: counter.count_message(msgs[m]) for j in steps
+    cost = {m: counter.count_message(msgs[m]) for j in turn.steps
             for m in range(units[j].start, units[j].stop)}
-
-    def floor(j: int) -> int:
-        """The unit with each cuttable output down to ``MIN_CUT_TOKENS`` (an estimate: a
-        cut lands at or under its target, so the real floor is no higher)."""
-        return sum(min(cost[m], MIN_CUT_TOKENS) if _cuttable(msgs[m]) else cost[m]
-                   for m in range(units[j].start, units[j].stop))
-
-    excess = opener_tokens + sum(units[j].tokens for j in steps) - room
+    # Each step with its cuttable outputs down to MIN_CUT_TOKENS (an estimate: a cut lands
+    # at or under its target, so the real floor is no higher).
+    floor = {j: sum(min(cost[m], MIN_CUT_TOKENS) if _cuttable(msgs[m]) else cost[m]
+                    for m in range(units[j].start, units[j].stop)) for j in turn.steps}
+    excess = opener_tokens + sum(units[j].tokens for j in turn.steps) - room
+    shortest = opener_tokens + sum(floor.values())
     # Oldest steps go while they would be cut to nothing, or cannot fit in any form.
-    while len(steps) > 1 and (
-            excess >= units[steps[0]].tokens
-            or opener_tokens + sum(floor(j) for j in steps) > room):
-        excess -= units[steps.pop(0)].tokens
-    if opener_tokens + floor(steps[-1]) > room:
+    first = 0
+    while first < len(turn.steps) - 1 and (
+            excess >= units[turn.steps[first]].tokens or shortest > room):
+        excess -= units[turn.steps[first]].tokens
+        shortest -= floor[turn.steps[first]]
+        first += 1
+    steps = turn.steps[first:]
+    if shortest > room:
         return None
     cuts: dict[int, ChatMessage] = {}
     for m in (m for j in steps for m in range(units[j].start, units[j].stop)):

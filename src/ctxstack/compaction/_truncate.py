@@ -10,8 +10,10 @@ Rules, in priority order (docs/DESIGN.md §3, layer 2):
    (or pinned unit) that opened it — is fitted into the room left by cutting the turn's
    tool outputs head+tail, oldest first, and dropping its oldest steps when even cut they
    cannot fit (:mod:`ctxstack.compaction._fill`); then older whole units are added while
-   they fit. Only tool outputs are cut; every unit already kept stays verbatim, every call
-   keeps its result. The kept history is a contiguous recent suffix, or the turn's opener
+   they fit. Only tool outputs are cut, and every call keeps its result; the units already
+   kept stay verbatim, except those after the boundary in its turn when the turn's opener
+   does not fit beside them (orphans without it, they are refitted with it). The kept
+   history is a contiguous recent suffix, or the turn's opener
    followed by one (when the turn's oldest steps were dropped). ``fill`` caps how much of
    the budget this may fill (the compaction pipeline leaves its low watermark's headroom,
    see :class:`Truncate`); ``fill=0`` is the plain walk, which stops at the first unit that
