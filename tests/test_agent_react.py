@@ -595,7 +595,12 @@ async def test_long_run_with_big_outputs_never_exceeds_the_budget(summarise: boo
     assert "mask" in methods
     assert ("llm" in methods) if summarise else (methods <= {"mask", "truncate"})
     assert all(c.compaction.tokens_after < c.compaction.tokens_before for c in compactions)
-    assert all(c.original_messages > c.kept_messages for c in compactions if c.method != "mask")
+    # a truncation (or the truncation after a summary) drops messages, or cuts the tool
+    # outputs of the turn it keeps to fill the budget (issue 29) — the next call sees them
+    for c in compactions:
+        if c.method != "mask" and c.original_messages <= c.kept_messages:
+            seen = llm.calls[c.iteration - 1].messages
+            assert any(m.role == "tool" and "characters removed ...]" in m.text for m in seen)
     # usage: the agent's calls plus every compaction call, nothing else
     expected = llm.total_usage + (compact_llm.total_usage if compact_llm else Usage())
     assert result.usage == expected

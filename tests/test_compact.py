@@ -203,15 +203,26 @@ def test_pinned_messages_stay_where_they_were() -> None:
     assert idx == sorted(idx)
 
 
-def test_a_tool_group_is_kept_or_dropped_whole() -> None:
+def test_a_tool_group_is_never_split_the_turn_that_does_not_fit_is_filled() -> None:
     old = [user("old " * 50), answer("old " * 50)]
     big = group("g1", "row " * 200, n=3)
     msgs = [SYS, *old, user("find it " * 20), *big, answer("found " * 20),
             user("thanks, and the next? " * 5), answer("sure " * 10)]
-    # enough for the newest turn and part of the group, not all of it
+    # enough for the newest turn and part of the group, not all of it: the group's turn
+    # is kept with its outputs cut head+tail, the oldest first, every call with its result
     budget = budget_for(tok([SYS, *msgs[-3:]]) + tok(big[:2]))
     out = CompactUtils.smart_truncate(msgs, budget)
-    assert out == [SYS, *msgs[-2:]]
+    assert tok(out) <= effective_budget(budget, HEURISTIC)
+    assert out[0] is SYS
+    assert out[1] is msgs[3]  # the turn's opener, whole
+    assert [m.tool_call_id for m in out if m.role == "tool"] == ["g1_0", "g1_1", "g1_2"]
+    assert all(a is b for a, b in zip(out[-3:], msgs[-3:], strict=True))  # verbatim
+    cut = [m for m in out if m.metadata.get("truncated_chars")]
+    assert cut
+    assert all(m.role == "tool" for m in cut)
+    assert cut[0].tool_call_id == "g1_0"  # the oldest output gives way first
+    # the plain walk (fill=0) stops at the group and drops its turn, as before issue 29
+    assert CompactUtils.smart_truncate(msgs, budget, fill=0) == [SYS, *msgs[-2:]]
     # enough for everything but the old turn: the group is kept whole, untouched
     out = CompactUtils.smart_truncate(msgs, budget_for(tok(msgs) - tok(old)))
     assert out == [SYS, *msgs[3:]]

@@ -444,9 +444,11 @@ async def test_filter_output_is_always_a_valid_verbatim_suffix(
     # pinned cap (half the budget) is cut head+tail.
     assert users[-1] == query or (users[-1].startswith(query[:3]) and "[Truncated" in users[-1])
     # Kept items are the originals, except outputs the mask stage cleared (placeholders
-    # that name the call) and messages cut head+tail.
+    # that name the call) and messages cut head+tail: by the guard's stage 1 or pinned cap
+    # ("[Truncated: …]") or by the truncation filling the budget ("[… removed …]").
     kept = [i for i in got
-            if "[Truncated" not in str(i) and "[tool output cleared:" not in str(i)]
+            if "[Truncated" not in str(i) and "[tool output cleared:" not in str(i)
+            and "characters removed ...]" not in str(i)]
     assert all(any(k is i for i in items) for k in kept)
 
 

@@ -251,10 +251,12 @@ def _finish(
     out = _assemble(msgs, prep.layout, prep.plan.keep, summary)
     if counter.count_messages(out) > max_tokens:
         # Over budget (pinned messages, a huge recent group): truncate the verbatim part,
-        # never the summary — it stands for everything folded (and its facts).
+        # never the summary — it stands for everything folded (and its facts). Its fill
+        # stops at the summary's low watermark: filled to the brim, the next message
+        # would summarise again.
         held = summary.replace(pinned=True)
         kept = smart_truncate([held if m is summary else m for m in out], nominal,
-                              counter=counter)
+                              counter=counter, fill=opts.target_fill)
         kept = [summary if m is held else m for m in kept]
         # A budget too small even for the summary: plain truncation decides.
         fits = counter.count_messages(kept) <= max_tokens

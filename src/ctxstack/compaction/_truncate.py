@@ -4,27 +4,41 @@ Rules, in priority order (docs/DESIGN.md §3, layer 2):
 
 1. The system prompt (leading system messages) and every pinned unit are kept.
 2. The remaining budget is filled newest → oldest with whole units (a tool call and its
-   results are one unit); the first unit that does not fit stops the walk, so the kept
-   history is a contiguous recent suffix. Original order is preserved in the output.
-3. The newest unit is never dropped just because it is big: if it alone does not fit,
+   results are one unit), kept verbatim. Original order is preserved in the output.
+3. **The budget is filled** (issue 29): the first unit that does not fit does not end the
+   walk. Its turn — that unit and the older units of the turn back to the user message
+   (or pinned unit) that opened it — is fitted into the room left by cutting the turn's
+   tool outputs head+tail, oldest first, and dropping its oldest steps when even cut they
+   cannot fit (:mod:`ctxstack.compaction._fill`); then older whole units are added while
+   they fit. Only tool outputs are cut, and every call keeps its result; the units already
+   kept stay verbatim, except those after the boundary in its turn when the turn's opener
+   does not fit beside them (orphans without it, they are refitted with it). The kept
+   history is a contiguous recent suffix, or the turn's opener
+   followed by one (when the turn's oldest steps were dropped). ``fill`` caps how much of
+   the budget this may fill (the compaction pipeline leaves its low watermark's headroom,
+   see :class:`Truncate`); ``fill=0`` is the plain walk, which stops at the first unit that
+   does not fit.
+4. The newest unit is never dropped just because it is big: if it alone does not fit,
    it is cut head+tail to fit (see :mod:`ctxstack.compaction._cut`).
-4. A rolling summary (system message of kind ``"summary"``) is history, not system
+5. A rolling summary (system message of kind ``"summary"``) is history, not system
    prompt, but it condenses everything older than itself, so after the newest unit it is
    kept in preference to older verbatim messages, when it fits whole.
-5. The kept history never opens with an assistant or tool turn whose user turn was
+6. The kept history never opens with an assistant or tool turn whose user turn was
    dropped: leading orphan units are dropped. If that would leave no history turn at all
    (the whole budget went to one long tool loop, or only the pinned query would remain),
    the user message that opened the loop is kept as an *anchor* (cut if needed) followed
-   by the newest units that fit — the only case where the kept history is not contiguous.
+   by the newest units that fit — with rule 3, the other case where the kept history is
+   not contiguous.
 
 A pinned assistant or tool message may open the history: pinning is the caller's explicit
-choice and wins over rule 5.
+choice and wins over rule 6.
 
 Input from a broken log (orphan tool results, calls without results) is repaired
 first: see :func:`smart_truncate`.
 
 Cost: one pass to split the list, one walk, one assembly — linear in the number of
-messages, with per-message estimates cached on the messages.
+messages, with per-message estimates cached on the messages (the boundary turn's cuts
+search each cut length with the counter: logarithmic in the output's length per output).
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ from typing import Literal
 
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._cut import cut_group
+from ctxstack.compaction._fill import MIN_CUT_TOKENS, Kept, boundary_turns, fill_turn
 from ctxstack.compaction._groups import (
     Layout,
     Unit,
@@ -48,12 +63,6 @@ from ctxstack.tokens import (
 )
 from ctxstack.tokens._counter import effective_budget
 
-MIN_CUT_TOKENS = 24
-"""Below this much room a cut message would be little more than its marker: drop instead."""
-
-Kept = dict[int, list[ChatMessage] | None]
-"""Unit index → replacement messages (a cut unit) or None (kept unchanged)."""
-
 
 def check_budget(max_tokens: object, name: str = "max_tokens") -> int:
     """Return ``max_tokens`` if it is a positive int, else raise :class:`ConfigError`."""
@@ -63,7 +72,8 @@ def check_budget(max_tokens: object, name: str = "max_tokens") -> int:
 
 
 def smart_truncate(
-    messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None
+    messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None,
+    fill: float = 1.0,
 ) -> list[ChatMessage]:
     """Fit ``messages`` into ``max_tokens`` without an LLM. See the module docstring.
 
@@ -80,8 +90,17 @@ def smart_truncate(
     If the system prompt and pinned messages alone exceed the budget they are still all
     returned — nothing else is — and the result is over budget: dropping them would be
     worse than overflowing, and the caller can detect it by estimating the result.
+
+    ``fill`` (0 to 1) is the share of that budget the boundary turn's fill (rule 3) may
+    bring the result up to: 1 fills the budget, 0 is the plain walk. Whole units are kept
+    up to the full budget either way, so a lower ``fill`` never keeps less than ``0``.
+
+    Raises:
+        ConfigError: ``max_tokens`` is not a positive integer or ``fill`` is not in [0, 1].
     """
     check_budget(max_tokens)
+    if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 <= fill <= 1:
+        raise ConfigError(f"fill: must be a number in [0, 1], got {fill!r}")
     counter = counter or DEFAULT_COUNTER
     limit = effective_budget(max_tokens, counter)
     msgs = repair_tool_turns(messages)
@@ -90,14 +109,19 @@ def smart_truncate(
     layout = split_layout(msgs, counter)
     pinned_tokens = sum(u.tokens for u in layout.units if u.pinned)
     budget = limit - layout.prompt_tokens - pinned_tokens
-    kept = plan_truncation(msgs, layout, budget, counter)
+    kept = plan_truncation(msgs, layout, budget, counter,
+                           spare=None if fill == 0 else limit - int(limit * fill))
     return assemble(msgs, layout, kept)
 
 
 def plan_truncation(
-    msgs: Sequence[ChatMessage], layout: Layout, budget: int, counter: TokenCounter
+    msgs: Sequence[ChatMessage], layout: Layout, budget: int, counter: TokenCounter, *,
+    spare: int | None = 0,
 ) -> Kept:
-    """Which non-pinned units to keep (and how cut) within ``budget`` tokens."""
+    """Which non-pinned units to keep (and how cut) within ``budget`` tokens.
+
+    ``spare``: tokens the boundary turn's fill must leave free (None: no fill).
+    """
     units = layout.units
     history = [i for i, u in enumerate(units) if not u.pinned and not u.summary]
     summaries = [i for i, u in enumerate(units) if not u.pinned and u.summary]
@@ -105,7 +129,8 @@ def plan_truncation(
     summaries.reverse()
 
     kept: Kept = {}
-    left = _walk(msgs, units, history, budget, kept, counter, summaries=summaries)
+    left = _walk(msgs, units, history, budget, kept, counter, summaries=summaries,
+                 spare=spare)
 
     orphans, opened = _leading_orphans(units, kept)
     if not orphans:
@@ -145,13 +170,21 @@ def _walk(
     counter: TokenCounter,
     *,
     summaries: Sequence[int] = (),
+    spare: int | None = None,
 ) -> int:
     """Keep units newest → oldest while they fit; cut the newest if it alone does not.
 
-    Summaries are reserved right after the newest unit (before it, when it must be cut).
-    Returns the budget left.
+    With ``spare`` set, the first other unit that does not fit has its turn fitted into
+    the room left less ``spare`` (:func:`~ctxstack.compaction._fill.fill_turn`), and the
+    walk goes on below the turn's opener within that room; a second unit that does not
+    fit ends it. Summaries are reserved right after the newest unit (before it, when it
+    must be cut). Returns the budget left (after a fill, less ``spare``).
     """
+    below: int | None = None  # after a fill: only units below this index are walked
+    walkable: set[int] | None = None
     for n, i in enumerate(newest_first):
+        if below is not None and i >= below:
+            continue
         unit = units[i]
         if unit.tokens <= left:
             kept[i] = None
@@ -173,6 +206,22 @@ def _walk(
                 break
             kept[i] = cut
             left = room - counter.count_messages(cut)
+        elif spare is not None and below is None:
+            walkable = walkable or set(newest_first)
+            for turn in boundary_turns(units, i, walkable):
+                # the tail is refitted as it is kept (the newest unit may be kept cut)
+                refit = sum(_cost(units[j], kept[j], counter) for j in turn.steps if j in kept)
+                filled = fill_turn(msgs, units, turn, left - spare + refit, counter)
+                if filled is not None:
+                    break
+            else:
+                break
+            plan, tokens = filled
+            for j in turn.steps:
+                kept.pop(j, None)
+            kept.update(plan)
+            left += refit - spare - tokens  # the walk below the turn keeps the spare free
+            below = turn.before
         else:
             break
         if n == 0:
@@ -261,6 +310,11 @@ class Truncate:
     """Strategy ``"truncate"``: :func:`smart_truncate`, the last resort (no model call).
 
     Always fits. Everything it drops is archived first when there is an archive.
+
+    The boundary turn's fill stops at ``options.target_fill`` of the budget, the low
+    watermark every compaction leaves: a truncation filled to the brim would be undone by
+    the very next message (one truncation, and one rewritten cached prefix, per call).
+    Whole units are still kept up to the full budget, as the plain walk keeps them.
     """
 
     name = "truncate"
@@ -274,7 +328,8 @@ class Truncate:
     async def truncate(self, messages: list[ChatMessage], ctx: CompactionContext
                        ) -> CompactionResult:
         """The truncation (never ``None``: the pipeline's last resort calls it directly)."""
-        out = smart_truncate(messages, ctx.budget, counter=ctx.counter)
+        out = smart_truncate(messages, ctx.budget, counter=ctx.counter,
+                             fill=ctx.options.target_fill)
         archived = await ctx.archive_messages(dropped_messages(messages, out))
         return ctx.result(messages, out, "truncate",
                           reason=None if ctx.llm is not None else "no_llm", archived=archived)

@@ -46,13 +46,15 @@ class CompactUtils:
 
     @staticmethod
     def smart_truncate(
-        messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None
+        messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None,
+        fill: float = 1.0,
     ) -> list[ChatMessage]:
         """Fit ``messages`` into ``max_tokens`` without an LLM.
 
-        See :mod:`ctxstack.compaction._truncate` for the rules.
+        See :mod:`ctxstack.compaction._truncate` for the rules (``fill``: how much of the
+        budget the boundary turn's fill may use, 0 to 1).
         """
-        return _truncate.smart_truncate(messages, max_tokens, counter=counter)
+        return _truncate.smart_truncate(messages, max_tokens, counter=counter, fill=fill)
 
     @staticmethod
     async def llm_compact(
