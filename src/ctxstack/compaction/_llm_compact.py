@@ -53,6 +53,7 @@ from ctxstack.compaction._summarize import (
 from ctxstack.compaction._truncate import check_budget, smart_truncate
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages._model import require_chat_messages
 from ctxstack.protocol import LLM, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import effective_budget
@@ -289,9 +290,12 @@ async def compact_detailed(
     ``messages`` themselves, without tools): the summariser is asked with it first.
     Without one, the transcript request only.
 
-    Raises :class:`ConfigError` for invalid arguments (never for a model failure).
+    Raises :class:`ConfigError` for invalid arguments, :class:`MessageError` for an item
+    that is not a :class:`ChatMessage` (naming the converter for OpenAI-format dicts) —
+    never for a model failure.
     """
     check_budget(max_tokens)
+    require_chat_messages(messages)
     opts = resolve_options(options, keep_recent=keep_recent, hint=hint, prompt=prompt,
                            target_fill=target_fill, timeout=timeout)
     counter = counter or DEFAULT_COUNTER

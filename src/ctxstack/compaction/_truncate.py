@@ -57,6 +57,7 @@ from ctxstack.compaction._groups import (
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
+from ctxstack.messages._model import require_chat_messages
 from ctxstack.tokens import (
     DEFAULT_COUNTER,
     TokenCounter,
@@ -97,8 +98,11 @@ def smart_truncate(
 
     Raises:
         ConfigError: ``max_tokens`` is not a positive integer or ``fill`` is not in [0, 1].
+        MessageError: an item is not a :class:`ChatMessage` (the error names its index,
+            and the converter when it is an OpenAI-format dict).
     """
     check_budget(max_tokens)
+    require_chat_messages(messages)
     if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 <= fill <= 1:
         raise ConfigError(f"fill: must be a number in [0, 1], got {fill!r}")
     counter = counter or DEFAULT_COUNTER

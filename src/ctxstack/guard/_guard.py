@@ -67,6 +67,7 @@ from ctxstack.messages import (
     to_openai_messages,
     tool_turns_valid,
 )
+from ctxstack.messages._model import not_a_chat_message
 from ctxstack.protocol import LLM, ToolSpec
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import MessageListMemo, common_prefix, effective_budget, memo_applies
@@ -351,10 +352,7 @@ class ContextGuard:
         for i in range(first, len(as_list)):
             m = as_list[i]
             if not isinstance(m, ChatMessage):
-                raise MessageError(
-                    f"messages[{i}]: expected a ChatMessage, got {type(m).__name__}"
-                    + (_DICTS_HINT if isinstance(m, Mapping) else "")
-                )
+                raise not_a_chat_message(i, m)
             cache = _cache(m)
             if key in cache:
                 continue
@@ -486,9 +484,6 @@ class ContextGuard:
     async def _report(self, event: CompactionEvent) -> None:
         await _notify(self.on_compact, event, "on_compact")
 
-
-_DICTS_HINT = (" (OpenAI-format dicts are accepted as a whole list, or convert them with "
-               "ctxstack.messages.from_openai_messages)")
 
 
 def _all_dicts(messages: Sequence[object]) -> list[Mapping[str, Any]]:

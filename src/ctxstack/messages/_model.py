@@ -126,9 +126,11 @@ __all__ = [
     "kind_metadata",
     "legacy_call_id",
     "lenient_arguments",
+    "not_a_chat_message",
     "parse_arguments",
     "parse_part",
     "part_text",
+    "require_chat_messages",
     "scrub_surrogates",
     "to_openai_messages",
 ]
@@ -524,6 +526,25 @@ class ChatMessage(BaseModel):
 def to_openai_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """The wire form of a message list."""
     return [m.to_openai() for m in messages]
+
+
+def not_a_chat_message(index: int, item: object) -> MessageError:
+    """The error for ``messages[index]`` that is not a :class:`ChatMessage` — naming the
+    converter when it is an OpenAI-format dict (the form most callers hold)."""
+    hint = (" (convert OpenAI-format dicts with ctxstack.messages.from_openai_messages; "
+            "ContextGuard.check_and_compact and the memories take them as they are)"
+            if isinstance(item, Mapping) else "")
+    return MessageError(f"messages[{index}]: expected a ChatMessage, got "
+                        f"{type(item).__name__}{hint}")
+
+
+def require_chat_messages(messages: Sequence[object]) -> None:
+    """Raise :func:`not_a_chat_message`'s error for the first item that is not a
+    :class:`ChatMessage` (functions that return the messages they were given in another
+    form cannot take dicts without guessing what to return)."""
+    for i, m in enumerate(messages):
+        if not isinstance(m, ChatMessage):
+            raise not_a_chat_message(i, m)
 
 
 def from_openai_messages(data: Iterable[Mapping[str, Any]]) -> list[ChatMessage]:
