@@ -629,18 +629,17 @@ async def test_a_list_mixing_dicts_and_messages_names_the_converter() -> None:
         await guard.check_and_compact([{"content": "no role"}])
 
 
-@pytest.mark.parametrize("call", ["smart_truncate", "compact_detailed"])
-async def test_compaction_functions_name_the_converter_for_dicts(call: str) -> None:
+async def test_compaction_functions_name_the_converter_for_dicts() -> None:
     """``smart_truncate`` and ``compact_detailed`` return ChatMessage lists, so they take
     only ChatMessage objects — a dict is refused with an error that says how to convert
     it (issue 31, item 5), never a bare AttributeError."""
     from ctxstack import CompactUtils
 
     given = [ChatMessage.system("s"), {"role": "user", "content": "hi"}]
-    with pytest.raises(MessageError, match=r"messages\[1\].*dict.*from_openai_messages"):
-        if call == "smart_truncate":
-            CompactUtils.smart_truncate(given, 1_000)  # type: ignore[arg-type]
-        else:
-            await CompactUtils.compact_detailed(given, None, 1_000)  # type: ignore[arg-type]
+    named = r"messages\[1\].*dict.*from_openai_messages"
+    with pytest.raises(MessageError, match=named):
+        CompactUtils.smart_truncate(given, 1_000)  # type: ignore[arg-type]
+    with pytest.raises(MessageError, match=named):
+        await CompactUtils.compact_detailed(given, None, 1_000)  # type: ignore[arg-type]
     with pytest.raises(MessageError, match=r"messages\[0\]: expected a ChatMessage, got str$"):
         CompactUtils.smart_truncate(["hi"], 1_000)  # type: ignore[list-item]
