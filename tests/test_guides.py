@@ -1,0 +1,62 @@
+"""The client guides' offline command sequences run as written and show what they say.
+
+Each test runs exactly the ``bash`` and ``python`` blocks of one guide's "Try it offline"
+section (:func:`tests.guide_support.run_section`: a real ``ctxstack stub-llm``, a real
+``ctxstack proxy``, the official client libraries) and checks the output for what the
+guide promises: the answers, the ``x-ctxstack-compaction`` header of a compacted request,
+the shape of ``/ctxstack/stats`` (``by_model[wire][model]``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.guide_support import guide, run_section, shown
+
+NONE = r"method=none; original=1; kept=1; summarized=0"
+
+
+def compactions(out: str) -> list[tuple[str, int, int, int]]:
+    """Every ``x-ctxstack-compaction`` value printed, as (method, original, kept, summarized)."""
+    return [(m, int(o), int(k), int(s)) for m, o, k, s in re.findall(
+        r"^method=(\w+); original=(\d+); kept=(\d+); summarized=(\d+)", out, re.MULTILINE)]
+
+
+def by_model_lines(out: str) -> dict[tuple[str, str], dict[str, int]]:
+    """The guide's ``WIRE MODEL name: N …`` lines, by (wire, model)."""
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for wire, model, rest in re.findall(
+            r"^(chat|responses|anthropic) (\S+) (\w+: \d+.*)$", out, re.MULTILINE):
+        found[(wire, model)] = {k: int(v) for k, v in re.findall(r"(\w+): (\d+)", rest)}
+    return found
+
+
+def test_the_openai_sdk_guide(tmp_path: Path) -> None:
+    out = run_section(guide("openai-sdk"), tmp_path)
+    shown(guide("openai-sdk"), out)
+    seen = compactions(out)
+    # the short chat and the first Responses request go out as sent
+    assert seen[0] == ("none", 1, 1, 0), out
+    assert "You said: Hello through the proxy" in out
+    # the long conversation: summarised once, then the session's view reused
+    (llm,) = [c for c in seen if c[0] == "llm"]
+    (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
+    assert llm[1] == 162 and llm[2] < llm[1], out
+    assert checkpoint[1] == 164 and checkpoint[3] == llm[3] and checkpoint[2] == llm[2] + 2
+    assert "| You said: When does #A-1042 ship?" in out
+    assert "| You said: And the growth?" in out
+    assert "You said: Stream it" in out
+    # Responses: create, a previous_response_id chain, a stream, the WebSocket
+    for answer in ("Hello, Responses", "And once more", "Stream a response",
+                   "Over the WebSocket"):
+        assert f"You said: {answer}" in out, answer
+    # the stats: compactions by method, usage by_model[wire][model]
+    assert re.search(r"\{'none': \d+, 'checkpoint': 1, 'llm': 1, 'truncate': 0\}", out), out
+    models = by_model_lines(out)
+    assert set(models) == {("chat", "gpt-4o"), ("responses", "gpt-4o")}, out
+    assert models[("chat", "gpt-4o")]["answers"] == 3  # the stream reported no usage
+    assert models[("responses", "gpt-4o")]["answers"] == 4
+    assert all(m["input_tokens"] > 0 for m in models.values())
