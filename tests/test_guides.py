@@ -60,3 +60,27 @@ def test_the_openai_sdk_guide(tmp_path: Path) -> None:
     assert models[("chat", "gpt-4o")]["answers"] == 3  # the stream reported no usage
     assert models[("responses", "gpt-4o")]["answers"] == 4
     assert all(m["input_tokens"] > 0 for m in models.values())
+
+
+def test_the_anthropic_sdk_guide(tmp_path: Path) -> None:
+    pytest.importorskip("anthropic")
+    out = run_section(guide("anthropic-sdk"), tmp_path)
+    shown(guide("anthropic-sdk"), out)
+    seen = compactions(out)
+    assert seen[0] == ("none", 1, 1, 0), out
+    assert "You said: Hello through the proxy" in out
+    # over budget: summarised once, then the same view extended by the two new messages
+    (llm,) = [c for c in seen if c[0] == "llm"]
+    (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
+    assert llm[1] == 161 and llm[2] < 161, out
+    assert checkpoint[1:] == (163, llm[2] + 2, llm[3]), out
+    # what reached the upstream: system and the client's tool byte for byte (their
+    # cache_control marks kept), the recall tool added, the messages fitted
+    assert "system kept: True" in out
+    assert "tools: ['lookup_order', 'ctxstack_recall'] | lookup_order kept: True" in out
+    assert f"messages: 161 -> {llm[2]}" in out
+    assert "You said: From which warehouse?" in out
+    (count,) = re.findall(r"^count_tokens: (\d+)$", out, re.MULTILINE)
+    assert 0 < int(count) <= 4000  # the budget: 5000 - 1000
+    assert "{'requests': 3, 'forwarded': 3, 'cache_read_tokens': 0, 'recall_rounds': 0}" in out
+    assert "summaries written: 1" in out

@@ -3,8 +3,9 @@
 For demos, browser tests and trying ctxstack without a real endpoint: point
 ``LLM_BASE_URL`` at the printed URL (any ``LLM_API_KEY``, ``LLM_MODEL`` = the model name).
 Without ``--reply`` the stub echoes the last user message. It speaks Chat Completions
-(``/v1/chat/completions``) and Anthropic Messages (``/v1/messages``, ``…/count_tokens``:
-point ``ctxstack proxy --anthropic-upstream`` at ``http://HOST:PORT``) from one script.
+(``/v1/chat/completions``), OpenAI Responses (``/v1/responses``: JSON, SSE and the
+WebSocket mode) and Anthropic Messages (``/v1/messages``, ``…/count_tokens``: point
+``ctxstack proxy --anthropic-upstream`` at ``http://HOST:PORT``) from one script.
 
 Every request it receives is recorded (the last 1,000): ``GET /_stub/requests`` lists
 them (method, path, query, headers, raw body and its JSON), ``DELETE /_stub/requests``
@@ -73,7 +74,7 @@ def stub_llm(port: int, host: str, delay: float, reply: str | None, model: str,
     # Bounded: a long-running stub must not keep every request's history in memory.
     state = StubState(model=model, delay=delay, rule=rule, max_recorded=DEFAULT_LIMIT)
     click.echo(f"stub LLM listening on http://{host}:{port}/v1 (model {model!r}; "
-               "chat/completions and messages); Ctrl-C stops")
+               "chat/completions, responses and messages); Ctrl-C stops")
     uvicorn.run(create_app(state), host=host, port=port, log_level="warning")
 
 
