@@ -84,3 +84,24 @@ def test_the_anthropic_sdk_guide(tmp_path: Path) -> None:
     assert 0 < int(count) <= 4000  # the budget: 5000 - 1000
     assert "{'requests': 3, 'forwarded': 3, 'cache_read_tokens': 0, 'recall_rounds': 0}" in out
     assert "summaries written: 1" in out
+
+
+def test_the_langchain_guide(tmp_path: Path) -> None:
+    pytest.importorskip("langchain_openai")
+    pytest.importorskip("langchain_anthropic")
+    out = run_section(guide("langchain"), tmp_path)
+    shown(guide("langchain"), out)
+    seen = compactions(out)
+    assert seen[0] == ("none", 1, 1, 0), out
+    # ChatOpenAI's long history was summarised by the proxy, not sent whole
+    assert seen[1][0] == "llm" and seen[1][1] == 162 and seen[1][2] < 162, out
+    assert out.count("You said: When does #A-1042 ship?") == 2  # ChatOpenAI, ChatAnthropic
+    for answer in ("Stream it", "Hello, Responses", "Stream it, Claude"):
+        assert f"You said: {answer}\n" in out, answer
+    # the long history on the Anthropic wire was compacted too: two summaries in all
+    assert re.search(r"\{'none': \d+, 'checkpoint': 0, 'llm': 2, 'truncate': 0\}", out), out
+    models = by_model_lines(out)
+    assert set(models) == {("chat", "gpt-4o"), ("responses", "gpt-4o"),
+                           ("anthropic", "claude-sonnet-4-5")}, out
+    assert models[("anthropic", "claude-sonnet-4-5")]["answers"] == 2
+    assert models[("anthropic", "claude-sonnet-4-5")]["input_tokens"] <= 2 * 4000
