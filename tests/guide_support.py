@@ -36,16 +36,21 @@ def guide(name: str) -> Path:
 
 
 def section(path: Path, title: str = OFFLINE) -> str:
+    """The text of the section headed ``title`` of the guide ``path`` (see
+    :func:`section_in`)."""
+    return section_in(path.read_text(encoding="utf-8"), title, path.name)
+
+
+def section_in(text: str, title: str = OFFLINE, name: str = "the text") -> str:
     """The text of the section headed ``title`` (up to the next heading of its level or
     higher); a guide without it fails the test that asked."""
-    text = path.read_text(encoding="utf-8")
     for match in _HEADING.finditer(text):
         if match.group(2) == title:
             level = len(match.group(1))
             after = text[match.end():]
             ends = [m.start() for m in _HEADING.finditer(after) if len(m.group(1)) <= level]
             return after[:ends[0]] if ends else after
-    raise AssertionError(f"{path.name} has no section {title!r}")
+    raise AssertionError(f"{name} has no section {title!r}")
 
 
 def blocks(text: str, *kinds: str) -> list[tuple[str, str]]:

@@ -31,9 +31,9 @@ from ctxstack.cli import main as cli
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
-# Pages whose shell blocks are checked: the README and the site's pages, except the
-# per-client guides (their own tests run their commands), the design document and the
-# generated configuration reference.
+# Pages whose shell blocks are checked: the README and the site's pages (the per-client
+# guides included: their tests run the offline commands, this checks the others too),
+# except the design document and the generated configuration reference.
 NOT_CHECKED = {"DESIGN.md", "configuration.md"}
 
 # Run mkdocs with every socket connection refused: a plugin or theme that downloads
@@ -75,6 +75,8 @@ def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
                  "proxy/index.html", "http-api/index.html", "configuration/index.html",
                  "troubleshooting/index.html", "benchmarks/index.html",
                  "guides/claude-code/index.html", "guides/codex/index.html",
+                 "guides/openai-sdk/index.html", "guides/anthropic-sdk/index.html",
+                 "guides/langchain/index.html",
                  "reference/guard/index.html", "DESIGN/index.html"):
         assert (site / page).is_file(), page
     # The API reference is generated from the docstrings, not written by hand.
@@ -172,8 +174,7 @@ def parse(args: list[str]) -> list[str]:
 
 
 def checked_pages() -> list[Path]:
-    pages = [README, *sorted(p for p in DOCS.rglob("*.md") if "guides" not in p.parts
-                              and p.name not in NOT_CHECKED)]
+    pages = [README, *sorted(p for p in DOCS.rglob("*.md") if p.name not in NOT_CHECKED)]
     return [p for p in pages if not p.is_relative_to(DOCS / "_mkdocs")]
 
 

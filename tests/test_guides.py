@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.guide_support import guide, run_section, shown
+from tests.guide_support import blocks, guide, run_section, script, section_in, shown
 
 NONE = r"method=none; original=1; kept=1; summarized=0"
 
@@ -34,6 +34,20 @@ def by_model_lines(out: str) -> dict[tuple[str, str], dict[str, int]]:
     return found
 
 
+def test_a_section_runs_as_one_shell_with_one_python_session_per_run_of_blocks() -> None:
+    text = ("# G\n## Try it offline\nStart:\n```bash\nctxstack proxy --port 8787 &\n```\n"
+            "```python\nx = 18787\n```\nthen\n```python\nprint(x, 8001)\n```\n"
+            "```text\n18787 8001\n```\n## Later\n```bash\nnot run\n```\n")
+    offline = section_in(text)
+    assert [lang for lang, _ in blocks(offline)] == ["bash", "python", "python", "text"]
+    out = script(blocks(offline, "bash", "python"), {"8001": "1", "8787": "2"})
+    assert "ctxstack proxy --port 2 &" in out
+    # consecutive Python blocks are one session; only whole port numbers are replaced
+    assert out.count("python - <<'PY'") == 1
+    assert "x = 18787\nprint(x, 1)\nPY" in out
+    assert "not run" not in out
+
+
 def test_the_openai_sdk_guide(tmp_path: Path) -> None:
     out = run_section(guide("openai-sdk"), tmp_path)
     shown(guide("openai-sdk"), out)
@@ -44,8 +58,9 @@ def test_the_openai_sdk_guide(tmp_path: Path) -> None:
     # the long conversation: summarised once, then the session's view reused
     (llm,) = [c for c in seen if c[0] == "llm"]
     (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
-    assert llm[1] == 162 and llm[2] < llm[1], out
-    assert checkpoint[1] == 164 and checkpoint[3] == llm[3] and checkpoint[2] == llm[2] + 2
+    assert llm[1] == 162, out
+    assert llm[2] < llm[1], out
+    assert checkpoint[1:] == (164, llm[2] + 2, llm[3]), out
     assert "| You said: When does #A-1042 ship?" in out
     assert "| You said: And the growth?" in out
     assert "You said: Stream it" in out
@@ -72,7 +87,8 @@ def test_the_anthropic_sdk_guide(tmp_path: Path) -> None:
     # over budget: summarised once, then the same view extended by the two new messages
     (llm,) = [c for c in seen if c[0] == "llm"]
     (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
-    assert llm[1] == 161 and llm[2] < 161, out
+    assert llm[1] == 161, out
+    assert llm[2] < 161, out
     assert checkpoint[1:] == (163, llm[2] + 2, llm[3]), out
     # what reached the upstream: system and the client's tool byte for byte (their
     # cache_control marks kept), the recall tool added, the messages fitted
@@ -94,7 +110,8 @@ def test_the_langchain_guide(tmp_path: Path) -> None:
     seen = compactions(out)
     assert seen[0] == ("none", 1, 1, 0), out
     # ChatOpenAI's long history was summarised by the proxy, not sent whole
-    assert seen[1][0] == "llm" and seen[1][1] == 162 and seen[1][2] < 162, out
+    assert seen[1][:2] == ("llm", 162), out
+    assert seen[1][2] < 162, out
     assert out.count("You said: When does #A-1042 ship?") == 2  # ChatOpenAI, ChatAnthropic
     for answer in ("Stream it", "Hello, Responses", "Stream it, Claude"):
         assert f"You said: {answer}\n" in out, answer
