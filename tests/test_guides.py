@@ -25,6 +25,19 @@ def compactions(out: str) -> list[tuple[str, int, int, int]]:
         r"^method=(\w+); original=(\d+); kept=(\d+); summarized=(\d+)", out, re.MULTILINE)]
 
 
+def summarised_then_extended(out: str, original: int) -> int:
+    """Assert the run's long conversation (``original`` messages) was summarised once
+    (``method=llm``) and the next turn, two messages longer, extended that same view
+    (``method=checkpoint``, the same summary); the messages then forwarded."""
+    seen = compactions(out)
+    (llm,) = [c for c in seen if c[0] == "llm"]
+    (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
+    assert llm[1] == original, out
+    assert llm[2] < original, out
+    assert checkpoint[1:] == (original + 2, llm[2] + 2, llm[3]), out
+    return llm[2]
+
+
 def by_model_lines(out: str) -> dict[tuple[str, str], dict[str, int]]:
     """The guide's ``WIRE MODEL name: N …`` lines, by (wire, model)."""
     found: dict[tuple[str, str], dict[str, int]] = {}
@@ -51,16 +64,11 @@ def test_a_section_runs_as_one_shell_with_one_python_session_per_run_of_blocks()
 def test_the_openai_sdk_guide(tmp_path: Path) -> None:
     out = run_section(guide("openai-sdk"), tmp_path)
     shown(guide("openai-sdk"), out)
-    seen = compactions(out)
-    # the short chat and the first Responses request go out as sent
-    assert seen[0] == ("none", 1, 1, 0), out
+    # the short chat goes out as sent
+    assert compactions(out)[0] == ("none", 1, 1, 0), out
     assert "You said: Hello through the proxy" in out
     # the long conversation: summarised once, then the session's view reused
-    (llm,) = [c for c in seen if c[0] == "llm"]
-    (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
-    assert llm[1] == 162, out
-    assert llm[2] < llm[1], out
-    assert checkpoint[1:] == (164, llm[2] + 2, llm[3]), out
+    summarised_then_extended(out, 162)
     assert "| You said: When does #A-1042 ship?" in out
     assert "| You said: And the growth?" in out
     assert "You said: Stream it" in out
@@ -81,20 +89,15 @@ def test_the_anthropic_sdk_guide(tmp_path: Path) -> None:
     pytest.importorskip("anthropic")
     out = run_section(guide("anthropic-sdk"), tmp_path)
     shown(guide("anthropic-sdk"), out)
-    seen = compactions(out)
-    assert seen[0] == ("none", 1, 1, 0), out
+    assert compactions(out)[0] == ("none", 1, 1, 0), out
     assert "You said: Hello through the proxy" in out
     # over budget: summarised once, then the same view extended by the two new messages
-    (llm,) = [c for c in seen if c[0] == "llm"]
-    (checkpoint,) = [c for c in seen if c[0] == "checkpoint"]
-    assert llm[1] == 161, out
-    assert llm[2] < 161, out
-    assert checkpoint[1:] == (163, llm[2] + 2, llm[3]), out
+    kept = summarised_then_extended(out, 161)
     # what reached the upstream: system and the client's tool byte for byte (their
     # cache_control marks kept), the recall tool added, the messages fitted
     assert "system kept: True" in out
     assert "tools: ['lookup_order', 'ctxstack_recall'] | lookup_order kept: True" in out
-    assert f"messages: 161 -> {llm[2]}" in out
+    assert f"messages: 161 -> {kept}" in out
     assert "You said: From which warehouse?" in out
     (count,) = re.findall(r"^count_tokens: (\d+)$", out, re.MULTILINE)
     assert 0 < int(count) <= 4000  # the budget: 5000 - 1000
