@@ -250,6 +250,8 @@ def test_cache_tokens_are_summed_per_model_and_wire(proxy: ProxyProcess,
     stats = _stats(proxy)["by_model"]["chat"]["cache-model"]
     assert stats["cache_read_tokens"] - before.get("cache_read_tokens", 0) == 246
     assert stats["responses"] - before.get("responses", 0) == 2
+    assert stats["requests"] - before.get("requests", 0) == 2
+    assert stats["forwarded"] - before.get("forwarded", 0) == 2
     assert stats["cache_write_tokens"] == 0
 
 
@@ -326,6 +328,10 @@ async def test_sessions_are_never_shared_across_keys(proxy_db_url: str,
             assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] \
                 == "llm"
     assert len([r for r in stub.requests if is_summary_request(r)]) == 2
+    # The session id is the proxy's: it never reaches the upstream.
+    assert stub.requests
+    assert all("x-ctxstack-session" not in {k.lower() for k in r.headers}
+               for r in stub.requests)
 
 
 

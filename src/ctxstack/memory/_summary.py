@@ -68,9 +68,10 @@ class SummaryMemory(BaseMemory):
         keep_recent: newest messages kept verbatim (at least; whole tool groups); must be
             smaller than ``threshold``.
         hint: compaction prompt (see :mod:`ctxstack.compaction._prompts`).
-        system_prompt / tools: those of the agent this memory serves (its calls send the
-            system prompt, then these messages, with these tools): summaries reuse that
-            prefix (see the module doc). ``None``: the transcript request only.
+        system_prompt: that of the agent this memory serves (its calls send the system
+            prompt, then these messages, with ``tools``): summaries reuse that prefix
+            (see the module doc). ``None``: the transcript request only.
+        tools: the tools that agent's calls carry (with ``system_prompt``).
         budget: optional token budget: also compact when the held messages exceed it,
             size the summary in proportion to it, and never return more than it from
             :meth:`get_messages` (``smart_truncate`` as a last resort).

@@ -75,6 +75,8 @@ from ctxstack.tokens import TokenCounter
 from ctxstack.tokens._counter import effective_budget
 
 logger = logging.getLogger("ctxstack.proxy")
+WIRE = "chat"
+"""This module's wire in the stats (:attr:`ProxyStats.by_model`)."""
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
@@ -238,6 +240,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
         salt = owner_salt(request.headers, await state.auth.caller(request.headers))
         chat = parse_request(await request.body())
         log.update(model=chat.model, stream=chat.stream, messages=len(chat.conversation))
+        state.stats.wire(WIRE, chat.model, requests=1)
         model_budget = await state.budgets.get(chat.model)
         budget = model_budget.usable_input_tokens
         summarizer, own = state.summarizers.get(chat.model, model_budget,
@@ -316,6 +319,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
             body = chat.raw if fit.messages is None else chat.with_messages(fit.messages)
         added_ms = (time.perf_counter() - started) * 1000
         state.stats.bump("forwarded")
+        state.stats.wire(WIRE, chat.model, forwarded=1)
         upstream = await state.upstream.open("POST", "chat/completions", query=query,
                                              headers=headers, content=body)
         extra = fit_headers(fit)
@@ -368,7 +372,7 @@ async def _refit(state: ProxyState, chat: CompletionRequest, fit: Fit, target: i
 def _usage_tap(state: ProxyState, model: str) -> Callable[[object], None]:
     def tap(data: object) -> None:
         if isinstance(data, dict):
-            state.stats.usage("chat", model, chat_usage(data))
+            state.stats.usage(WIRE, model, chat_usage(data))
     return tap
 
 
@@ -389,11 +393,12 @@ async def _recall_answer(state: ProxyState, upstream: httpx.Response, chat: Comp
 
     async def open_next(content: bytes) -> httpx.Response:
         state.stats.bump("forwarded")
+        state.stats.wire(WIRE, model, forwarded=1)
         return await state.upstream.open("POST", "chat/completions", query=query,
                                          headers=headers, content=content)
 
     def done(usage: UpstreamUsage, rounds: int) -> None:
-        state.stats.usage("chat", model, usage, rounds)
+        state.stats.usage(WIRE, model, usage, rounds)
         log.update(recall_rounds=rounds)
 
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):

@@ -2,9 +2,9 @@
 
 * **Requests** keep the client's method, path under ``/v1/``, query string, headers and
   body, except: hop-by-hop headers and ``Host`` are dropped, the proxy's own
-  ``x-ctxstack-api-key`` never leaves, and ``Authorization`` is *replaced* by the upstream
-  key from ``LLM_API_KEY`` (removed when there is none) — unless ``forward_auth``, when
-  the client's own header goes through.
+  ``x-ctxstack-api-key`` and the session id ``x-ctxstack-session`` never leave, and
+  ``Authorization`` is *replaced* by the upstream key from ``LLM_API_KEY`` (removed when
+  there is none) — unless ``forward_auth``, when the client's own header goes through.
 * **Responses** keep the upstream's bytes and content encoding (``aiter_raw``). Server-Sent
   Events and bodies of unknown or large length stream back chunk by chunk as they arrive;
   a small body of known length is read whole and sent in one piece (cheaper). If the
@@ -48,6 +48,9 @@ HOP_BY_HOP = frozenset({
     "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length",
 })
 PROXY_KEY_HEADER = "x-ctxstack-api-key"
+SESSION_HEADER = "x-ctxstack-session"
+"""The client's session id (:mod:`ctxstack.proxy.sessions`): the proxy's, never forwarded."""
+_PROXY_ONLY = frozenset({PROXY_KEY_HEADER, SESSION_HEADER})
 _RESPONSE_DROP = HOP_BY_HOP - {"content-length"} | {"server", "date"}
 
 
@@ -97,7 +100,7 @@ class Upstream:
         out: list[tuple[str, str]] = []
         for name, value in incoming:
             key = name.lower()
-            if key in HOP_BY_HOP or key == PROXY_KEY_HEADER:
+            if key in HOP_BY_HOP or key in _PROXY_ONLY:
                 continue
             if key == "authorization" and not self.forward_auth:
                 continue

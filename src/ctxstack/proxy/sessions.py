@@ -33,6 +33,7 @@ from typing import Any
 from ctxstack.compaction import ArchiveHit, HistoryArchive
 from ctxstack.messages import ChatMessage
 from ctxstack.proxy.checkpoints import PrefixHasher, root_length
+from ctxstack.proxy.forwarding import SESSION_HEADER
 from ctxstack.store import SessionFactory
 from ctxstack.store.proxy_sessions import (
     SessionViewRecord,
@@ -47,7 +48,6 @@ from ctxstack.store.proxy_sessions import (
 
 log = logging.getLogger("ctxstack.proxy")
 
-SESSION_HEADER = "x-ctxstack-session"
 _KEY_HEADERS = ("authorization", "x-api-key", "api-key")
 REF_PREFIX = "r"
 
