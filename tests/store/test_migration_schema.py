@@ -43,8 +43,26 @@ def _sqlite_schema(connection: Connection) -> Schema:
         "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master "
         "WHERE name NOT LIKE 'sqlite_%' AND tbl_name != 'alembic_version' "
         "ORDER BY type, name"))
-    return {"objects": [[kind, name, table, " ".join(sql.split())]
+    return {"objects": [[kind, name, table, _constraints_sorted(" ".join(sql.split()))]
                         for kind, name, table, sql in rows]}
+
+
+def _constraints_sorted(ddl: str) -> str:
+    """``ddl`` with a CREATE TABLE's table constraints in name order: a table that SQLite
+    rebuilt (Alembic's batch mode, to drop a column) gets them in no fixed order."""
+    if not ddl.startswith("CREATE TABLE ") or not ddl.endswith(" )"):
+        return ddl
+    head, _, inner = ddl[:-2].partition(" ( ")
+    items, depth, start = [], 0, 0
+    for at, char in enumerate(inner):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(inner[start:at].strip())
+            start = at + 1
+    items.append(inner[start:].strip())
+    columns = [item for item in items if not item.startswith("CONSTRAINT ")]
+    constraints = sorted(item for item in items if item.startswith("CONSTRAINT "))
+    return f"{head} ( {', '.join(columns + constraints)} )"
 
 
 def _postgres_schema(connection: Connection) -> Schema:
