@@ -40,7 +40,8 @@ from typing import Any
 
 from ctxstack.compaction import smart_truncate
 from ctxstack.compaction._groups import choose_fold, split_layout
-from ctxstack.compaction._llm_compact import check_keep_recent, check_timeout, summary_sizes
+from ctxstack.compaction._llm_compact import check_keep_recent, summary_sizes
+from ctxstack.compaction._options import check_timeout
 from ctxstack.compaction._prompts import check_hint
 from ctxstack.compaction._summarize import build_summary_message, previous_text, summarize
 from ctxstack.compaction._truncate import check_budget

@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ctxstack.errors import MessageError
 from ctxstack.llm.stub.replies import StubReply, StubRequest, ids, stub_usage
-from ctxstack.llm.stub.sse import SSEResponse
+from ctxstack.llm.stub.scripted import scripted_response
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
@@ -311,21 +311,12 @@ def add_routes(app: FastAPI, state: ScriptState) -> None:
         if request is None:
             assert refused is not None
             return refused
-        reply = state.next_reply(request)
-        await state.sleep(state.delay + reply.delay)
-        if reply.raw_body is not None:
-            return Response(reply.raw_body, status_code=reply.status,
-                            media_type=reply.content_type, headers=dict(reply.headers))
-        if reply.is_error:
-            return _reply_error(reply)
-        if not request.stream:
-            return JSONResponse(message_json(state, request, reply),
-                                headers=dict(reply.headers))
-        events = sse_events(state, request, reply)
-        if reply.drop_after is not None:
-            events = events[: max(0, reply.drop_after)]
-        return SSEResponse(_paced(state, events, reply),
-                           complete=reply.drop_after is None or reply.drop_mode == "clean")
+        return await scripted_response(
+            state, request, error=_reply_error,
+            answer=lambda reply: JSONResponse(message_json(state, request, reply),
+                                              headers=dict(reply.headers)),
+            events=lambda reply: sse_events(state, request, reply),
+            send=lambda events, reply: _paced(state, events, reply))
 
     async def count_tokens(http: Request) -> Response:
         request, refused = await parse(http)
