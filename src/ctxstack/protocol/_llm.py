@@ -151,29 +151,3 @@ class LLM(Protocol):
     ) -> LLMResult: ...
 
     def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream: ...
-
-
-class WrappedLLM:
-    """Base of an :class:`LLM` that adds behaviour around another one, ``inner``.
-
-    Its window and output limit are the inner model's, and any attribute it does not define
-    (a client's ``model``, a scripted model's ``name`` …) is looked up on the inner model, so
-    a wrapper stands in wherever the model itself did. A subclass defines ``chat`` and
-    ``stream_chat``.
-    """
-
-    def __init__(self, inner: LLM) -> None:
-        self.inner = inner
-
-    @property
-    def context_size(self) -> int:
-        return self.inner.context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self.inner.max_output_tokens
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (copy/pickle): avoid recursing
-            raise AttributeError(name)
-        return getattr(self.inner, name)

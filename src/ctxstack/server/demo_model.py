@@ -35,7 +35,6 @@ from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION, is_summary_instru
 from ctxstack.compaction._summarize import transcript_entries
 from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
 from ctxstack.messages import ChatMessage
-from ctxstack.protocol import WrappedLLM
 from ctxstack.server.tools import find_arithmetic
 
 DEMO_MODEL_NAME = "ctxstack-demo"
@@ -336,15 +335,22 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int | 
 """
 
 
-class DemoLLM(WrappedLLM):
+class DemoLLM:
     """The demo model: a :class:`ScriptedLLM` whose streamed answers arrive at a readable
     pace (``chunk_delay`` seconds between deltas), as a real model's would."""
 
     def __init__(self, scripted: ScriptedLLM, *, chunk_delay: float = 0.0) -> None:
-        super().__init__(scripted)
         self.scripted = scripted
         self.chunk_delay = chunk_delay
         self.model = scripted.name
+
+    @property
+    def context_size(self) -> int:
+        return self.scripted.context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.scripted.max_output_tokens
 
     async def chat(
         self,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ctxstack.messages import ChatMessage
-from ctxstack.protocol import LLM, ChatStream, LLMResult, ToolSpec, WrappedLLM
+from ctxstack.protocol import LLM, ChatStream, LLMResult, ToolSpec
 from ctxstack.server.sse import (
     CompactEndData,
     CompactEndEvent,
@@ -69,11 +69,24 @@ class SummarisingSignal:
         return _SignallingLLM(llm, self, scope)
 
 
-class _SignallingLLM(WrappedLLM):
+class _SignallingLLM:
     def __init__(self, inner: LLM, signal: SummarisingSignal, scope: Scope) -> None:
-        super().__init__(inner)
+        self.inner = inner
         self.signal = signal
         self.scope = scope
+
+    @property
+    def context_size(self) -> int:
+        return self.inner.context_size
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.inner.max_output_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     async def chat(self, messages: Sequence[ChatMessage], *,
                    tools: Sequence[ToolSpec] | None = None, **opts: Any) -> LLMResult:
