@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -316,7 +316,7 @@ def add_routes(app: FastAPI, state: ScriptState) -> None:
             answer=lambda reply: JSONResponse(message_json(state, request, reply),
                                               headers=dict(reply.headers)),
             events=lambda reply: sse_events(state, request, reply),
-            send=lambda events, reply: _paced(state, events, reply))
+            frame=str.encode)
 
     async def count_tokens(http: Request) -> Response:
         request, refused = await parse(http)
@@ -327,12 +327,3 @@ def add_routes(app: FastAPI, state: ScriptState) -> None:
 
     app.add_route("/v1/messages", messages, methods=["POST"])
     app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
-
-
-async def _paced(state: ScriptState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
-    for i, data in enumerate(events):
-        if reply.chunk_delay and i:
-            await state.sleep(reply.chunk_delay)
-        if reply.pause_after is not None and i == reply.pause_after:
-            await state.sleep(reply.pause)
-        yield data.encode()

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -230,7 +230,7 @@ def create_app(state: StubState) -> FastAPI:
             state, request, error=_reply_error,
             answer=lambda reply: JSONResponse(_completion_json(state, request, reply)),
             events=lambda reply: _sse_events(state, request, reply),
-            send=lambda events, reply: _paced(state, events, reply))
+            frame=lambda data: f"data: {data}\n\n".encode())
 
     # A plain Starlette route, not a FastAPI one: it takes the raw request and has no
     # parameters to solve or schema to publish, and FastAPI's per-request dependency and
@@ -256,7 +256,7 @@ def create_app(state: StubState) -> FastAPI:
             state, request, error=_reply_error,
             answer=lambda reply: JSONResponse(wire.completed_json(state.model, request, reply)),
             events=lambda reply: wire.stream_events(state.model, request, reply),
-            send=lambda events, reply: wire.sse_bytes(state.sleep, events, reply))
+            frame=wire.sse_frame)
 
     async def responses_socket(ws: WebSocket) -> None:
         await ws.accept()
@@ -318,15 +318,6 @@ async def _answer_frame(state: StubState, ws: WebSocket, headers: dict[str, str]
             await state.sleep(reply.pause)
         await ws.send_text(json.dumps(event, ensure_ascii=False))
     return True
-
-
-async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
-    for i, data in enumerate(events):
-        if reply.chunk_delay and i:
-            await state.sleep(reply.chunk_delay)
-        if reply.pause_after is not None and i == reply.pause_after:
-            await state.sleep(reply.pause)
-        yield f"data: {data}\n\n".encode()
 
 
 def _error(status: int, message: str, *, param: str | None = None) -> JSONResponse:
