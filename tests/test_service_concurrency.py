@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability_support import BACKENDS, database_env, new_conversation, stored, turn
-from tests.service_support import running_server, start_server
+from tests.reliability_support import BACKENDS, database_env, turn
+from tests.service_support import new_conversation, running_server, start_server, stored
 
 CLIENTS = 5
 TURNS_EACH = 5

@@ -26,11 +26,15 @@ from tests.reliability_support import (
     BACKENDS,
     database_cut,
     database_env,
-    new_conversation,
-    stored,
 )
 from tests.reliability_support import turn as run_turn
-from tests.service_support import redis_url_or_skip, running_server, start_server
+from tests.service_support import (
+    new_conversation,
+    redis_url_or_skip,
+    running_server,
+    start_server,
+    stored,
+)
 
 INJECT = "Also mention the blue notebook, please."
 

@@ -31,7 +31,8 @@ from ctxstack.integrations._responses import PrefixCache, items_to_messages
 from ctxstack.integrations.openai_agents import CalibrationHooks, CtxstackSession, input_filter
 from ctxstack.store import list_messages, session_factory
 from ctxstack.store.db import create_engine_from_url
-from ctxstack.testing import ScriptedLLM
+from tests.integrations import inventory
+from tests.integrations.inventory import INSTRUCTIONS, TURNS, question, summariser
 from tests.store.dbkit import postgres_backend
 
 
@@ -54,21 +55,11 @@ async def db_engine(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncItera
             await engine.dispose()
 
 
-INSTRUCTIONS = "You are a careful inventory assistant. Use the lookup tool for every question."
 CALL_BUDGET = 1_000
 SESSION_BUDGET = 1_200
-TURNS = 32
 
 
-def question(turn: int) -> str:
-    return (f"Question {turn}: what is stored under shelf S-{turn:03d}? Please check the "
-            f"inventory and report the exact row values for shelf S-{turn:03d}.")
-
-
-@function_tool
-def lookup(key: str) -> str:
-    """Look a shelf up in the inventory."""
-    return f"{key}: " + " ".join(f"row{i}={key}-{i * 7}" for i in range(30))
+lookup = function_tool(inventory.lookup)
 
 
 class SpanCollector(TracingProcessor):
@@ -94,12 +85,6 @@ def spans() -> Iterator[SpanCollector]:
         yield collector
     finally:
         set_trace_processors([])
-
-
-def summariser() -> ScriptedLLM:
-    return ScriptedLLM(handler=lambda messages, tools: (
-        "The user asked about several shelves; each was looked up with the lookup tool "
-        "and the row values were reported back."))
 
 
 class Inventory:
