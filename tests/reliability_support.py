@@ -25,6 +25,7 @@ from tests.service_support import (
     free_port,
     sse_events,
     stop_process,
+    wait_for_http,
 )
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
@@ -82,15 +83,10 @@ class StubProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, "stub-llm", "--port", str(self.port), *flags],
                 env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"stub-llm {flags} exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/models", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        raise RuntimeError(f"stub-llm {flags} did not start")
+        problem = wait_for_http(self.proc, f"{self.base_url}/models", timeout, every=0.1)
+        if problem is not None:
+            raise RuntimeError(f"stub-llm {flags} {problem}")
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -65,6 +66,21 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
             proc.wait(timeout=10)
 
 
+def wait_for_http(proc: subprocess.Popen[bytes], url: str, timeout: float, *,
+                  every: float = 0.2) -> str | None:
+    """Poll GET ``url`` every ``every`` seconds until it answers 200 (None); else what went
+    wrong: ``proc`` exited first, or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with {proc.returncode}"
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return None
+        time.sleep(every)
+    return f"did not answer within {timeout}s"
+
+
 @dataclass
 class ChildProcess:
     """A ``ctxstack`` command serving HTTP at ``url`` in its own process, its output in
@@ -85,19 +101,22 @@ class ChildProcess:
     def stop(self) -> None:
         stop_process(self.proc)
 
+    def kill_9(self, stream: contextlib.AbstractContextManager[Any] | None = None) -> None:
+        """SIGKILL the process (no shutdown of any kind, as a crash) and wait until it is
+        gone; then close the client's ``stream`` that broke with it."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        if stream is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                stream.__exit__(None, None, None)
+
     def wait_until_ready(self, path: str, timeout: float, what: str) -> None:
         """Wait until GET ``path`` answers 200; stopped and a RuntimeError with the log
         when the process exits first or ``timeout`` seconds pass (``what`` names it)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {self.proc.returncode}:\n{self.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}{path}", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"{what} did not answer within {timeout}s:\n{self.log()}")
+        problem = wait_for_http(self.proc, f"{self.url}{path}", timeout)
+        if problem is not None:
+            self.stop()
+            raise RuntimeError(f"{what} {problem}:\n{self.log()}")
 
 
 @dataclass

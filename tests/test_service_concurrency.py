@@ -9,9 +9,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -86,10 +83,7 @@ def test_kill_9_mid_turn_the_restarted_server_takes_over_at_once(
                 assert response.status_code == 200
                 busy = client.post("/api/chat", json={"conversation_id": cid, "query": "again"})
                 assert busy.status_code == 409
-                os.kill(first.proc.pid, signal.SIGKILL)
-                first.proc.wait(timeout=10)
-                with contextlib.suppress(httpx.HTTPError):
-                    stream.__exit__(None, None, None)
+                first.kill_9(stream)
         finally:
             first.stop()
         fast = {**db, "CTXSTACK_DEMO_DELAY": "0.005", "CTXSTACK_TURN_LEASE": "600"}
