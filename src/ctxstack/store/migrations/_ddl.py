@@ -14,6 +14,7 @@ a migration that needs something else gets a helper of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -60,7 +61,42 @@ def dialect() -> str:
     return op.get_bind().dialect.name
 
 
-def create_sqlite_fts(table: str, fts: str, tokenize: str) -> None:
+SEARCHED = ("messages", "archived_messages")
+"""The tables the archive's searches index (their ``content``), in the order they are
+indexed."""
+
+
+def create_search(fts_suffix: str, tokenize: str,
+                  postgresql: Callable[[str], Sequence[str]]) -> None:
+    """One of the archive's searches over each :data:`SEARCHED` table: on SQLite the FTS5
+    table ``<table><fts_suffix>`` with the ``tokenize`` tokenizer (see
+    :func:`_create_sqlite_fts`), on PostgreSQL the statements ``postgresql(table)``."""
+    name = dialect()
+    for table in SEARCHED:
+        if name == "sqlite":
+            _create_sqlite_fts(table, f"{table}{fts_suffix}", tokenize)
+        elif name == "postgresql":
+            for statement in postgresql(table):
+                op.execute(statement)
+
+
+def drop_search(fts_suffix: str, postgresql_indexes: Callable[[str], Sequence[str]]) -> None:
+    """Undo :func:`create_search`: the FTS5 tables and their triggers, or the PostgreSQL
+    indexes ``postgresql_indexes(table)`` names (a missing one is no error: the trigram
+    indexes exist only where ``pg_trgm`` could be installed)."""
+    name = dialect()
+    for table in SEARCHED:
+        if name == "sqlite":
+            fts = f"{table}{fts_suffix}"
+            for suffix in ("ai", "ad", "au"):
+                op.execute(f"DROP TRIGGER IF EXISTS {fts}_{suffix}")
+            op.execute(f"DROP TABLE IF EXISTS {fts}")
+        elif name == "postgresql":
+            for index in postgresql_indexes(table):
+                op.execute(f"DROP INDEX IF EXISTS {index}")
+
+
+def _create_sqlite_fts(table: str, fts: str, tokenize: str) -> None:
     """An FTS5 table ``fts`` over ``table.content`` with the ``tokenize`` tokenizer:
     external content (``table``'s rows by ``id``, a NULL content indexed as empty), kept in
     sync by the triggers ``<fts>_ai``, ``<fts>_ad`` and ``<fts>_au``, built from the rows
@@ -79,17 +115,3 @@ def create_sqlite_fts(table: str, fts: str, tokenize: str) -> None:
         f"INSERT INTO {fts}({fts}) VALUES ('rebuild')",
     ):
         op.execute(statement)
-
-
-def drop_sqlite_fts(fts: str) -> None:
-    """Undo :func:`create_sqlite_fts` (a missing table or trigger is no error)."""
-    for suffix in ("ai", "ad", "au"):
-        op.execute(f"DROP TRIGGER IF EXISTS {fts}_{suffix}")
-    op.execute(f"DROP TABLE IF EXISTS {fts}")
-
-
-def drop_indexes(*names: str) -> None:
-    """Drop PostgreSQL search indexes by name (a missing one is no error: the trigram
-    indexes exist only where ``pg_trgm`` could be installed)."""
-    for name in names:
-        op.execute(f"DROP INDEX IF EXISTS {name}")

@@ -21,8 +21,6 @@ from ctxstack.store.models import JsonType
 revision: str = "0004"
 down_revision: str | None = "0003"
 
-_FTS = {"messages": "messages_fts", "archived_messages": "archived_messages_fts"}
-
 _PG_EXTENSION = """
 DO $$ BEGIN
     CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public;
@@ -60,23 +58,12 @@ def upgrade() -> None:
         _ddl.primary_key("archived_messages"),
     )
     _ddl.create_index("archived_messages", "conversation_id")
-    dialect = _ddl.dialect()
-    if dialect == "sqlite":
-        for table, fts in _FTS.items():
-            _ddl.create_sqlite_fts(table, fts, tokenize="trigram")
-    elif dialect == "postgresql":
+    if _ddl.dialect() == "postgresql":
         op.execute(_PG_EXTENSION)
-        for table in _FTS:
-            for statement in _pg_indexes(table):
-                op.execute(statement)
+    _ddl.create_search("_fts", "trigram", _pg_indexes)
 
 
 def downgrade() -> None:
-    dialect = _ddl.dialect()
-    if dialect == "sqlite":
-        for fts in _FTS.values():
-            _ddl.drop_sqlite_fts(fts)
-    elif dialect == "postgresql":
-        for table in _FTS:
-            _ddl.drop_indexes(f"ix_{table}_content_trgm", f"ix_{table}_content_tsv")
+    _ddl.drop_search("_fts", lambda table: (f"ix_{table}_content_trgm",
+                                            f"ix_{table}_content_tsv"))
     op.drop_table("archived_messages")

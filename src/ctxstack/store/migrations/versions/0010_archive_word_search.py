@@ -15,33 +15,22 @@ each half's candidates by its own rank:
 
 from __future__ import annotations
 
-from alembic import op
-
 from ctxstack.store.migrations import _ddl
 
 revision: str = "0010"
 down_revision: str | None = "0009"
 
-_FTS = {"messages": "messages_fts_words", "archived_messages": "archived_messages_fts_words"}
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
+def _pg_index(table: str) -> list[str]:
+    return [f"CREATE INDEX ix_{table}_english_content_tsv ON {table} "
+            f"USING gin (to_tsvector('english', coalesce(content, '')))"]
+
+
 def upgrade() -> None:
-    dialect = _ddl.dialect()
-    if dialect == "sqlite":
-        for table, fts in _FTS.items():
-            _ddl.create_sqlite_fts(table, fts, tokenize=TOKENIZER)
-    elif dialect == "postgresql":
-        for table in _FTS:
-            op.execute(f"CREATE INDEX ix_{table}_english_content_tsv ON {table} "
-                       f"USING gin (to_tsvector('english', coalesce(content, '')))")
+    _ddl.create_search("_fts_words", TOKENIZER, _pg_index)
 
 
 def downgrade() -> None:
-    dialect = _ddl.dialect()
-    if dialect == "sqlite":
-        for fts in _FTS.values():
-            _ddl.drop_sqlite_fts(fts)
-    elif dialect == "postgresql":
-        for table in _FTS:
-            _ddl.drop_indexes(f"ix_{table}_english_content_tsv")
+    _ddl.drop_search("_fts_words", lambda table: [f"ix_{table}_english_content_tsv"])
