@@ -8,8 +8,6 @@ prompt and the latest user message intact.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -206,27 +204,6 @@ def test_bad_arguments_are_refused() -> None:
         GuardedMemory(guard=ContextGuard(), budget=100, counter=CalibratingCounter())
     with pytest.raises(ConfigError, match="hint"):
         GuardedMemory(guard=ContextGuard(), budget=100, hint="bogus")
-
-
-def test_missing_extra_names_the_install_command() -> None:
-    code = (
-        "import sys; sys.modules['llama_index.core'] = None\n"
-        "try:\n"
-        "    import ctxstack.integrations.llamaindex\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert "pip install 'ctxstack[llamaindex]'" in out
-
-
-def test_example_runs_offline() -> None:
-    done = subprocess.run([sys.executable, "examples/llamaindex_memory.py"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "compaction: llm" in done.stdout
-    assert "turn 12: Found: shelf 12" in done.stdout
 
 
 async def test_oversized_tool_result_is_cut_in_llamaindex_form() -> None:
