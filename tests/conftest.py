@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.llm_fixtures", "tests.proxy_fixtures"]
+pytest_plugins = [
+    "tests.db_fixtures", "tests.llm_fixtures", "tests.proxy_fixtures", "tests.service_fixtures",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,6 +6,8 @@ Register with ``pytest_plugins = ["tests.llm_fixtures"]`` (module or root confte
   background thread with its own event loop, so it outlives per-test event loops);
 * ``stub`` — that server, reset (empty queue, no rule/fault/delay, no recorded requests)
   before and after each test;
+* ``upstream`` — that server as a proxy's upstream: it answers "Noted." to everything
+  and its request log starts empty;
 * ``stub_client`` — an :class:`~ctxstack.llm.openai.OpenAICompatibleLLM` pointed at the
   stub with fast retries (10 ms backoff, 3 attempts) and a default budget, closed after
   the test.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from ctxstack.budget import ModelBudget
@@ -37,6 +40,13 @@ def stub(stub_server: StubServer) -> Iterator[StubServer]:
     stub_server.reset()
     yield stub_server
     stub_server.reset()
+
+
+@pytest.fixture
+def upstream(stub: StubServer) -> StubServer:
+    stub.rule = lambda r: "Noted."
+    httpx.delete(f"{stub.url}/_stub/requests")
+    return stub
 
 
 @pytest.fixture

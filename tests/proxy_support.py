@@ -11,12 +11,11 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -24,7 +23,7 @@ from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest
 from ctxstack.proxy import ProxySettings, create_app
 from ctxstack.store import create_engine_from_url, upgrade
-from tests.service_support import clean_env, free_port
+from tests.service_support import ChildProcess, clean_env, free_port
 from tests.store.dbkit import Backend, postgres_backend
 
 _LAUNCH = "import ctxstack.cli.proxy\nfrom ctxstack.cli import main\nmain()\n"
@@ -32,29 +31,12 @@ SUMMARY_TEXT = "Summary: the user discussed the quarterly plan, order #A-1042 an
 
 
 @dataclass
-class ProxyProcess:
-    url: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
+class ProxyProcess(ChildProcess):
+    log_tail: ClassVar[int] = 8000
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-8000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 def start_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | None = None, *,
@@ -69,16 +51,8 @@ def start_proxy(workdir: Path, upstream: str, env_extra: Mapping[str, str] | Non
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     server = ProxyProcess(f"http://127.0.0.1:{port}", proc, log_path)
-    deadline = time.monotonic() + startup_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ctxstack proxy exited with {proc.returncode}:\n{server.log()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/ctxstack/health", timeout=2).status_code == 200:
-                return server
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"ctxstack proxy did not answer within {startup_timeout}s:\n{server.log()}")
+    server.wait_until_ready("/ctxstack/health", startup_timeout, "ctxstack proxy")
+    return server
 
 
 @contextlib.contextmanager

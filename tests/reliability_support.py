@@ -14,12 +14,19 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.service_support import _LAUNCH, SSEEvent, clean_env, free_port, sse_events
+from tests.service_support import (
+    _LAUNCH,
+    SSEEvent,
+    clean_env,
+    free_port,
+    sse_events,
+    stop_process,
+    wait_for_http,
+)
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -76,24 +83,14 @@ class StubProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, "stub-llm", "--port", str(self.port), *flags],
                 env=clean_env(), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"stub-llm {flags} exited with {self.proc.returncode}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/models", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        raise RuntimeError(f"stub-llm {flags} did not start")
+        problem = wait_for_http(self.proc, f"{self.base_url}/models", timeout, every=0.1)
+        if problem is not None:
+            raise RuntimeError(f"stub-llm {flags} {problem}")
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_process(self.proc, grace=10)
         self.proc = None
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -117,19 +114,6 @@ def turn(client: httpx.Client, conversation_id: str, query: str, *,
                 events.append(item)
             assert time.monotonic() < end, f"the turn did not end in {deadline_s}s: {events}"
     return events
-
-
-def stored(client: httpx.Client, conversation_id: str) -> list[dict[str, Any]]:
-    answer = client.get(f"/api/conversations/{conversation_id}/messages")
-    assert answer.status_code == 200, answer.text
-    messages: list[dict[str, Any]] = answer.json()
-    return messages
-
-
-def new_conversation(client: httpx.Client) -> str:
-    made = client.post("/api/conversations", json={})
-    assert made.status_code == 201, made.text
-    return str(made.json()["id"])
 
 
 @contextlib.contextmanager

@@ -11,14 +11,15 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from httpx_sse import EventSource
@@ -53,27 +54,74 @@ def run_cli(*args: str, env: Mapping[str, str], timeout: float = 60) -> subproce
                           capture_output=True, timeout=timeout, check=False)
 
 
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 20) -> None:
+    """Terminate ``proc`` if it still runs; kill it if it has not exited ``grace`` seconds
+    later."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def wait_for_http(proc: subprocess.Popen[bytes], url: str, timeout: float, *,
+                  every: float = 0.2) -> str | None:
+    """Poll GET ``url`` every ``every`` seconds until it answers 200 (None); else what went
+    wrong: ``proc`` exited first, or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"exited with {proc.returncode}"
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return None
+        time.sleep(every)
+    return f"did not answer within {timeout}s"
+
+
 @dataclass
-class ServerProcess:
+class ChildProcess:
+    """A ``ctxstack`` command serving HTTP at ``url`` in its own process, its output in
+    ``log_path``."""
+
     url: str
     proc: subprocess.Popen[bytes]
     log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
+    log_tail: ClassVar[int] = 6000
+    """How much of the log's end :meth:`log` returns (characters)."""
 
     def log(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-6000:]
+            return self.log_path.read_text(errors="replace")[-self.log_tail:]
         except OSError:
             return ""
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
+
+    def kill_9(self, stream: contextlib.AbstractContextManager[Any] | None = None) -> None:
+        """SIGKILL the process (no shutdown of any kind, as a crash) and wait until it is
+        gone; then close the client's ``stream`` that broke with it."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        if stream is not None:
+            with contextlib.suppress(httpx.HTTPError):
+                stream.__exit__(None, None, None)
+
+    def wait_until_ready(self, path: str, timeout: float, what: str) -> None:
+        """Wait until GET ``path`` answers 200; stopped and a RuntimeError with the log
+        when the process exits first or ``timeout`` seconds pass (``what`` names it)."""
+        problem = wait_for_http(self.proc, f"{self.url}{path}", timeout)
+        if problem is not None:
+            self.stop()
+            raise RuntimeError(f"{what} {problem}:\n{self.log()}")
+
+
+@dataclass
+class ServerProcess(ChildProcess):
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def start_server(
@@ -100,16 +148,8 @@ def start_server(
         proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *args], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     server = ServerProcess(url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, env=env)
-    deadline = time.monotonic() + startup_timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ctxstack serve exited with {proc.returncode}:\n{server.log()}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/api/info", timeout=2).status_code == 200:
-                return server
-        time.sleep(0.2)
-    server.stop()
-    raise RuntimeError(f"ctxstack serve did not answer within {startup_timeout}s:\n{server.log()}")
+    server.wait_until_ready("/api/info", startup_timeout, "ctxstack serve")
+    return server
 
 
 @contextlib.contextmanager
@@ -152,6 +192,21 @@ def chat(client: httpx.Client, conversation_id: str, query: str, *, mode: str = 
 
 
 # --------------------------------------------------------------------------- stub LLM script
+def new_conversation(client: httpx.Client) -> str:
+    """A new conversation of the client's user; its id."""
+    made = client.post("/api/conversations", json={})
+    assert made.status_code == 201, made.text
+    return str(made.json()["id"])
+
+
+def stored(client: httpx.Client, conversation_id: str) -> list[dict[str, Any]]:
+    """The conversation's stored messages, as ``GET …/messages`` lists them."""
+    answer = client.get(f"/api/conversations/{conversation_id}/messages")
+    assert answer.status_code == 200, answer.text
+    messages: list[dict[str, Any]] = answer.json()
+    return messages
+
+
 class ServiceRule:
     """A stub-LLM rule that plays every role a chat turn needs, and records usage.
 
@@ -267,6 +322,47 @@ def redis_url_or_skip() -> str:
             pytest.fail(message)
         pytest.skip(message)
     return url
+
+
+@contextlib.asynccontextmanager
+async def in_process_service(tmp_path: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient, str]]:
+    """The service in this process with the demo model (no pacing, no calibration) on a
+    fresh SQLite database under ``tmp_path``: its state, a client on it and a new
+    conversation's id."""
+    from ctxstack.server.app import create_app
+    from ctxstack.server.settings import Settings
+    from ctxstack.store.migrate import upgrade
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'turns.db'}"
+    await upgrade(url)
+    app = create_app(Settings(database_url=url, files_dir=tmp_path / "files", auth="none",
+                              demo_delay=0, demo_chunk_delay=0, calibrate=False))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            conversation = (await client.post("/api/conversations", json={})).json()["id"]
+            yield app.state.ctxstack, client, conversation
+
+
+async def turn_over(client: httpx.AsyncClient, conversation: str, query: str) -> str:
+    """Ask ``query`` in the conversation; the name of the turn's last event."""
+    last = ""
+    async with client.stream("POST", "/api/chat", json={
+            "conversation_id": conversation, "query": query}) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("event:"):
+                last = line[6:].strip()
+    return last
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds, looking every 10 ms; AssertionError after 10 s."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
 
 
 class SlowTakeQueue:

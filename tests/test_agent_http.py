@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from ctxstack.agent import ReActAgent, tool
 from ctxstack.errors import AgentError
-from ctxstack.guard import ContextGuard, GuardCheck
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
-from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import tool_specs_tokens
-
-
-class SpyGuard(ContextGuard):
-    """The real guard, recording each call's message count, budget and hint."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[tuple[int, int | None, str]] = []
-
-    async def check(self, messages: Sequence[ChatMessage], budget: Any = None,
-                    hint: Any = "general") -> GuardCheck:
-        self.calls.append((len(messages), budget, hint))
-        return await super().check(messages, budget, hint)
+from tests.guard_support import SpyGuard
 
 
 @tool

@@ -29,25 +29,13 @@ from ctxstack.agent._prompts import CHECKLIST_PROMPT
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import CompactionOptions
 from ctxstack.errors import AgentError, ConfigError, ContextOverflowError, InputError, LLMError
-from ctxstack.guard import ContextGuard, GuardCheck
+from ctxstack.guard import ContextGuard
 from ctxstack.llm import ScriptedLLM, ToolSpec, Usage
 from ctxstack.memory import BaseMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import tool_specs_tokens
-
-
-class SpyGuard(ContextGuard):
-    """The real guard, recording each call's message count, budget and hint."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.calls: list[tuple[int, int | None, str]] = []
-
-    async def check(self, messages: Sequence[ChatMessage], budget: Any = None,
-                    hint: Any = "general") -> GuardCheck:
-        self.calls.append((len(messages), budget, hint))
-        return await super().check(messages, budget, hint)
+from tests.guard_support import SpyGuard
 
 
 class ListMemory(BaseMemory):

@@ -5,7 +5,6 @@ bounded in number, expiring, recognised by message prefix whatever the client ec
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -25,18 +24,9 @@ from ctxstack.store.proxy_checkpoints import (
     save_proxy_checkpoint,
 )
 from tests.proxy_support import ConversationRule, chat_requests, is_summary_request
-from tests.store.dbkit import Backend, postgres_backend
+from tests.store.dbkit import Backend
 
 FILLER = "The quarterly plan: 3.2% growth, order #A-1042, ship by 2026-03-14, budget 41,500 EUR. "
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    if request.param == "sqlite":
-        yield Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'proxy.db'}")
-        return
-    async for pg in postgres_backend():
-        yield pg
 
 
 def _settings(backend: Backend, upstream: str) -> ProxySettings:

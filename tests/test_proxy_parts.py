@@ -40,13 +40,6 @@ def proxy(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory,
         yield p
 
 
-@pytest.fixture
-def upstream(stub: StubServer) -> StubServer:
-    stub.rule = lambda r: "Noted."
-    httpx.delete(f"{stub.url}/_stub/requests")
-    return stub
-
-
 def raw_bodies(stub: StubServer) -> list[str]:
     """The raw chat-completion bodies that reached the upstream (summariser calls left out)."""
     records = httpx.get(f"{stub.url}/_stub/requests").json()["requests"]

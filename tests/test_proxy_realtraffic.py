@@ -42,13 +42,6 @@ def proxy(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory,
         yield p
 
 
-@pytest.fixture
-def upstream(stub: StubServer) -> StubServer:
-    stub.rule = lambda r: "Noted."
-    httpx.delete(f"{stub.url}/_stub/requests")
-    return stub
-
-
 def forwarded(stub: StubServer) -> list[dict[str, Any]]:
     """The chat-completion bodies that reached the upstream (summariser calls left out)."""
     records = httpx.get(f"{stub.url}/_stub/requests").json()["requests"]

@@ -4,28 +4,17 @@ PostgreSQL), not only the one that answers; without the database, its own totals
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
-import pytest
 
 from ctxstack.llm.stub import StubServer
 from ctxstack.proxy import ProxySettings, ProxyStats, create_app
 from ctxstack.proxy.stats import SharedStats, StatsRecorder
 from ctxstack.store import create_engine_from_url, session_factory, upgrade
 from ctxstack.store.proxy_stats import add_proxy_stats, load_proxy_stats
-from tests.store.dbkit import Backend, postgres_backend
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    if request.param == "sqlite":
-        yield Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'stats.db'}")
-        return
-    async for pg in postgres_backend():
-        yield pg
+from tests.store.dbkit import Backend
 
 
 async def _client(stack: AsyncExitStack, settings: ProxySettings) -> httpx.AsyncClient:

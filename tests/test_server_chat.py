@@ -25,6 +25,7 @@ from tests.service_support import (
     SSEEvent,
     chat,
     llm_env,
+    new_conversation,
     running_server,
     sse_events,
 )
@@ -33,36 +34,11 @@ LONG_ANSWER = ("Context windows are finite, so older turns must be compacted. " 
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[StubServer]:
-    with StubServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = llm_env(stub, CTXSTACK_SSE_KEEPALIVE="0.3", CTXSTACK_STREAM_RESUME_GRACE="1")
+def server(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[ServerProcess]:
+    env = llm_env(stub_server, CTXSTACK_SSE_KEEPALIVE="0.3", CTXSTACK_STREAM_RESUME_GRACE="1")
     with running_server(tmp_path_factory.mktemp("serve"), env) as proc:
         yield proc
-
-
-@pytest.fixture
-def rule(stub: StubServer) -> Iterator[ServiceRule]:
-    rule = ServiceRule()
-    stub.rule = rule
-    yield rule
-    stub.rule = None
-
-
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=30) as c:
-        yield c
-
-
-def new_conversation(client: httpx.Client) -> str:
-    response = client.post("/api/conversations", json={})
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
 
 
 def names(events: list[SSEEvent]) -> list[str]:

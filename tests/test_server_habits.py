@@ -16,6 +16,7 @@ from tests.service_support import (
     ServiceRule,
     SSEEvent,
     llm_env,
+    new_conversation,
     running_server,
     sse_events,
 )
@@ -24,37 +25,12 @@ LONG = ("Compaction keeps a long conversation inside the window. " * 60).strip()
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[StubServer]:
-    with StubServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(stub: StubServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = llm_env(stub, LLM_CONTEXT_SIZE="2400", LLM_MAX_OUTPUT_TOKENS="400",
+def server(stub_server: StubServer, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[ServerProcess]:
+    env = llm_env(stub_server, LLM_CONTEXT_SIZE="2400", LLM_MAX_OUTPUT_TOKENS="400",
                   CTXSTACK_STREAM_RESUME_GRACE="1")
     with running_server(tmp_path_factory.mktemp("habits"), env) as proc:
         yield proc
-
-
-@pytest.fixture
-def rule(stub: StubServer) -> Iterator[ServiceRule]:
-    rule = ServiceRule()
-    stub.rule = rule
-    yield rule
-    stub.rule = None
-
-
-@pytest.fixture
-def client(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=30) as c:
-        yield c
-
-
-def new_conversation(client: httpx.Client) -> str:
-    response = client.post("/api/conversations", json={})
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
 
 
 def stream(client: httpx.Client, method: str, path: str, body: dict | None = None

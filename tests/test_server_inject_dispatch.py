@@ -6,20 +6,12 @@ turns, each inject to its own turn, in tests/test_server_inject_queue.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from ctxstack.server.inject_dispatch import InjectDispatcher
-from tests.service_support import SlowTakeQueue
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
+from tests.service_support import SlowTakeQueue, until
 
 
 async def test_unwatch_returns_once_a_take_in_flight_has_delivered() -> None:
@@ -81,7 +73,7 @@ async def test_a_storage_hiccup_is_retried_at_the_next_tick(
         delivered.append(text)
 
     turn = poller.watch("c", "t", deliver)
-    await _until(lambda: bool(delivered))
+    await until(lambda: bool(delivered))
     await poller.unwatch(turn)
     assert delivered[0] == "after the hiccup"
     assert "looking for injects" in caplog.text

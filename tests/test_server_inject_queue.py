@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from ctxstack.server.injects import (
 )
 from ctxstack.store import create_conversation, create_engine_from_url, create_user, upgrade
 from ctxstack.store.db import session_factory
-from tests.service_support import SlowTakeQueue
+from tests.service_support import SlowTakeQueue, until
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
                         "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
@@ -284,14 +284,6 @@ class _Counting:
         return await self.queue.take(conversation_id, turn_id)
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
-
-
 async def test_waiting_names_the_turns_with_something_queued(
     queue_and_conversations: tuple[InjectQueue, list[str]]
 ) -> None:
@@ -328,9 +320,9 @@ async def test_one_poller_delivers_each_inject_to_its_own_turn(
     target = ids[-1]
     await elsewhere.push(target, "first")
     await elsewhere.push(target, "second")
-    await _until(lambda: got[target] == ["first", "second"])
+    await until(lambda: got[target] == ["first", "second"])
     await elsewhere.push(ids[0], "to the first turn")
-    await _until(lambda: got[ids[0]] == ["to the first turn"])
+    await until(lambda: got[ids[0]] == ["to the first turn"])
     assert {cid: texts for cid, texts in got.items() if texts} == {
         target: ["first", "second"], ids[0]: ["to the first turn"]}
     # One look per tick for every watched turn; takes only where something was queued.
@@ -341,7 +333,7 @@ async def test_one_poller_delivers_each_inject_to_its_own_turn(
     for turn in watched:
         await poller.unwatch(turn)
         assert await queue.end(turn.conversation_id, turn.turn_id) == []
-    await _until(lambda: poller._task is not None and poller._task.done())  # idle: no loop
+    await until(lambda: poller._task is not None and poller._task.done())  # idle: no loop
     looks = len(counting.looks)
     await asyncio.sleep(0.1)
     assert len(counting.looks) == looks

@@ -22,14 +22,12 @@ import pytest
 from ctxstack.dag import _prompts as dag_prompts
 from ctxstack.llm.stub import StubServer
 from tests.service_support import (
-    ServerProcess,
     ServiceRule,
     SSEEvent,
     llm_env,
     redis_url_or_skip,
     running_server,
     sse_events,
-    start_server,
 )
 
 PG_URL = os.environ.get("CTXSTACK_TEST_POSTGRES_URL",
@@ -76,19 +74,12 @@ def stub() -> Iterator[tuple[StubServer, ServiceRule]]:
         yield server, rule
 
 
-def _two_servers(workdir: Path, env: dict[str, str]) -> tuple[ServerProcess, ServerProcess]:
-    first = start_server(workdir, env)
-    try:
-        second = start_server(workdir, env)
-    except BaseException:
-        first.stop()
-        raise
-    return first, second
-
-
-def _inject_across_processes(first: ServerProcess, second: ServerProcess,
-                             stub: StubServer, mode: str = "react") -> None:
-    with httpx.Client(base_url=first.url, timeout=30) as a, \
+def _inject_across_processes(workdir: Path, env: dict[str, str], stub: StubServer,
+                             mode: str = "react") -> None:
+    """Two service processes on one store: a turn runs on the first, the inject is sent to
+    the second and must reach the turn."""
+    with running_server(workdir, env) as first, running_server(workdir, env) as second, \
+            httpx.Client(base_url=first.url, timeout=30) as a, \
             httpx.Client(base_url=second.url, timeout=30) as b:
         cid = a.post("/api/conversations", json={}).json()["id"]
         # Both processes act as the same local user over the same database.
@@ -133,44 +124,20 @@ def _inject_across_processes(first: ServerProcess, second: ServerProcess,
 
 
 @pytest.mark.postgres
-def test_inject_reaches_a_dag_turn_on_another_process_via_postgres(
-    pg_schema: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
-) -> None:
-    server, _ = stub
-    env = llm_env(server, CTXSTACK_DATABASE_URL=PG_URL, CTXSTACK_DATABASE_SCHEMA=pg_schema)
-    first, second = _two_servers(tmp_path, env)
-    try:
-        _inject_across_processes(first, second, server, mode="dag")
-    finally:
-        first.stop()
-        second.stop()
-
-
-@pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["react", "dag"])
 def test_inject_reaches_a_turn_on_another_process_via_postgres(
-    pg_schema: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
+    mode: str, pg_schema: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
 ) -> None:
     server, _ = stub
     env = llm_env(server, CTXSTACK_DATABASE_URL=PG_URL, CTXSTACK_DATABASE_SCHEMA=pg_schema)
-    first, second = _two_servers(tmp_path, env)
-    try:
-        _inject_across_processes(first, second, server)
-    finally:
-        first.stop()
-        second.stop()
+    _inject_across_processes(tmp_path, env, server, mode)
 
 
 def test_inject_reaches_a_turn_on_another_process_via_redis(
     redis_url: str, stub: tuple[StubServer, ServiceRule], tmp_path: Path
 ) -> None:
     server, _ = stub
-    env = llm_env(server, CTXSTACK_REDIS_URL=redis_url)
-    first, second = _two_servers(tmp_path, env)
-    try:
-        _inject_across_processes(first, second, server)
-    finally:
-        first.stop()
-        second.stop()
+    _inject_across_processes(tmp_path, llm_env(server, CTXSTACK_REDIS_URL=redis_url), server)
 
 
 # ---------------------------------------------------------------------- DAG mode

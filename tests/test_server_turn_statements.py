@@ -9,18 +9,14 @@ budgets and history, and stores its answer and releases the claim in a second on
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 from pathlib import Path
 
-import httpx
 from sqlalchemy import event
 
-from ctxstack.server.app import create_app
-from ctxstack.server.settings import Settings
 from ctxstack.store.db import engine_of
-from ctxstack.store.migrate import upgrade
+from tests.service_support import in_process_service, turn_over, until
 
 # Timing-dependent statements left out of the count: the worker's inject poller looks
 # every 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
@@ -42,44 +38,19 @@ def _kind(sql: str) -> str:
     return f"{verb} {table}"
 
 
-async def _turn(client: httpx.AsyncClient, conversation: str, query: str) -> str:
-    last = ""
-    async with client.stream("POST", "/api/chat", json={
-            "conversation_id": conversation, "query": query}) as response:
-        assert response.status_code == 200
-        async for line in response.aiter_lines():
-            if line.startswith("event:"):
-                last = line[6:].strip()
-    return last
-
-
 async def test_a_turn_is_thirteen_statements_in_two_write_transactions(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'turns.db'}"
-    await upgrade(url)
-    app = create_app(Settings(database_url=url, files_dir=tmp_path / "files", auth="none",
-                              demo_delay=0, demo_chunk_delay=0, calibrate=False))
-    async with app.router.lifespan_context(app):
-        state = app.state.ctxstack
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            conversation = (await client.post("/api/conversations", json={})).json()["id"]
-            assert await _turn(client, conversation, "What is 6*7?") == "done"
-            for _ in range(500):  # the first turn's task ends right after its last event
-                if not state.turns:
-                    break
-                await asyncio.sleep(0.01)
-            statements: list[str] = []
-            commits: list[int] = []
-            engine = engine_of(state.factory).sync_engine
-            event.listen(engine, "before_cursor_execute",
-                         lambda *args: statements.append(" ".join(args[2].split())))
-            event.listen(engine, "commit", lambda *args: commits.append(1))
-            assert await _turn(client, conversation, "And 6*8?") == "done"
-            for _ in range(500):  # the turn, then its stream's last write
-                if not state.turns and not state.streams.pumps:
-                    break
-                await asyncio.sleep(0.01)
-            assert not state.streams.pumps, "the turn's stream was never closed"
+    async with in_process_service(tmp_path) as (state, client, conversation):
+        assert await turn_over(client, conversation, "What is 6*7?") == "done"
+        await until(lambda: not state.turns)  # the task ends right after its last event
+        statements: list[str] = []
+        commits: list[int] = []
+        engine = engine_of(state.factory).sync_engine
+        event.listen(engine, "before_cursor_execute",
+                     lambda *args: statements.append(" ".join(args[2].split())))
+        event.listen(engine, "commit", lambda *args: commits.append(1))
+        assert await turn_over(client, conversation, "And 6*8?") == "done"
+        # the turn, then its stream's last write (else the stream was never closed)
+        await until(lambda: not state.turns and not state.streams.pumps)
     kept = [_kind(s) for s in statements if not any(p.match(s) for p in _TIMED)]
     counted = Counter(k for k in kept if "turn_stream" not in k)
     streams = Counter(k for k in kept if "turn_stream" in k)

@@ -9,9 +9,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -19,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability_support import BACKENDS, database_env, new_conversation, stored, turn
-from tests.service_support import running_server, start_server
+from tests.reliability_support import BACKENDS, database_env, turn
+from tests.service_support import new_conversation, running_server, start_server, stored
 
 CLIENTS = 5
 TURNS_EACH = 5
@@ -86,10 +83,7 @@ def test_kill_9_mid_turn_the_restarted_server_takes_over_at_once(
                 assert response.status_code == 200
                 busy = client.post("/api/chat", json={"conversation_id": cid, "query": "again"})
                 assert busy.status_code == 409
-                os.kill(first.proc.pid, signal.SIGKILL)
-                first.proc.wait(timeout=10)
-                with contextlib.suppress(httpx.HTTPError):
-                    stream.__exit__(None, None, None)
+                first.kill_9(stream)
         finally:
             first.stop()
         fast = {**db, "CTXSTACK_DEMO_DELAY": "0.005", "CTXSTACK_TURN_LEASE": "600"}

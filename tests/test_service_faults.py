@@ -20,11 +20,9 @@ from tests.reliability_support import (
     BACKENDS,
     StubProcess,
     database_env,
-    new_conversation,
-    stored,
     turn,
 )
-from tests.service_support import ServerProcess, running_server
+from tests.service_support import ServerProcess, new_conversation, running_server, stored
 
 LLM_TIMEOUT = "2"
 FAULTS = {

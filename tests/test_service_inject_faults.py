@@ -11,9 +11,6 @@ Both on SQLite and PostgreSQL, with the database queue and (``kill -9``) with Re
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +23,15 @@ from tests.reliability_support import (
     BACKENDS,
     database_cut,
     database_env,
-    new_conversation,
-    stored,
 )
 from tests.reliability_support import turn as run_turn
-from tests.service_support import redis_url_or_skip, running_server, start_server
+from tests.service_support import (
+    new_conversation,
+    redis_url_or_skip,
+    running_server,
+    start_server,
+    stored,
+)
 
 INJECT = "Also mention the blue notebook, please."
 
@@ -88,10 +89,7 @@ def test_kill_9_after_a_turn_read_an_inject_loses_nothing(
                 stream, _response = _open_turn(client, cid, "A slow question")
                 _inject(client, cid)
                 time.sleep(1.5)  # the worker's poller takes it (every 0.25 s)
-                os.kill(first.proc.pid, signal.SIGKILL)
-                first.proc.wait(timeout=10)
-                with contextlib.suppress(httpx.HTTPError):
-                    stream.__exit__(None, None, None)
+                first.kill_9(stream)
         finally:
             first.stop()
         time.sleep(3.5)  # the Redis claim's lease runs out (the database one: dead pid)

@@ -24,10 +24,8 @@ from tests.reliability_support import (
     BACKENDS,
     database_cut,
     database_env,
-    new_conversation,
-    stored,
 )
-from tests.service_support import running_server, sse_events
+from tests.service_support import new_conversation, running_server, sse_events, stored
 
 CLIENTS = 10
 DURATION = 40.0

@@ -17,12 +17,11 @@ from ctxstack.tokens._model import (
     script_features,
     script_units,
 )
-from tests.exact_tokens import exact
+from tests.exact_tokens import exact, named_counts
 
 
 def features(text: str) -> dict[str, int]:
-    raw = text.encode("utf-8", "surrogatepass")
-    return {name: n for name, n in zip(SCRIPT_FEATURES, script_features(raw), strict=True) if n}
+    return named_counts(text, SCRIPT_FEATURES, script_features)
 
 
 def test_feature_names_and_weights_line_up() -> None:

@@ -21,12 +21,11 @@ from ctxstack.tokens._model import (
     script_units,
     symbol_features,
 )
-from tests.exact_tokens import exact
+from tests.exact_tokens import exact, named_counts
 
 
 def features(text: str) -> dict[str, int]:
-    raw = text.encode("utf-8", "surrogatepass")
-    return {name: n for name, n in zip(SYMBOL_FEATURES, symbol_features(raw), strict=True) if n}
+    return named_counts(text, SYMBOL_FEATURES, symbol_features)
 
 
 def test_feature_names_and_weights_line_up() -> None:

@@ -15,8 +15,9 @@ it does not import the guard, the engines or an LLM client.
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from ctxstack._lazy import lazy_exports
 
 if typing.TYPE_CHECKING:
     from ctxstack.agent import ReActAgent, tool
@@ -124,13 +125,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> typing.Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -69,6 +69,23 @@ class ModelBudget(BaseModel):
         return self.context_size - self.max_output_tokens < MIN_USABLE_INPUT_TOKENS
 
 
+def input_tokens(budget: object, name: str) -> int:
+    """The input-token limit ``budget`` stands for: a :class:`ModelBudget`'s usable input
+    tokens, or a positive int as it is (how the guard and the adapters take a budget).
+
+    Raises:
+        ConfigError: ``budget`` is neither (a bool is no number here); the message names
+            the argument ``name``.
+    """
+    if isinstance(budget, ModelBudget):
+        return budget.usable_input_tokens
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ConfigError(
+            f"{name}: expected a positive number of tokens or a ModelBudget, got {budget!r}"
+        )
+    return budget
+
+
 def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a positive integer, got {value!r}")

@@ -57,6 +57,7 @@ class ScriptedLLM:
         handler: used when the queue is empty; without one an empty queue is an error.
         delay: seconds to sleep before every answer (to test timeouts and concurrency).
         stream_chunk: characters per streamed delta.
+        chunk_delay: seconds to sleep after each streamed delta (a readable pace).
         context_size: the context window the budget layer reads.
         max_output_tokens: the reserved output the budget layer reads.
     """
@@ -68,6 +69,7 @@ class ScriptedLLM:
         handler: ReplyFn | None = None,
         delay: float = 0.0,
         stream_chunk: int = 8,
+        chunk_delay: float = 0.0,
         context_size: int = 128_000,
         max_output_tokens: int = 64_000,
         name: str = "scripted",
@@ -76,6 +78,7 @@ class ScriptedLLM:
         self.handler = handler
         self.delay = delay
         self.stream_chunk = max(1, stream_chunk)
+        self.chunk_delay = chunk_delay
         self.context_size = context_size
         self.max_output_tokens = max_output_tokens
         self.name = name
@@ -137,7 +140,7 @@ class ScriptedLLM:
         text = result.message.text
         for i in range(0, len(text), self.stream_chunk):
             yield text[i : i + self.stream_chunk]
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.chunk_delay)
         yield result.usage
 
     # ------------------------------------------------------------------ internals

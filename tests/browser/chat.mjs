@@ -7,41 +7,18 @@
 // {"ok": false, "error": "...", "checks": {...}} (exit code 1). Screenshots go to the
 // artifacts directory whatever happens.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
 
-const [baseUrl, artifacts] = process.argv.slice(2);
-if (!baseUrl || !artifacts) {
-  console.error("usage: node chat.mjs <base-url> <artifacts-dir>");
-  process.exit(2);
-}
-mkdirSync(artifacts, { recursive: true });
+import { PNG, QUIET, checks, expect, inBrowser, scriptArgs, send } from "./kit.mjs";
+
+const { baseUrl, artifacts } = scriptArgs("chat.mjs");
 
 const MAX_TURNS = Number(process.env.CTXSTACK_BROWSER_MAX_TURNS || 9);
 const USAGE = /\d+\.\dk in \/ \d+\.\dk out/;
 const DIVIDER = /^\d+ earlier messages? (summarized by AI|trimmed)/;
-// A 1x1 PNG.
-const PNG = Buffer.from(
-  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==",
-  "base64",
-);
-
-const checks = {};
-const profile = mkdtempSync(join(tmpdir(), "ctxstack-chromium-"));
-let context;
-
-function expect(condition, message) {
-  if (!condition) throw new Error(message);
-}
 
 async function sendAndWait(page, text, { inject } = {}) {
-  const before = await page.locator(".msg.assistant").count();
-  await page.fill("#query", text);
-  await page.press("#query", "Enter");
-  const turn = page.locator(".msg.assistant").nth(before);
-  await turn.waitFor({ timeout: 15000 });
+  const turn = await send(page, text);
   if (inject) {
     await page.locator("#inject-form").waitFor({ state: "visible", timeout: 5000 });
     checks.inject_box_visible_while_running = true;
@@ -52,20 +29,8 @@ async function sendAndWait(page, text, { inject } = {}) {
   return turn;
 }
 
-try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-    viewport: { width: 1280, height: 860 },
-  });
-  const page = context.pages()[0] || (await context.newPage());
-  const consoleErrors = [];
-  page.on("console", (msg) => { if (msg.type() === "error") consoleErrors.push(msg.text()); });
-  page.on("pageerror", (err) => consoleErrors.push(String(err)));
+await inBrowser({ name: "chromium", baseUrl, artifacts, flags: ["--disable-quic", ...QUIET],
+  consoleErrors: true, failureShot: "failure.png" }, async (page, consoleErrors) => {
   page.on("dialog", (dialog) => dialog.accept());
 
   await page.goto(baseUrl, { waitUntil: "domcontentloaded" });
@@ -237,16 +202,4 @@ try {
 
   const realErrors = consoleErrors.filter((e) => !/favicon/i.test(e));
   expect(realErrors.length === 0, `console errors: ${realErrors.join(" | ")}`);
-  console.log(JSON.stringify({ ok: true, checks }));
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-} catch (error) {
-  try {
-    const page = context?.pages()[0];
-    if (page) await page.screenshot({ path: join(artifacts, "failure.png"), fullPage: true });
-  } catch { /* best effort */ }
-  console.log(JSON.stringify({ ok: false, error: String(error?.stack || error), checks }));
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(1);
-}
+});

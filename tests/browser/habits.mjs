@@ -12,62 +12,21 @@
 // answer completes (stored "ok", not "stopped"); code blocks get a language label and a
 // Copy button. Prints one JSON line.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
 
-const [baseUrl, artifacts] = process.argv.slice(2);
-if (!baseUrl || !artifacts) {
-  console.error("usage: node habits.mjs <base-url> <artifacts-dir>");
-  process.exit(2);
-}
-mkdirSync(artifacts, { recursive: true });
-const PNG = Buffer.from(
-  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==",
-  "base64",
-);
-const checks = {};
-const profile = mkdtempSync(join(tmpdir(), "ctxstack-habits-"));
-let context;
+import {
+  PNG, QUIET, checks, expect, inBrowser, openConversation, scriptArgs, send,
+} from "./kit.mjs";
 
-function expect(condition, message) {
-  if (!condition) throw new Error(message);
-}
-
-async function send(page, text) {
-  const before = await page.locator(".msg.assistant").count();
-  await page.fill("#query", text);
-  await page.press("#query", "Enter");
-  const turn = page.locator(".msg.assistant").nth(before);
-  await turn.waitFor({ timeout: 15000 });
-  return turn;
-}
+const { baseUrl, artifacts } = scriptArgs("habits.mjs");
 
 async function waitDone(page) {
   await page.locator(".msg.assistant").last().locator(".done-card").waitFor({ timeout: 60000 });
   await page.locator("#composer").waitFor({ state: "visible", timeout: 10000 });
 }
 
-async function stored(page) {
-  return page.evaluate(async () => {
-    const id = decodeURIComponent(location.hash.replace("#c=", ""));
-    return (await fetch(`/api/conversations/${id}/messages`)).json();
-  });
-}
-
-try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1280, height: 860 },
-  });
-  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: baseUrl });
-  const page = context.pages()[0] || (await context.newPage());
-  const consoleErrors = [];
-  page.on("pageerror", (err) => consoleErrors.push(String(err)));
+await inBrowser({ name: "habits", baseUrl, artifacts, flags: QUIET, clipboard: true,
+  failureShot: "habits-failure.png" }, async (page, consoleErrors) => {
   await page.goto(baseUrl, { waitUntil: "domcontentloaded" });
   await page.locator("#query").waitFor({ timeout: 10000 });
 
@@ -76,7 +35,7 @@ try {
   await page.locator("#attachments .chip").waitFor({ timeout: 10000 });
   await send(page, "What is in this picture?");
   await waitDone(page);
-  const first = await stored(page);
+  const first = await openConversation(page, "messages");
   expect(first.length === 2 && first[0].images.length === 1, `first turn stored ${JSON.stringify(first)}`);
   await page.locator(".regen-btn").click();
   await page.waitForFunction(() => !document.querySelector(".msg.assistant .done-card"), null, { timeout: 10000 })
@@ -85,7 +44,7 @@ try {
   expect(await page.locator(".msg.user").count() === 1, "Regenerate drew a second question");
   expect(await page.locator(".msg.assistant").count() === 1, "Regenerate kept the old answer");
   expect(await page.locator(".msg.user .images img").count() === 1, "the image left the question");
-  const regenerated = await stored(page);
+  const regenerated = await openConversation(page, "messages");
   expect(regenerated.length === 2, `after Regenerate ${regenerated.length} messages are stored`);
   expect(regenerated[0].id === first[0].id && regenerated[0].images.length === 1, "the question or its image changed");
   expect(regenerated[1].seq > first[1].seq, "the answer was not replaced");
@@ -100,7 +59,7 @@ try {
   await waitDone(page);
   expect(await page.locator(".msg.user").count() === 1, "the question after the edited one is still shown");
   expect((await page.locator(".msg.user .bubble").first().innerText()) === "The first question, edited?", "edited text not shown");
-  const edited = await stored(page);
+  const edited = await openConversation(page, "messages");
   expect(edited.length === 2 && edited[0].content === "The first question, edited?", `after Edit: ${JSON.stringify(edited.map((m) => m.content?.slice(0, 30)))}`);
   checks.edit = true;
   await page.screenshot({ path: join(artifacts, "habits-edit.png") });
@@ -154,7 +113,7 @@ try {
   await page.locator("#inject-form").waitFor({ state: "visible", timeout: 15000 });
   checks.resumed_running = true;
   await waitDone(page);
-  const after = await stored(page);
+  const after = await openConversation(page, "messages");
   const last = after.at(-1);
   expect(last.role === "assistant" && last.status === "ok", `after the reload the turn ended ${last.status}`);
   const shown = await page.locator(".msg.assistant").last().locator(".answer").innerText();
@@ -184,16 +143,4 @@ try {
   await page.unroute("**/api/conversations/*/messages");
 
   expect(consoleErrors.length === 0, `page errors: ${consoleErrors.join(" | ")}`);
-  console.log(JSON.stringify({ ok: true, checks }));
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-} catch (error) {
-  try {
-    const page = context?.pages()[0];
-    if (page) await page.screenshot({ path: join(artifacts, "habits-failure.png"), fullPage: true });
-  } catch { /* best effort */ }
-  console.log(JSON.stringify({ ok: false, error: String(error?.stack || error), checks }));
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(1);
-}
+});

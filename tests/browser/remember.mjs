@@ -12,17 +12,11 @@
 // result on click, after a reload); a 390 px phone width; /docs showing the SSE payloads.
 // Prints one JSON line.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
 
-const [baseUrl, artifacts] = process.argv.slice(2);
-if (!baseUrl || !artifacts) {
-  console.error("usage: node remember.mjs <base-url> <artifacts-dir>");
-  process.exit(2);
-}
-mkdirSync(artifacts, { recursive: true });
+import { QUIET, checks, expect, inBrowser, openConversation, scriptArgs, send } from "./kit.mjs";
+
+const { baseUrl, artifacts } = scriptArgs("remember.mjs");
 const DIVIDER = /^(\d+) earlier messages? summarized by AI/;
 const QUESTIONS = [
   "How many words are in this sentence about context windows?",
@@ -33,25 +27,8 @@ const QUESTIONS = [
   "Explain compaction once more.",
   "And what about tools?",
 ];
-const checks = {};
-const profile = mkdtempSync(join(tmpdir(), "ctxstack-remember-"));
-let context;
-
-function expect(condition, message) {
-  if (!condition) throw new Error(message);
-}
-
 async function shot(page, name) {
   await page.screenshot({ path: join(artifacts, name) });
-}
-
-async function send(page, text) {
-  const before = await page.locator(".msg.assistant").count();
-  await page.fill("#query", text);
-  await page.press("#query", "Enter");
-  const turn = page.locator(".msg.assistant").nth(before);
-  await turn.waitFor({ timeout: 15000 });
-  return turn;
 }
 
 async function sendAndWait(page, text) {
@@ -78,26 +55,8 @@ async function dividerState(page) {
   });
 }
 
-async function compactions(page) {
-  return page.evaluate(async () => {
-    const id = decodeURIComponent(location.hash.replace("#c=", ""));
-    return (await fetch(`/api/conversations/${id}/compactions`)).json();
-  });
-}
-
-try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1280, height: 860 },
-  });
-  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: baseUrl });
-  const page = context.pages()[0] || (await context.newPage());
-  const consoleErrors = [];
-  page.on("console", (msg) => { if (msg.type() === "error") consoleErrors.push(msg.text()); });
-  page.on("pageerror", (err) => consoleErrors.push(String(err)));
+await inBrowser({ name: "remember", baseUrl, artifacts, flags: QUIET, clipboard: true,
+  consoleErrors: true, failureShot: "remember-failure.png" }, async (page, consoleErrors) => {
 
   // ---- a first run states the demo model's 8K window
   // /api/info and /api/me are held back a second on this first load, as on a busy
@@ -127,7 +86,7 @@ try {
   let turns = 0;
   // A mid-turn compaction can draw the divider before the first *load* compaction, which
   // is what GET /compactions lists: talk until both exist.
-  while ((!divider || !(await compactions(page)).length) && turns < QUESTIONS.length) {
+  while ((!divider || !(await openConversation(page, "compactions")).length) && turns < QUESTIONS.length) {
     await sendAndWait(page, QUESTIONS[turns]);
     turns += 1;
     // live: the divider is drawn while the turn runs, once the earlier messages' seqs are
@@ -141,7 +100,7 @@ try {
   checks.divider_turn = turns;
   const match = DIVIDER.exec(divider.text);
   expect(match, `divider text: ${divider.text}`);
-  const listed = await compactions(page);
+  const listed = await openConversation(page, "compactions");
   const entry = listed[listed.length - 1];  // the newest compaction is what the divider shows
   expect(entry, "GET /compactions is empty after the divider appeared");
   expect(Number(match[1]) === entry.summarized_messages, `divider says ${match[1]}, API ${entry.summarized_messages}`);
@@ -306,16 +265,4 @@ try {
 
   const realErrors = consoleErrors.filter((e) => !/favicon/i.test(e));
   expect(realErrors.length === 0, `console errors: ${realErrors.join(" | ")}`);
-  console.log(JSON.stringify({ ok: true, checks }));
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-} catch (error) {
-  try {
-    const page = context?.pages()[0];
-    if (page) await page.screenshot({ path: join(artifacts, "remember-failure.png"), fullPage: true });
-  } catch { /* best effort */ }
-  console.log(JSON.stringify({ ok: false, error: String(error?.stack || error), checks }));
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(1);
-}
+});

@@ -8,8 +8,6 @@ prompt and the latest user message intact.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -34,7 +32,7 @@ from ctxstack.integrations.llamaindex import (
     GuardedMemory,
     to_ctx,
 )
-from ctxstack.testing import ScriptedLLM
+from tests.integrations.inventory import INSTRUCTIONS, TURNS, lookup, question, summariser
 
 # LlamaIndex's workflow engine walks each agent with inspect.getmembers, touching pydantic's
 # deprecated attributes (`__fields__`, `model_computed_fields` on an instance, ...): their
@@ -42,20 +40,8 @@ from ctxstack.testing import ScriptedLLM
 pytestmark = pytest.mark.filterwarnings(
     "ignore::pydantic.warnings.PydanticDeprecationWarning")
 
-SYSTEM_PROMPT = "You are a careful inventory assistant. Use the lookup tool for every question."
 MEMORY_BUDGET = 1_800
 MODEL_BUDGET = 2_200  # memory budget + system prompt + one run's tool calls and results
-TURNS = 32
-
-
-def question(turn: int) -> str:
-    return (f"Question {turn}: what is stored under shelf S-{turn:03d}? Please check the "
-            f"inventory and report the exact row values for shelf S-{turn:03d}.")
-
-
-def lookup(key: str) -> str:
-    """Look a shelf up in the inventory."""
-    return f"{key}: " + " ".join(f"row{i}={key}-{i * 7}" for i in range(30))
 
 
 class Collector(BaseEventHandler):
@@ -74,12 +60,6 @@ def instrumented() -> Iterator[Collector]:
         yield collector
     finally:
         root.event_handlers.remove(collector)
-
-
-def summariser() -> ScriptedLLM:
-    return ScriptedLLM(handler=lambda messages, tools: (
-        "The user asked about several shelves; each was looked up with the lookup tool "
-        "and the row values were reported back."))
 
 
 class Inventory:
@@ -125,7 +105,7 @@ async def test_function_agent_runs_32_tool_turns_within_budget(instrumented: Col
     behaviour = Inventory()
     llm = MockFunctionCallingLLM(response_generator=behaviour)
     agent = FunctionAgent(tools=[FunctionTool.from_defaults(lookup)], llm=llm,
-                          system_prompt=SYSTEM_PROMPT)
+                          system_prompt=INSTRUCTIONS)
     for turn in range(1, TURNS + 1):
         answer = await agent.run(question(turn), memory=memory)
         assert str(answer) == f"Shelf S-{turn:03d} holds the rows."
@@ -134,7 +114,7 @@ async def test_function_agent_runs_32_tool_turns_within_budget(instrumented: Col
     for call in behaviour.calls:
         assert tokens(guard, call) <= MODEL_BUDGET
         assert call[0].role == MessageRole.SYSTEM
-        assert call[0].content == SYSTEM_PROMPT
+        assert call[0].content == INSTRUCTIONS
         assert_valid_tool_sequence(call)
     for turn, call in enumerate(behaviour.calls[::2], start=1):
         users = [m for m in call if m.role == MessageRole.USER]
@@ -160,7 +140,7 @@ def test_sync_chat_engine_reads_guarded_history() -> None:
     guard = ContextGuard()
     memory = GuardedMemory.from_defaults(guard=guard, budget=300)
     engine = SimpleChatEngine.from_defaults(llm=MockLLM(max_tokens=20), memory=memory,
-                                            system_prompt=SYSTEM_PROMPT)
+                                            system_prompt=INSTRUCTIONS)
     for turn in range(1, 15):
         engine.chat(question(turn))
     history = memory.get()
@@ -224,27 +204,6 @@ def test_bad_arguments_are_refused() -> None:
         GuardedMemory(guard=ContextGuard(), budget=100, counter=CalibratingCounter())
     with pytest.raises(ConfigError, match="hint"):
         GuardedMemory(guard=ContextGuard(), budget=100, hint="bogus")
-
-
-def test_missing_extra_names_the_install_command() -> None:
-    code = (
-        "import sys; sys.modules['llama_index.core'] = None\n"
-        "try:\n"
-        "    import ctxstack.integrations.llamaindex\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert "pip install 'ctxstack[llamaindex]'" in out
-
-
-def test_example_runs_offline() -> None:
-    done = subprocess.run([sys.executable, "examples/llamaindex_memory.py"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "compaction: llm" in done.stdout
-    assert "turn 12: Found: shelf 12" in done.stdout
 
 
 async def test_oversized_tool_result_is_cut_in_llamaindex_form() -> None:

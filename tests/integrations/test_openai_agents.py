@@ -8,8 +8,6 @@ latest user message intact. Sessions run on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -31,7 +29,8 @@ from ctxstack.integrations._responses import PrefixCache, items_to_messages
 from ctxstack.integrations.openai_agents import CalibrationHooks, CtxstackSession, input_filter
 from ctxstack.store import list_messages, session_factory
 from ctxstack.store.db import create_engine_from_url
-from ctxstack.testing import ScriptedLLM
+from tests.integrations import inventory
+from tests.integrations.inventory import INSTRUCTIONS, TURNS, question, summariser
 from tests.store.dbkit import postgres_backend
 
 
@@ -54,21 +53,11 @@ async def db_engine(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncItera
             await engine.dispose()
 
 
-INSTRUCTIONS = "You are a careful inventory assistant. Use the lookup tool for every question."
 CALL_BUDGET = 1_000
 SESSION_BUDGET = 1_200
-TURNS = 32
 
 
-def question(turn: int) -> str:
-    return (f"Question {turn}: what is stored under shelf S-{turn:03d}? Please check the "
-            f"inventory and report the exact row values for shelf S-{turn:03d}.")
-
-
-@function_tool
-def lookup(key: str) -> str:
-    """Look a shelf up in the inventory."""
-    return f"{key}: " + " ".join(f"row{i}={key}-{i * 7}" for i in range(30))
+lookup = function_tool(inventory.lookup)
 
 
 class SpanCollector(TracingProcessor):
@@ -94,12 +83,6 @@ def spans() -> Iterator[SpanCollector]:
         yield collector
     finally:
         set_trace_processors([])
-
-
-def summariser() -> ScriptedLLM:
-    return ScriptedLLM(handler=lambda messages, tools: (
-        "The user asked about several shelves; each was looked up with the lookup tool "
-        "and the row values were reported back."))
 
 
 class Inventory:
@@ -306,19 +289,6 @@ def test_bad_arguments_are_refused_with_the_argument_named(tmp_path: Any) -> Non
         CtxstackSession("", guard, 100, url)
 
 
-def test_missing_extra_names_the_install_command() -> None:
-    code = (
-        "import sys; sys.modules['agents'] = None\n"
-        "try:\n"
-        "    import ctxstack.integrations.openai_agents\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert "pip install 'ctxstack[openai-agents]'" in out
-
-
 _KINDS = {
     "user": lambda n: {"role": "user", "content": f"u{n}"},
     "reasoning": lambda n: {"type": "reasoning", "id": f"rs{n}", "summary": []},
@@ -342,14 +312,6 @@ def test_prefix_cache_converts_a_growing_input_like_a_fresh_conversion(
         cached = cache.convert(items)
         fresh = items_to_messages(items)
         assert [m.model_dump() for m in cached] == [m.model_dump() for m in fresh]
-
-
-def test_example_runs_offline() -> None:
-    done = subprocess.run([sys.executable, "examples/openai_agents_session.py"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert "compaction: llm" in done.stdout
-    assert "turn 12: Found it: shelf 12" in done.stdout
 
 
 async def test_oversized_items_are_cut_and_rebuilt_around_their_calls() -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for storage tests: every test using ``sf`` runs on SQLite and on PostgreSQL.
+"""Fixtures for storage tests: every test using ``sf`` runs on SQLite and on PostgreSQL
+(the ``backend`` fixture of :mod:`tests.db_fixtures`).
 
 See :mod:`tests.store.dbkit` for how PostgreSQL is found, isolated and skipped.
 """
@@ -6,23 +7,12 @@ See :mod:`tests.store.dbkit` for how PostgreSQL is found, isolated and skipped.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxstack.store import SessionFactory, UserRecord, create_user, session_factory, upgrade
-from tests.store.dbkit import Backend, postgres_backend
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
-    """An empty database on each backend."""
-    if request.param == "sqlite":
-        yield Backend("sqlite", f"sqlite+aiosqlite:///{tmp_path / 'ctxstack.db'}")
-        return
-    async for pg in postgres_backend():
-        yield pg
+from tests.store.dbkit import Backend
 
 
 @pytest.fixture

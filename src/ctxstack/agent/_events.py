@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
-from ctxstack.agent._result import AgentResult
+from ctxstack.agent._result import AgentResult, ToolTraceEntry
 from ctxstack.guard import CompactionEvent
 
 
@@ -53,17 +53,11 @@ class ToolCallEvent(_Event):
     arguments: dict[str, Any]
 
 
-class ToolResultEvent(_Event):
-    """A tool call finished (``error`` set when it failed, timed out or was invalid)."""
+class ToolResultEvent(_Event, ToolTraceEntry):
+    """A tool call finished: its trace entry (``error`` set when it failed, timed out or
+    was invalid)."""
 
     type: Literal["tool_result"] = "tool_result"
-    iteration: int
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    result_preview: str
-    duration_s: float
-    error: str | None = None
 
 
 class CompactionNoticeEvent(_Event):

@@ -375,11 +375,7 @@ class ReActAgent:
         run.trace.extend(entries)
         run.calls.extend(calls)
         for entry in entries:
-            yield ToolResultEvent(
-                iteration=iteration, call_id=entry.call_id, tool=entry.tool,
-                arguments=entry.arguments, result_preview=entry.result_preview,
-                duration_s=entry.duration_s, error=entry.error,
-            )
+            yield ToolResultEvent(**dict(entry))
         hit = decisions.detect_cycle(run.calls, len(calls), self.cycle_threshold)
         if hit is not None:
             warning = decisions.cycle_warning_message(hit)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,3 +36,23 @@ def needs_extra(extra: str, command: str) -> Iterator[None]:
             f"`ctxstack {command}` needs the {extra!r} extra ({exc.name} is not installed): "
             f"pip install 'ctxstack[{extra}]'"
         ) from exc
+
+
+def listen_options(*, port: int, workers: str) -> Callable[[F], F]:
+    """``--host``, ``--port`` and ``--workers`` of a command that runs a server: loopback by
+    default, ``port`` the command's own default, ``workers`` what its worker processes
+    share (for the help text)."""
+    options = (
+        click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind."),
+        click.option("--port", default=port, show_default=True, type=click.IntRange(1, 65535),
+                     help="Port to listen on."),
+        click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+                     help=f"Worker processes ({workers})."),
+    )
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

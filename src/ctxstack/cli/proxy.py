@@ -7,7 +7,7 @@ import os
 
 import click
 
-from ctxstack.cli.app import main, needs_extra
+from ctxstack.cli.app import listen_options, main, needs_extra
 from ctxstack.errors import CtxstackError
 
 
@@ -19,11 +19,7 @@ from ctxstack.errors import CtxstackError
               help="Where POST /v1/messages goes: the proxy calls <URL>/v1/messages "
                    "[default: https://api.anthropic.com, env "
                    "CTXSTACK_PROXY_ANTHROPIC_UPSTREAM].")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8787, show_default=True, type=click.IntRange(1, 65535),
-              help="Port to listen on.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Worker processes (they share checkpoints through the database).")
+@listen_options(port=8787, workers="they share checkpoints through the database")
 @click.option("--auth/--no-auth", "auth", default=None,
               help="Require `ctxstack user create` tokens (the default, and mandatory, on "
                    "any address that is not loopback).")

@@ -8,7 +8,7 @@ import os
 
 import click
 
-from ctxstack.cli.app import main, needs_extra
+from ctxstack.cli.app import listen_options, main, needs_extra
 from ctxstack.errors import CtxstackError
 
 WORKER_HEALTHCHECK_SECONDS = 60
@@ -18,11 +18,7 @@ log = logging.getLogger(__name__)
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(1, 65535),
-              help="Port to listen on.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Worker processes (they share the database, and Redis if configured).")
+@listen_options(port=8765, workers="they share the database, and Redis if configured")
 @click.option("--no-auth/--auth", "no_auth", default=None,
               help="--no-auth: one local user, no tokens (the default only on a loopback "
                    "address); --auth: require API tokens (the default elsewhere).")

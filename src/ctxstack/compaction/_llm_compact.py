@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -95,17 +94,6 @@ def check_target_fill(target_fill: object) -> None:
         or not 0 < target_fill <= 1
     ):
         raise ConfigError(f"target_fill: must be a number in (0, 1], got {target_fill!r}")
-
-
-def check_timeout(timeout: object) -> None:
-    """:class:`ConfigError` unless ``timeout`` is None or a positive finite number."""
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
 
 
 @dataclass(frozen=True)

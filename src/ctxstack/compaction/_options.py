@@ -46,6 +46,17 @@ DEFAULT_MASK_ACCEPT = 0.9
 """Measured in ``benchmarks/bench_recall.py`` (the ``mask_accept`` sweep)."""
 
 
+def check_timeout(timeout: object) -> None:
+    """:class:`ConfigError` unless ``timeout`` is None or a positive finite number."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+
+
 class CompactionOptions(BaseModel):
     """Settings of one compaction (immutable; derive variants with :meth:`with_`).
 
@@ -145,13 +156,7 @@ class CompactionOptions(BaseModel):
     @field_validator("timeout", mode="before")
     @classmethod
     def _timeout(cls, value: object) -> object:
-        if value is not None and (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or value <= 0
-        ):
-            raise ValueError(f"timeout: must be a positive number of seconds, got {value!r}")
+        check_timeout(value)
         return value
 
     @field_validator("prompt", mode="before")

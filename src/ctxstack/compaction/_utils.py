@@ -13,9 +13,7 @@ from typing import Any
 
 from ctxstack.compaction import _llm_compact as _llm
 from ctxstack.compaction import _truncate
-from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage, ContentPart
-from ctxstack.protocol import LLM
 from ctxstack.tokens import TokenCounter
 from ctxstack.tokens import estimate_messages_tokens as _estimate_messages
 from ctxstack.tokens import estimate_tokens as _estimate
@@ -56,58 +54,10 @@ class CompactUtils:
         """
         return _truncate.smart_truncate(messages, max_tokens, counter=counter, fill=fill)
 
-    @staticmethod
-    async def llm_compact(
-        messages: Sequence[ChatMessage],
-        llm: LLM | None,
-        max_tokens: int,
-        keep_recent: int = 4,
-        hint: str = "general",
-        *,
-        prompt: str | None = None,
-        target_fill: float = 0.6,
-        timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
-        counter: TokenCounter | None = None,
-    ) -> list[ChatMessage]:
-        """Summarise the oldest history into one rolling summary to fit ``max_tokens``.
+    llm_compact = staticmethod(_llm.llm_compact)
+    """Summarise the oldest history into one rolling summary to fit ``max_tokens``; falls
+    back to :meth:`smart_truncate` (logged) on any summariser failure. See
+    :mod:`ctxstack.compaction._llm_compact` for the rules."""
 
-        Falls back to :meth:`smart_truncate` (logged) on any summariser failure.
-        See :mod:`ctxstack.compaction._llm_compact` for the rules.
-        """
-        return await _llm.llm_compact(
-            messages,
-            llm,
-            max_tokens,
-            keep_recent,
-            hint,
-            prompt=prompt,
-            target_fill=target_fill,
-            timeout=timeout,
-            counter=counter,
-        )
-
-    @staticmethod
-    async def compact_detailed(
-        messages: Sequence[ChatMessage],
-        llm: LLM | None,
-        max_tokens: int,
-        keep_recent: int = 4,
-        hint: str = "general",
-        *,
-        prompt: str | None = None,
-        target_fill: float = 0.6,
-        timeout: float | None = None,  # noqa: ASYNC109 (the summariser call only; expiry means fallback)
-        counter: TokenCounter | None = None,
-    ) -> CompactionResult:
-        """As :meth:`llm_compact`, returning the full :class:`CompactionResult`."""
-        return await _llm.compact_detailed(
-            messages,
-            llm,
-            max_tokens,
-            keep_recent,
-            hint,
-            prompt=prompt,
-            target_fill=target_fill,
-            timeout=timeout,
-            counter=counter,
-        )
+    compact_detailed = staticmethod(_llm.compact_detailed)
+    """As :meth:`llm_compact`, returning the full :class:`CompactionResult`."""

@@ -110,10 +110,14 @@ class DAGResult(BaseModel):
 
 @dataclass
 class _Run:
-    """Mutable bookkeeping of one run (kept out of the engine so runs can overlap)."""
+    """One run's inputs and mutable bookkeeping (kept out of the engine so runs can
+    overlap)."""
 
     meter: UsageMeter
     t0: float
+    query: str
+    memory: BaseMemory | None = None
+    history: Sequence[ChatMessage] | None = None
     round: int = 0
     enriched: EnrichedQuery | None = None
     plan: Plan | None = None
@@ -294,12 +298,13 @@ class DAGEngine:
         Never raises for a run failure: the last event is then ``error``. Closing the
         iterator early cancels running steps.
         """
-        run = _Run(meter=UsageMeter(), t0=self.clock())
+        run = _Run(meter=UsageMeter(), t0=self.clock(), query=query, memory=memory,
+                   history=history)
         try:
             # aclosing: closing this iterator early must close the inner ones *now* (and so
             # cancel running steps), not whenever the garbage collector gets to them.
             async with aclosing(
-                self._with_injects(run, query, memory=memory, history=history)
+                self._with_injects(run)
             ) as events:
                 async for event in events:
                     yield event
@@ -324,9 +329,10 @@ class DAGEngine:
         Raises:
             PlanError, StructuredOutputError, LLMError: as described in the module docstring.
         """
-        run = _Run(meter=UsageMeter(), t0=self.clock())
+        run = _Run(meter=UsageMeter(), t0=self.clock(), query=query, memory=memory,
+                   history=history)
         done: DAGDoneEvent | None = None
-        events = self._with_injects(run, query, memory=memory, history=history)
+        events = self._with_injects(run)
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, DAGDoneEvent):
@@ -339,14 +345,7 @@ class DAGEngine:
             results=run.results, analyses=run.analyses,
         )
 
-    async def _with_injects(
-        self,
-        run: _Run,
-        query: str,
-        *,
-        memory: BaseMemory | None,
-        history: Sequence[ChatMessage] | None,
-    ) -> AsyncGenerator[DAGEvent, None]:
+    async def _with_injects(self, run: _Run) -> AsyncGenerator[DAGEvent, None]:
         """The run's events with ``injected`` events slipped in as injects are taken.
 
         An inject is reported before the next event of the run after it was taken; the
@@ -359,9 +358,7 @@ class DAGEngine:
         for text in waiting:
             inbox.offer(text)
         try:
-            async with aclosing(
-                self._events(run, query, memory=memory, history=history)
-            ) as events:
+            async with aclosing(self._events(run)) as events:
                 async for event in events:
                     for notice in inbox.drain():
                         yield notice
@@ -370,17 +367,10 @@ class DAGEngine:
             inbox.phase = "synthesis"  # a run that ended takes nothing any more
             self._inboxes.remove(inbox)
 
-    async def _events(
-        self,
-        run: _Run,
-        query: str,
-        *,
-        memory: BaseMemory | None,
-        history: Sequence[ChatMessage] | None,
-    ) -> AsyncGenerator[DAGEvent, None]:
+    async def _events(self, run: _Run) -> AsyncGenerator[DAGEvent, None]:
         main = run.meter.wrap(self.llm)
         fast = run.meter.wrap(self.fast_llm)
-        async for event in self._enrich_events(run, query, memory, history, fast):
+        async for event in self._enrich_events(run, fast):
             yield event
         planner = self.make_planner(main)
         executor = self.make_executor(fast)
@@ -397,17 +387,10 @@ class DAGEngine:
         async for event in self._synthesis_events(run, main):
             yield event
 
-    async def _enrich_events(
-        self,
-        run: _Run,
-        query: str,
-        memory: BaseMemory | None,
-        history: Sequence[ChatMessage] | None,
-        fast: LLM,
-    ) -> AsyncGenerator[DAGEvent, None]:
+    async def _enrich_events(self, run: _Run, fast: LLM) -> AsyncGenerator[DAGEvent, None]:
         before = run.meter.usage
         enriched = await build_enriched_query(
-            query, memory=memory, history=history, fast_llm=fast,
+            run.query, memory=run.memory, history=run.history, fast_llm=fast,
             threshold_tokens=self.summary_threshold_tokens, counter=self.counter,
         )
         run.enriched = enriched

@@ -44,7 +44,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ctxstack.budget import ModelBudget
+from ctxstack.budget import ModelBudget, input_tokens
 from ctxstack.compaction import Archive, CompactionOptions, CompactionResult, CompactUtils, Hint
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY
 from ctxstack.compaction._llm_compact import resolve_options
@@ -140,7 +140,7 @@ class ContextGuard:
         on_check: OnCheck | Sequence[OnCheck] | None = None,
     ) -> None:
         self.compact_llm = compact_llm
-        self.default_budget = _budget_tokens(default_budget, "default_budget")
+        self.default_budget = input_tokens(default_budget, "default_budget")
         if isinstance(max_message_chars, bool) or not isinstance(max_message_chars, int) or (
             max_message_chars < MIN_MESSAGE_CHARS
         ):
@@ -269,7 +269,7 @@ class ContextGuard:
         itself) needs.
         """
         checked = check_hint(hint)
-        limit = self.default_budget if budget is None else _budget_tokens(budget, "budget")
+        limit = self.default_budget if budget is None else input_tokens(budget, "budget")
         self._checks += 1
         current, cuts, total = self._cut_and_count(messages)
         cut = len(cuts)
@@ -521,13 +521,3 @@ def _cache(message: ChatMessage) -> dict[str, int]:
     """The message's per-message cache, read directly: pydantic's private-attribute
     ``__getattr__`` costs ~1 µs, more than everything else on the under-budget path."""
     return message.__pydantic_private__["_token_cache"]  # type: ignore[index,no-any-return]
-
-
-def _budget_tokens(budget: int | ModelBudget, name: str) -> int:
-    if isinstance(budget, ModelBudget):
-        return budget.usable_input_tokens
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ConfigError(
-            f"{name}: expected a positive number of tokens or a ModelBudget, got {budget!r}"
-        )
-    return budget

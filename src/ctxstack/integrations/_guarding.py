@@ -24,8 +24,8 @@ from ctxstack import (
     ConfigError,
     ContextGuard,
     Hint,
-    ModelBudget,
 )
+from ctxstack.budget import input_tokens
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,7 @@ def check_guard(guard: object, budget: object, *, default: bool = False) -> int:
         raise ConfigError(f"guard: expected a ctxstack ContextGuard, got {type(guard).__name__}")
     if budget is None and default:
         return guard.default_budget
-    if isinstance(budget, ModelBudget):
-        return budget.usable_input_tokens
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ConfigError(
-            f"budget: expected a positive number of tokens or a ModelBudget, got {budget!r}"
-        )
-    return budget
+    return input_tokens(budget, "budget")
 
 
 def check_counter(guard: ContextGuard, counter: object) -> CalibratingCounter | None:

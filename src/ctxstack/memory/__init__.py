@@ -5,8 +5,9 @@ and the ``server`` extra) and is re-exported lazily through :mod:`ctxstack.memor
 importing the core never imports the store.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ctxstack._lazy import lazy_exports
 from ctxstack.memory._base import BaseMemory
 from ctxstack.memory._summary import SummaryMemory
 from ctxstack.memory._window import WindowMemory
@@ -17,9 +18,4 @@ if TYPE_CHECKING:
 __all__ = ["BaseMemory", "DbMemory", "SummaryMemory", "WindowMemory"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "DbMemory":
-        from ctxstack.memory.db import DbMemory
-
-        return DbMemory
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(globals(), {"DbMemory": "ctxstack.memory.db"})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from ctxstack.errors import MessageError
 from ctxstack.messages import ChatMessage
@@ -30,6 +32,30 @@ class BaseMemory(ABC):
     @abstractmethod
     async def clear(self) -> None:
         """Forget everything."""
+
+
+class HeldMemory(BaseMemory):
+    """A memory that holds its messages in a list, behind a lock: concurrent
+    ``add_message`` and ``clear`` calls take turns. A subclass reads the list in
+    ``get_messages`` (under ``_lock``) and may act on each new message in :meth:`_added`.
+    """
+
+    def __init__(self) -> None:
+        self._messages: list[ChatMessage] = []
+        self._lock = asyncio.Lock()
+
+    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
+        message = as_chat_message(message)
+        async with self._lock:
+            self._messages.append(message)
+            await self._added()
+
+    async def clear(self) -> None:
+        async with self._lock:
+            self._messages = []
+
+    async def _added(self) -> None:
+        """After a message was appended, still under the lock (nothing by default)."""
 
 
 def as_chat_message(message: object) -> ChatMessage:

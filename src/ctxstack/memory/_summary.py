@@ -32,20 +32,19 @@ the only request without them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ctxstack.compaction import smart_truncate
 from ctxstack.compaction._groups import choose_fold, split_layout
-from ctxstack.compaction._llm_compact import check_keep_recent, check_timeout, summary_sizes
+from ctxstack.compaction._llm_compact import check_keep_recent, summary_sizes
+from ctxstack.compaction._options import check_timeout
 from ctxstack.compaction._prompts import check_hint
 from ctxstack.compaction._summarize import build_summary_message, previous_text, summarize
 from ctxstack.compaction._truncate import check_budget
 from ctxstack.errors import ConfigError
-from ctxstack.memory._base import BaseMemory, as_chat_message
+from ctxstack.memory._base import HeldMemory
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.protocol import LLM, ToolSpec, Usage
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
@@ -58,7 +57,7 @@ DEFAULT_SUMMARY_TOKENS = 1_024
 DEFAULT_FACTS_TOKENS = 256
 
 
-class SummaryMemory(BaseMemory):
+class SummaryMemory(HeldMemory):
     """Summarising memory. See the module docstring.
 
     Args:
@@ -107,6 +106,7 @@ class SummaryMemory(BaseMemory):
             )
         if budget is not None:
             check_budget(budget, "budget")
+        super().__init__()
         self.llm = llm
         self.threshold = threshold
         self.keep_recent = keep_recent
@@ -120,15 +120,10 @@ class SummaryMemory(BaseMemory):
         self.usage = Usage()
         self.compactions = 0
         self.last_reason: str | None = None
-        self._messages: list[ChatMessage] = []
-        self._lock = asyncio.Lock()
 
-    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
-        message = as_chat_message(message)
-        async with self._lock:
-            self._messages.append(message)
-            if self._over():
-                await self._compact()
+    async def _added(self) -> None:
+        if self._over():
+            await self._compact()
 
     async def get_messages(self) -> list[ChatMessage]:
         async with self._lock:
@@ -136,10 +131,6 @@ class SummaryMemory(BaseMemory):
         if self.budget is not None:
             out = smart_truncate(out, self.budget, counter=self.counter)
         return out
-
-    async def clear(self) -> None:
-        async with self._lock:
-            self._messages = []
 
     def _over(self) -> bool:
         held = sum(1 for m in self._messages if m.role != "system" and not m.pinned)

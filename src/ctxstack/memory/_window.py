@@ -18,13 +18,11 @@ here (it is a compaction concept): a window is purely positional.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ctxstack.compaction._groups import split_layout
 from ctxstack.errors import ConfigError
-from ctxstack.memory._base import BaseMemory, as_chat_message
+from ctxstack.memory._base import HeldMemory
 from ctxstack.messages import ChatMessage, repair_tool_turns
 from ctxstack.tokens import DEFAULT_COUNTER
 
@@ -60,7 +58,7 @@ def window_indices(messages: Sequence[ChatMessage], max_messages: int) -> list[i
     return [positions[i] for i in kept]
 
 
-class WindowMemory(BaseMemory):
+class WindowMemory(HeldMemory):
     """Keeps the last ``max_messages`` non-system messages and all system messages.
 
     Safe under concurrent ``add_message`` calls; old messages that can never re-enter
@@ -70,26 +68,18 @@ class WindowMemory(BaseMemory):
     def __init__(self, max_messages: int) -> None:
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
             raise ConfigError(f"max_messages: must be a positive integer, got {max_messages!r}")
+        super().__init__()
         self.max_messages = max_messages
-        self._messages: list[ChatMessage] = []
-        self._lock = asyncio.Lock()
 
-    async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
-        message = as_chat_message(message)
-        async with self._lock:
-            self._messages.append(message)
-            if len(self._messages) > 2 * self.max_messages + _PRUNE_SLACK:
-                self._prune()
+    async def _added(self) -> None:
+        if len(self._messages) > 2 * self.max_messages + _PRUNE_SLACK:
+            self._prune()
 
     async def get_messages(self) -> list[ChatMessage]:
         async with self._lock:
             msgs = repair_tool_turns(self._messages)
             keep = set(window_indices(msgs, self.max_messages))
             return [m for i, m in enumerate(msgs) if m.role == "system" or i in keep]
-
-    async def clear(self) -> None:
-        async with self._lock:
-            self._messages = []
 
     def _prune(self) -> None:
         # Windows only move forward as messages arrive, so everything before the current

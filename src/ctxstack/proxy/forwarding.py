@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -226,14 +227,8 @@ async def relay(upstream: httpx.Response, extra: Mapping[str, str] | None = None
     length = upstream.headers.get("content-length", "")
     if is_sse or not length.isdigit() or int(length) > BUFFER_LIMIT:
         return stream_response(upstream, extra)
-    try:
+    async with reading(upstream):
         raw = b"".join([chunk async for chunk in upstream.aiter_raw()])
-    except httpx.TimeoutException:
-        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
-    except httpx.HTTPError:
-        raise upstream_failed() from None
-    finally:
-        await upstream.aclose()
     return Response(raw, status_code=upstream.status_code,
                     headers=response_headers(upstream, extra))
 
@@ -274,10 +269,29 @@ async def _relay(upstream: httpx.Response, is_sse: bool, on_answer: OnAnswer | N
         log.warning("proxy: upstream body %s mid-stream (%s)",
                     "stalled" if timed_out else "broke", type(exc).__name__)
         if is_sse:
-            err = upstream_timeout(upstream_timeout_seconds(upstream)) if timed_out \
-                else upstream_failed()
+            err = upstream_error(upstream, exc)
             body = error_body(err.message, type=err.type, code=err.code)
             yield f"\n\ndata: {json.dumps(body)}\n\n".encode()
+    finally:
+        await upstream.aclose()
+
+
+def upstream_error(upstream: httpx.Response, exc: httpx.HTTPError) -> ProxyError:
+    """The proxy's error for a transport failure while reading ``upstream``'s body: 504
+    when it timed out (naming the read timeout), else 502."""
+    if isinstance(exc, httpx.TimeoutException):
+        return upstream_timeout(upstream_timeout_seconds(upstream))
+    return upstream_failed()
+
+
+@contextlib.asynccontextmanager
+async def reading(upstream: httpx.Response) -> AsyncIterator[None]:
+    """Read ``upstream``'s body inside: a transport failure is raised as the proxy's
+    502/504 (:func:`upstream_error`), and the response is closed afterwards either way."""
+    try:
+        yield
+    except httpx.HTTPError as exc:
+        raise upstream_error(upstream, exc) from None
     finally:
         await upstream.aclose()
 
@@ -300,17 +314,8 @@ async def read_error(upstream: httpx.Response, *, limit: int | None = None,
     Raises:
         ProxyError: the body could not be read (502/504).
     """
-    try:
-        if limit is None:
-            raw = await upstream.aread()
-        else:
-            raw = await _read_at_most(upstream, limit)
-    except httpx.TimeoutException:
-        raise upstream_timeout(upstream_timeout_seconds(upstream)) from None
-    except httpx.HTTPError:
-        raise upstream_failed() from None
-    finally:
-        await upstream.aclose()
+    async with reading(upstream):
+        raw = await (upstream.aread() if limit is None else _read_at_most(upstream, limit))
     try:
         return raw, json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):

@@ -8,7 +8,9 @@ queues) does not load the whole application.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ctxstack._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ctxstack.server.app import app_from_env, create_app
@@ -17,13 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["Settings", "app_from_env", "create_app"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("app_from_env", "create_app"):
-        from ctxstack.server import app
-
-        return getattr(app, name)
-    if name == "Settings":
-        from ctxstack.server.settings import Settings
-
-        return Settings
-    raise AttributeError(f"module 'ctxstack.server' has no attribute {name!r}")
+__getattr__ = lazy_exports(globals(), {
+    "app_from_env": "ctxstack.server.app",
+    "create_app": "ctxstack.server.app",
+    "Settings": "ctxstack.server.settings",
+})

@@ -23,17 +23,16 @@ only language detection needed here is "does the text contain kana or CJK ideogr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION, is_summary_instruction
 from ctxstack.compaction._summarize import transcript_entries
-from ctxstack.llm import ChatStream, LLMResult, ScriptedLLM, ToolSpec, Usage
+from ctxstack.llm import ScriptedLLM, ToolSpec
 from ctxstack.messages import ChatMessage
 from ctxstack.server.tools import find_arithmetic
 
@@ -335,43 +334,6 @@ def _japanese_answer(question: str, finding: str, summary: bool, visible: int | 
 """
 
 
-class DemoLLM:
-    """The demo model: a :class:`ScriptedLLM` whose streamed answers arrive at a readable
-    pace (``chunk_delay`` seconds between deltas), as a real model's would."""
-
-    def __init__(self, scripted: ScriptedLLM, *, chunk_delay: float = 0.0) -> None:
-        self.scripted = scripted
-        self.chunk_delay = chunk_delay
-        self.model = scripted.name
-
-    @property
-    def context_size(self) -> int:
-        return self.scripted.context_size
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self.scripted.max_output_tokens
-
-    async def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        tools: Sequence[ToolSpec] | None = None,
-        **opts: Any,
-    ) -> LLMResult:
-        return await self.scripted.chat(messages, tools=tools, **opts)
-
-    def stream_chat(self, messages: Sequence[ChatMessage], **opts: Any) -> ChatStream:
-        return ChatStream(self._paced(self.scripted.stream_chat(messages, **opts)))
-
-    async def _paced(self, inner: ChatStream) -> AsyncIterator[str | Usage]:
-        async for delta in inner:
-            yield delta
-            if self.chunk_delay:
-                await asyncio.sleep(self.chunk_delay)
-        yield inner.usage
-
-
 def build_demo_llm(
     *,
     delay: float = 0.05,
@@ -379,17 +341,19 @@ def build_demo_llm(
     context_size: int = 128_000,
     max_output_tokens: int = 64_000,
     name: str = DEMO_MODEL_NAME,
-) -> DemoLLM:
-    """The demo model (see the module docstring). Build one per turn: it records its calls."""
-    scripted = ScriptedLLM(
+) -> ScriptedLLM:
+    """The demo model (see the module docstring): a :class:`ScriptedLLM` whose streamed
+    answers arrive at a readable pace (``chunk_delay`` seconds between deltas), as a real
+    model's would. Build one per turn: it records its calls."""
+    return ScriptedLLM(
         handler=DemoHandler(),
         delay=delay,
         stream_chunk=24,
+        chunk_delay=chunk_delay,
         context_size=context_size,
         max_output_tokens=max_output_tokens,
         name=name,
     )
-    return DemoLLM(scripted, chunk_delay=chunk_delay)
 
 
 def demo_budget(budget: ModelBudget) -> ModelBudget:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -35,6 +36,7 @@ from ctxstack.messages._model import kind_metadata
 from ctxstack.server.auth import UserDep
 from ctxstack.server.compact_now import CompactNowOut, CompactPreviewOut, compact, plan
 from ctxstack.server.errors import NoRunningTurnError
+from ctxstack.server.identity import CurrentUser
 from ctxstack.server.lifecycle import TurnLease
 from ctxstack.server.schemas import (
     MAX_IMAGES_PER_MESSAGE,
@@ -113,36 +115,65 @@ def _mode(requested: Mode | None, question: Question) -> Mode:
 
 
 # ---------------------------------------------------------------------------- rewrite
+async def _answer_again(
+    request: Request, user: CurrentUser, cid: str, *,
+    find: Callable[[AsyncSession], Awaitable[Question]],
+    file_ids: list[str] | None,
+    rewrite: Callable[[AsyncSession, Question, list[FileRecord]], Awaitable[None]],
+    query: Callable[[Question], str],
+    mode: Mode | None,
+) -> Response:
+    """A turn that answers a question again after rewriting the history from it on.
+
+    In the claim's transaction: the conversation must be the user's, ``find`` gives the
+    question, and its images are resolved — ``file_ids`` when given (each must exist),
+    else the question's own (a deleted one skipped); then ``rewrite`` changes the
+    history. The turn asks ``query(question)`` in ``mode`` (default: the question's).
+    """
+    started = time.perf_counter()
+    state = _state(request)
+    turn_id = new_turn_id()
+    found: dict[str, Any] = {}
+
+    async def check(session: AsyncSession) -> None:
+        await conv_store.get_conversation_in(session, cid, owner_id=user.id)
+        question = await find(session)
+        found["question"] = question
+        if file_ids is None:
+            ids, strict = [str(i.get("file_id")) for i in question.images], False
+        else:
+            ids, strict = file_ids, True
+        found["images"] = await _images(state, user.id, ids, strict=strict)
+
+    async def write(session: AsyncSession) -> None:
+        await rewrite(session, found["question"], found["images"])
+
+    def spec() -> TurnSpec:
+        question: Question = found["question"]
+        return TurnSpec(turn_id=turn_id, user_id=user.id, conversation_id=cid,
+                        query=query(question), mode=_mode(mode, question),
+                        images=found["images"])
+
+    return await start_turn(state, cid, turn_id=turn_id, check=check, write=write,
+                            spec=spec, started=started)
+
+
 @router.post("/conversations/{conversation_id}/regenerate", tags=["chat"],
              responses=_STREAM)
 async def regenerate(request: Request, user: UserDep, conversation_id: str,
                      body: RegenerateRequest | None = None) -> Response:
     """Answer the newest question again, replacing what followed it (see the module
     docstring); streams the new turn."""
-    started = time.perf_counter()
-    state = _state(request)
-    cid, turn_id = conversation_id, new_turn_id()
-    found: dict[str, Any] = {}
+    cid = conversation_id
 
-    async def check(session: AsyncSession) -> None:
-        await conv_store.get_conversation_in(session, cid, owner_id=user.id)
-        question = await last_question(session, cid)
-        found["question"] = question
-        found["images"] = await _images(
-            state, user.id, [str(i.get("file_id")) for i in question.images], strict=False)
+    async def rewrite(session: AsyncSession, question: Question,
+                      images: list[FileRecord]) -> None:
+        await delete_from(session, cid, question.seq + 1)
 
-    async def write(session: AsyncSession) -> None:
-        await delete_from(session, cid, found["question"].seq + 1)
-
-    def spec() -> TurnSpec:
-        question: Question = found["question"]
-        return TurnSpec(turn_id=turn_id, user_id=user.id, conversation_id=cid,
-                        query=question.content,
-                        mode=_mode(body.mode if body else None, question),
-                        images=found["images"])
-
-    return await start_turn(state, cid, turn_id=turn_id, check=check, write=write,
-                            spec=spec, started=started)
+    return await _answer_again(
+        request, user, cid, find=lambda session: last_question(session, cid), file_ids=None,
+        rewrite=rewrite, query=lambda question: question.content,
+        mode=body.mode if body else None)
 
 
 @router.post("/conversations/{conversation_id}/messages/{message_id}/edit", tags=["chat"],
@@ -151,39 +182,22 @@ async def regenerate(request: Request, user: UserDep, conversation_id: str,
 async def edit_question(request: Request, user: UserDep, conversation_id: str,
                         message_id: int, body: EditRequest) -> Response:
     """Replace a sent question and everything after it, then answer the new text."""
-    started = time.perf_counter()
-    state = _state(request)
-    cid, turn_id = conversation_id, new_turn_id()
-    found: dict[str, Any] = {}
+    cid = conversation_id
 
-    async def check(session: AsyncSession) -> None:
-        await conv_store.get_conversation_in(session, cid, owner_id=user.id)
-        question = await question_by_id(session, cid, message_id)
-        found["question"] = question
-        if body.file_ids is None:
-            ids, strict = [str(i.get("file_id")) for i in question.images], False
-        else:
-            ids, strict = body.file_ids, True
-        found["images"] = await _images(state, user.id, ids, strict=strict)
-
-    async def write(session: AsyncSession) -> None:
-        question: Question = found["question"]
+    async def rewrite(session: AsyncSession, question: Question,
+                      images: list[FileRecord]) -> None:
         await delete_from(session, cid, question.seq)
         meta = kind_metadata("query", mode=_mode(body.mode, question), edited=True)
-        images: list[FileRecord] = found["images"]
         if images:
             meta["images"] = [{"file_id": r.id, "mime_type": r.mime_type} for r in images]
         await append_messages_in(session, cid, [NewMessage(role="user", content=body.query,
                                                            metadata=meta)],
                                  owner_id=user.id)
 
-    def spec() -> TurnSpec:
-        return TurnSpec(turn_id=turn_id, user_id=user.id, conversation_id=cid,
-                        query=body.query, mode=_mode(body.mode, found["question"]),
-                        images=found["images"])
-
-    return await start_turn(state, cid, turn_id=turn_id, check=check, write=write,
-                            spec=spec, started=started)
+    return await _answer_again(
+        request, user, cid, find=lambda session: question_by_id(session, cid, message_id),
+        file_ids=body.file_ids, rewrite=rewrite, query=lambda question: body.query,
+        mode=body.mode)
 
 
 # ---------------------------------------------------------------------------- compact now

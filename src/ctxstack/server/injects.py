@@ -45,7 +45,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -60,6 +60,7 @@ from ctxstack.server.lifecycle import (
     holder_id,
     holder_is_dead,
 )
+from ctxstack.server.redis_client import redis_client
 from ctxstack.store.db import (
     SessionFactory,
     is_transient_error,
@@ -389,23 +390,22 @@ class RedisInjectQueue:
     redis.call('EXPIRE', KEYS[2], ARGV[2])
     return 1
     """
-    _TAKE = """
-    if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return {} end
+    # The tail of _TAKE and _FINISH: the pending texts (KEYS[2]) move behind the taken
+    # ones (KEYS[3], kept ARGV[2] seconds) and are returned.
+    _HAND_OVER = """
     local items = redis.call('LRANGE', KEYS[2], 0, -1)
     redis.call('DEL', KEYS[2])
     for i = 1, #items do redis.call('RPUSH', KEYS[3], items[i]) end
     if #items > 0 then redis.call('EXPIRE', KEYS[3], ARGV[2]) end
     return items
     """
+    _TAKE = """
+    if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return {} end
+    """ + _HAND_OVER
     _FINISH = """
     if redis.call('GET', KEYS[1]) ~= 'running:' .. ARGV[1] then return nil end
-    redis.call('SET', KEYS[1], 'saving:' .. ARGV[1], 'PX', ARGV[2])
-    local items = redis.call('LRANGE', KEYS[2], 0, -1)
-    redis.call('DEL', KEYS[2])
-    for i = 1, #items do redis.call('RPUSH', KEYS[3], items[i]) end
-    if #items > 0 then redis.call('EXPIRE', KEYS[3], ARGV[3]) end
-    return items
-    """
+    redis.call('SET', KEYS[1], 'saving:' .. ARGV[1], 'PX', ARGV[3])
+    """ + _HAND_OVER
     _RELEASE = """
     local claim = redis.call('GET', KEYS[1])
     if claim == 'running:' .. ARGV[1] or claim == 'saving:' .. ARGV[1] then
@@ -432,26 +432,17 @@ class RedisInjectQueue:
 
     def __init__(self, url: str, *, stale_after: float = DEFAULT_STALE_AFTER,
                  prefix: str = "ctxstack:", timeout: float = DEFAULT_REDIS_TIMEOUT) -> None:
-        import redis.asyncio as aioredis
-
-        self._redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout,
-            socket_connect_timeout=timeout, retry_on_timeout=False)
+        self._redis = redis_client(url, timeout)
         self.stale_after = stale_after
         self.prefix = prefix
 
-    def _turn_key(self, conversation_id: str) -> str:
-        return f"{self.prefix}turn:{conversation_id}"
-
-    def _list_key(self, conversation_id: str) -> str:
-        return f"{self.prefix}injects:{conversation_id}"
-
-    def _taken_key(self, conversation_id: str) -> str:
-        return f"{self.prefix}taken:{conversation_id}"
+    def _key(self, kind: Literal["turn", "injects", "taken"], conversation_id: str) -> str:
+        """A conversation's key: ``turn`` its claim, ``injects`` its queue, ``taken`` the
+        injects a turn drained and has not settled yet."""
+        return f"{self.prefix}{kind}:{conversation_id}"
 
     def _keys(self, conversation_id: str) -> list[str]:
-        return [self._turn_key(conversation_id), self._list_key(conversation_id),
-                self._taken_key(conversation_id)]
+        return [self._key(kind, conversation_id) for kind in ("turn", "injects", "taken")]
 
     def _keep_seconds(self) -> int:
         """How long texts stay queued for a conversation nobody claims again."""
@@ -475,20 +466,20 @@ class RedisInjectQueue:
             raise TurnBusyError(BUSY_MESSAGE)
 
     async def heartbeat(self, conversation_id: str, turn_id: str) -> bool:
-        return bool(await self._eval(self._BEAT, [self._turn_key(conversation_id)], turn_id,
+        return bool(await self._eval(self._BEAT, [self._key("turn", conversation_id)], turn_id,
                                      self._ttl_ms()))
 
     async def is_running(self, conversation_id: str) -> bool:
         from redis.exceptions import RedisError
 
         try:
-            return bool(await self._redis.exists(self._turn_key(conversation_id)))
+            return bool(await self._redis.exists(self._key("turn", conversation_id)))
         except RedisError as exc:
             raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
 
     async def push(self, conversation_id: str, text: str) -> None:
         pushed = await self._eval(
-            self._PUSH, [self._turn_key(conversation_id), self._list_key(conversation_id)],
+            self._PUSH, [self._key("turn", conversation_id), self._key("injects", conversation_id)],
             text, self._keep_seconds())
         if pushed == -1:
             raise NoRunningTurnError(FINISHING_MESSAGE)
@@ -510,7 +501,7 @@ class RedisInjectQueue:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for conversation_id, _ in turns:
-                    pipe.exists(self._list_key(conversation_id))
+                    pipe.exists(self._key("injects", conversation_id))
                 counts = await pipe.execute()
         except RedisError as exc:
             raise DependencyError("redis", f"{type(exc).__name__}: {exc}") from exc
@@ -518,7 +509,7 @@ class RedisInjectQueue:
 
     async def finish(self, conversation_id: str, turn_id: str) -> list[str]:
         items = await self._eval(self._FINISH, self._keys(conversation_id), turn_id,
-                                 self._ttl_ms(), self._keep_seconds())
+                                 self._keep_seconds(), self._ttl_ms())
         if items is None:
             raise LeaseLostError("the turn lost its claim on the conversation")
         return [str(i) for i in items]
@@ -526,8 +517,8 @@ class RedisInjectQueue:
     async def ack(self, conversation_id: str, turn_id: str) -> None:
         """The turn's answer is stored: the texts handed to it (taken, or returned by
         :meth:`finish`) leave the queue. Without this, :meth:`release` re-queues them."""
-        await self._eval(self._ACK, [self._turn_key(conversation_id),
-                                     self._taken_key(conversation_id)], turn_id)
+        await self._eval(self._ACK, [self._key("turn", conversation_id),
+                                     self._key("taken", conversation_id)], turn_id)
 
     async def release(self, conversation_id: str, turn_id: str) -> None:
         await self._eval(self._RELEASE, self._keys(conversation_id), turn_id,

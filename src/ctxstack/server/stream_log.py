@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from sqlalchemy import delete, insert, or_, select, update
 
 from ctxstack.server.failures import DependencyError
+from ctxstack.server.redis_client import redis_client
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.models import TurnStream, TurnStreamEvent, table_of, utcnow
 
@@ -192,11 +193,7 @@ class RedisStreamLog:
 
     def __init__(self, url: str, *, retention: float = DEFAULT_RETENTION_SECONDS,
                  prefix: str = "ctxstack:", timeout: float = 2.0) -> None:
-        import redis.asyncio as aioredis
-
-        self._redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=timeout,
-            socket_connect_timeout=timeout, retry_on_timeout=False)
+        self._redis = redis_client(url, timeout)
         self.retention = retention
         self.prefix = prefix
 

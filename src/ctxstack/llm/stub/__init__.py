@@ -32,8 +32,9 @@ Typical use::
         assert stub.requests[0].messages[-1].text == "hi"
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ctxstack._lazy import lazy_exports
 from ctxstack.llm.stub.replies import (
     DEFAULT_MODEL,
     ReplyLike,
@@ -62,15 +63,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The server half needs FastAPI and uvicorn (the ``server`` extra); the replies do not,
-    # so ``ctxstack chat`` can script the stub's answers with the core install alone.
-    if name in ("StubState", "create_app"):
-        from ctxstack.llm.stub import app
-
-        return getattr(app, name)
-    if name == "StubServer":
-        from ctxstack.llm.stub.server import StubServer
-
-        return StubServer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The server half needs FastAPI and uvicorn (the ``server`` extra); the replies do not,
+# so ``ctxstack chat`` can script the stub's answers with the core install alone.
+__getattr__ = lazy_exports(globals(), {
+    "StubState": "ctxstack.llm.stub.app",
+    "create_app": "ctxstack.llm.stub.app",
+    "StubServer": "ctxstack.llm.stub.server",
+})

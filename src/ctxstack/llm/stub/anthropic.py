@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ctxstack.errors import MessageError
 from ctxstack.llm.stub.replies import StubReply, StubRequest, ids, stub_usage
-from ctxstack.llm.stub.sse import SSEResponse
+from ctxstack.llm.stub.scripted import scripted_response
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
@@ -311,21 +311,12 @@ def add_routes(app: FastAPI, state: ScriptState) -> None:
         if request is None:
             assert refused is not None
             return refused
-        reply = state.next_reply(request)
-        await state.sleep(state.delay + reply.delay)
-        if reply.raw_body is not None:
-            return Response(reply.raw_body, status_code=reply.status,
-                            media_type=reply.content_type, headers=dict(reply.headers))
-        if reply.is_error:
-            return _reply_error(reply)
-        if not request.stream:
-            return JSONResponse(message_json(state, request, reply),
-                                headers=dict(reply.headers))
-        events = sse_events(state, request, reply)
-        if reply.drop_after is not None:
-            events = events[: max(0, reply.drop_after)]
-        return SSEResponse(_paced(state, events, reply),
-                           complete=reply.drop_after is None or reply.drop_mode == "clean")
+        return await scripted_response(
+            state, request, error=_reply_error,
+            answer=lambda reply: JSONResponse(message_json(state, request, reply),
+                                              headers=dict(reply.headers)),
+            events=lambda reply: sse_events(state, request, reply),
+            frame=str.encode)
 
     async def count_tokens(http: Request) -> Response:
         request, refused = await parse(http)
@@ -336,12 +327,3 @@ def add_routes(app: FastAPI, state: ScriptState) -> None:
 
     app.add_route("/v1/messages", messages, methods=["POST"])
     app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
-
-
-async def _paced(state: ScriptState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
-    for i, data in enumerate(events):
-        if reply.chunk_delay and i:
-            await state.sleep(reply.chunk_delay)
-        if reply.pause_after is not None and i == reply.pause_after:
-            await state.sleep(reply.pause)
-        yield data.encode()

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,7 +32,7 @@ from ctxstack.llm.stub.replies import (
     ids,
     stub_usage,
 )
-from ctxstack.llm.stub.sse import SSEResponse
+from ctxstack.llm.stub.scripted import scripted_response
 from ctxstack.messages import from_openai_messages
 
 
@@ -226,20 +226,11 @@ def create_app(state: StubState) -> FastAPI:
             return _reply_error(StubReply.unauthorized())
         if not messages or not body.get("model"):
             return _error(400, "'model' and a non-empty 'messages' are required")
-        reply = state.next_reply(request)
-        await state.sleep(state.delay + reply.delay)
-        if reply.raw_body is not None:
-            return Response(reply.raw_body, status_code=reply.status,
-                            media_type=reply.content_type, headers=dict(reply.headers))
-        if reply.is_error:
-            return _reply_error(reply)
-        if not request.stream:
-            return JSONResponse(_completion_json(state, request, reply))
-        events = _sse_events(state, request, reply)
-        if reply.drop_after is not None:
-            events = events[: max(0, reply.drop_after)]
-        return SSEResponse(_paced(state, events, reply),
-                            complete=reply.drop_after is None or reply.drop_mode == "clean")
+        return await scripted_response(
+            state, request, error=_reply_error,
+            answer=lambda reply: JSONResponse(_completion_json(state, request, reply)),
+            events=lambda reply: _sse_events(state, request, reply),
+            frame=lambda data: f"data: {data}\n\n".encode())
 
     # A plain Starlette route, not a FastAPI one: it takes the raw request and has no
     # parameters to solve or schema to publish, and FastAPI's per-request dependency and
@@ -261,20 +252,11 @@ def create_app(state: StubState) -> FastAPI:
             return _reply_error(StubReply.unauthorized())
         if not body.get("model"):
             return _error(400, "'model' is required", param="model")
-        reply = state.next_reply(request)
-        await state.sleep(state.delay + reply.delay)
-        if reply.raw_body is not None:
-            return Response(reply.raw_body, status_code=reply.status,
-                            media_type=reply.content_type, headers=dict(reply.headers))
-        if reply.is_error:
-            return _reply_error(reply)
-        if not request.stream:
-            return JSONResponse(wire.completed_json(state.model, request, reply))
-        events = wire.stream_events(state.model, request, reply)
-        if reply.drop_after is not None:
-            events = events[: max(0, reply.drop_after)]
-        return SSEResponse(wire.sse_bytes(state.sleep, events, reply),
-                            complete=reply.drop_after is None or reply.drop_mode == "clean")
+        return await scripted_response(
+            state, request, error=_reply_error,
+            answer=lambda reply: JSONResponse(wire.completed_json(state.model, request, reply)),
+            events=lambda reply: wire.stream_events(state.model, request, reply),
+            frame=wire.sse_frame)
 
     async def responses_socket(ws: WebSocket) -> None:
         await ws.accept()
@@ -336,15 +318,6 @@ async def _answer_frame(state: StubState, ws: WebSocket, headers: dict[str, str]
             await state.sleep(reply.pause)
         await ws.send_text(json.dumps(event, ensure_ascii=False))
     return True
-
-
-async def _paced(state: StubState, events: list[str], reply: StubReply) -> AsyncIterator[bytes]:
-    for i, data in enumerate(events):
-        if reply.chunk_delay and i:
-            await state.sleep(reply.chunk_delay)
-        if reply.pause_after is not None and i == reply.pause_after:
-            await state.sleep(reply.pause)
-        yield f"data: {data}\n\n".encode()
 
 
 def _error(status: int, message: str, *, param: str | None = None) -> JSONResponse:

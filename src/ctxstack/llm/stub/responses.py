@@ -31,7 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxstack.errors import MessageError
@@ -216,14 +216,7 @@ def error_event(status: int, error: Mapping[str, Any],
             "headers": dict(headers or {})}
 
 
-async def sse_bytes(sleep: Callable[[float], Awaitable[None]], events: list[dict[str, Any]],
-                    reply: StubReply) -> AsyncIterator[bytes]:
-    """The events as Server-Sent Events, paced as the reply says (``sleep``: the stub's,
-    which wakes when it stops)."""
-    for i, event in enumerate(events):
-        if reply.chunk_delay and i:
-            await sleep(reply.chunk_delay)
-        if reply.pause_after is not None and i == reply.pause_after:
-            await sleep(reply.pause)
-        yield (f"event: {event['type']}\ndata: "
-               f"{json.dumps(event, ensure_ascii=False)}\n\n").encode()
+def sse_frame(event: dict[str, Any]) -> bytes:
+    """One event as a Server-Sent Event (``event:`` its type, ``data:`` its JSON)."""
+    return (f"event: {event['type']}\ndata: "
+            f"{json.dumps(event, ensure_ascii=False)}\n\n").encode()

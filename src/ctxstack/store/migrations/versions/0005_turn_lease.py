@@ -5,23 +5,15 @@ drained its injects and is writing its answer (injects are then refused, a new t
 waits); ``holder`` is ``host:pid`` of the process holding the claim, so a restarted server
 on the same host takes over the claims of its dead predecessor at once instead of waiting
 for the lease to expire (:mod:`ctxstack.server.lifecycle`).
-
-Revision ID: 0005
-Revises: 0002
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -3,23 +3,15 @@
 An optional path of a Hugging Face ``tokenizer.json``; when set, the service counts the
 role's tokens with it (:func:`ctxstack.tokens.counter_for_model`). NULL keeps the
 choice by model name (tiktoken or the heuristic).
-
-Revision ID: 0008
-Revises: 0007
-Create Date: 2026-12-01
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
 down_revision: str | None = "0007"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -6,25 +6,17 @@
   ``lease_until`` make one worker at a time recompute it (single flight);
 * ``proxy_archive`` — what was compacted away from a session's view, for
   ``ctxstack_recall`` (:mod:`ctxstack.store.proxy_sessions`).
-
-Revision ID: 0011
-Revises: 0010
-Create Date: 2026-12-02
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-from ctxstack.store.models import BigIntId, UTCDateTime
+from ctxstack.store.migrations import _ddl
 
 revision: str = "0011"
 down_revision: str | None = "0010"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
@@ -43,27 +35,24 @@ def upgrade() -> None:
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("archived", sa.Integer(), nullable=False),
         sa.Column("lease_owner", sa.String(64), nullable=True),
-        sa.Column("lease_until", UTCDateTime(), nullable=True),
-        sa.Column("updated_at", UTCDateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("session_key", name=op.f("pk_proxy_sessions")),
+        _ddl.timestamp("lease_until", nullable=True),
+        _ddl.timestamp("updated_at"),
+        _ddl.primary_key("proxy_sessions", "session_key"),
     )
-    op.create_index(op.f("ix_proxy_sessions_updated_at"), "proxy_sessions", ["updated_at"])
+    _ddl.create_index("proxy_sessions", "updated_at")
     op.create_table(
         "proxy_archive",
-        sa.Column("id", BigIntId, autoincrement=True, nullable=False),
+        _ddl.id_column(),
         sa.Column("session_key", sa.String(64), nullable=False),
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.Column("created_at", UTCDateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_proxy_archive")),
-        sa.UniqueConstraint("session_key", "digest",
-                            name=op.f("uq_proxy_archive_session_key_digest")),
+        _ddl.timestamp("created_at"),
+        _ddl.primary_key("proxy_archive"),
+        _ddl.unique("proxy_archive", "session_key", "digest"),
     )
-    op.create_index(op.f("ix_proxy_archive_session_key"), "proxy_archive", ["session_key"])
+    _ddl.create_index("proxy_archive", "session_key")
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_proxy_archive_session_key"), table_name="proxy_archive")
     op.drop_table("proxy_archive")
-    op.drop_index(op.f("ix_proxy_sessions_updated_at"), table_name="proxy_sessions")
     op.drop_table("proxy_sessions")
