@@ -174,8 +174,9 @@ def test_websocket_errors_are_error_frames_and_the_socket_stays_open(
 
 
 def test_bad_input_is_a_400_naming_the_field_before_any_upstream_call(
-        client: openai.OpenAI, stub: StubServer) -> None:
+        client: openai.OpenAI, stub: StubServer, proxy: ProxyProcess) -> None:
     calls = stub.state.calls
+    refused = _stats(proxy)["bad_requests"]
     cases: list[tuple[dict[str, Any], str]] = [
         ({"input": [{"type": "function_call", "call_id": "c1", "name": "f",
                      "arguments": "{}"}]}, "input[0]"),
@@ -195,6 +196,7 @@ def test_bad_input_is_a_400_naming_the_field_before_any_upstream_call(
         client.post("/responses", body={"input": "hi"}, cast_to=httpx.Response)
     assert missing.value.param == "model"
     assert stub.state.calls == calls
+    assert _stats(proxy)["bad_requests"] - refused == len(cases) + 1  # counted, by kind
 
 
 def test_upstream_errors_pass_through_exactly(client: openai.OpenAI, stub: StubServer) -> None:

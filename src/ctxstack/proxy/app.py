@@ -196,7 +196,7 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
                       status=upstream.status_code)
             return await relay(upstream)
         except ProxyError as exc:
-            _count_error(state, exc)
+            state.stats.failed(exc)
             log_event("passthrough", method=request.method, status=exc.status,
                       error=exc.code or exc.type)
             return exc.response()
@@ -254,7 +254,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
             if own:
                 await summarizer.aclose()
     except ProxyError as exc:
-        _count_error(state, exc)
+        state.stats.failed(exc)
         log_event("chat_completion", status=exc.status, error=exc.code or exc.type, **log)
         return exc.response()
     return response
@@ -435,17 +435,6 @@ def _log_fit(fit: Fit, log: dict[str, Any], added_ms: float, retried: bool) -> N
                proxy_ms=round(added_ms, 2))
     if fit.reason:
         log["fallback"] = fit.reason.split(":")[0]
-
-
-def _count_error(state: ProxyState, exc: ProxyError) -> None:
-    if exc.status == 400:
-        state.stats.bump("bad_requests")
-    elif exc.status == 401:
-        state.stats.bump("unauthorized")
-    elif exc.code == "upstream_unreachable":
-        state.stats.bump("unreachable")
-    elif exc.code == "upstream_timeout":
-        state.stats.bump("timeouts")
 
 
 def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:

@@ -90,14 +90,7 @@ async def responses_http(state: ProxyParts, request: Request) -> Response:
         return Response(body, status_code=upstream.status_code,
                         headers=response_headers(upstream, extra, keep_length=False))
     except ProxyError as exc:
-        if exc.status == 400:
-            state.stats.bump("bad_requests")
-        elif exc.status == 401:
-            state.stats.bump("unauthorized")
-        elif exc.code == "upstream_unreachable":
-            state.stats.bump("unreachable")
-        elif exc.code == "upstream_timeout":
-            state.stats.bump("timeouts")
+        state.stats.failed(exc)
         if ex is not None:
             log_done(ex, started, exc.status, error=exc.code or exc.type)
         return exc.response()

@@ -53,6 +53,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ctxstack import Usage
+from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.fitting import Fit
 from ctxstack.proxy.recall import UpstreamUsage
 from ctxstack.store import SessionFactory
@@ -267,6 +268,15 @@ class StatsRecorder:
         ``anthropic``, …; the model name is cut to keep the stored key short)."""
         self._add(_model_keys(wire, model, {"cache_read_tokens": read,
                                             "cache_write_tokens": write}))
+
+    def failed(self, exc: ProxyError) -> None:
+        """A request the proxy answered with its own error: counted by kind (bad request,
+        unauthorized, upstream unreachable or silent; other kinds only in the log)."""
+        kind = {400: "bad_requests", 401: "unauthorized"}.get(exc.status) or {
+            "upstream_unreachable": "unreachable", "upstream_timeout": "timeouts",
+        }.get(exc.code or "")
+        if kind:
+            self.bump(kind)
 
     def upstream_error(self, status: int) -> None:
         self._add({f"upstream_errors.{status}": 1})

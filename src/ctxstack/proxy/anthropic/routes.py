@@ -185,14 +185,7 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
             if own:
                 await summarizer.aclose()
     except ProxyError as exc:
-        if exc.status == 400:
-            state.stats.bump("bad_requests")
-        elif exc.status == 401:
-            state.stats.bump("unauthorized")
-        elif exc.code == "upstream_unreachable":
-            state.stats.bump("unreachable")
-        elif exc.code == "upstream_timeout":
-            state.stats.bump("timeouts")
+        state.stats.failed(exc)
         log_event(event, status=exc.status, error=exc.code or exc.type, **log_fields)
         return from_proxy_error(exc)
 
