@@ -16,21 +16,11 @@ from ctxstack.compaction import CompactionContext, CompactionOptions, Compaction
 from ctxstack.guard import CompactionEvent, ContextGuard, GuardTotals
 from ctxstack.guard._events import first_changed
 from ctxstack.llm import ScriptedLLM
-from ctxstack.messages import ChatMessage, ToolCall
+from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
+from tests.test_guard_hooks import conversation as tool_run
 
 BUDGET = 3_000
-
-
-def tool_run(rounds: int, chars: int = 2_000) -> list[ChatMessage]:
-    msgs = [ChatMessage.system("You are a careful research agent."),
-            ChatMessage.user("Read every page and report the revenue.", pinned=True,
-                             metadata={"kind": "query"})]
-    for i in range(rounds):
-        call = ToolCall(id=f"call_{i}", name="search", arguments={"q": f"page {i}"})
-        msgs.append(ChatMessage.assistant(f"Looking at page {i}.", tool_calls=[call]))
-        msgs.append(ChatMessage.tool(f"call_{i}", f"page {i}: " + "data " * (chars // 5)))
-    return msgs
 
 
 def wire(m: ChatMessage) -> str:
