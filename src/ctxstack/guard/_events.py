@@ -61,6 +61,15 @@ class CompactionEvent(BaseModel):
     """Messages cut head+tail in this call (oversized, or a query over the pinned cap)."""
     usage: Usage = Usage()
     duration_s: float = 0.0
+    cache_write_tokens_estimate: int = 0
+    """The compaction's estimated prompt-cache cost: the tokens of the compacted context
+    from its first message that differs (in wire form) from the messages the compaction
+    started from, to its end. Providers read a call's prefix identical to the previous
+    call's from their cache (~0.1× the input price) and write the rest (~1.25×, 2× for an
+    hour-long cache), so this is what the next model call must write again that it would
+    otherwise have read. ``0`` when the compaction left every message in place. An
+    estimate: the previous call held the messages before the newest appended ones, and a
+    summariser request the compaction sent is not included (its usage is ``usage``)."""
 
     @property
     def fell_back(self) -> bool:
@@ -71,6 +80,17 @@ class CompactionEvent(BaseModel):
     def fits(self) -> bool:
         """True when the result is within the budget (false only if pinned/system overflow)."""
         return self.tokens_after <= self.budget
+
+
+def first_changed(before: Sequence[ChatMessage], after: Sequence[ChatMessage]) -> int:
+    """The index of ``after``'s first message that is not ``before``'s message at that
+    position as a provider sees it (the same object, an equal message, or the same wire
+    form: metadata is never sent); ``len(after)`` when ``after`` only keeps or extends
+    ``before``'s leading messages."""
+    for i, (a, b) in enumerate(zip(before, after, strict=False)):
+        if a is not b and a != b and a.to_openai() != b.to_openai():
+            return i
+    return min(len(before), len(after))
 
 
 class GuardTotals(BaseModel):
@@ -93,6 +113,8 @@ class GuardTotals(BaseModel):
     archived: int = 0
     usage: Usage = Usage()
     duration_s: float = 0.0
+    cache_write_tokens_estimate: int = 0
+    """The compactions' summed :attr:`CompactionEvent.cache_write_tokens_estimate`."""
 
     def plus_checks(self, checks: int, cut_messages: int) -> GuardTotals:
         """These totals plus ``checks`` guard calls that cut ``cut_messages`` messages
@@ -117,6 +139,8 @@ class GuardTotals(BaseModel):
                 "cut_messages": self.cut_messages + event.cut_messages,
                 "usage": self.usage + event.usage,
                 "duration_s": self.duration_s + event.duration_s,
+                "cache_write_tokens_estimate": self.cache_write_tokens_estimate
+                + event.cache_write_tokens_estimate,
             }
         )
 

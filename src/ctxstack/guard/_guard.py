@@ -58,6 +58,7 @@ from ctxstack.guard._events import (
     GuardCheck,
     GuardCheckEvent,
     GuardTotals,
+    first_changed,
 )
 from ctxstack.guard._rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import (
@@ -440,6 +441,8 @@ class ContextGuard:
             cut_messages=cut_before + cut_queries,
             usage=detailed.usage,
             duration_s=time.perf_counter() - started,
+            cache_write_tokens_estimate=counter.count_messages(
+                result[first_changed(messages, result):]),
         )
         self._totals = self._totals.add(event)
         log.info(
