@@ -301,6 +301,8 @@ def _modules() -> list[Any]:
 
     names = ["ctxstack"]
     for info in pkgutil.walk_packages(ctxstack.__path__, "ctxstack."):
+        if info.name == "ctxstack.store.migrations.env":
+            continue  # Alembic's entry script: runs only inside Alembic's context
         names.append(info.name)
     modules = []
     for name in names:
