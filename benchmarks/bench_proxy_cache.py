@@ -195,8 +195,14 @@ def _latency_rows(wire: Wire, label: str, direct: list[float], bare: list[float]
     ]
 
 
+def _cpu_ms(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, in ms (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def _latency(client: httpx.Client, wire: Wire, bases: tuple[str, str, str],
-             samples: int) -> list[BenchRow]:
+             samples: int, pids: tuple[int, int]) -> list[BenchRow]:
     headers = wire.headers()
     short = _filler(wire, 10)
     for _ in range(20):  # warm every process's pools and caches
@@ -209,9 +215,20 @@ def _latency(client: httpx.Client, wire: Wire, bases: tuple[str, str, str],
     session = wire.headers(f"bench-long-{wire.path}")
     first = client.post(f"{bases[2]}{wire.path}", content=long, headers=session)
     first.raise_for_status()
-    d, b, p, long_m = _triplets(client, wire, bases, long, max(4, samples // 4), session)
+    count = max(4, samples // 4)
+    before = [_cpu_ms(pid) for pid in pids]
+    d, b, p, long_m = _triplets(client, wire, bases, long, count, session)
+    bare_cpu, proxy_cpu = ((_cpu_ms(pid) - start) / count
+                           for pid, start in zip(pids, before, strict=True))
     rows += _latency_rows(wire, f"2,000 msgs over budget, view reused ({long_m}; synthetic "
                           "filler)", d, b, p, 10.0)
+    _LAST[wire.name].figures["proxy CPU per request, 2,000 msgs over budget (bare "
+                             "forwarder's)"] = f"{proxy_cpu:.1f} ms ({bare_cpu:.1f} ms)"
+    # CPU time does not wait for the other processes on a busy machine, as wall time does.
+    rows.append(BenchRow(f"{wire.name}: proxy CPU per request, 2,000 msgs over budget, view "
+                         "reused (baseline: the bare forwarder's CPU for the same request; "
+                         f"{os.sysconf('SC_CLK_TCK')} Hz ticks)", proxy_cpu, "ms",
+                         baseline=bare_cpu))
     return rows
 
 
@@ -397,11 +414,11 @@ def run(quick: bool, wires: Sequence[str] | None = None) -> list[BenchRow]:
                           str(ports[1])], _env({}), f"{fixed}/health", work / "fixed.log"), \
                 _process([py, "-m", "benchmarks.bare_forwarder", "--upstream", f"{fixed}/v1",
                           "--port", str(ports[2])], _env({}), f"{bare}/health",
-                         work / "bare.log"), \
+                         work / "bare.log") as bare_pid, \
                 _process([py, "-c", _LAUNCH, "proxy", "--upstream", f"{fixed}/v1",
                           "--anthropic-upstream", fixed, "--port", str(ports[3]),
                           "--log-level", "warning"], proxy_env,
-                         f"{proxy}/ctxstack/health", work / "proxy.log"), \
+                         f"{proxy}/ctxstack/health", work / "proxy.log") as proxy_pid, \
                 _process([py, "-c", _LAUNCH, "proxy", "--upstream", f"{stub}/v1",
                           "--anthropic-upstream", stub, "--port", str(ports[4]),
                           "--log-level", "warning"], proxy_env,
@@ -409,7 +426,8 @@ def run(quick: bool, wires: Sequence[str] | None = None) -> list[BenchRow]:
                 httpx.Client(timeout=120) as client:
             rows: list[BenchRow] = []
             for wire in chosen:
-                rows += _latency(client, wire, (fixed, bare, proxy), samples)
+                rows += _latency(client, wire, (fixed, bare, proxy), samples,
+                                 (bare_pid, proxy_pid))
             for wire in chosen:
                 rows += _growing(client, stub, grow, wire, turns)
     return rows
