@@ -170,10 +170,8 @@ def _triplets(client: httpx.Client, wire: Wire, bases: tuple[str, str, str], bod
                 raise RuntimeError(f"{base}{wire.path} answered {response.status_code}: "
                                    f"{response.text[:2000]}")
             if base == bases[2]:
-                header = response.headers.get("x-ctxstack-compaction", "")
-                method = header.split(";")[0] + (
-                    ", view " + response.headers["x-ctxstack-view"]
-                    if "x-ctxstack-view" in response.headers else "")
+                # method=checkpoint: the session's stored view extended (session_fit).
+                method = response.headers.get("x-ctxstack-compaction", "").split(";")[0]
     return (*times, method)
 
 
