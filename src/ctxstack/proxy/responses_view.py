@@ -76,9 +76,11 @@ def _text_of(content: object) -> str:
     if isinstance(content, list):
         out: list[str] = []
         for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            # dict first: a decoded JSON part, without the ABC check (every request)
+            mapping = isinstance(part, (dict, Mapping))
+            if mapping and isinstance(part.get("text"), str):
                 out.append(part["text"])
-            elif isinstance(part, Mapping) and isinstance(part.get("refusal"), str):
+            elif mapping and isinstance(part.get("refusal"), str):
                 out.append(part["refusal"])
             else:
                 out.append(_json(part))
