@@ -5,10 +5,10 @@ It reads the request body, sends it to the upstream with the same method, path, 
 and content type over a pooled httpx client, and relays the answer (a JSON body in one
 piece, a stream chunk by chunk). No parsing, no fitting, no database.
 
-``--fixed`` serves instead a fixed upstream: every ``POST /v1/chat/completions`` gets the
-same small completion without its body being parsed, so what a latency comparison
-measures is the proxies in front of it, not how long the upstream takes to read a bigger
-or smaller request.
+``--fixed`` serves instead a fixed upstream: every ``POST /v1/chat/completions``,
+``/v1/messages`` (Anthropic) and ``/v1/responses`` gets the same small answer of its wire
+without its body being parsed, so what a latency comparison measures is the proxies in
+front of it, not how long the upstream takes to read a bigger or smaller request.
 
 Run: ``python -m benchmarks.bare_forwarder --upstream http://127.0.0.1:8001/v1 --port N``
 (or ``--fixed --port N``).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 from starlette.applications import Starlette
@@ -27,6 +27,10 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+FORWARDED_HEADERS = ("content-type", "authorization", "accept", "x-api-key",
+                     "anthropic-version", "anthropic-beta")
+"""The request headers relayed (the credentials and versions of every wire)."""
 
 
 def create_app(upstream: str) -> Starlette:
@@ -40,7 +44,7 @@ def create_app(upstream: str) -> Starlette:
 
     async def forward(request: Request) -> Response:
         headers = {k: v for k, v in request.headers.items()
-                   if k.lower() in ("content-type", "authorization", "accept")}
+                   if k.lower() in FORWARDED_HEADERS}
         url = f"{base}/{request.path_params['path']}"
         if request.url.query:
             url += f"?{request.url.query}"
@@ -86,16 +90,37 @@ FIXED_ANSWER = {
 }
 
 
+FIXED_MESSAGE = {
+    "id": "msg_fixed", "type": "message", "role": "assistant", "model": "fixed",
+    "content": [{"type": "text", "text": "Noted: 3.2%."}], "stop_reason": "end_turn",
+    "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 3},
+}
+FIXED_RESPONSE = {
+    "id": "resp_fixed", "object": "response", "created_at": 0, "status": "completed",
+    "model": "fixed", "output": [{
+        "id": "msg_fixed", "type": "message", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": "Noted: 3.2%.", "annotations": []}]}],
+    "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+              "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 0},
+              "total_tokens": 13},
+}
+
+
 def create_fixed_app() -> Starlette:
-    async def answer(request: Request) -> Response:
-        await request.body()
-        return JSONResponse(FIXED_ANSWER)
+    def fixed(answer: dict[str, object]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            await request.body()
+            return JSONResponse(answer)
+
+        return endpoint
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     return Starlette(routes=[Route("/health", health),
-                             Route("/v1/chat/completions", answer, methods=["POST"])])
+                             Route("/v1/chat/completions", fixed(FIXED_ANSWER), methods=["POST"]),
+                             Route("/v1/messages", fixed(FIXED_MESSAGE), methods=["POST"]),
+                             Route("/v1/responses", fixed(FIXED_RESPONSE), methods=["POST"])])
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ smaller target and one retry. One structured log line per chat completion.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -126,12 +127,22 @@ class ProxyState:
 
 def create_app(settings: ProxySettings, *, migrate: bool = False,
                counter: TokenCounter | None = None,
-               transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+               transport: httpx.AsyncBaseTransport | None = None,
+               freeze_gc: bool = False) -> FastAPI:
     """The proxy app for ``settings``.
 
     Args:
         migrate: apply database migrations on start (the CLI does it once before starting
             workers instead).
+        freeze_gc: once started, move every object alive into the cyclic garbage
+            collector's permanent generation (:func:`gc.freeze`) — what a process that
+            serves only this app does (``ctxstack proxy`` workers, :func:`app_from_env`).
+            A request of a long conversation allocates tens of thousands of objects (the
+            history parsed, then cut into units), so full collections run every few such
+            requests, and each one walked every object loaded at start (modules, the
+            database and HTTP clients, validators): pauses of about 100 ms on the
+            request that triggered it, measured at 2,000 messages on the Anthropic and
+            Responses wires (``benchmarks/bench_proxy_cache.py``).
         counter: one token counter for every model (default: per requested model name,
             exact when its tokenizer is known offline — :mod:`ctxstack.proxy.counting`).
         transport: an httpx transport for the upstream (tests; default: the network).
@@ -148,6 +159,9 @@ def create_app(settings: ProxySettings, *, migrate: bool = False,
         holder["state"] = state
         app.state.proxy = state
         state.shared_stats.start()
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:
@@ -455,4 +469,4 @@ def app_from_env(env: Mapping[str, str] | None = None) -> FastAPI:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
-    return create_app(settings)
+    return create_app(settings, freeze_gc=True)

@@ -128,9 +128,17 @@ class ChainStore:
             self._chars -= dropped.chars
 
     async def remember(self, owner: str, response_id: str, parent_id: str | None, model: str,
-                       items: Sequence[dict[str, Any]], *, persist: bool) -> None:
+                       items: Sequence[dict[str, Any]], *, persist: bool,
+                       size: int | None = None) -> None:
         """Keep the response ``response_id`` (``parent_id``: the chain it continues,
-        ``items``: what it added); written to the database only when ``persist``."""
+        ``items``: what it added); written to the database only when ``persist``.
+
+        ``size``: an upper bound of the items' JSON length the caller knows (the request's
+        body plus the output), which a response kept in memory only is accounted with
+        instead of serialising a whole resent history on every request."""
+        if (not persist or self.factory is None) and size is not None:
+            self._keep((owner, response_id), _Link(parent_id, list(items), size))
+            return
         text = json.dumps(list(items), ensure_ascii=False, separators=(",", ":"))
         self._keep((owner, response_id), _Link(parent_id, list(items), len(text)))
         if not persist or self.factory is None:

@@ -367,8 +367,13 @@ async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any], *
     if (not isinstance(rid, str) or not rid or not isinstance(output, list)
             or response.get("status") not in ("completed", "incomplete")):
         return
+    # The body's length bounds its input's JSON (no serialising of a resent history just
+    # to size what is kept in memory; a stored response is serialised anyway).
+    size = len(ex.request.raw) + len(json.dumps(output, ensure_ascii=False,
+                                                separators=(",", ":")))
     await state.chains.remember(ex.owner, rid, ex.request.previous_id, model,
-                                [*ex.request.input, *output], persist=ex.request.store)
+                                [*ex.request.input, *output], persist=ex.request.store,
+                                size=size)
 
 
 def log_done(ex: Exchange, started: float, status: int, **extra: Any) -> None:

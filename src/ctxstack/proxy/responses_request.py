@@ -119,46 +119,50 @@ def parse_responses(raw: bytes, body: dict[str, Any] | None = None) -> Responses
 
 
 def validate_items(items: Sequence[object]) -> None:
-    """Each item's own shape (pairing is :func:`validate_pairs`, over the whole chain)."""
+    """Each item's own shape (pairing is :func:`validate_pairs`, over the whole chain).
+
+    Runs over the whole resent input on every request: the field path of an error is only
+    formatted when there is one, and decoded JSON objects (dicts) skip the ABC check."""
     for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if not isinstance(item, Mapping):
-            raise bad_request(f"{where}: expected an object, got {type(item).__name__}",
-                              param=where)
+        if not isinstance(item, (dict, Mapping)):
+            raise bad_request(f"input[{i}]: expected an object, got {type(item).__name__}",
+                              param=f"input[{i}]")
         kind = item.get("type", "message" if "role" in item else None)
         if kind is None:
-            raise bad_request(f"{where}: an input item needs a 'type' (or a 'role')",
-                              param=f"{where}.type")
+            raise bad_request(f"input[{i}]: an input item needs a 'type' (or a 'role')",
+                              param=f"input[{i}].type")
         if not isinstance(kind, str):
-            raise bad_request(f"{where}.type: expected a string", param=f"{where}.type")
+            raise bad_request(f"input[{i}].type: expected a string", param=f"input[{i}].type")
         if kind == "message":
             role = item.get("role")
             if role not in MESSAGE_ROLES:
-                raise bad_request(f"{where}.role: unknown role {role!r} (expected one of "
-                                  f"{', '.join(sorted(MESSAGE_ROLES))})", param=f"{where}.role")
+                raise bad_request(f"input[{i}].role: unknown role {role!r} (expected one of "
+                                  f"{', '.join(sorted(MESSAGE_ROLES))})",
+                                  param=f"input[{i}].role")
             content = item.get("content")
-            if not isinstance(content, str | list):
-                raise bad_request(f"{where}.content: expected a string or a list of parts",
-                                  param=f"{where}.content")
-            if isinstance(content, list) and not all(isinstance(p, Mapping) for p in content):
-                raise bad_request(f"{where}.content: every part must be an object",
-                                  param=f"{where}.content")
+            if not isinstance(content, (str, list)):
+                raise bad_request(f"input[{i}].content: expected a string or a list of parts",
+                                  param=f"input[{i}].content")
+            if isinstance(content, list) and not all(
+                    isinstance(p, (dict, Mapping)) for p in content):
+                raise bad_request(f"input[{i}].content: every part must be an object",
+                                  param=f"input[{i}].content")
         elif kind in CALL_OUTPUTS:
             for key, expected in (("call_id", "a non-empty string"), ("name", "a string")):
                 if not isinstance(item.get(key), str) or (key == "call_id" and not item[key]):
-                    raise bad_request(f"{where}.{key}: expected {expected}",
-                                      param=f"{where}.{key}")
+                    raise bad_request(f"input[{i}].{key}: expected {expected}",
+                                      param=f"input[{i}].{key}")
             field = "arguments" if kind == "function_call" else "input"
             if not isinstance(item.get(field), str):
-                raise bad_request(f"{where}.{field}: expected a string",
-                                  param=f"{where}.{field}")
+                raise bad_request(f"input[{i}].{field}: expected a string",
+                                  param=f"input[{i}].{field}")
         elif kind in OUTPUT_CALLS:
             if not isinstance(item.get("call_id"), str) or not item["call_id"]:
-                raise bad_request(f"{where}.call_id: expected a non-empty string",
-                                  param=f"{where}.call_id")
-            if not isinstance(item.get("output"), str | list):
-                raise bad_request(f"{where}.output: expected a string or a list",
-                                  param=f"{where}.output")
+                raise bad_request(f"input[{i}].call_id: expected a non-empty string",
+                                  param=f"input[{i}].call_id")
+            if not isinstance(item.get("output"), (str, list)):
+                raise bad_request(f"input[{i}].output: expected a string or a list",
+                                  param=f"input[{i}].output")
 
 
 def validate_pairs(chain: Sequence[Mapping[str, Any]] | None,

@@ -76,9 +76,11 @@ def _text_of(content: object) -> str:
     if isinstance(content, list):
         out: list[str] = []
         for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            # dict first: a decoded JSON part, without the ABC check (every request)
+            mapping = isinstance(part, (dict, Mapping))
+            if mapping and isinstance(part.get("text"), str):
                 out.append(part["text"])
-            elif isinstance(part, Mapping) and isinstance(part.get("refusal"), str):
+            elif mapping and isinstance(part.get("refusal"), str):
                 out.append(part["refusal"])
             else:
                 out.append(_json(part))
@@ -130,16 +132,17 @@ class ResponsesConversation:
     def __init__(self, items: Sequence[dict[str, Any]], instructions: object) -> None:
         self.items = list(items)
         self.units: list[WireUnit] = []
-        answered = {str(it.get("call_id")) for it in self.items
-                    if side(it) == "tool" and it.get("call_id") is not None}
-        called = {str(it.get("call_id")) for it in self.items
-                  if side(it) == "assistant" and it.get("call_id") is not None
+        # Each item's side, once: this runs on every request over the whole input.
+        self._sides = sides = [side(it) for it in self.items]
+        answered = {str(it.get("call_id")) for it, where in zip(self.items, sides, strict=True)
+                    if where == "tool" and it.get("call_id") is not None}
+        called = {str(it.get("call_id")) for it, where in zip(self.items, sides, strict=True)
+                  if where == "assistant" and it.get("call_id") is not None
                   and (item_kind(it) in CALL_OUTPUTS or str(it.get("call_id")) in answered)}
         leading = True
         run: WireUnit | None = None
         waiting: list[int] = []  # unknown items before the first unit
-        for i, item in enumerate(self.items):
-            where = side(item)
+        for i, where in enumerate(sides):
             if where == "other":
                 if self.units:
                     self.units[-1].items.append(i)
@@ -175,8 +178,10 @@ class ResponsesConversation:
         self.conversation = WireConversation(chat)
 
     def _extras(self, unit: WireUnit) -> list[str]:
+        if len(unit.items) == 1 and self._sides[unit.items[0]] != "other":
+            return []  # the common case, without a scan
         return [_json(self.items[j]) for j in unit.items if j != unit.main
-                and side(self.items[j]) == "other"]
+                and self._sides[j] == "other"]
 
     def _chat(self, unit: WireUnit, k: int, answered: set[str], called: set[str],
               ) -> dict[str, Any]:

@@ -161,56 +161,77 @@ class OpaqueAwareConversation(WireConversation):
 
 
 def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUnits:
-    """Cut a validated request into units (see the module doc)."""
+    """Cut a validated request into units (see the module doc).
+
+    Runs on every request over the whole history (a resent conversation of thousands of
+    messages), so it walks each message's blocks once, with a shortcut for string
+    content; each unit dict ends with its :data:`UNIT_KEY`."""
     dicts: list[dict[str, Any]] = []
     units: list[BlockRun] = []
     per_message: list[int] = []
-
-    def add(d: dict[str, Any], unit: BlockRun) -> None:
-        d[UNIT_KEY] = len(units)
-        dicts.append(d)
-        units.append(unit)
-
     text = system_text(system)
     if text:
-        add({"role": "system", "content": text}, BlockRun("system", -1, []))
+        dicts.append({"role": "system", "content": text, UNIT_KEY: 0})
+        units.append(BlockRun("system", -1, []))
     for i, m in enumerate(messages):
         before = len(units)
         content = m.get("content")
-        blocks: list[Any] = ([{"type": "text", "text": content}] if isinstance(content, str)
-                             else list(content or []))
-        if m.get("role") == "assistant":
-            calls = [b for b in blocks if b.get("type") == "tool_use"]
-            d: dict[str, Any] = {"role": "assistant",
-                                 "content": "\n".join(_block_text(b) for b in blocks
-                                                      if b.get("type") != "tool_use")}
+        role = "assistant" if m.get("role") == "assistant" else "user"
+        if isinstance(content, str):  # one text block: the same unit, cheaply
+            dicts.append({"role": role, "content": content, UNIT_KEY: before})
+            units.append(BlockRun(role, i, [{"type": "text", "text": content}]))
+            per_message.append(1)
+            continue
+        blocks: list[Any] = list(content or [])
+        if role == "assistant":
+            calls: list[Any] = []
+            parts: list[str] = []
+            opaque = False
+            for b in blocks:
+                kind = b.get("type")
+                if kind == "tool_use":
+                    calls.append(b)
+                    continue
+                opaque = opaque or kind not in KNOWN_ASSISTANT
+                found = b.get("text") if kind == "text" else None
+                parts.append(found if isinstance(found, str) else _block_text(b))
+            d: dict[str, Any] = {"role": "assistant", "content": "\n".join(parts)}
             if calls:
                 d["tool_calls"] = [
                     {"id": c["id"], "type": "function",
                      "function": {"name": c["name"], "arguments": json.dumps(
                          c.get("input", {}), ensure_ascii=False)}} for c in calls]
-            add(d, BlockRun("assistant", i, blocks,
-                        opaque=any(b.get("type") not in KNOWN_ASSISTANT for b in blocks),
-                        call_ids=[c["id"] for c in calls]))
+            d[UNIT_KEY] = before
+            dicts.append(d)
+            units.append(BlockRun("assistant", i, blocks, opaque=opaque,
+                                  call_ids=[c["id"] for c in calls]))
         else:
-            rest = [b for b in blocks if b.get("type") != "tool_result"]
+            rest: list[Any] = []
+            texts: list[str] = []
+            all_text = True
+            opaque = False
             for b in blocks:
-                if b.get("type") == "tool_result":
-                    add({"role": "tool", "tool_call_id": b["tool_use_id"],
-                         "content": _result_view(b.get("content"))},
-                        BlockRun("tool", i, [b]))
+                kind = b.get("type")
+                if kind == "tool_result":
+                    dicts.append({"role": "tool", "tool_call_id": b["tool_use_id"],
+                                  "content": _result_view(b.get("content")),
+                                  UNIT_KEY: len(units)})
+                    units.append(BlockRun("tool", i, [b]))
+                    continue
+                rest.append(b)
+                opaque = opaque or kind not in KNOWN_USER
+                found = b.get("text") if kind == "text" else None
+                if isinstance(found, str):
+                    texts.append(found)
+                else:
+                    all_text = False
             if rest:
-                texts = [b.get("text") for b in rest if b.get("type") == "text"]
-                view: object = ("\n".join(str(t) for t in texts)
-                                if len(texts) == len(rest) and all(isinstance(t, str)
-                                                                   for t in texts)
-                                else [_user_part(b) for b in rest])
-                add({"role": "user", "content": view},
-                    BlockRun("user", i, rest,
-                         opaque=any(b.get("type") not in KNOWN_USER for b in rest)))
+                view: object = "\n".join(texts) if all_text else [_user_part(b) for b in rest]
+                dicts.append({"role": "user", "content": view, UNIT_KEY: len(units)})
+                units.append(BlockRun("user", i, rest, opaque=opaque))
         per_message.append(len(units) - before)
     return RequestUnits(dicts, units, [m if isinstance(m, dict) else dict(m) for m in messages],
-                 per_message)
+                        per_message)
 
 
 def system_text(system: object) -> str:
