@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxstack import ChatMessage, CompactUtils, ToolCall, WindowMemory
@@ -69,13 +69,18 @@ def test_repair_always_yields_a_valid_idempotent_request(events: list[tuple[str,
 
 @SETTINGS
 @given(st.lists(event, max_size=30), st.integers(min_value=40, max_value=1_500))
+@example(events=[("result", "call_1"), ("note", "0\U00010000"), ("note", "\U00010000" * 2)],
+         budget=40)  # the orphan result dropped, the notes join the system prompt
 def test_truncation_of_a_broken_log_is_valid_and_fits(events: list[tuple[str, object]],
                                                       budget: int) -> None:
     messages = build(events)
     out = CompactUtils.smart_truncate(messages, budget)
     assert tool_turn_problems(out) == []
-    prompt = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
-    fixed = DEFAULT_COUNTER.count_messages(messages[:prompt])  # the system prompt is kept
+    # The system prompt is kept: the leading system messages once the log is repaired
+    # (smart_truncate repairs first; a dropped orphan result can join notes to the prompt).
+    repaired = repair_tool_turns(messages)
+    prompt = next((i for i, m in enumerate(repaired) if m.role != "system"), len(repaired))
+    fixed = DEFAULT_COUNTER.count_messages(repaired[:prompt])
     if fixed <= effective_budget(budget, DEFAULT_COUNTER):
         assert DEFAULT_COUNTER.count_messages(out) <= effective_budget(budget, DEFAULT_COUNTER)
 
