@@ -253,13 +253,14 @@ def _headers(session: str) -> dict[str, str]:
 def _check_rounds(stub: StubServer, seen: int, rounds: int, session: str,
                   ) -> list[StubRequest]:
     """The upstream calls of one client request: ``rounds`` recall rounds then the
-    answer, every one a forwarded request like any other (within budget, valid, with
-    the client's headers)."""
+    answer, every one a forwarded request like any other (within budget, valid, without
+    the proxy's own session header)."""
     calls = forwarded(stub.requests[seen:])
     assert len(calls) == rounds + 1
     for k, call in enumerate(calls):
         _check_valid(call.body)
-        assert call.headers["x-ctxstack-session"] == session
+        # the session id is the proxy's: it never reaches the upstream, on any round
+        assert "x-ctxstack-session" not in {h.lower() for h in call.headers}
         names = call.tool_names
         assert (RECALL_TOOL in names) == (k < 3), k
         if k:  # the round appended: the model's turn, whole, and the proxy's answer
