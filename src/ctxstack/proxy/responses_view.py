@@ -116,7 +116,7 @@ def _user_parts(content: list[Any]) -> list[dict[str, Any]]:
     return parts
 
 
-@dataclass
+@dataclass(slots=True)
 class WireUnit:
     kind: UnitKind
     items: list[int] = field(default_factory=list)
