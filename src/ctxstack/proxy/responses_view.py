@@ -58,7 +58,11 @@ def item_kind(item: Mapping[str, Any]) -> str:
 
 def side(item: Mapping[str, Any]) -> Literal["system", "user", "assistant", "tool", "other"]:
     """Which side of the conversation produced ``item`` (``other``: not known)."""
-    kind = item_kind(item)
+    kind = item.get("type")  # item_kind, inline: this runs for every item of every request
+    if kind is None and "role" in item:
+        kind = "message"
+    elif not isinstance(kind, str):
+        kind = ""
     if kind == "message":
         role = item.get("role")
         return ("assistant" if role == "assistant" else "user" if role == "user"

@@ -192,9 +192,14 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
                 if kind == "tool_use":
                     calls.append(b)
                     continue
-                opaque = opaque or kind not in KNOWN_ASSISTANT
-                found = b.get("text") if kind == "text" else None
-                parts.append(found if isinstance(found, str) else _block_text(b))
+                if kind == "text":
+                    found = b.get("text")
+                    if isinstance(found, str):
+                        parts.append(found)
+                        continue
+                elif kind not in KNOWN_ASSISTANT:
+                    opaque = True
+                parts.append(_block_text(b))
             d: dict[str, Any] = {"role": "assistant", "content": "\n".join(parts)}
             if calls:
                 d["tool_calls"] = [
