@@ -189,7 +189,8 @@ class ResponsesConversation:
 
     def _chat(self, unit: WireUnit, k: int, answered: set[str], called: set[str],
               ) -> dict[str, Any]:
-        extras = self._extras(unit)
+        extras = [] if len(unit.items) == 1 and unit.items[0] == unit.main else (
+            self._extras(unit))
         if unit.kind == "assistant":
             texts: list[str] = []
             calls: list[dict[str, Any]] = []
