@@ -176,10 +176,28 @@ class ResponsesConversation:
         elif isinstance(instructions, list) and instructions:
             chat.append({"role": "system", "content": _text_of(instructions),
                          UNIT_KEY: INSTRUCTIONS})
+        items = self.items
         for k, unit in enumerate(self.units):
-            unit.chat = self._chat(unit, k, answered, called)
+            unit.chat = self._single(unit, k, items) or self._chat(unit, k, answered, called)
             chat.append(unit.chat)
         self.conversation = WireConversation(chat)
+
+    @staticmethod
+    def _single(unit: WireUnit, k: int, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The chat view of a unit of one text message — most units of a long input —
+        as :meth:`_chat` makes it, without its general case; None for any other unit."""
+        if len(unit.items) != 1:
+            return None
+        item = items[unit.items[0]]
+        content = item.get("content")
+        if unit.kind == "user" or unit.kind == "system":
+            if unit.main == unit.items[0] and isinstance(content, str):
+                return {"role": unit.kind, "content": content.strip("\n"), UNIT_KEY: k}
+            return None
+        kind = item.get("type")
+        if unit.kind == "assistant" and (kind == "message" or (kind is None and "role" in item)):
+            return {"role": "assistant", "content": _text_of(content) or None, UNIT_KEY: k}
+        return None
 
     def _extras(self, unit: WireUnit) -> list[str]:
         if len(unit.items) == 1 and self._sides[unit.items[0]] != "other":
