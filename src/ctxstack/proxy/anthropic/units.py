@@ -183,6 +183,12 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
             per_message.append(1)
             continue
         blocks: list[Any] = list(content or [])
+        if role == "assistant" and len(blocks) == 1 and blocks[0].get("type") == "text" and (
+                isinstance(blocks[0].get("text"), str)):  # one text block, as below, cheaply
+            dicts.append({"role": "assistant", "content": blocks[0]["text"], UNIT_KEY: before})
+            units.append(BlockRun("assistant", i, blocks, False, []))
+            per_message.append(1)
+            continue
         if role == "assistant":
             calls: list[Any] = []
             parts: list[str] = []
