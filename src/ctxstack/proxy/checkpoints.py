@@ -48,7 +48,16 @@ _SEP = b"\x1e"
 
 def fingerprint(message: Mapping[str, Any]) -> bytes:
     """The bytes that identify one wire message across resends."""
+    return _fingerprint_text(message).encode("utf-8", "surrogatepass")
+
+
+def _fingerprint_text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
+    if (isinstance(content, str) and not message.get("tool_calls")
+            and not message.get("tool_call_id") and not message.get("name")):
+        # The common message, hashed on every request over the whole history: the same
+        # text as below, without the list.
+        return f"{message.get('role')}\x1f{content}"
     if isinstance(content, str):
         text = content
     elif content is None:
@@ -68,7 +77,7 @@ def fingerprint(message: Mapping[str, Any]) -> bytes:
     name = message.get("name")
     if name:
         parts.append(f"name={name}")
-    return "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    return "\x1f".join(parts)
 
 
 class PrefixHasher:
@@ -88,10 +97,13 @@ class PrefixHasher:
         """The hash of the first ``k`` messages (``k`` never below an earlier call's)."""
         if k < self._done:
             raise ValueError("PrefixHasher.at: prefixes must be asked for in growing order")
-        update = self._hash.update
-        for m in self._messages[self._done:k]:
-            update(fingerprint(m))
-            update(_SEP)
+        if k > self._done:
+            # One update of the fingerprints joined: the same hash as one update per
+            # fingerprint and separator (the hash is of the byte stream), a fraction of
+            # the calls over a resent history of thousands of messages.
+            self._hash.update("\x1e".join(
+                [_fingerprint_text(m) for m in self._messages[self._done:k]]
+            ).encode("utf-8", "surrogatepass") + _SEP)
         self._done = k
         return self._hash.hexdigest()
 

@@ -124,6 +124,13 @@ def validate_items(items: Sequence[object]) -> None:
     Runs over the whole resent input on every request: the field path of an error is only
     formatted when there is one, and decoded JSON objects (dicts) skip the ABC check."""
     for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type", "message") == "message" and (
+                item.get("role") in MESSAGE_ROLES):
+            # The common item, a message, in a few dictionary reads.
+            content = item.get("content")
+            if isinstance(content, str) or (isinstance(content, list) and all(
+                    isinstance(p, dict) for p in content)):
+                continue
         if not isinstance(item, (dict, Mapping)):
             raise bad_request(f"input[{i}]: expected an object, got {type(item).__name__}",
                               param=f"input[{i}]")

@@ -58,7 +58,11 @@ def item_kind(item: Mapping[str, Any]) -> str:
 
 def side(item: Mapping[str, Any]) -> Literal["system", "user", "assistant", "tool", "other"]:
     """Which side of the conversation produced ``item`` (``other``: not known)."""
-    kind = item_kind(item)
+    kind = item.get("type")  # item_kind, inline: this runs for every item of every request
+    if kind is None and "role" in item:
+        kind = "message"
+    elif not isinstance(kind, str):
+        kind = ""
     if kind == "message":
         role = item.get("role")
         return ("assistant" if role == "assistant" else "user" if role == "user"
@@ -116,7 +120,7 @@ def _user_parts(content: list[Any]) -> list[dict[str, Any]]:
     return parts
 
 
-@dataclass
+@dataclass(slots=True)
 class WireUnit:
     kind: UnitKind
     items: list[int] = field(default_factory=list)
@@ -172,10 +176,28 @@ class ResponsesConversation:
         elif isinstance(instructions, list) and instructions:
             chat.append({"role": "system", "content": _text_of(instructions),
                          UNIT_KEY: INSTRUCTIONS})
+        items = self.items
         for k, unit in enumerate(self.units):
-            unit.chat = self._chat(unit, k, answered, called)
+            unit.chat = self._single(unit, k, items) or self._chat(unit, k, answered, called)
             chat.append(unit.chat)
         self.conversation = WireConversation(chat)
+
+    @staticmethod
+    def _single(unit: WireUnit, k: int, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The chat view of a unit of one text message — most units of a long input —
+        as :meth:`_chat` makes it, without its general case; None for any other unit."""
+        if len(unit.items) != 1:
+            return None
+        item = items[unit.items[0]]
+        content = item.get("content")
+        if unit.kind == "user" or unit.kind == "system":
+            if unit.main == unit.items[0] and isinstance(content, str):
+                return {"role": unit.kind, "content": content.strip("\n"), UNIT_KEY: k}
+            return None
+        kind = item.get("type")
+        if unit.kind == "assistant" and (kind == "message" or (kind is None and "role" in item)):
+            return {"role": "assistant", "content": _text_of(content) or None, UNIT_KEY: k}
+        return None
 
     def _extras(self, unit: WireUnit) -> list[str]:
         if len(unit.items) == 1 and self._sides[unit.items[0]] != "other":
@@ -185,7 +207,8 @@ class ResponsesConversation:
 
     def _chat(self, unit: WireUnit, k: int, answered: set[str], called: set[str],
               ) -> dict[str, Any]:
-        extras = self._extras(unit)
+        extras = [] if len(unit.items) == 1 and unit.items[0] == unit.main else (
+            self._extras(unit))
         if unit.kind == "assistant":
             texts: list[str] = []
             calls: list[dict[str, Any]] = []

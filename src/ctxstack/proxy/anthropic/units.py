@@ -47,7 +47,7 @@ KNOWN_ASSISTANT = frozenset({"text", "tool_use"})
 KNOWN_USER = frozenset({"text", "image", "document", "tool_result"})
 
 
-@dataclass
+@dataclass(slots=True)
 class BlockRun:
     """What one unit stands for: message ``msg``'s ``blocks`` (the client's dicts)."""
 
@@ -179,10 +179,16 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
         role = "assistant" if m.get("role") == "assistant" else "user"
         if isinstance(content, str):  # one text block: the same unit, cheaply
             dicts.append({"role": role, "content": content, UNIT_KEY: before})
-            units.append(BlockRun(role, i, [{"type": "text", "text": content}]))
+            units.append(BlockRun(role, i, [{"type": "text", "text": content}], False, []))
             per_message.append(1)
             continue
         blocks: list[Any] = list(content or [])
+        if role == "assistant" and len(blocks) == 1 and blocks[0].get("type") == "text" and (
+                isinstance(blocks[0].get("text"), str)):  # one text block, as below, cheaply
+            dicts.append({"role": "assistant", "content": blocks[0]["text"], UNIT_KEY: before})
+            units.append(BlockRun("assistant", i, blocks, False, []))
+            per_message.append(1)
+            continue
         if role == "assistant":
             calls: list[Any] = []
             parts: list[str] = []
@@ -192,9 +198,14 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
                 if kind == "tool_use":
                     calls.append(b)
                     continue
-                opaque = opaque or kind not in KNOWN_ASSISTANT
-                found = b.get("text") if kind == "text" else None
-                parts.append(found if isinstance(found, str) else _block_text(b))
+                if kind == "text":
+                    found = b.get("text")
+                    if isinstance(found, str):
+                        parts.append(found)
+                        continue
+                elif kind not in KNOWN_ASSISTANT:
+                    opaque = True
+                parts.append(_block_text(b))
             d: dict[str, Any] = {"role": "assistant", "content": "\n".join(parts)}
             if calls:
                 d["tool_calls"] = [
@@ -405,7 +416,10 @@ def _blocks(message: Mapping[str, Any]) -> list[Any]:
 
 
 def _ids(message: Mapping[str, Any], kind: str, key: str) -> list[str]:
-    return [b[key] for b in _blocks(message) if isinstance(b, Mapping) and b.get("type") == kind]
+    content = message.get("content")
+    if not isinstance(content, list):  # a string is one text block: no ids
+        return []
+    return [b[key] for b in content if isinstance(b, Mapping) and b.get("type") == kind]
 
 
 def _valid(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -433,9 +447,11 @@ def _valid(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         changed = True
                         break
             else:
+                results = _ids(m, "tool_result", "tool_use_id")
+                if not results:
+                    continue
                 prev = messages[k - 1] if k else None
                 allowed = set(_ids(prev, "tool_use", "id")) if prev is not None else set()
-                results = _ids(m, "tool_result", "tool_use_id")
                 if any(r not in allowed for r in results):
                     kept = [b for b in _blocks(m) if not (
                         b.get("type") == "tool_result" and b.get("tool_use_id") not in allowed)]
@@ -450,22 +466,36 @@ def _valid(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _markers(value: object) -> int:
     """``cache_control`` markers in a JSON value (blocks, nested tool_result content)."""
-    if isinstance(value, Mapping):
-        return int("cache_control" in value) + sum(_markers(v) for k, v in value.items()
-                                                   if k in ("content",))
     if isinstance(value, list):
-        return sum(_markers(v) for v in value)
+        total = 0
+        for v in value:
+            if isinstance(v, Mapping):
+                total += "cache_control" in v
+                inner = v.get("content")
+                if isinstance(inner, (list, Mapping)):
+                    total += _markers(inner)
+            elif isinstance(v, list):
+                total += _markers(v)
+        return total
+    if isinstance(value, Mapping):
+        return int("cache_control" in value) + _markers(value.get("content"))
     return 0
+
+
+def _message_markers(message: Mapping[str, Any]) -> int:
+    """``cache_control`` markers in one message's blocks (a string content has none)."""
+    content = message.get("content")
+    return _markers(content) if isinstance(content, list) else 0
 
 
 def _limit_cache_markers(messages: list[dict[str, Any]], fixed: int) -> None:
     """Remove the oldest message markers until at most :data:`MAX_CACHE_MARKERS` remain
     in all (``fixed``: those on ``system`` and ``tools``, always kept)."""
-    excess = fixed + sum(_markers(_blocks(m)) for m in messages) - MAX_CACHE_MARKERS
+    excess = fixed + sum(_message_markers(m) for m in messages) - MAX_CACHE_MARKERS
     k = 0
     while excess > 0 and k < len(messages):
         m = messages[k]
-        if _markers(_blocks(m)):
+        if _message_markers(m):
             blocks: list[Any] = []
             for b in _blocks(m):
                 if excess > 0 and isinstance(b, Mapping):

@@ -94,27 +94,31 @@ def validate_messages(messages: list[Any]) -> None:
     """Roles, content shapes, tool_use ids and tool_result answers (see the module doc)."""
     calls: set[str] = set()
     for i, m in enumerate(messages):
+        # Runs over the whole resent history on every request: the common message (a
+        # string, or text blocks) costs a few dictionary reads; names are built on error.
+        role = m.get("role") if isinstance(m, dict) else None
+        content = m.get("content") if isinstance(m, dict) else None
+        if role in ROLES and isinstance(content, str):
+            continue
         where = f"messages.{i}"
         if not isinstance(m, dict):
             raise bad_request(f"{where}: expected an object, got {type(m).__name__}",
                               param=where)
-        role = m.get("role")
         if role not in ROLES:
             raise bad_request(f"{where}.role: expected 'user' or 'assistant', got {role!r}",
                               param=f"{where}.role")
-        content = m.get("content")
-        if isinstance(content, str):
-            continue
         if not isinstance(content, list):
             raise bad_request(f"{where}.content: expected a string or a list of content "
                               "blocks", param=f"{where}.content")
         for j, block in enumerate(content):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text" and isinstance(block.get("text"), str):
+                continue
             at = f"{where}.content.{j}"
-            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            if not isinstance(kind, str):
                 raise bad_request(f"{at}: expected a content block (an object with a "
                                   "'type')", param=at)
-            kind = block["type"]
-            if kind == "text" and not isinstance(block.get("text"), str):
+            if kind == "text":
                 raise bad_request(f"{at}.text: expected a string", param=f"{at}.text")
             elif kind == "tool_use":
                 if role != "assistant":
