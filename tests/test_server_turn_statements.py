@@ -91,7 +91,7 @@ async def _record_turn(state: Any, client: httpx.AsyncClient, conversation: str,
     try:
         assert await turn_over(client, conversation, query) == "done"
         # the turn, then its stream's last write (else the stream was never closed)
-        await until(lambda: not state.turns and not state.streams.pumps)
+        await until(lambda: not state.turns and not state.streams.local)
     finally:
         event.remove(engine, "before_cursor_execute", statement)
         event.remove(engine, "commit", commit)

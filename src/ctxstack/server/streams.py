@@ -114,8 +114,6 @@ class TurnRecorder:
             self._logged = False
         self.hub.local[self.turn_id] = self
         self._pump = asyncio.create_task(self._run(), name=f"ctxstack-stream-{self.turn_id}")
-        self.hub.pumps.add(self._pump)
-        self._pump.add_done_callback(self.hub.pumps.discard)
         self._watch = asyncio.create_task(self._watchdog(),
                                           name=f"ctxstack-watch-{self.turn_id}")
 
@@ -311,8 +309,6 @@ class StreamHub:
     settings: Settings
     log: StreamLog
     local: dict[str, TurnRecorder] = field(default_factory=dict)
-    pumps: set[asyncio.Task[None]] = field(default_factory=set)
-    """Recording tasks still running (their last write may follow the turn's end)."""
 
     @classmethod
     def open(cls, settings: Settings, factory: SessionFactory) -> StreamHub:
@@ -333,8 +329,10 @@ class StreamHub:
     async def close(self) -> None:
         """Let the recordings finish their last writes (a few seconds at most), then close
         the log: a write after the close would open a connection nobody closes."""
-        if self.pumps:
-            _, pending = await asyncio.wait(set(self.pumps), timeout=CLOSE_GRACE_SECONDS)
+        # A recorder stays in ``local`` until its last write is done (``_run``).
+        pumps = {r._pump for r in self.local.values() if r._pump is not None}
+        if pumps:
+            _, pending = await asyncio.wait(pumps, timeout=CLOSE_GRACE_SECONDS)
             for task in pending:
                 task.cancel()
             if pending:
