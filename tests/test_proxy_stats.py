@@ -153,7 +153,7 @@ def test_usage_per_wire_and_model_has_one_shape_and_older_keys_still_count() -> 
 
     recorder = StatsRecorder()
     recorder.wire("responses", "gpt-x", requests=1, forwarded=1, input_tokens=10)
-    recorder.cache_usage("responses", "gpt-x", read=7, write=0)
+    recorder.wire("responses", "gpt-x", cache_read_tokens=7)
     recorder.usage("anthropic", "claude-x", UpstreamUsage(5, 2, 3, 4, 2), rounds=1)
     older = {"by_wire.responses.gpt-x.requests": 2,
              "cache_tokens.anthropic:claude-x:cache_read_tokens": 3,

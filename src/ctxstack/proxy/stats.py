@@ -263,12 +263,6 @@ class StatsRecorder:
         fields; others are ignored) to ``wire`` and ``model`` in ``by_model``."""
         self._add(_model_keys(wire, model, counts))
 
-    def cache_usage(self, wire: str, model: str, *, read: int, write: int) -> None:
-        """Prompt-cache tokens the upstream reported for one answer (``wire``:
-        ``anthropic``, …; the model name is cut to keep the stored key short)."""
-        self._add(_model_keys(wire, model, {"cache_read_tokens": read,
-                                            "cache_write_tokens": write}))
-
     def failed(self, exc: ProxyError) -> None:
         """A request the proxy answered with its own error: counted by kind (bad request,
         unauthorized, upstream unreachable or silent; other kinds only in the log)."""
