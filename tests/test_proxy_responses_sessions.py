@@ -250,7 +250,7 @@ def _headers(session: str) -> dict[str, str]:
     return {"authorization": "Bearer client-a", "x-ctxstack-session": session}
 
 
-def _check_rounds(stub: StubServer, seen: int, rounds: int, session: str,
+def _check_rounds(stub: StubServer, seen: int, rounds: int,
                   ) -> list[StubRequest]:
     """The upstream calls of one client request: ``rounds`` recall rounds then the
     answer, every one a forwarded request like any other (within budget, valid, without
@@ -298,7 +298,7 @@ def test_recall_over_http_is_answered_by_the_proxy_and_hidden(
     assert "7391-ALPHA" in response.output_text
     assert [t.model_dump(exclude_none=True) for t in response.tools] == TOOLS
     assert [o.type for o in response.output] == ["reasoning", "message"]
-    calls = _check_rounds(stub, seen, 1, "recall-json")
+    calls = _check_rounds(stub, seen, 1)
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=2"
     assert response.usage is not None
     assert response.usage.input_tokens == _stub_input_tokens(calls)
@@ -331,7 +331,7 @@ def test_recall_in_an_sse_stream_is_hidden_and_usage_summed(
     assert "7391-ALPHA" in final.output_text
     assert [o.type for o in final.output] == ["reasoning", "message"]
     assert events[0].response.id == final.id  # type: ignore[union-attr]
-    calls = _check_rounds(stub, seen, 1, "recall-sse")
+    calls = _check_rounds(stub, seen, 1)
     assert final.usage is not None
     assert final.usage.input_tokens == _stub_input_tokens(calls)
     assert final.usage.input_tokens_details.cached_tokens == 60
@@ -363,7 +363,7 @@ def test_recall_over_the_websocket_is_hidden_and_counted(
     text = [p["text"] for o in done["response"]["output"] if o["type"] == "message"
             for p in o["content"]]
     assert "7391-ALPHA" in text[0]
-    calls = _check_rounds(stub, seen, 1, "recall-ws")
+    calls = _check_rounds(stub, seen, 1)
     assert all(c.transport == "http" for c in calls)
     assert done["response"]["usage"]["input_tokens"] == _stub_input_tokens(calls)
     after = _stats(proxy)
@@ -457,7 +457,7 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
                      json={"model": MODEL, "instructions": INSTRUCTIONS, "tools": TOOLS,
                            "input": history})
     assert raw.status_code == 200, raw.text
-    calls = _check_rounds(stub, seen, 3, "recall-max")
+    calls = _check_rounds(stub, seen, 3)
     assert RECALL_TOOL not in calls[3].tool_names
     assert calls[3].body["tools"] == TOOLS
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=4"
