@@ -437,6 +437,24 @@ async def test_sessions_are_never_shared_across_keys(proxy_db_url: str, stub: St
     assert [s.headers["x-api-key"] for s in summaries] == ["sk-ant-alice", "sk-ant-bob"]
 
 
+@pytest.mark.parametrize("choice", [{"type": "none"}, {"type": "tool", "name": "read_log"}],
+                         ids=["tools-off", "one-tool-forced"])
+async def test_a_request_that_cannot_be_offered_recall_is_not_told_to_use_it(
+        proxy_db_url: str, stub: StubServer, choice: dict[str, str]) -> None:
+    """The proxy may not add ``ctxstack_recall`` here, so nothing forwarded names it."""
+    stub.rule = RecallScript()
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub))
+        r = await client.post("/v1/messages",
+                              json={**_over_budget(), "tools": TOOLS, "tool_choice": choice},
+                              headers={"x-api-key": KEY})
+        assert r.status_code == 200, r.text
+        assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] == "llm"
+    [request] = forwarded(stub)
+    assert "ctxstack_recall" not in json.dumps(request.body)
+    assert request.body["tools"] == TOOLS
+
+
 async def test_a_fitting_failure_forwards_the_original_request(
         proxy_db_url: str, tmp_path: Path, stub: StubServer) -> None:
     stub.rule = RecallScript(thinking=True)

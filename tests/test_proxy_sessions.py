@@ -335,6 +335,60 @@ async def test_sessions_are_never_shared_across_keys(proxy_db_url: str,
 
 
 
+async def test_a_session_starting_from_another_sessions_checkpoint_can_recall_it(
+        proxy_db_url: str, stub: StubServer) -> None:
+    """Same key, two session ids: the second session's first fit reuses the checkpoint the
+    first one wrote (no second summary) — and what that summary stands for is in the
+    second session's archive too, so the vault fact is still reachable through recall."""
+    stub.rule = Upstream()
+    history = [{"role": "system", "content": SYSTEM}, *_agent_turns(0, 30, fact_at=1),
+               {"role": "user", "content": "Carry on."}]
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        first = await client.post(
+            "/v1/chat/completions", json={"model": "stub-model", "messages": history},
+            headers={"x-ctxstack-session": "one", "authorization": "Bearer k1"})
+        assert parse_compaction_header(first.headers["x-ctxstack-compaction"])["method"] \
+            == "llm"
+        seen = len(stub.requests)
+        asked = [*history, {"role": "assistant", "content": "Noted."},
+                 {"role": "user", "content": "What is the vault combination?"}]
+        second = await client.post(
+            "/v1/chat/completions", json={"model": "stub-model", "messages": asked},
+            headers={"x-ctxstack-session": "two", "authorization": "Bearer k1"})
+        assert second.status_code == 200, second.text
+    assert not [r for r in stub.requests[seen:] if is_summary_request(r)]
+    calls = chat_requests(stub.requests[seen:])
+    assert any(t["function"]["name"] == RECALL_TOOL for t in calls[0].body["tools"])
+    assert "7391-ALPHA" in second.json()["choices"][0]["message"]["content"]
+
+
+async def test_a_request_that_cannot_be_offered_recall_is_not_told_to_use_it(
+        proxy_db_url: str, stub: StubServer) -> None:
+    """``tool_choice: "none"`` (and legacy ``functions``): the proxy may not add its tool,
+    so nothing it forwards names ``ctxstack_recall`` — not the cleared outputs'
+    placeholders, not the summary's note."""
+    stub.rule = Upstream()
+    history = [{"role": "system", "content": SYSTEM}, *_agent_turns(0, 30),
+               {"role": "user", "content": "Carry on."}]
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        for session, extra in (("no-tools", {"tools": TOOLS, "tool_choice": "none"}),
+                               ("legacy", {"functions": [TOOLS[0]["function"]]})):
+            r = await client.post(
+                "/v1/chat/completions",
+                json={"model": "stub-model", "messages": history, **extra},
+                headers={"x-ctxstack-session": session, "authorization": "Bearer k1"})
+            assert r.status_code == 200, r.text
+            assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] \
+                != "none"
+    forwarded = chat_requests(stub.requests)
+    assert len(forwarded) == 2
+    for request in forwarded:
+        assert RECALL_TOOL not in json.dumps(request.body)
+        assert len(request.body["messages"]) < len(history)
+
+
 async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
         proxy_db_url: str, stub: StubServer) -> None:
     """The upstream counts more than the proxy: one overflow, one smaller retry — and the

@@ -288,7 +288,7 @@ async def _fit(state: ProxyState, request: Request, chat: CompletionRequest, bud
         return await state.session_fitter.fit(
             chat, budget, salt=salt, summarizer=summarizer, session=session,
             extra_tools=lambda: state.chat_wire.added_tokens(chat.body, counter),
-            prefix_summarizer=prefix)
+            prefix_summarizer=prefix, recall=state.chat_wire.can_offer(chat.body))
     except ProxyError:
         raise
     except Exception as exc:
@@ -373,7 +373,8 @@ async def _refit(state: ProxyState, chat: CompletionRequest, fit: Fit, target: i
             counter = await state.fitter.counters.aget(chat.model)
             return await state.session_fitter.refit(
                 chat, target, salt=salt, summarizer=summarizer, session=fit.session,
-                extra_tools=state.chat_wire.added_tokens(chat.body, counter))
+                extra_tools=state.chat_wire.added_tokens(chat.body, counter),
+                recall=state.chat_wire.can_offer(chat.body))
         except ProxyError:
             raise
         except Exception:

@@ -126,6 +126,13 @@ class Fitter:
             if reused is not None:
                 return dataclasses.replace(reused, counter=key)
         working = _working(conv, record)
+        if record is not None and archive is not None:
+            # The checkpoint may have been written for another session of this key (or
+            # before sessions): what its summary stands for must be recallable here too.
+            # Archiving is idempotent per session, so a prefix archived already stays.
+            anchor = _anchor(conv, record.covered)
+            await archive.add([conv.view(i) for i in range(conv.prompt_end, record.covered)
+                               if i != anchor])
         guard = ContextGuard(
             compact_llm=summarizer,
             default_budget=limit,

@@ -244,14 +244,15 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
     if refit:
         fit = await sessions.refit(fitting, target, salt=ex.salt, summarizer=ex.summarizer,
                                    session=ex.session,
-                                   extra_tools=RECALL.added_tokens(request.body, counter))
+                                   extra_tools=RECALL.added_tokens(request.body, counter),
+                                   recall=RECALL.can_offer(request.body))
     else:
         prefix = (None if state.settings.summarizer_configured
                   else _prefix_summarizer(state, ex, conv, headers))
         fit = await sessions.fit(
             fitting, target, salt=ex.salt, summarizer=ex.summarizer, session=ex.session,
             extra_tools=lambda: RECALL.added_tokens(request.body, counter),
-            prefix_summarizer=prefix)
+            prefix_summarizer=prefix, recall=RECALL.can_offer(request.body))
     items = None if fit.messages is None else conv.render(fit.messages)
     offer = fit.recall and items is not None and RECALL.can_offer(request.body)
     if items is not None:
@@ -264,7 +265,8 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
             again = await sessions.refit(
                 fitting, int(min(target, ex.budget) * REFIT_FILL), salt=ex.salt,
                 summarizer=ex.summarizer, session=ex.session,
-                extra_tools=RECALL.added_tokens(request.body, counter))
+                extra_tools=RECALL.added_tokens(request.body, counter),
+                recall=RECALL.can_offer(request.body))
             items = None if again.messages is None else conv.render(again.messages)
             offer = again.recall and items is not None and RECALL.can_offer(request.body)
             schemas = schema_tokens(RECALL.add_tool(request.body) if offer else request.body,

@@ -58,12 +58,16 @@ class SessionFitter:
     async def fit(self, request: CompletionRequest, budget: int, *, salt: str,
                   summarizer: LLM | None, session: str,
                   extra_tools: int | Callable[[], int] = 0,
-                  prefix_summarizer: PrefixFactory | None = None) -> Fit:
+                  prefix_summarizer: PrefixFactory | None = None,
+                  recall: bool = True) -> Fit:
         """Fit ``request`` of ``session`` into ``budget`` (``extra_tools``: tokens of a
         tool the proxy adds when the session has an archive — ``ctxstack_recall``;
         ``prefix_summarizer``: builds the summariser that continues a given prefix).
         ``extra_tools`` may be a function: it is called only for a request that may be
-        over budget (a request within budget pays nothing for it)."""
+        over budget (a request within budget pays nothing for it). ``recall=False``: this
+        request cannot be offered the tool (the client turned tools off, …), so a view
+        recomputed for it neither archives nor names the tool; the next request that can
+        be offered it archives from the client's full history when it recomputes."""
         extra = extra_tools if isinstance(extra_tools, int) else None
 
         def reserve() -> int:
@@ -113,7 +117,8 @@ class SessionFitter:
                     summarizer = prefix_summarizer(prefix, summarizer)
                 return await self._recompute(request, counter, record, limit, tools, total,
                                              salt=salt, summarizer=summarizer,
-                                             session=session, extra_tools=extra_tokens)
+                                             session=session, extra_tools=extra_tokens,
+                                             recall=recall)
         except FlightTimeout:
             log.warning("proxy: session busy for too long; fitting without a summariser")
             fit = await self.fitter.compact(request, counter, limit, tools, total,
@@ -150,10 +155,12 @@ class SessionFitter:
                    session=session)
 
     async def refit(self, request: CompletionRequest, limit: int, *, salt: str,
-                    summarizer: LLM | None, session: str, extra_tools: int = 0) -> Fit:
+                    summarizer: LLM | None, session: str, extra_tools: int = 0,
+                    recall: bool = True) -> Fit:
         """Compact to an explicit, smaller ``limit`` (after the upstream said the request
         overflowed) and store the result as the session's view, so the next requests
-        extend a view the upstream accepts instead of overflowing again."""
+        extend a view the upstream accepts instead of overflowing again (``recall``: as
+        in :meth:`fit`)."""
         counter = await self.fitter.counters.aget(request.model)
         tools = request.tools_tokens(counter) + extra_tools
         total = request.conversation.tokens(counter)
@@ -161,7 +168,8 @@ class SessionFitter:
             record = await self.store.load(session)
             return await self._recompute(
                 request, counter, record, max(MIN_LIMIT, limit - tools), tools, total,
-                salt=salt, summarizer=summarizer, session=session, extra_tools=extra_tools)
+                salt=salt, summarizer=summarizer, session=session, extra_tools=extra_tools,
+                recall=recall)
 
     def _summary_prefix(self, request: CompletionRequest, counter: TokenCounter,
                         record: SessionViewRecord | None, limit: int, session: str,
@@ -189,12 +197,13 @@ class SessionFitter:
     async def _recompute(self, request: CompletionRequest, counter: TokenCounter,
                          record: SessionViewRecord | None, limit: int, tools: int,
                          total: int, *, salt: str, summarizer: LLM | None,
-                         session: str, extra_tools: int) -> Fit:
+                         session: str, extra_tools: int, recall: bool) -> Fit:
         conv = request.conversation
-        archive = self.store.archive(session, record.archived if record else 0)
+        archive = self.store.archive(session, record.archived if record else 0) \
+            if recall else None
         fit = await self.fitter.compact(request, counter, limit, tools, total, salt=salt,
                                          summarizer=summarizer, archive=archive, reuse=False)
-        recall = len(archive) > 0
+        recall = archive is not None and len(archive) > 0
         fit = dataclasses.replace(
             fit, session=session, recall=recall, tokens_before=fit.tokens_before - extra_tools,
             tokens=fit.tokens - (0 if recall else extra_tools))

@@ -245,10 +245,10 @@ async def _fit(state: Any, plan: _Plan, budget: int, limit: int | None,
                 plan.chat, budget, salt=plan.salt, summarizer=plan.summarizer,
                 session=session, prefix_summarizer=_prefix_summarizer(plan),
                 extra_tools=(lambda: wire.recall.added_tokens(req.body, counter))
-                if offer else 0)
+                if offer else 0, recall=offer)
         else:
             extra = wire.recall.added_tokens(req.body, counter) if offer else 0
-            fit = await _refit(state, plan, fit, limit, extra)
+            fit = await _refit(state, plan, fit, limit, extra, offer)
         if fit.messages is None:
             return req.raw, dataclasses.replace(fit, original=n, kept=n)
         messages = render(plan.units, fit.messages, req.body.get("system"),
@@ -268,7 +268,8 @@ async def _fit(state: Any, plan: _Plan, budget: int, limit: int | None,
                             reason=f"fit_error: {type(exc).__name__}")
 
 
-async def _refit(state: Any, plan: _Plan, fit: Fit | None, limit: int, extra: int) -> Fit:
+async def _refit(state: Any, plan: _Plan, fit: Fit | None, limit: int, extra: int,
+                 offer: bool) -> Fit:
     """The compaction after an upstream overflow: the session's view recomputed smaller
     (and stored, so the next requests extend a view the upstream accepts), else — no
     session, or that failed — the plain refit."""
@@ -277,7 +278,7 @@ async def _refit(state: Any, plan: _Plan, fit: Fit | None, limit: int, extra: in
         try:
             recomputed: Fit = await state.session_fitter.refit(
                 plan.chat, limit, salt=plan.salt, summarizer=plan.summarizer,
-                session=fit.session, extra_tools=extra)
+                session=fit.session, extra_tools=extra, recall=offer)
             return recomputed
         except Exception:
             log.exception("proxy: recomputing the session's view after an overflow failed; "
