@@ -299,3 +299,62 @@ def test_cli_serves_over_http() -> None:
         proc.wait(timeout=10)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_cli_recall_on_lets_the_proxys_recall_be_tried_offline(tmp_path: Path) -> None:
+    """``ctxstack stub-llm --recall-on vault`` behind a real ``ctxstack proxy``: a fact
+    compacted away early in the conversation comes back through ``ctxstack_recall`` — the
+    stub calls it, the proxy answers it from the session's archive, the client gets only
+    the answer."""
+    from ctxstack.cli.stub import RECALL_TOOL
+    from ctxstack.proxy.recall import RECALL_TOOL as PROXY_RECALL_TOOL
+    from tests.proxy_support import running_proxy
+    from tests.service_support import ChildProcess, clean_env, free_port
+
+    assert RECALL_TOOL == PROXY_RECALL_TOOL
+    port = free_port()
+    code = "import ctxstack.cli.stub; from ctxstack.cli import main; main()"
+    log = tmp_path / "stub.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, "stub-llm", "--port", str(port), "--recall-on",
+             "vault"], stdout=out, stderr=subprocess.STDOUT, env=clean_env({}))
+    stub = ChildProcess(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        stub.wait_until_ready("/v1/models", 20, "ctxstack stub-llm")
+        history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+        for day in range(30):
+            text = "".join(f"day {day} line {i}: shipped order #A-{day}{i} ok\n"
+                           for i in range(12))
+            if day == 1:
+                text = "The vault combination is 7391-ALPHA.\n" + text
+            history += [{"role": "user", "content": f"Log of day {day}:\n{text}"},
+                        {"role": "assistant", "content": f"Day {day} noted."}]
+        env = {"LLM_API_KEY": "k", "LLM_CONTEXT_SIZE": "5000", "LLM_MAX_OUTPUT_TOKENS": "1000"}
+        with running_proxy(tmp_path, f"{stub.url}/v1", env) as proxy:
+            def ask(messages: list[dict[str, Any]]) -> httpx.Response:
+                response = httpx.post(f"{proxy.base_url}/chat/completions", timeout=60,
+                                      json={"model": "stub-model", "messages": messages},
+                                      headers={"authorization": "Bearer k"})
+                assert response.status_code == 200, response.text
+                return response
+
+            first = ask([*history, {"role": "user", "content": "Carry on."}])
+            assert "method=none" not in first.headers["x-ctxstack-compaction"]
+            history += [{"role": "user", "content": "Carry on."},
+                        {"role": "assistant", "content": "Noted."},
+                        {"role": "user", "content": "What was the vault combination?"}]
+            answer = ask(history)
+        text = answer.json()["choices"][0]["message"]["content"]
+        assert "7391-ALPHA" in text
+        assert RECALL_TOOL not in answer.text
+        recorded = httpx.get(f"{stub.url}/_stub/requests", timeout=10).json()["requests"]
+        bodies = [r["json"] for r in recorded if r["path"].endswith("/chat/completions")]
+        assert any(RECALL_TOOL in json.dumps(b.get("tools", [])) for b in bodies)
+        # Without the trigger the stub behaves as before (it echoes the user).
+        plain = httpx.post(f"{stub.url}/v1/chat/completions", timeout=10, json={
+            "model": "stub-model", "messages": [{"role": "user", "content": "hello"}],
+            "tools": [{"type": "function", "function": {"name": RECALL_TOOL}}]})
+        assert plain.json()["choices"][0]["message"]["content"] == "You said: hello"
+    finally:
+        stub.stop()
