@@ -6,8 +6,10 @@
   appends the model's whole turn (its ``thinking`` blocks byte-identical, as Anthropic
   requires them back) and a user message whose ``tool_result`` blocks come first. The last
   call of a request keeps the tool's *definition* but sets ``tool_choice`` to ``none``:
-  the model can no longer call it, and Anthropic refuses ``tool_use`` blocks in the
-  history whose tool is not defined.
+  the model can no longer call it, and Anthropic refuses a request whose history holds
+  ``tool_use`` / ``tool_result`` blocks without ``tools`` ("Requests which include
+  tool_use or tool_result blocks must define tools", anthropics/anthropic-sdk-python#494;
+  Bedrock's Claude says the same of its ``toolConfig``).
 * :func:`anthropic_usage` — ``input_tokens``, ``output_tokens``,
   ``cache_read_input_tokens`` (cache reads), ``cache_creation_input_tokens`` (writes).
 * :func:`answer_with_recall` — a JSON answer: recall calls answered from the session's
