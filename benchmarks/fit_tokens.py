@@ -18,7 +18,7 @@ objective). Deterministic: the corpus is chosen by stable hashes and a seeded RN
 every step is exact arithmetic or a unique least-squares solution.
 
     python -m benchmarks.fit_tokens            # print the fit-set errors
-    python -m benchmarks.fit_tokens --write    # also rewrite the constants in token_model.py
+    python -m benchmarks.fit_tokens --write    # also rewrite the constants in tokens/_model.py
 
 Per-script corrections (``ctxstack.tokens._model.SCRIPT_WEIGHTS``), fitted *after* the pair
 weights, which stay fixed (so English, code, JSON, Chinese and Japanese keep the pair
@@ -82,8 +82,8 @@ PRIOR = {"two_byte": 0.6, "symbol": 1.0, "kana": 0.7, "han": 0.9, "cjk_punct": 1
          "other3": 1.0, "four_byte": 1.5}
 """Tokens per character a class is pulled towards when the fit data has (almost) none of
 it (emoji, Thai…): the same ridge penalty applies, so classes with data ignore it."""
-MODEL_FILE = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "token_model.py"
-SCRIPTS_FILE = MODEL_FILE.with_name("token_scripts.py")  # SCRIPT_ and SYMBOL_WEIGHTS
+MODEL_FILE = Path(__file__).resolve().parent.parent / "src" / "ctxstack" / "tokens" / "_model.py"
+SCRIPTS_FILE = MODEL_FILE.with_name("_scripts.py")  # SCRIPT_ and SYMBOL_WEIGHTS
 
 
 def feature_rows(texts: Sequence[str]) -> np.ndarray:

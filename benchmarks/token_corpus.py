@@ -31,6 +31,15 @@ Two **disjoint** splits:
 * mixed chat: role-prefixed turns stitched from the other eval texts (English, Chinese,
   Japanese, code, JSON), as a conversation mixing them would read.
 
+**Code by project** (:func:`project_code`, :func:`project_code_chunks`; the accuracy
+benchmark's "code from projects outside the fitting set" row): every ``.py`` file of a
+distribution, split by **project**, never by file — ``"fit"``: the venv's distributions
+whose name hashes even (the same split as their READMEs and top-level modules above);
+``"eval"``: those whose name hashes odd plus the Debian-packaged distributions in
+``/usr/lib/python3/dist-packages`` that the venv does not have. The code row of
+:func:`gather` splits the standard library per file, so a held-out module's neighbours
+in the same package may be fitted on; this one holds out whole projects.
+
 **Other scripts** (:func:`gather_scripts`, per language group of :data:`SCRIPT_GROUPS`; what
 ``benchmarks/fit_tokens.py --scripts`` fits the per-script corrections of
 :mod:`ctxstack.tokens._model` on, and what the accuracy benchmark's per-language rows
@@ -254,6 +263,91 @@ def package_texts(split: Split) -> tuple[list[str], list[str]]:
             if path.parts[-2] in names and path.parts[-2] not in skip:
                 code.append(_read(path))
     return prose, [c for c in code if c]
+
+
+VENDORED = frozenset({"_vendor", "vendor", "_vendored", "vendored", "extern", "_extern"})
+"""Directories that hold a copy of another project's code (pip's and setuptools' vendored
+packages): never read as the project's own code."""
+DEBIAN_SITE = Path("/usr/lib/python3/dist-packages")
+"""Debian-packaged Python (``python3-apt``, ``python3-gi``, ``python3-dbus``, ``python3-six``,
+``python3-oauthlib``…): real code from projects that are not installed in the venv."""
+OWN = frozenset({"ctxstack"})
+"""This project itself: never a sample of "other projects' code"."""
+
+
+def _python_files(dist: md.Distribution) -> dict[Path, str]:
+    """A distribution's installed ``.py`` files at any depth (tests included: they are its
+    code too), each with its top-level package name; vendored copies of other projects
+    left out. From its ``RECORD`` (or ``installed-files.txt``) when it has one, else from
+    its ``top_level.txt`` names (Debian's egg-info directories list no files)."""
+    root = Path(str(dist.locate_file("")))
+    found = {Path(str(f.locate())): f.parts[0] for f in dist.files or [] if f.suffix == ".py"}
+    if not found:
+        for top in (dist.read_text("top_level.txt") or "").split():
+            if (root / top).is_dir():
+                found.update((f, top) for f in sorted((root / top).rglob("*.py")))
+            elif (root / f"{top}.py").is_file():
+                found[root / f"{top}.py"] = top
+    return {f: top for f, top in found.items()
+            if VENDORED.isdisjoint(f.parts) and "__pycache__" not in f.parts}
+
+
+def project_code(split: Split) -> dict[str, list[str]]:
+    """Python source per **project** (installed distribution) of ``split``, split by
+    project, never by file, so that no file of an ``"eval"`` project is fitted on.
+
+    ``"fit"``: the venv's distributions whose name hashes even (``"pkg:" + name``, the
+    same split as :func:`package_texts`), all their ``.py`` files. ``"eval"``: the venv's
+    distributions whose name hashes odd, plus every distribution of Debian's
+    ``/usr/lib/python3/dist-packages`` that the venv does not have (never fitted on); a
+    file under a top-level package that some fit distribution also installs (a namespace
+    package, a re-packaged copy), or whose text is that of a fit project's file, is left
+    out. The standard library, split per file for
+    the other corpora, is in neither; nor is ctxstack. Files of fewer than ``MIN_CHARS``
+    characters are skipped."""
+    venv = {(d.metadata["Name"] or "").lower(): d for d in _distributions()}
+    fitted = {n for n in venv if _half("pkg:" + n) == "fit" and n not in OWN}
+    fit_tops = {f.parts[0] for n in fitted for f in venv[n].files or [] if len(f.parts) > 1}
+    fit_code = _code_of({n: venv[n] for n in fitted}, set())
+    if split == "fit":
+        return fit_code
+    chosen = {n: d for n, d in venv.items() if n not in OWN and n not in fitted}
+    if DEBIAN_SITE.is_dir():
+        for dist in md.distributions(path=[str(DEBIAN_SITE)]):
+            name = (dist.metadata["Name"] or "").lower()
+            if name and name not in venv and name not in chosen:
+                chosen[name] = dist
+    seen = {t for texts in fit_code.values() for t in texts}  # a file copied between
+    # projects (a generated helper) is the fit project's
+    return {n: [t for t in texts if t not in seen]
+            for n, texts in _code_of(chosen, fit_tops).items() if set(texts) - seen}
+
+
+def _code_of(dists: dict[str, md.Distribution], skip_tops: set[str]) -> dict[str, list[str]]:
+    """Project → the texts of its :func:`_python_files` of at least ``MIN_CHARS``
+    characters, except those under a top-level package in ``skip_tops``."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(dists):
+        files = _python_files(dists[name])
+        keep = sorted(f for f, top in files.items() if top not in skip_tops)
+        texts = [t for f in keep if len(t := _read(f)) >= MIN_CHARS]
+        if texts:
+            out[name] = texts
+    return out
+
+
+def project_code_chunks(split: Split, per_project: int, seed: int = 29) -> dict[str, list[str]]:
+    """Up to ``per_project`` consecutive, non-overlapping line-aligned chunks of
+    MIN_CHARS–MAX_CHARS characters of each project of :func:`project_code` (a few hundred
+    to ~1,200 tokens, like a tool's read of part of a file), drawn from its files in a
+    seeded order: each project weighs alike, whatever its size, and a small project gives
+    fewer chunks rather than repeated ones."""
+    out: dict[str, list[str]] = {}
+    for name, texts in project_code(split).items():
+        rng = random.Random(f"{seed}:{name}")
+        pieces = list(consecutive_chunks(texts, rng))
+        out[name] = _sample(pieces, rng, per_project)
+    return out
 
 
 def _dedupe_licences(texts: Iterable[str]) -> list[str]:
