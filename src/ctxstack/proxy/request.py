@@ -146,7 +146,7 @@ def validate_messages(messages: Sequence[object]) -> None:
 class WireConversation:
     """The wire messages plus lazily built guard views and token counts."""
 
-    __slots__ = ("_views", "counts", "last_user", "messages", "prompt_end")
+    __slots__ = ("_views", "counts", "hashes", "last_user", "messages", "prompt_end")
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         self.messages = messages
@@ -160,6 +160,11 @@ class WireConversation:
         """Leading system (and developer) messages: the system prompt, never compacted."""
         self.counts: list[int] = []
         """Tokens per message, filled by :meth:`tokens`."""
+        self.hashes: dict[tuple[str, int], str] | None = None
+        """Prefix hashes of :attr:`messages` already known, by ``(salt, covered)`` (a
+        wire's :class:`~ctxstack.proxy.unit_memo.UnitMemo` fills it from an earlier
+        request sharing these units; :func:`~ctxstack.proxy.sessions.conversation_hash`
+        reads and adds to it). None: none kept."""
 
     def __len__(self) -> int:
         return len(self.messages)
