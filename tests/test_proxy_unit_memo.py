@@ -22,6 +22,7 @@ from ctxstack.proxy.request import WireConversation
 from ctxstack.proxy.responses_view import ResponsesConversation, remembered
 from ctxstack.proxy.sessions import conversation_hash, prefix_hash
 from ctxstack.proxy.unit_memo import Remembered, UnitMemo, common_prefix
+from ctxstack.tokens import DEFAULT_COUNTER
 
 Edit = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -153,6 +154,31 @@ def test_a_prefix_hash_carried_over_is_the_hash_of_the_new_units(change: str) ->
     assert extends == (change in ("appended", "same", "marker-moved"))
 
 
+def test_counts_are_carried_over_only_for_the_counter_that_made_them() -> None:
+    memo: UnitMemo[ResponsesConversation] = UnitMemo()
+    before = _responses_history(5)
+    first, _ = remembered(memo, "owner", before, "Instructions.", 1000)
+    first.conversation.tokens(DEFAULT_COUNTER)
+    conv, _ = remembered(memo, "owner", [*before, {"role": "user", "content": "Next."}],
+                         "Instructions.", 1000)
+    known = conv.conversation.known_counts
+    assert known is not None
+    assert known[0] == DEFAULT_COUNTER.cache_key
+    assert len(known[1]) == len(first.conversation.messages)
+
+    class Doubled:
+        """Another counter: every message twice what the default counts."""
+
+        cache_key = "doubled"
+
+        def count_message(self, message: Any) -> int:
+            return 2 * DEFAULT_COUNTER.count_message(message)
+
+    doubled = conv.conversation.tokens(Doubled())  # type: ignore[arg-type]
+    assert doubled == 2 * ResponsesConversation(conv.items, "Instructions.").conversation \
+        .tokens(DEFAULT_COUNTER)
+
+
 def test_anthropic_validation_skips_only_what_was_validated_before() -> None:
     from ctxstack.proxy.anthropic.wire import validate_messages
     from ctxstack.proxy.errors import ProxyError
@@ -245,13 +271,20 @@ def _same_conversation(a: ResponsesConversation, b: ResponsesConversation) -> No
 def test_responses_units_reused_are_the_units_a_full_reading_makes(change: str) -> None:
     memo: UnitMemo[ResponsesConversation] = UnitMemo()
     before = _responses_history(5)
-    remembered(memo, "owner", before, "Instructions.", 1000)
+    remembered(memo, "owner", before, "Instructions.", 1000)[0].conversation.tokens(
+        DEFAULT_COUNTER)
     after = _responses_edits()[change](before)
     conv, _ = remembered(memo, "owner", after, "Instructions.", 1000)
     _same_conversation(conv, ResponsesConversation(after, "Instructions."))
+    conv.conversation.tokens(DEFAULT_COUNTER)
     later = _then(change)(after)
     conv, _ = remembered(memo, "owner", later, "Instructions.", 1000)
-    _same_conversation(conv, ResponsesConversation(later, "Instructions."))
+    fresh = ResponsesConversation(later, "Instructions.")
+    _same_conversation(conv, fresh)
+    # Counts carried over from the earlier conversation are the counts of these units.
+    assert conv.conversation.tokens(DEFAULT_COUNTER) == fresh.conversation.tokens(
+        DEFAULT_COUNTER)
+    assert conv.conversation.counts == fresh.conversation.counts
     if change in ("appended", "same"):
         assert conv.reused_units > 0
     # Rendering the untouched view gives the client's own items back.

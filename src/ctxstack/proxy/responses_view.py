@@ -152,6 +152,9 @@ class ResponsesConversation:
     turn without a hosted call that an output could answer later); the rest is read
     afresh. The result is the one a full reading makes."""
 
+    conversation: WireConversation
+    """The units' chat views, the instructions' first (what the fitter fits)."""
+
     def __init__(self, items: Sequence[dict[str, Any]], instructions: object,
                  previous: ResponsesConversation | None = None, same: int = 0) -> None:
         self.items = list(items)
@@ -187,7 +190,10 @@ class ResponsesConversation:
         answered = self._answered
         called = self._functions | (self._first_call.keys() & answered)
         items = self.items
-        chat.extend(u.chat for u in self.units[:self._reused])
+        if self._reused:  # their views, as the earlier conversation lists them
+            assert previous is not None
+            before = len(previous.conversation.messages) - len(previous.units)
+            chat.extend(previous.conversation.messages[before:before + self._reused])
         for k in range(self._reused, len(self.units)):
             unit = self.units[k]
             unit.chat = self._single(unit, k, items) or self._chat(unit, k, answered, called)
@@ -421,16 +427,20 @@ def remembered(memo: UnitMemo[ResponsesConversation], owner: str,
                hit: Hit | None = None) -> tuple[ResponsesConversation, dict[HashKey, str]]:
     """The conversation of ``items``, reusing the units of ``owner``'s earlier one sharing
     the most leading items (``memo``; ``size``: the request's bytes, what the memo
-    bounds), and the prefix hashes known over its chat messages — the dict the fitter
-    adds its hashes to, kept for the next request (see :mod:`ctxstack.proxy.unit_memo`).
-    ``hit``: what ``memo.find`` answered for these items, when already asked."""
+    bounds) and the token counts of the units unchanged since; and the prefix hashes
+    known over its chat messages — the dict the fitter adds its hashes to, kept for the
+    next request (see :mod:`ctxstack.proxy.unit_memo`). ``hit``: what ``memo.find``
+    answered for these items, when already asked."""
     found, same = hit if hit is not None else memo.find(owner, instructions, items)
     conv = ResponsesConversation(items, instructions, found.units if found else None, same)
     shared = 0
     if found is not None and conv.reused_units:
         prompt = len(conv.conversation) - len(conv.units)  # the instructions' message
-        shared = equal_run(found.units.conversation.messages, conv.conversation.messages,
+        earlier = found.units.conversation
+        shared = equal_run(earlier.messages, conv.conversation.messages,
                            prompt + conv.reused_units)
+        if earlier.counted_by is not None and len(earlier.counts) == len(earlier.messages):
+            conv.conversation.known_counts = (earlier.counted_by, earlier.counts[:shared])
     hashes = carried_hashes(found, shared)
     memo.remember(owner, Remembered(instructions, items, conv, hashes, size),
                   replaces=found)

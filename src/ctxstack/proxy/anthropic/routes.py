@@ -312,7 +312,10 @@ def _summarized_messages(units: RequestUnits, fit: Fit) -> int:
     forwarded (the header counts messages, as the client sent them, not units)."""
     present = {units.units[d[UNIT_KEY]].msg for d in fit.messages or []
                if isinstance(d.get(UNIT_KEY), int)}
-    return sum(1 for i, k in enumerate(units.per_message) if k and i not in present)
+    present.discard(-1)  # the system prompt's unit: not a message
+    # Every message a forwarded unit stands for has units: those with units, less them
+    # (counted over the view, not the whole history).
+    return len(units.per_message) - units.per_message.count(0) - len(present)
 
 
 async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Plan,

@@ -289,8 +289,6 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]],
                         per_message, opaque_units)
 
 
-
-
 def remembered_units(memo: UnitMemo[RequestUnits], owner: str, system: object,
                      messages: list[dict[str, Any]], size: int, hit: Hit | None = None,
                      ) -> tuple[RequestUnits, dict[HashKey, str]]:
