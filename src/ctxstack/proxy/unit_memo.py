@@ -18,13 +18,20 @@ only the rest; a prefix hash over units that are all reused is the remembered on
 edited, inserted or removed message ends the common prefix where it is: everything from
 there on is converted afresh, and a view covering it is hashed afresh, so it no longer
 matches and is recomputed (the same decision as without the memo, only cheaper).
+Likewise, messages equal to ones the proxy validated before are not validated again (a
+new message still is, against everything before it: a ``tool_result`` needs an earlier
+``tool_use``), and token counts of units unchanged are kept (the Responses wire recounts
+the view it forwards on every request). A wire reuses only units that cannot differ:
+the unit the shared messages end in may grow, and a Responses unit whose view depends on
+later items (a hosted call an output may answer, an output whose call comes later) is
+read afresh.
 
 Equality is Python's: JSON ``1``, ``1.0`` and ``true`` compare equal, so a client that
 re-sent a number in another spelling could have a reused unit built from the earlier
 spelling — counted the same, and only forwarded from the earlier request's bytes where a
 message is re-rendered (whole client messages always go out as this request's own dicts).
 
-Process-local and bounded (entries and characters): a miss — another worker, an evicted
+Process-local and bounded (entries, request bytes): a miss — another worker, an evicted
 entry — only costs the full conversion, never a different result.
 """
 
