@@ -495,3 +495,88 @@ async def test_a_failed_prefix_summary_falls_back_to_the_transcript_request(
     assert "tools" not in transcript.body  # the guard's own transcript request
     [sent] = forwarded(stub)
     assert SUMMARY_TEXT in json.dumps(sent.body["messages"])
+
+
+def _changed(messages: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
+    """``messages`` with an early message edited, a turn inserted or removed (all in the
+    part a stored view covers), or left as they are."""
+    out = [dict(m) for m in messages]
+    if change == "edited":
+        out[2]["content"] = out[2]["content"].replace("Day 1:", "Day one (edited):")
+    elif change == "inserted":
+        out[2:2] = [{"role": "user", "content": "An aside (inserted)."},
+                    {"role": "assistant", "content": "Noted the aside."}]
+    elif change == "removed":
+        del out[2:4]
+    return out
+
+
+@pytest.mark.parametrize("change", ["unchanged", "edited", "inserted", "removed"])
+async def test_a_history_changed_before_the_view_s_end_is_recomputed_not_extended(
+        proxy_db_url: str, stub: StubServer, change: str) -> None:
+    """One app: the second request reuses the first's units in process
+    (:mod:`ctxstack.proxy.unit_memo`), and still must not extend a view whose messages
+    the client changed."""
+    stub.rule = RecallScript(thinking=True)
+    headers = {"x-ctxstack-session": f"changed-{change}", "x-api-key": KEY,
+               "anthropic-version": "2023-06-01"}
+    first = _over_budget()
+    grown = {**first, "messages": [*first["messages"],
+                                   {"role": "assistant", "content": "Carrying on."},
+                                   {"role": "user", "content": "And day 24?"}]}
+    then = {**grown, "messages": _changed(grown["messages"], change)}
+    methods = []
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub))
+        for body in (first, grown, then):
+            r = await client.post("/v1/messages", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            methods.append(parse_compaction_header(r.headers["x-ctxstack-compaction"])[
+                "method"])
+    sent = forwarded(stub)
+    assert methods[:2] == ["llm", "checkpoint"]  # computed, then extended
+    assert sent[1].body["messages"][:len(sent[0].body["messages"])] == sent[0].body[
+        "messages"]
+    summaries = [r for r in stub.requests if is_summary_request(r)]
+    for body in (b.body for b in sent):
+        assert count_request(body, DEFAULT_COUNTER) <= BUDGET
+    if change == "unchanged":
+        assert methods[2] == "checkpoint"
+        assert sent[2].body["messages"] == sent[1].body["messages"]
+        assert len(summaries) == 1
+        return
+    assert methods[2] != "checkpoint"  # the view made again from what the client sent
+    assert len(summaries) == 2
+    marker = {"edited": "Day one (edited):", "inserted": "An aside (inserted).",
+              "removed": None}[change]
+    if marker is not None:  # the changed message is what the new summary was made from
+        assert marker in json.dumps(summaries[1].body)
+        assert marker not in json.dumps(summaries[0].body)
+    else:
+        assert "Day 1: " in json.dumps(summaries[0].body)
+        assert "Day 1: " not in json.dumps(summaries[1].body)
+
+
+async def test_a_bad_message_after_a_history_read_before_is_still_refused(
+        proxy_db_url: str, stub: StubServer) -> None:
+    """Messages equal to ones validated before are not checked again; a new one still is
+    — a result answering no earlier call included."""
+    stub.rule = RecallScript(thinking=True)
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    body = _over_budget()
+    n = len(body["messages"])
+    bad = {**body, "messages": [*body["messages"],
+                                {"role": "assistant", "content": "Reading."},
+                                {"role": "user", "content": [
+                                    {"type": "tool_result", "tool_use_id": "toolu_nope",
+                                     "content": "x"}]}]}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub))
+        assert (await client.post("/v1/messages", json=body, headers=headers)
+                ).status_code == 200
+        seen = len(stub.requests)
+        refused = await client.post("/v1/messages", json=bad, headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+    assert f"messages.{n + 1}.content.0.tool_use_id" in refused.text
+    assert len(stub.requests) == seen  # before any upstream call

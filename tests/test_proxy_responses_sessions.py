@@ -546,3 +546,80 @@ async def test_a_fitting_failure_forwards_the_original_request(
     [sent] = [r for r in recorded["requests"] if r["path"] == "/v1/responses"]
     assert sent["body"].encode() == raw  # the client's bytes, unchanged
     assert stats["fit_failures"] == 1
+
+
+def _changed(items: list[dict[str, Any]], change: str) -> list[dict[str, Any]]:
+    """``items`` with an early tool output edited, a turn inserted or removed (all in the
+    part a stored view covers), or left as they are."""
+    out = [dict(it) for it in items]
+    if change == "edited":
+        out[3]["output"] = "Edited: " + out[3]["output"]
+    elif change == "inserted":
+        out[5:5] = [{"role": "user", "content": "An aside (inserted)."},
+                    {"type": "message", "role": "assistant", "content": [
+                        {"type": "output_text", "text": "Noted.", "annotations": []}]}]
+    elif change == "removed":
+        del out[5:10]  # turn 1, whole
+    return out
+
+
+@pytest.mark.parametrize("change", ["unchanged", "edited", "inserted", "removed"])
+async def test_a_history_changed_before_the_view_s_end_is_recomputed_not_extended(
+        proxy_db_url: str, stub: StubServer, change: str) -> None:
+    """One app: the second request reuses the first's units in process
+    (:mod:`ctxstack.proxy.unit_memo`), and still must not extend a view whose items the
+    client changed."""
+    stub.rule = Model()
+    headers = {"x-ctxstack-session": f"changed-{change}", "authorization": "Bearer k1"}
+    first = _over_budget()
+    grown = {**first, "input": [*first["input"], *_agent_turns(30, 1),
+                                {"role": "user", "content": "And now?"}]}
+    then = {**grown, "input": _changed(grown["input"], change)}
+    methods = []
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        for body in (first, grown, then):
+            r = await client.post("/v1/responses", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            methods.append(parse_compaction_header(r.headers["x-ctxstack-compaction"])[
+                "method"])
+    sent = forwarded(stub.requests)
+    assert methods[:2] == ["llm", "checkpoint"]  # computed, then extended
+    assert sent[1].body["input"][:len(sent[0].body["input"])] == sent[0].body["input"]
+    for request, body in zip(sent, (first, grown, then), strict=True):
+        _check_valid(request.body, body["input"])
+    summaries = [r for r in stub.requests if is_summary_request(r)]
+    if change == "unchanged":
+        assert methods[2] == "checkpoint"
+        assert sent[2].body["input"] == sent[1].body["input"]
+        assert len(summaries) == 1
+        return
+    assert methods[2] != "checkpoint"  # the view made again from what the client sent
+    assert len(summaries) == 2
+    marker = {"edited": "Edited: ", "inserted": "An aside (inserted).",
+              "removed": None}[change]
+    if marker is not None:  # the changed item is what the new summary was made from
+        assert marker in json.dumps(summaries[1].body)
+        assert marker not in json.dumps(summaries[0].body)
+    else:
+        assert "Turn 1:" in json.dumps(summaries[0].body)
+        assert "Turn 1:" not in json.dumps(summaries[1].body)
+
+
+async def test_a_bad_item_after_a_history_read_before_is_still_refused(
+        proxy_db_url: str, stub: StubServer) -> None:
+    """Items equal to ones validated before are not checked again; a new one still is."""
+    stub.rule = Model()
+    headers = {"authorization": "Bearer k1"}
+    body = _over_budget()
+    bad = {**body, "input": [*body["input"], {"type": "function_call", "name": "read_log",
+                                              "arguments": "{}"}]}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        assert (await client.post("/v1/responses", json=body, headers=headers)
+                ).status_code == 200
+        seen = len(stub.requests)
+        refused = await client.post("/v1/responses", json=bad, headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == f"input[{len(body['input'])}].call_id"
+    assert len(stub.requests) == seen  # before any upstream call

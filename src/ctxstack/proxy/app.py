@@ -61,6 +61,7 @@ from ctxstack.proxy.request import CompletionRequest, parse_request
 from ctxstack.proxy.responses_chains import ChainStore
 from ctxstack.proxy.responses_route import responses_http
 from ctxstack.proxy.responses_socket import responses_socket
+from ctxstack.proxy.responses_view import ResponsesConversation
 from ctxstack.proxy.session_fit import SessionFitter
 from ctxstack.proxy.sessions import (
     RedisLease,
@@ -71,6 +72,7 @@ from ctxstack.proxy.sessions import (
 )
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import SharedStats, StatsRecorder, fit_headers, log_event
+from ctxstack.proxy.unit_memo import UnitMemo
 from ctxstack.store import SessionFactory, create_engine_from_url, session_factory, upgrade
 from ctxstack.tokens import TokenCounter
 from ctxstack.tokens._counter import effective_budget
@@ -114,6 +116,8 @@ class ProxyState:
         self.chat_wire = ChatRecallWire()
         self.chains = ChainStore(factory, ttl_seconds=settings.checkpoint_ttl)
         """The Responses conversations behind ``previous_response_id``."""
+        self.responses_units: UnitMemo[ResponsesConversation] = UnitMemo()
+        """Recent Responses conversations' units per owner (a resent input read once)."""
         self.anthropic = anthropic_routes.AnthropicWire(settings, factory, transport)
 
     async def aclose(self) -> None:

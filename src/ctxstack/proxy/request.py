@@ -146,7 +146,8 @@ def validate_messages(messages: Sequence[object]) -> None:
 class WireConversation:
     """The wire messages plus lazily built guard views and token counts."""
 
-    __slots__ = ("_views", "counts", "last_user", "messages", "prompt_end")
+    __slots__ = ("_views", "counted_by", "counts", "hashes", "known_counts", "last_user",
+                 "messages", "prompt_end")
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         self.messages = messages
@@ -160,6 +161,17 @@ class WireConversation:
         """Leading system (and developer) messages: the system prompt, never compacted."""
         self.counts: list[int] = []
         """Tokens per message, filled by :meth:`tokens`."""
+        self.counted_by: object = None
+        """The ``cache_key`` of the counter :attr:`counts` were made by."""
+        self.known_counts: tuple[object, list[int]] | None = None
+        """``(counter cache_key, tokens)`` of leading messages already counted, equal to
+        an earlier conversation's (a wire's :class:`~ctxstack.proxy.unit_memo.UnitMemo`
+        sets it): :meth:`tokens` by that counter counts only the rest."""
+        self.hashes: dict[tuple[str, int], str] | None = None
+        """Prefix hashes of :attr:`messages` already known, by ``(salt, covered)`` (a
+        wire's :class:`~ctxstack.proxy.unit_memo.UnitMemo` fills it from an earlier
+        request sharing these units; :func:`~ctxstack.proxy.sessions.conversation_hash`
+        reads and adds to it). None: none kept."""
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -208,9 +220,14 @@ class WireConversation:
 
         A plain-text message without tool calls or an audio reference is counted straight
         from its string (what ``counter.count_message`` computes for it: overhead + text);
-        anything else through its view.
+        anything else through its view. Counts in :attr:`known_counts` by this counter
+        are taken as they are.
         """
-        self.counts = self._counts(counter, 0)
+        key = getattr(counter, "cache_key", None)
+        known = self.known_counts
+        head = known[1][:len(self.messages)] if known is not None and known[0] == key else []
+        self.counts = head + self._counts(counter, len(head))
+        self.counted_by = key
         return sum(self.counts)
 
     def tail_tokens(self, counter: TokenCounter, start: int) -> int:

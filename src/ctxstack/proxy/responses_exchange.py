@@ -68,18 +68,25 @@ from ctxstack.proxy.request import CompletionRequest
 from ctxstack.proxy.responses_chains import ChainStore, owner_key
 from ctxstack.proxy.responses_recall import WIRE as RECALL
 from ctxstack.proxy.responses_recall import responses_usage
-from ctxstack.proxy.responses_request import ResponsesRequest, dump, validate_pairs
+from ctxstack.proxy.responses_request import (
+    ResponsesRequest,
+    dump,
+    validate_items,
+    validate_pairs,
+)
 from ctxstack.proxy.responses_summary import ResponsesPrefixSummarizer
 from ctxstack.proxy.responses_view import (
     UNIT_KEY,
     ResponsesConversation,
     count_tokens,
+    remembered,
     schema_tokens,
 )
 from ctxstack.proxy.session_fit import SessionFitter
 from ctxstack.proxy.sessions import SessionStore, owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import StatsRecorder, fit_headers, log_event
+from ctxstack.proxy.unit_memo import Hit, UnitMemo
 from ctxstack.tokens import TokenCounter
 
 log = logging.getLogger("ctxstack.proxy")
@@ -104,6 +111,7 @@ class ProxyParts(Protocol):
     chains: ChainStore
     sessions: SessionStore
     session_fitter: SessionFitter
+    responses_units: UnitMemo[ResponsesConversation]
 
 
 class _FitRequest(CompletionRequest):
@@ -145,6 +153,9 @@ class Exchange:
     """The forwarded ``tools`` carry ``ctxstack_recall`` (the session has an archive)."""
     own_summarizer: OpenAICompatibleLLM | None = None
     """A per-request summariser (carrying the client's key) to close afterwards."""
+    remembered: Hit | None = None
+    """The owner's earlier conversation sharing the most leading items with ``full``
+    (found once, for validating and then reading it; used by the first fit)."""
     log: dict[str, Any] = field(default_factory=dict)
 
     def body(self, *, stream: bool) -> bytes:
@@ -172,9 +183,12 @@ class Exchange:
         kept = len(self.items) if self.items is not None else n
         summarized = 0
         if fit.summarized and fit.messages is not None and self.conv is not None:
-            present = {m.get(UNIT_KEY) for m in fit.messages}
-            summarized = sum(len(u.items) for k, u in enumerate(self.conv.units)
-                             if k not in present)
+            # The items of the units not forwarded: all (units partition the items) less
+            # those of the units forwarded (a view is much shorter than its history).
+            units = self.conv.units
+            present = {k for m in fit.messages
+                       if isinstance(k := m.get(UNIT_KEY), int) and 0 <= k < len(units)}
+            summarized = len(self.conv.items) - sum(len(units[k].items) for k in present)
         return fit_headers(dataclasses.replace(fit, original=n, kept=kept,
                                                summarized=summarized))
 
@@ -194,11 +208,15 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
         chain = None  # the upstream's Conversations API holds the history: not ours to fit
     elif request.previous_id is not None:
         chain = await state.chains.conversation(owner, request.previous_id)
+    full = None if chain is None else [*chain, *request.input]
+    # The items this owner sent before, equal and validated then, are not checked again.
+    hit = (state.responses_units.find(wire_salt, request.instructions, full)
+           if full is not None else (None, 0))
+    validate_items(request.input, max(0, hit[1] - len(chain or ())))
     validate_pairs(chain, request.input)
     model_budget = await state.budgets.get(request.model)
     budget = model_budget.usable_input_tokens
-    full = None if chain is None else [*chain, *request.input]
-    ex = Exchange(request, owner, wire_salt, budget, None, full)
+    ex = Exchange(request, owner, wire_salt, budget, None, full, remembered=hit)
     if not fit:
         return ex
     if full is None:
@@ -234,7 +252,9 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
         ex.summarizer = summarizer
         if own:
             ex.own_summarizer = summarizer
-    conv = ResponsesConversation(ex.full, request.instructions)
+    hit, ex.remembered = ex.remembered, None
+    conv, _ = remembered(state.responses_units, ex.salt, ex.full, request.instructions,
+                         len(request.raw), hit)
     fitting = _FitRequest(request, conv, own=request.previous_id is None)
     chat = conv.conversation
     if not ex.session:
@@ -258,7 +278,10 @@ async def _fit(state: ProxyParts, ex: Exchange, target: int, headers: Mapping[st
     if items is not None:
         schemas = schema_tokens(RECALL.add_tool(request.body) if offer else request.body,
                                 counter)
-        tokens = count_tokens(items, request.instructions, schemas, counter)
+        # Read reusing the view forwarded last time (the same items, mostly).
+        tokens = count_tokens(items, request.instructions, schemas, counter,
+                              state.responses_units, f"{ex.salt}\x1fforwarded",
+                              len(request.raw))
         if tokens > ex.budget:
             # A kept model turn the guard wanted cut counts whole: recompute smaller once
             # (stored, so the next requests extend the smaller view).

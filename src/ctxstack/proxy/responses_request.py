@@ -93,8 +93,11 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def parse_responses(raw: bytes, body: dict[str, Any] | None = None) -> ResponsesRequest:
-    """Validate a Responses body (``body``: already decoded, e.g. from a frame).
+def parse_responses(raw: bytes, body: dict[str, Any] | None = None, *,
+                    check_items: bool = True) -> ResponsesRequest:
+    """Validate a Responses body (``body``: already decoded, e.g. from a frame;
+    ``check_items=False``: the input items' shapes are left to the caller, which knows
+    which of them it validated before — :func:`validate_items` with ``start``).
 
     Raises:
         ProxyError: 400 naming the field (see the module doc).
@@ -114,16 +117,20 @@ def parse_responses(raw: bytes, body: dict[str, Any] | None = None) -> Responses
     if instructions is not None and not isinstance(instructions, str | list):
         raise bad_request("'instructions' must be a string", param="instructions")
     request = ResponsesRequest(raw, body)
-    validate_items(request.input)
+    if check_items:
+        validate_items(request.input)
     return request
 
 
-def validate_items(items: Sequence[object]) -> None:
-    """Each item's own shape (pairing is :func:`validate_pairs`, over the whole chain).
+def validate_items(items: Sequence[object], start: int = 0) -> None:
+    """Each item's own shape (pairing is :func:`validate_pairs`, over the whole chain),
+    from ``start`` on (the items before it are equal to items this owner sent and the
+    proxy validated before: :mod:`ctxstack.proxy.unit_memo`).
 
     Runs over the whole resent input on every request: the field path of an error is only
     formatted when there is one, and decoded JSON objects (dicts) skip the ABC check."""
-    for i, item in enumerate(items):
+    for i in range(start, len(items)):
+        item = items[i]
         if isinstance(item, dict) and item.get("type", "message") == "message" and (
                 item.get("role") in MESSAGE_ROLES):
             # The common item, a message, in a few dictionary reads.

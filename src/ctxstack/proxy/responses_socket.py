@@ -166,7 +166,7 @@ async def _one(state: ProxyParts, ws: WebSocket, text: str, salt: str,
     body = {k: v for k, v in frame.items() if k != "type"}
     ex: Exchange | None = None
     try:
-        request = parse_responses(dump(body), body)
+        request = parse_responses(dump(body), body, check_items=False)
         state.stats.wire(WIRE, request.model, requests=1, websocket_requests=1)
         prewarm = body.get("generate") is False
         ex = await prepare(state, request, client, salt, fit=not prewarm)

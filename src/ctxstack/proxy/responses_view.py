@@ -39,6 +39,14 @@ from typing import Any, Literal
 from ctxstack import TokenCounter
 from ctxstack.proxy.request import WireConversation
 from ctxstack.proxy.responses_request import CALL_OUTPUTS
+from ctxstack.proxy.unit_memo import (
+    HashKey,
+    Hit,
+    Remembered,
+    UnitMemo,
+    carried_hashes,
+    equal_run,
+)
 
 UNIT_KEY = "_ctxstack_unit"
 """The unit index each chat view carries (the chat reader ignores unknown keys; a cut
@@ -56,7 +64,10 @@ def item_kind(item: Mapping[str, Any]) -> str:
     return kind if isinstance(kind, str) else ""
 
 
-def side(item: Mapping[str, Any]) -> Literal["system", "user", "assistant", "tool", "other"]:
+Side = Literal["system", "user", "assistant", "tool", "other"]
+
+
+def side(item: Mapping[str, Any]) -> Side:
     """Which side of the conversation produced ``item`` (``other``: not known)."""
     kind = item.get("type")  # item_kind, inline: this runs for every item of every request
     if kind is None and "role" in item:
@@ -131,25 +142,102 @@ class WireUnit:
 
 
 class ResponsesConversation:
-    """The units of ``instructions`` + ``items`` and their chat views (see module doc)."""
+    """The units of ``instructions`` + ``items`` and their chat views (see module doc).
 
-    def __init__(self, items: Sequence[dict[str, Any]], instructions: object) -> None:
+    ``previous``: the conversation of an earlier request whose first ``same`` items are
+    equal to these, with the same instructions (:class:`~ctxstack.proxy.unit_memo.
+    UnitMemo`): its units are reused — the same objects, chat views included — up to the
+    last one that cannot change (closed before the common items end, and whose view
+    does not depend on items after it: a tool output whose call came earlier, a model
+    turn without a hosted call that an output could answer later); the rest is read
+    afresh. The result is the one a full reading makes."""
+
+    conversation: WireConversation
+    """The units' chat views, the instructions' first (what the fitter fits)."""
+
+    def __init__(self, items: Sequence[dict[str, Any]], instructions: object,
+                 previous: ResponsesConversation | None = None, same: int = 0) -> None:
         self.items = list(items)
-        self.units: list[WireUnit] = []
-        # Each item's side, once: this runs on every request over the whole input.
-        self._sides = sides = [side(it) for it in self.items]
-        answered = {str(it.get("call_id")) for it, where in zip(self.items, sides, strict=True)
-                    if where == "tool" and it.get("call_id") is not None}
-        called = {str(it.get("call_id")) for it, where in zip(self.items, sides, strict=True)
-                  if where == "assistant" and it.get("call_id") is not None
-                  and (item_kind(it) in CALL_OUTPUTS or str(it.get("call_id")) in answered)}
-        leading = True
+        reused = previous.reusable(same) if previous is not None and same > 0 else 0
+        self._sides: list[Side]
+        if reused:
+            assert previous is not None
+            start = previous.units[reused - 1].items[-1] + 1
+            self._sides = previous._sides[:start] + [side(it) for it in self.items[start:]]
+        else:
+            start = 0
+            self._sides = [side(it) for it in self.items]
+        # The call ids a unit's view depends on, over every item (from ``previous``'s when
+        # these items only add to its items).
+        self._answered: set[str] = set()
+        self._first_call: dict[str, int] = {}
+        self._functions: set[str] = set()
+        if previous is not None and reused and same == len(previous.items):
+            self._answered = set(previous._answered)
+            self._first_call = dict(previous._first_call)
+            self._functions = set(previous._functions)
+            self._collect(same)
+        else:
+            self._collect(0)
+        if not self._read(start, previous.units[:reused] if previous else []):
+            self._read(0, [])  # pragma: no cover - see _read
+        chat: list[dict[str, Any]] = []
+        if isinstance(instructions, str) and instructions:
+            chat.append({"role": "system", "content": instructions, UNIT_KEY: INSTRUCTIONS})
+        elif isinstance(instructions, list) and instructions:
+            chat.append({"role": "system", "content": _text_of(instructions),
+                         UNIT_KEY: INSTRUCTIONS})
+        answered = self._answered
+        called = self._functions | (self._first_call.keys() & answered)
+        items = self.items
+        if self._reused:  # their views, as the earlier conversation lists them
+            assert previous is not None
+            before = len(previous.conversation.messages) - len(previous.units)
+            chat.extend(previous.conversation.messages[before:before + self._reused])
+        for k in range(self._reused, len(self.units)):
+            unit = self.units[k]
+            unit.chat = self._single(unit, k, items) or self._chat(unit, k, answered, called)
+            chat.append(unit.chat)
+        self.conversation = WireConversation(chat)
+
+    def _collect(self, start: int) -> None:
+        """Add the call ids of the items from ``start`` on: outputs (answered), calls
+        (where each first appears), function / custom tool calls (always called; any
+        other call is called only when answered)."""
+        items, sides = self.items, self._sides
+        answered, first, functions = self._answered, self._first_call, self._functions
+        for i in range(start, len(items)):
+            where = sides[i]
+            if where != "tool" and where != "assistant":
+                continue
+            call_id = items[i].get("call_id")
+            if call_id is None:
+                continue
+            if where == "tool":
+                answered.add(str(call_id))
+                continue
+            first.setdefault(str(call_id), i)
+            if item_kind(items[i]) in CALL_OUTPUTS:
+                functions.add(str(call_id))
+
+    def _read(self, start: int, reused: list[WireUnit]) -> bool:
+        """Cut the items from ``start`` on into units after the ``reused`` ones; False if
+        an item would join a reused unit (it cannot: ``start`` opens a unit in the
+        conversation they came from, and the items before it are the same)."""
+        self.units = list(reused)
+        self._reused = len(reused)
+        self._stable_until = -1
+        sides = self._sides
+        leading = not reused or reused[-1].kind == "system"
         run: WireUnit | None = None
         waiting: list[int] = []  # unknown items before the first unit
-        for i, where in enumerate(sides):
+        for i in range(start, len(sides)):
+            where = sides[i]
             if where == "other":
-                if self.units:
+                if len(self.units) > self._reused:
                     self.units[-1].items.append(i)
+                elif self.units:
+                    return False
                 else:
                     waiting.append(i)
                 continue
@@ -160,27 +248,45 @@ class ResponsesConversation:
                     waiting = []
                     self.units.append(run)
                 run.items.append(i)
+                item = self.items[i]
+                if item.get("call_id") is not None and item_kind(item) not in CALL_OUTPUTS:
+                    self._unstable(len(self.units) - 1)  # a hosted call: answered later?
                 continue
             run = None
             kind: UnitKind = "system" if where == "system" and leading else (
                 "user" if where == "system" else where)
             if where != "system":
                 leading = False
+            if where == "tool" and self._first_call.get(
+                    str(self.items[i].get("call_id")), i) >= i:
+                self._unstable(len(self.units))  # its call is not before it
             self.units.append(WireUnit(kind, [*waiting, i], main=i))
             waiting = []
         if waiting:  # only unknown items: one user unit of them
             self.units.append(WireUnit("user", waiting))
-        chat: list[dict[str, Any]] = []
-        if isinstance(instructions, str) and instructions:
-            chat.append({"role": "system", "content": instructions, UNIT_KEY: INSTRUCTIONS})
-        elif isinstance(instructions, list) and instructions:
-            chat.append({"role": "system", "content": _text_of(instructions),
-                         UNIT_KEY: INSTRUCTIONS})
-        items = self.items
-        for k, unit in enumerate(self.units):
-            unit.chat = self._single(unit, k, items) or self._chat(unit, k, answered, called)
-            chat.append(unit.chat)
-        self.conversation = WireConversation(chat)
+        if self._stable_until < 0:
+            self._stable_until = len(self.units)
+        return True
+
+    def _unstable(self, k: int) -> None:
+        """Unit ``k``'s view may change when items are added after it (see the class doc)."""
+        if self._stable_until < 0 or k < self._stable_until:
+            self._stable_until = k
+
+    @property
+    def reused_units(self) -> int:
+        """How many leading units came from the earlier conversation."""
+        return self._reused
+
+    def reusable(self, same: int) -> int:
+        """How many leading units a conversation whose first ``same`` items are these may
+        reuse: those closed before item ``same - 1`` (the unit holding it may still grow)
+        and before the first unit whose view may change."""
+        units = self.units
+        k = min(self._stable_until, len(units))
+        while k > 0 and units[k - 1].items[-1] >= same - 1:
+            k -= 1
+        return k
 
     @staticmethod
     def _single(unit: WireUnit, k: int, items: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -305,10 +411,41 @@ def _generated(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def count_tokens(items: Sequence[dict[str, Any]], instructions: object, tools_tokens: int,
-                 counter: TokenCounter) -> int:
+                 counter: TokenCounter, memo: UnitMemo[ResponsesConversation] | None = None,
+                 owner: str = "", size: int = 0) -> int:
     """What the proxy counts for a Responses request: its units' chat views (the
-    instructions included) plus its tool definitions (``tools_tokens``)."""
-    return ResponsesConversation(items, instructions).conversation.tokens(counter) + tools_tokens
+    instructions included) plus its tool definitions (``tools_tokens``). ``memo``: read
+    ``items`` reusing ``owner``'s earlier conversations (:func:`remembered`; ``size``:
+    what the memo bounds)."""
+    conv = (ResponsesConversation(items, instructions) if memo is None
+            else remembered(memo, owner, list(items), instructions, size)[0])
+    return conv.conversation.tokens(counter) + tools_tokens
+
+
+def remembered(memo: UnitMemo[ResponsesConversation], owner: str,
+               items: list[dict[str, Any]], instructions: object, size: int,
+               hit: Hit | None = None) -> tuple[ResponsesConversation, dict[HashKey, str]]:
+    """The conversation of ``items``, reusing the units of ``owner``'s earlier one sharing
+    the most leading items (``memo``; ``size``: the request's bytes, what the memo
+    bounds) and the token counts of the units unchanged since; and the prefix hashes
+    known over its chat messages — the dict the fitter adds its hashes to, kept for the
+    next request (see :mod:`ctxstack.proxy.unit_memo`). ``hit``: what ``memo.find``
+    answered for these items, when already asked."""
+    found, same = hit if hit is not None else memo.find(owner, instructions, items)
+    conv = ResponsesConversation(items, instructions, found.units if found else None, same)
+    shared = 0
+    if found is not None and conv.reused_units:
+        prompt = len(conv.conversation) - len(conv.units)  # the instructions' message
+        earlier = found.units.conversation
+        shared = equal_run(earlier.messages, conv.conversation.messages,
+                           prompt + conv.reused_units)
+        if earlier.counted_by is not None and len(earlier.counts) == len(earlier.messages):
+            conv.conversation.known_counts = (earlier.counted_by, earlier.counts[:shared])
+    hashes = carried_hashes(found, shared)
+    memo.remember(owner, Remembered(instructions, items, conv, hashes, size),
+                  replaces=found)
+    conv.conversation.hashes = hashes
+    return conv, hashes
 
 
 def schema_tokens(body: Mapping[str, Any], counter: TokenCounter) -> int:

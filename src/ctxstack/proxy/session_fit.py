@@ -34,7 +34,13 @@ from ctxstack import LLM, TokenCounter
 from ctxstack.proxy.chat_wire import summary_prefix
 from ctxstack.proxy.fitting import DEFAULT_CUT_CHARS, MIN_LIMIT, Fit, Fitter
 from ctxstack.proxy.request import CompletionRequest, guard_view
-from ctxstack.proxy.sessions import FlightTimeout, SessionStore, SingleFlight, prefix_hash
+from ctxstack.proxy.sessions import (
+    FlightTimeout,
+    SessionStore,
+    SingleFlight,
+    conversation_hash,
+    prefix_hash,
+)
 from ctxstack.proxy.views import ViewRecipe
 from ctxstack.store.proxy_sessions import SessionViewRecord
 from ctxstack.tokens._counter import effective_budget
@@ -139,7 +145,7 @@ class SessionFitter:
         tokens = record.view_tokens + tail
         if tokens > effective_budget(limit, counter):
             return None
-        if prefix_hash(conv.messages, session, record.covered) != record.prefix_hash:
+        if conversation_hash(conv, session, record.covered) != record.prefix_hash:
             return None
         try:
             recipe = ViewRecipe.from_json(record.recipe, record.covered)
@@ -181,7 +187,7 @@ class SessionFitter:
         view: list[Any] = conv.messages
         counts = list(conv.counts)
         if (record is not None and record.covered > 0 and record.covered <= len(conv)
-                and prefix_hash(conv.messages, session, record.covered) == record.prefix_hash):
+                and conversation_hash(conv, session, record.covered) == record.prefix_hash):
             try:
                 recipe = ViewRecipe.from_json(record.recipe, record.covered)
             except ValueError:

@@ -34,6 +34,7 @@ from ctxstack.compaction import ArchiveHit, HistoryArchive
 from ctxstack.messages import ChatMessage
 from ctxstack.proxy.checkpoints import PrefixHasher, root_length
 from ctxstack.proxy.forwarding import SESSION_HEADER
+from ctxstack.proxy.request import WireConversation
 from ctxstack.store import SessionFactory
 from ctxstack.store.proxy_sessions import (
     SessionViewRecord,
@@ -75,6 +76,19 @@ def session_key(headers: Mapping[str, str], messages: Sequence[Mapping[str, Any]
 def prefix_hash(messages: Sequence[Mapping[str, Any]], key: str, covered: int) -> str:
     """The hash of a session's first ``covered`` messages (a view's validity check)."""
     return PrefixHasher(messages, key).at(covered)
+
+
+def conversation_hash(conv: WireConversation, key: str, covered: int) -> str:
+    """:func:`prefix_hash` of ``conv``'s messages, taken from (and kept in) its known
+    hashes when it carries them (:attr:`~ctxstack.proxy.request.WireConversation.hashes`:
+    units reused from an earlier request, whose hash over them was computed then)."""
+    known = conv.hashes
+    if known is None:
+        return prefix_hash(conv.messages, key, covered)
+    found = known.get((key, covered))
+    if found is None:
+        found = known[(key, covered)] = prefix_hash(conv.messages, key, covered)
+    return found
 
 
 class SessionStore:

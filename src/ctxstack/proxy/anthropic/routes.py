@@ -54,10 +54,14 @@ from ctxstack.proxy.anthropic.units import (
     UNIT_KEY,
     CountCache,
     RequestUnits,
+    remembered_units,
     render,
-    to_units,
 )
-from ctxstack.proxy.anthropic.wire import MessagesRequest, parse_messages_request
+from ctxstack.proxy.anthropic.wire import (
+    MessagesRequest,
+    parse_messages_request,
+    validate_messages,
+)
 from ctxstack.proxy.auth import TokenAuth
 from ctxstack.proxy.chat_wire import RecallRun, dumps_body
 from ctxstack.proxy.errors import ProxyError
@@ -76,6 +80,7 @@ from ctxstack.proxy.session_fit import PrefixFactory
 from ctxstack.proxy.sessions import owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
 from ctxstack.proxy.stats import fit_headers, log_event
+from ctxstack.proxy.unit_memo import Hit, UnitMemo
 from ctxstack.store import SessionFactory
 from ctxstack.tokens._counter import effective_budget
 
@@ -94,6 +99,8 @@ class AnthropicWire:
                                  connect_timeout=settings.connect_timeout, transport=transport)
         self.auth = TokenAuth(factory, required=settings.auth == "token", forward_auth=True)
         self.counts = CountCache()
+        self.memo: UnitMemo[RequestUnits] = UnitMemo()
+        """Recent requests' units per owner: a resent history is converted once."""
         self.recall = AnthropicRecallWire()
 
     async def aclose(self) -> None:
@@ -156,6 +163,9 @@ class _Plan:
     chat: CompletionRequest | None = None
     recall_body: dict[str, Any] | None = None
     """The body forwarded with ``ctxstack_recall`` added (None: not offered)."""
+    remembered: Hit | None = None
+    """The owner's earlier request sharing the most leading messages (found once, for
+    validating and converting)."""
 
 
 async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
@@ -167,7 +177,14 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
     log_fields: dict[str, Any] = {"wire": WIRE}
     try:
         caller = await wire.auth.caller(request.headers)
-        req = parse_messages_request(await request.body(), count_only=count_only)
+        req = parse_messages_request(await request.body(), count_only=count_only,
+                                     check_messages=False)
+        salt = _salt(caller, request.headers)
+        # The messages this owner sent before, equal and validated then, are not checked
+        # again (:mod:`ctxstack.proxy.unit_memo`).
+        hit = wire.memo.find(salt, req.body.get("system"), req.messages)
+        found, same = hit
+        validate_messages(req.messages, same, found.units.calls_before(same) if found else None)
         log_fields.update(model=req.model, stream=req.stream, messages=len(req.messages))
         if not count_only:
             state.stats.wire(WIRE, req.model, requests=1)
@@ -175,8 +192,7 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
         budget = model_budget.usable_input_tokens
         summarizer, own = _summarizer(state, wire, req, model_budget, request)
         try:
-            plan = _Plan(req, request.headers, _salt(caller, request.headers), summarizer,
-                         wire.counts)
+            plan = _Plan(req, request.headers, salt, summarizer, wire.counts, remembered=hit)
             body, fit = await _fit(state, plan, budget, limit=None)
             state.stats.fitted(fit)
             return await _forward(state, wire, request, plan, body, fit, budget, started,
@@ -233,9 +249,12 @@ async def _fit(state: Any, plan: _Plan, budget: int, limit: int | None,
     plan.recall_body = None
     try:
         if plan.units is None or plan.chat is None:
-            plan.units = to_units(req.body.get("system"), req.messages)
-            plan.chat = CompletionRequest(req.raw, req.body, req.model,
-                                          plan.units.conversation(plan.counts))
+            plan.units, hashes = remembered_units(wire.memo, plan.salt, req.body.get("system"),
+                                                  req.messages, len(req.raw), plan.remembered)
+            plan.remembered = None
+            conversation = plan.units.conversation(plan.counts)
+            conversation.hashes = hashes
+            plan.chat = CompletionRequest(req.raw, req.body, req.model, conversation)
         counter = await state.fitter.counters.aget(req.model)
         offer = wire.recall.can_offer(req.body)
         if limit is None:
@@ -294,7 +313,10 @@ def _summarized_messages(units: RequestUnits, fit: Fit) -> int:
     forwarded (the header counts messages, as the client sent them, not units)."""
     present = {units.units[d[UNIT_KEY]].msg for d in fit.messages or []
                if isinstance(d.get(UNIT_KEY), int)}
-    return sum(1 for i, k in enumerate(units.per_message) if k and i not in present)
+    present.discard(-1)  # the system prompt's unit: not a message
+    # Every message a forwarded unit stands for has units: those with units, less them
+    # (counted over the view, not the whole history).
+    return len(units.per_message) - units.per_message.count(0) - len(present)
 
 
 async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Plan,

@@ -39,6 +39,14 @@ from typing import Any
 
 from ctxstack import TokenCounter
 from ctxstack.proxy.request import WireConversation, guard_view
+from ctxstack.proxy.unit_memo import (
+    HashKey,
+    Hit,
+    Remembered,
+    UnitMemo,
+    carried_hashes,
+    equal_run,
+)
 
 UNIT_KEY = "_anthropic_unit"
 MAX_CACHE_MARKERS = 4
@@ -67,10 +75,21 @@ class RequestUnits:
     messages: list[dict[str, Any]]
     per_message: list[int]
     """How many units each client message became."""
+    opaque: set[int] = field(default_factory=set)
+    """The indices of the opaque units (holding a block the proxy may not edit)."""
 
     def conversation(self, counts: CountCache | None = None) -> WireConversation:
-        return OpaqueAwareConversation(
-            self.dicts, {i for i, u in enumerate(self.units) if u.opaque}, counts)
+        return OpaqueAwareConversation(self.dicts, self.opaque, counts)
+
+    def calls_before(self, message: int) -> set[str]:
+        """The ids of the ``tool_use`` blocks of the client messages before ``message``
+        (a new set)."""
+        return {c for u in self.units[:self.unit_start(message)] for c in u.call_ids}
+
+    def unit_start(self, message: int) -> int:
+        """The index of the first unit of client message ``message`` (the units before
+        it: the system prompt's, then each earlier message's)."""
+        return len(self.dicts) - sum(self.per_message[message:])
 
 
 class CountCache:
@@ -156,24 +175,45 @@ class OpaqueAwareConversation(WireConversation):
     def longest_text(self, start: int = 0) -> int:
         if not self.opaque:
             return super().longest_text(start)
-        rest = [m for i, m in enumerate(self.messages) if i >= start and i not in self.opaque]
+        rest = [self.messages[i] for i in range(start, len(self.messages))
+                if i not in self.opaque]
         return WireConversation(rest).longest_text() if rest else 0
 
 
-def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUnits:
+def to_units(system: object, messages: Sequence[Mapping[str, Any]],
+             previous: RequestUnits | None = None, same: int = 0) -> RequestUnits:
     """Cut a validated request into units (see the module doc).
 
-    Runs on every request over the whole history (a resent conversation of thousands of
-    messages), so it walks each message's blocks once, with a shortcut for string
-    content; each unit dict ends with its :data:`UNIT_KEY`."""
-    dicts: list[dict[str, Any]] = []
-    units: list[BlockRun] = []
-    per_message: list[int] = []
-    text = system_text(system)
-    if text:
-        dicts.append({"role": "system", "content": text, UNIT_KEY: 0})
-        units.append(BlockRun("system", -1, []))
-    for i, m in enumerate(messages):
+    ``previous``: the units of an earlier request whose first ``same`` messages are equal
+    to these (and whose system prompt is this one's): their units are reused — the same
+    dicts — and only the messages after them converted
+    (:class:`~ctxstack.proxy.unit_memo.UnitMemo`). Units depend only on their own
+    message and on how many units come before it, so the result is the one a full
+    conversion makes.
+
+    Runs on every request over what is new (without ``previous``: the whole history,
+    thousands of messages), so it walks each message's blocks once, with a shortcut for
+    string content; each unit dict ends with its :data:`UNIT_KEY`."""
+    dicts: list[dict[str, Any]]
+    units: list[BlockRun]
+    per_message: list[int]
+    opaque_units: set[int]
+    start = same if previous is not None and same > 0 else 0
+    if start:
+        assert previous is not None
+        shared = previous.unit_start(start)
+        dicts = previous.dicts[:shared]
+        units = previous.units[:shared]
+        per_message = previous.per_message[:start]
+        opaque_units = {i for i in previous.opaque if i < shared}
+    else:
+        dicts, units, per_message, opaque_units = [], [], [], set()
+        text = system_text(system)
+        if text:
+            dicts.append({"role": "system", "content": text, UNIT_KEY: 0})
+            units.append(BlockRun("system", -1, []))
+    for i in range(start, len(messages)):
+        m = messages[i]
         before = len(units)
         content = m.get("content")
         role = "assistant" if m.get("role") == "assistant" else "user"
@@ -214,6 +254,8 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
                          c.get("input", {}), ensure_ascii=False)}} for c in calls]
             d[UNIT_KEY] = before
             dicts.append(d)
+            if opaque:
+                opaque_units.add(before)
             units.append(BlockRun("assistant", i, blocks, opaque=opaque,
                                   call_ids=[c["id"] for c in calls]))
         else:
@@ -237,12 +279,33 @@ def to_units(system: object, messages: Sequence[Mapping[str, Any]]) -> RequestUn
                 else:
                     all_text = False
             if rest:
+                if opaque:
+                    opaque_units.add(len(units))
                 view: object = "\n".join(texts) if all_text else [_user_part(b) for b in rest]
                 dicts.append({"role": "user", "content": view, UNIT_KEY: len(units)})
                 units.append(BlockRun("user", i, rest, opaque=opaque))
         per_message.append(len(units) - before)
     return RequestUnits(dicts, units, [m if isinstance(m, dict) else dict(m) for m in messages],
-                        per_message)
+                        per_message, opaque_units)
+
+
+def remembered_units(memo: UnitMemo[RequestUnits], owner: str, system: object,
+                     messages: list[dict[str, Any]], size: int, hit: Hit | None = None,
+                     ) -> tuple[RequestUnits, dict[HashKey, str]]:
+    """:func:`to_units` reusing the units of ``owner``'s earlier request sharing the most
+    leading messages (``memo``; ``size``: the request's bytes, what the memo bounds), and
+    the prefix hashes known over them — the dict the fitter adds its hashes to, kept for
+    the next request (see :mod:`ctxstack.proxy.unit_memo`). ``hit``: what ``memo.find``
+    answered for these messages, when already asked."""
+    found, same = hit if hit is not None else memo.find(owner, system, messages)
+    units = to_units(system, messages, found.units if found else None, same)
+    shared = 0
+    if found is not None:
+        reused = found.units.unit_start(same) if same else 0
+        shared = equal_run(found.units.dicts, units.dicts, reused) if reused else 0
+    hashes = carried_hashes(found, shared)
+    memo.remember(owner, Remembered(system, messages, units, hashes, size), replaces=found)
+    return units, hashes
 
 
 def system_text(system: object) -> str:

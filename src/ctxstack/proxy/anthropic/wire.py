@@ -50,9 +50,12 @@ class MessagesRequest:
             return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def parse_messages_request(raw: bytes, *, count_only: bool = False) -> MessagesRequest:
+def parse_messages_request(raw: bytes, *, count_only: bool = False,
+                           check_messages: bool = True) -> MessagesRequest:
     """Validate a ``/v1/messages`` body (``count_only``: a ``/v1/messages/count_tokens``
-    body, which has no ``max_tokens``).
+    body, which has no ``max_tokens``; ``check_messages=False``: the messages' contents
+    are left to the caller, which knows which of them it validated before —
+    :func:`validate_messages` with ``start``).
 
     Raises:
         ProxyError: 400 naming the field (see the module doc).
@@ -86,14 +89,20 @@ def parse_messages_request(raw: bytes, *, count_only: bool = False) -> MessagesR
     tools = body.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise bad_request("tools: expected a list of tool definitions", param="tools")
-    validate_messages(messages)
+    if check_messages:
+        validate_messages(messages)
     return MessagesRequest(raw, body, model, messages)
 
 
-def validate_messages(messages: list[Any]) -> None:
-    """Roles, content shapes, tool_use ids and tool_result answers (see the module doc)."""
-    calls: set[str] = set()
-    for i, m in enumerate(messages):
+def validate_messages(messages: list[Any], start: int = 0,
+                      calls: set[str] | None = None) -> None:
+    """Roles, content shapes, tool_use ids and tool_result answers (see the module doc),
+    from message ``start`` on: the messages before it are equal to messages this owner
+    sent and the proxy validated before (:mod:`ctxstack.proxy.unit_memo`); ``calls``:
+    the ids of their ``tool_use`` blocks (added to)."""
+    calls = set() if calls is None else calls
+    for i in range(start, len(messages)):
+        m = messages[i]
         # Runs over the whole resent history on every request: the common message (a
         # string, or text blocks) costs a few dictionary reads; names are built on error.
         role = m.get("role") if isinstance(m, dict) else None
