@@ -12,7 +12,9 @@ without a server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -118,6 +120,28 @@ def test_compact_event_counts_stored_history_and_the_route_shows_the_summary(
             assert later["first_seq"] == data["first_seq"]
         listed = alice.get(f"/api/conversations/{cid}/compactions").json()
         assert [c["last_seq"] for c in listed] == sorted(c["last_seq"] for c in listed)
+
+        # Summaries keep their sources (issue 29): talk on until a summary condenses an
+        # earlier one; each lists its children with their own spans, which tile its range.
+        for turn in range(8):
+            if len(listed) >= 2:
+                break
+            chat(alice, cid, f"Follow-up {turn}: and the ticket TCK-{turn}99?")
+            listed = alice.get(f"/api/conversations/{cid}/compactions").json()
+        assert len(listed) >= 2, listed
+        refs = [c["ref"] for c in listed]
+        assert all(re.fullmatch(r"c\d+", r) for r in refs), refs
+        for i, entry in enumerate(listed):
+            assert [c["ref"] for c in entry["children"]] == refs[:i]
+            pieces = [*entry["children"], {"first_seq": entry["own_first_seq"],
+                                           "last_seq": entry["own_last_seq"],
+                                           "messages": entry["own_messages"]}]
+            pieces = [p for p in pieces if p["messages"]]
+            assert sum(p["messages"] for p in pieces) == entry["summarized_messages"]
+            assert pieces[0]["first_seq"] == entry["first_seq"]
+            assert pieces[-1]["last_seq"] == entry["last_seq"]
+            for before, after in pairwise(pieces):
+                assert before["last_seq"] < after["first_seq"]
 
 
 # ---------------------------------------------------------------------------- pure parts

@@ -37,8 +37,9 @@ DESCRIPTION = (
     "Read back earlier parts of this conversation that were archived to save context "
     "(cleared tool outputs, summarised or dropped messages). Pass `query` to search them "
     "(returns the best matches with their refs), or `ref` to read one archived message in "
-    "full (a cleared tool output names its ref) or to expand a summary (its ref, such as "
-    "s3, lists the messages it covers and the earlier summaries it condensed)."
+    "full (a cleared tool output names its ref) or to expand a summary: its ref (such as "
+    "s3; \"summary\" for the newest) lists the messages it covers and the earlier "
+    "summaries it condensed."
 )
 PARAMETERS: dict[str, Any] = {
     "type": "object",

@@ -42,7 +42,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ctxstack.compaction._summaries import SummaryNode
+from ctxstack.compaction._summaries import LATEST_SUMMARY_REF, SummaryNode
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 
@@ -258,9 +258,11 @@ class HistoryArchive:
         return ref
 
     async def get_summary(self, ref: str) -> SummaryNode | None:
-        """The summary ``ref`` names (None if unknown)."""
+        """The summary ``ref`` names (``"summary"``: the newest; None if unknown)."""
         if not isinstance(ref, str):
             raise InputError(f"get_summary: ref must be a string, got {type(ref).__name__}")
+        if ref.strip() == LATEST_SUMMARY_REF:
+            return self._summaries.get(f"s{len(self._summaries)}")
         return self._summaries.get(ref.strip())
 
     async def get(self, ref: str) -> ChatMessage | None:

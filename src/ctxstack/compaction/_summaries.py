@@ -44,13 +44,17 @@ if TYPE_CHECKING:  # the archive keeps summary nodes: it imports this module
 
 SUMMARY_REF_KEY = "summary_ref"
 """Metadata key of a summary message: the ref its :class:`SummaryNode` is archived under."""
+LATEST_SUMMARY_REF = "summary"
+"""The ref every summary store also answers to: its newest summary (what the tool
+description can name before any summary exists, e.g. for a summary loaded from storage
+whose text names no ref)."""
 PAGE_MESSAGES = 20
 """Messages one expansion page shows."""
 CHILD_PREVIEW_CHARS = 240
 """Characters of a child summary's text an expansion shows (its ref reads the rest)."""
 EXPANSION_CHARS = 12_000
 """The default size of a rendered expansion (what one recall result may hold)."""
-_PAGE_REF = re.compile(r"^\s*(?:ref\s*)?([A-Za-z]+\d+)(?:\s*/\s*(\d+))?\s*$")
+_PAGE_REF = re.compile(r"^\s*(?:ref\s*)?([A-Za-z]+\d+|summary)(?:\s*/\s*(\d+))?\s*$")
 _NOTE = re.compile(r"^Summary ref \S+ covers .*$", re.MULTILINE)
 
 
