@@ -133,6 +133,14 @@ async def test_a_guard_summary_over_a_loaded_checkpoint_keeps_it_as_a_child(
     assert own == list(range(21, 21 + len(own)))  # the rows after the checkpoint, in order
     assert node.count == 20 + len(own)
     assert (node.first, node.last) == ("m1", f"m{own[-1]}")
+    # its text names "summary", not its turn-scoped ref: saved as the next checkpoint, the
+    # text is loaded by later turns, where "summary" is that checkpoint
+    summary = next(m for m in check.messages if m.kind == "summary")
+    assert 'with "summary"' in summary.text
+    assert ref not in summary.text
+    newest = await archive.get_summary("summary")
+    assert newest is not None
+    assert newest.ref == ref
 
 
 def test_children_are_the_newest_checkpoint_of_each_earlier_span() -> None:

@@ -34,19 +34,15 @@ MAX_RECALL_CHARS = 12_000
 SEARCH_RESULTS = 5
 
 DESCRIPTION = (
-    "Read back earlier parts of this conversation that were archived to save context "
-    "(cleared tool outputs, summarised or dropped messages). Pass `query` to search them "
-    "(returns the best matches with their refs), or `ref` to read one archived message in "
-    "full (a cleared tool output names its ref) or to expand a summary: its ref (such as "
-    "s3; \"summary\" for the newest) lists the messages it covers and the earlier "
-    "summaries it condensed."
+    "Read back parts of this conversation archived to save context. `query` searches them "
+    "(best matches with refs); `ref` reads one whole (a cleared output names its ref) or "
+    "expands a summary (e.g. s3, or summary for the newest)."
 )
 PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "words, names or values to look for"},
-        "ref": {"type": "string",
-                "description": "an archive reference such as a7, or a summary's such as s3"},
+        "ref": {"type": "string", "description": "a ref such as a7 or s3"},
     },
     "additionalProperties": False,
 }

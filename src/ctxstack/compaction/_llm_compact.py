@@ -42,7 +42,7 @@ from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult, Method
-from ctxstack.compaction._summaries import record_summary, with_ref
+from ctxstack.compaction._summaries import context_ref, record_summary, with_ref
 from ctxstack.compaction._summarize import (
     assemble_summary,
     finalize_text,
@@ -392,7 +392,8 @@ async def _name_summary(
                                 note=ctx.note)
     if node is None:
         return res
-    named = with_ref(res.summary, node, ctx.options.recall_tool)
+    named = with_ref(res.summary, node, ctx.options.recall_tool,
+                     context_ref(ctx.archive, node.ref))
     out = [named if m is res.summary else m for m in res.messages]
     if ctx.counter.count_messages(out) > ctx.fits:
         held = named.replace(pinned=True)

@@ -104,6 +104,15 @@ class SummaryStore(Protocol):
         ...
 
 
+def context_ref(archive: object, ref: str) -> str:
+    """The ref a summary placed in the context names in its text: ``ref``, unless the
+    archive defines ``context_ref(ref)`` — a store whose refs do not outlive the current
+    run (the service's turn-scoped summaries, which are saved as a checkpoint and loaded
+    again by later turns) names one that stays right, such as ``"summary"``."""
+    method = getattr(archive, "context_ref", None)
+    return str(method(ref)) if callable(method) else ref
+
+
 def summary_text(message: ChatMessage, note: str | None = None) -> str:
     """A summary message's text without the ``[Conversation summary]`` prefix, the ref
     note and ``note`` (the recall hint): what a :class:`SummaryNode` keeps."""
@@ -116,10 +125,13 @@ def strip_ref_note(text: str) -> str:
     return _NOTE.sub("", text).strip()
 
 
-def summary_ref_note(node: SummaryNode, tool: str = "recall") -> str:
-    """The line a summary in the context ends with: its ref and how to expand it."""
-    return (f"Summary ref {node.ref} covers {node.range_text()}: call `{tool}` with "
-            f'"{node.ref}" to list what it summarises.')
+def summary_ref_note(node: SummaryNode, tool: str = "recall", name: str | None = None
+                     ) -> str:
+    """The line a summary in the context ends with: its ref (``name``, default
+    ``node.ref``) and how to expand it."""
+    name = name or node.ref
+    return (f"Summary ref {name} covers {node.range_text()}: call `{tool}` with "
+            f'"{name}" to list what it summarises.')
 
 
 def condensed_children(previous: Sequence[SummaryNode]) -> tuple[str, ...]:
@@ -177,12 +189,12 @@ async def record_summary(
     return node.model_copy(update={"ref": await archive.add_summary(node)})
 
 
-def with_ref(summary: ChatMessage, node: SummaryNode, tool: str = "recall") -> ChatMessage:
+def with_ref(summary: ChatMessage, node: SummaryNode, tool: str = "recall",
+             name: str | None = None) -> ChatMessage:
     """``summary`` naming ``node``'s ref: in its metadata, and in a last line of its text
-    (placed before the "Facts kept verbatim" list would shift nothing the model relies on,
-    but the end is where the recall note already is)."""
+    (``name`` there when given, see :func:`context_ref`)."""
     return summary.replace(
-        content=f"{summary.text}\n\n{summary_ref_note(node, tool)}",
+        content=f"{summary.text}\n\n{summary_ref_note(node, tool, name)}",
         metadata={**summary.metadata, SUMMARY_REF_KEY: node.ref})
 
 

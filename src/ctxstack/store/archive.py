@@ -178,6 +178,12 @@ class ConversationArchive:
         self._summaries[ref] = node.model_copy(update={"ref": ref})
         return ref
 
+    def context_ref(self, ref: str) -> str:
+        """What a summary this turn's guard makes names in its text: ``"summary"`` (the
+        newest), since its own ``s<n>`` ends with the turn while its text lives on as the
+        next checkpoint, which later turns load — and expand as the newest one."""
+        return LATEST_SUMMARY_REF
+
     async def get_summary(self, ref: str) -> SummaryNode | None:
         """A checkpoint's node (``c<id>``), a summary of this turn (``s<n>``), or with
         ``"summary"`` the newest of them; None if there is none."""
