@@ -151,3 +151,41 @@ def test_children_are_the_newest_checkpoint_of_each_earlier_span() -> None:
     assert nodes[3].messages == tuple(f"m{i}" for i in range(11, 21))
     assert nodes[4].children == ("c2",)  # made after c3, but c3 covers more
     assert nodes[4].count == 15
+
+
+async def test_the_checkpoint_a_load_offers_is_the_newest_summary_before_it_is_saved(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    conv = await conversation(sf, alice, 40)
+    c1, c2 = await checkpoints(sf, conv, alice.id, [10, 20])
+    offered = CheckpointCandidate(summary="[Conversation summary]\nup to 32", last_seq=32,
+                                  token_count=5)
+    archive = ConversationArchive(sf, conv, before_seq=40, pending=offered)
+    newest = await archive.get_summary("summary")
+    assert newest is not None
+    assert (newest.ref, newest.children, newest.count) == ("c0", (c1, c2), 32)
+    assert newest.text == "up to 32"
+    assert await own_seqs(archive, "c0") == list(range(21, 33))
+
+    # a summary the turn's guard makes over it keeps it as a child, after its own children
+    context = [ChatMessage.system("You help."),
+               ChatMessage.summary(offered.summary, **{SUMMARY_REF_KEY: "c0"})]
+    context += [ChatMessage(role="user" if s % 2 else "assistant",
+                            content=f"message number {s:02d} " + "text " * 90,
+                            metadata={"seq": s})
+                for s in range(33, 40)]
+    guard = ContextGuard(compact_llm=ScriptedLLM(handler=lambda m, t: "Guard summary."),
+                         default_budget=400, archive=archive)
+    check = await guard.check(context)
+    assert check.event is not None
+    assert check.event.summary_ref is not None
+    node = await archive.get_summary(check.event.summary_ref)
+    assert node is not None
+    assert node.children == (c1, c2, "c0")
+    own = await own_seqs(archive, node.ref)
+    assert own == list(range(33, 33 + len(own)))
+    assert node.count == 32 + len(own)
+    # without the offer, the newest is the newest saved checkpoint
+    plain = await ConversationArchive(sf, conv, before_seq=40).get_summary("summary")
+    assert plain is not None
+    assert plain.ref == c2

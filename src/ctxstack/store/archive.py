@@ -9,7 +9,8 @@
 * summaries (:class:`~ctxstack.compaction.SummaryStore`): the compaction checkpoints
   (``c<id>``, their hierarchy derived from the rows, :mod:`ctxstack.store.summaries`) and
   the summaries this turn's guard makes (``s<n>``, kept for the turn: the one that folds
-  stored messages becomes the next checkpoint). ``"summary"`` names the newest.
+  stored messages becomes the next checkpoint), and the checkpoint the turn's load offers
+  before it is saved (``c0``). ``"summary"`` names the newest.
 
 Search is the library's hybrid ranking (:mod:`ctxstack.compaction._archive`: word BM25
 fused with character n-gram BM25 by reciprocal rank), run over candidates the database
@@ -49,10 +50,11 @@ from ctxstack.compaction._summaries import LATEST_SUMMARY_REF
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
+from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import ArchivedMessage, Message
-from ctxstack.store.summaries import CHECKPOINT_REF, checkpoint_nodes
+from ctxstack.store.summaries import CHECKPOINT_REF, PENDING_ID, Checkpoint, checkpoint_nodes
 
 CANDIDATES = 200
 """Rows the database returns per source before ranking."""
@@ -101,15 +103,19 @@ class ConversationArchive:
             (the current question and later ones are not history yet).
         hidden: stored messages the load already moved out of the context (DbMemory's
             summarised or trimmed count): with what this archive adds, :func:`len`.
+        pending: the checkpoint the turn's load offers, not saved yet (its summary is in
+            the context): summary ``c0`` until then, and the newest.
     """
 
     def __init__(
         self, factory: SessionFactory, conversation_id: str, *, before_seq: int | None = None,
-        hidden: int = 0,
+        hidden: int = 0, pending: CheckpointCandidate | None = None,
     ) -> None:
         self.factory = factory
         self.conversation_id = conversation_id
         self.before_seq = before_seq
+        self.pending = (None if pending is None
+                        else Checkpoint(PENDING_ID, pending.last_seq, pending.summary))
         self.hidden = max(0, hidden)
         self._added = 0
         self._summaries: dict[str, SummaryNode] = {}
@@ -198,7 +204,8 @@ class ConversationArchive:
         if match is None and ref != LATEST_SUMMARY_REF:
             return None
         async with reading(self.factory, "reading the conversation's summaries") as session:
-            nodes = await checkpoint_nodes(session, self.conversation_id, self.before_seq)
+            nodes = await checkpoint_nodes(session, self.conversation_id, self.before_seq,
+                                           self.pending)
         if match is None:  # the newest checkpoint (listed last)
             return list(nodes.values())[-1] if nodes else None
         return nodes.get(int(match.group(1)))

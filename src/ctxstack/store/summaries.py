@@ -13,6 +13,9 @@ its own, and survives restarts wherever the checkpoints do:
   ``last_seq`` up to its own; a child's own messages follow the same rule, so the
   children's and its own tile its whole range.
 
+The checkpoint a turn's load offers is part of the hierarchy before it is saved
+(:data:`PENDING_REF`, ``c0``): its summary is the one in that turn's context.
+
 A rewrite (:mod:`ctxstack.store.rewrite`) deletes every checkpoint covering a deleted
 message: the chains that remain still tile what they cover.
 """
@@ -107,18 +110,34 @@ async def read_history_seqs(session: AsyncSession, conversation_id: str, upto: i
     return [int(s) for s in (await session.scalars(stmt)).all()]
 
 
-async def checkpoint_nodes(session: AsyncSession, conversation_id: str,
-                           before_seq: int | None = None) -> dict[int, SummaryNode]:
+PENDING_REF = "c0"
+"""The ref of the checkpoint a turn's load offers and has not saved yet (its summary is
+in the context for the turn; no saved checkpoint has id 0)."""
+PENDING_ID = 0
+_PENDING_ORDER = 2**62
+
+
+async def checkpoint_nodes(
+    session: AsyncSession, conversation_id: str, before_seq: int | None = None,
+    pending: Checkpoint | None = None,
+) -> dict[int, SummaryNode]:
     """:func:`build_nodes` over the conversation's checkpoints (two queries), by id; the
-    newest one (what the next load starts from) is last."""
+    newest one (what the next load starts from) is last. ``pending``, the checkpoint the
+    turn's load offers (not saved yet), counts as the newest: id :data:`PENDING_ID`, ref
+    :data:`PENDING_REF`."""
     rows = await read_checkpoints(session, conversation_id, before_seq)
+    if pending is not None:
+        rows.append(Checkpoint(_PENDING_ORDER, pending.last_seq, pending.summary))
     if not rows:
         return {}
     history = await read_history_seqs(session, conversation_id, max(r.last_seq for r in rows))
     nodes = build_nodes(rows, history)
     newest = max(rows, key=lambda r: (r.last_seq, r.id)).id
-    return {**{i: n for i, n in nodes.items() if i != newest}, newest: nodes[newest]}
+    if pending is not None:
+        nodes[_PENDING_ORDER] = nodes[_PENDING_ORDER].model_copy(update={"ref": PENDING_REF})
+    ordered = {**{i: n for i, n in nodes.items() if i != newest}, newest: nodes[newest]}
+    return {PENDING_ID if i == _PENDING_ORDER else i: n for i, n in ordered.items()}
 
 
-__all__ = ["CHECKPOINT_REF", "Checkpoint", "build_nodes", "checkpoint_nodes",
-           "checkpoint_ref", "checkpoint_text", "children_of"]
+__all__ = ["CHECKPOINT_REF", "PENDING_ID", "PENDING_REF", "Checkpoint", "build_nodes",
+           "checkpoint_nodes", "checkpoint_ref", "checkpoint_text", "children_of"]
