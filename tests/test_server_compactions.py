@@ -331,3 +331,41 @@ async def test_a_load_that_did_not_compact_counts_its_checkpoint_span_only_when_
         assert await load_compaction(plain, await plain.get_messages(), sf) == (None, Span())
     finally:
         await engine.dispose()
+
+
+def test_the_agent_expands_the_summary_with_recall_in_a_real_turn(
+    backend: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 29: once the history is summarised, the service's agent calls
+    ``recall(ref="summary")`` and reads the summary's sources: the stored messages it
+    summarised itself, by their refs, in order."""
+    rule = ServiceRule(answer=LONG_ANSWER, summary=SUMMARY, tool="recall",
+                       arguments={"ref": "summary"})
+    with StubServer(rule=rule) as server:
+        env = llm_env(server, LLM_CONTEXT_SIZE="8000", LLM_MAX_OUTPUT_TOKENS="4000", **backend)
+        with running_server(tmp_path, env, auth=True) as proc, \
+                make_user(proc, "alice") as alice:
+            cid = alice.post("/api/conversations", json={}).json()["id"]
+            expanded: list[str] = []
+            for turn in range(1, 14):
+                events = chat(alice, cid, f"Question {turn}: tell me more about windows "
+                                          f"(ticket TCK-{turn}00).")
+                assert events[-1].event == "done", [e.event for e in events]
+                expanded = [e.data["result"] for e in events if e.event == "step"
+                            and e.data.get("kind") == "tool_result"
+                            and e.data["tool"] == "recall"
+                            and e.data["result"].startswith("[summary ")]
+                if expanded:
+                    break
+            assert expanded, "the agent never expanded a summary"
+            # the first summary is the load's, offered as this turn's checkpoint (c0): the
+            # expansion's range is exactly what the load's compact event says it summarised
+            load = next(e.data for e in events
+                        if e.event == "compact" and e.data["scope"] == "load")
+            head = re.match(r"\[summary c0: m(\d+) … m(\d+) \((\d+) messages\)\]", expanded[0])
+            assert head is not None, expanded[0]
+            assert int(head.group(1)) == load["first_seq"]
+            assert int(head.group(2)) == load["last_seq"]
+            assert int(head.group(3)) == load["summarized_messages"]
+            # then its own messages, oldest first, by their refs (the preview is cut)
+            assert f"\n[m{load['first_seq']} user] Question 1:" in expanded[0]
