@@ -229,7 +229,9 @@ async def test_recall_tool_expands_a_summary_then_a_child() -> None:
     assert child is not None, first
     second = await tool.call({"ref": child.group(1)})
     assert isinstance(second, str)
-    # the child's expansion starts with the conversation's first message
+    # the child's expansion shows its own text (not in the context) and starts with the
+    # conversation's first message
+    assert "Its text: Summary number 1:" in second
     assert "Question Q001" in second
     assert f"[{child.group(2)} user]" in second
     # a message ref still reads one message whole

@@ -52,6 +52,9 @@ PAGE_MESSAGES = 20
 """Messages one expansion page shows."""
 CHILD_PREVIEW_CHARS = 240
 """Characters of a child summary's text an expansion shows (its ref reads the rest)."""
+SUMMARY_TEXT_CHARS = 800
+"""Characters of the expanded summary's own text its first page shows (a child's text is
+not in the context: this is where the model reads it)."""
 EXPANSION_CHARS = 12_000
 """The default size of a rendered expansion (what one recall result may hold)."""
 _PAGE_REF = re.compile(r"^\s*(?:ref\s*)?([A-Za-z]+\d+|summary)(?:\s*/\s*(\d+))?\s*$")
@@ -252,13 +255,15 @@ async def expand(
 
 def render_expansion(expansion: Expansion, tool: str = "recall",
                      max_chars: int = EXPANSION_CHARS) -> str:
-    """An expansion as a tool result within about ``max_chars``: the range, the children
-    (each a ref, a range and a preview), the page's messages (each cut to its share), and
-    the next page's ref."""
+    """An expansion as a tool result within about ``max_chars``: the range, on the first
+    page the summary's text (cut) and the children (each a ref, a range and a preview),
+    the page's messages (each cut to its share), and the next page's ref."""
     node = expansion.summary
     lines = [f"[summary {node.ref}: {node.range_text()}"
              + (f", condensing {_plural(len(expansion.children), 'earlier summary')}]"
                 if expansion.children else "]")]
+    if expansion.page == 1 and node.text:
+        lines.append(f"Its text: {cut_text(' '.join(node.text.split()), SUMMARY_TEXT_CHARS)}")
     if expansion.children and expansion.page == 1:
         lines.append(f"Earlier summaries it condensed (call `{tool}` with one's ref for "
                      "the messages it summarised):")
