@@ -287,3 +287,68 @@ def test_summary_text_drops_the_notes() -> None:
     message = with_ref(ChatMessage.summary("[Conversation summary]\nThe plan.\n\nHINT"), node)
     assert "Summary ref s2 covers a1 … a2 (2 messages)" in message.text
     assert summary_text(message, "HINT") == "The plan."
+
+
+@settings(max_examples=15, deadline=None)
+@given(rounds=st.lists(st.integers(min_value=1, max_value=14), min_size=2, max_size=5)
+       .filter(lambda r: sum(r) >= 16),
+       budget=st.integers(min_value=900, max_value=1_600),
+       tool_every=st.integers(min_value=0, max_value=4))
+def test_guard_summaries_tile_exactly_what_left_the_context(
+    rounds: list[int], budget: int, tool_every: int
+) -> None:
+    """Whatever the conversation's growth and budget (tool turns whose outputs get cleared
+    included): the newest summary's children's own messages plus its own are exactly the
+    originals no longer in the context verbatim, in conversation order, each read back
+    whole within two expansions."""
+    import asyncio
+
+    from ctxstack.messages import ToolCall
+
+    async def run() -> None:
+        archive = HistoryArchive()
+        guard = ContextGuard(compact_llm=summariser(), default_budget=budget,
+                             archive=archive)
+        originals: list[ChatMessage] = []
+        context = [ChatMessage.system("You are a helpful assistant.")]
+        k = 0
+        for size in rounds:
+            for _ in range(size):
+                k += 1
+                if tool_every and k % tool_every == 0:
+                    call = ToolCall(id=f"c{k}", name="lookup", arguments={"n": k})
+                    turn = [ChatMessage.user(f"Look up L{k:03d}"),
+                            ChatMessage.assistant(None, tool_calls=[call]),
+                            ChatMessage.tool(f"c{k}", f"Output O{k:03d} " + "data " * 80,
+                                             name="lookup"),
+                            ChatMessage.assistant(f"Found O{k:03d}.")]
+                else:
+                    turn = exchange(k)
+                originals.extend(turn)
+                context.extend(turn)
+            context = (await guard.check(context)).messages
+        summaries = [m for m in context if m.kind == "summary"]
+        assert summaries  # 16+ exchanges never fit 1,600 tokens: a summary was made
+        top = await archive.get_summary(summaries[0].metadata[SUMMARY_REF_KEY])
+        assert top is not None
+        reached: list[str] = []
+        first = await expand(archive, top.ref)
+        assert first is not None
+        for child in first.children:
+            second = await expand(archive, child.ref, 1, 10_000)
+            assert second is not None
+            reached.extend(m.ref for m in second.messages)
+        reached.extend(top.messages)
+        assert len(reached) == top.count
+        texts_back = [(await archive.get(r)) for r in reached]
+        assert all(m is not None for m in texts_back)
+        def key(m: ChatMessage) -> tuple[Any, ...]:
+            if m.role == "tool":  # a cleared output's placeholder: its original's place
+                return (m.role, m.tool_call_id)
+            return (m.role, m.text, tuple(c.id for c in m.tool_calls or ()))
+
+        still = {key(m) for m in context if m.kind != "summary" and m.role != "system"}
+        gone = [key(m) for m in originals if key(m) not in still]
+        assert [key(m) for m in texts_back if m is not None] == gone
+
+    asyncio.run(run())
