@@ -120,8 +120,12 @@ def test_what_the_model_remembers_in_chromium(browser_ready: None, tmp_path: Pat
     assert "8K context window" in checks["banner"]
     assert checks["stop"]["live"] > 300
     assert {"dag-node status-running", "dag-node status-done"} <= set(checks["dag"]["states"])
-    for name in ("divider-live", "meter", "dialog", "stopped", "settings", "dag", "phone",
-                 "phone-dialog"):
+    # issue 29: a summary that condensed earlier ones lists each with its own range
+    assert checks["tree"]["ref"].startswith("c")
+    assert checks["tree"]["children"]
+    assert "Summarised itself" in checks["tree"]["own"]
+    for name in ("divider-live", "meter", "dialog", "tree", "stopped", "settings", "dag",
+                 "phone", "phone-dialog"):
         assert (ARTIFACTS / f"remember-{name}.png").stat().st_size > 5_000, name
 
 

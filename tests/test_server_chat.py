@@ -329,4 +329,6 @@ def test_openapi_describes_every_sse_event_payload(client: httpx.Client) -> None
     item = compactions["responses"]["200"]["content"]["application/json"]["schema"]["items"]
     assert set(resolve(item["$ref"])["properties"]) == {
         "created_at", "method", "summarized_messages", "first_seq", "last_seq", "summary",
-        "facts"}
+        "facts", "ref", "children", "own_first_seq", "own_last_seq", "own_messages"}
+    assert set(components["SummaryChildOut"]["properties"]) == {
+        "ref", "first_seq", "last_seq", "messages"}

@@ -12,7 +12,9 @@ without a server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -118,6 +120,28 @@ def test_compact_event_counts_stored_history_and_the_route_shows_the_summary(
             assert later["first_seq"] == data["first_seq"]
         listed = alice.get(f"/api/conversations/{cid}/compactions").json()
         assert [c["last_seq"] for c in listed] == sorted(c["last_seq"] for c in listed)
+
+        # Summaries keep their sources (issue 29): talk on until a summary condenses an
+        # earlier one; each lists its children with their own spans, which tile its range.
+        for turn in range(8):
+            if len(listed) >= 2:
+                break
+            chat(alice, cid, f"Follow-up {turn}: and the ticket TCK-{turn}99?")
+            listed = alice.get(f"/api/conversations/{cid}/compactions").json()
+        assert len(listed) >= 2, listed
+        refs = [c["ref"] for c in listed]
+        assert all(re.fullmatch(r"c\d+", r) for r in refs), refs
+        for i, entry in enumerate(listed):
+            assert [c["ref"] for c in entry["children"]] == refs[:i]
+            pieces = [*entry["children"], {"first_seq": entry["own_first_seq"],
+                                           "last_seq": entry["own_last_seq"],
+                                           "messages": entry["own_messages"]}]
+            pieces = [p for p in pieces if p["messages"]]
+            assert sum(p["messages"] for p in pieces) == entry["summarized_messages"]
+            assert pieces[0]["first_seq"] == entry["first_seq"]
+            assert pieces[-1]["last_seq"] == entry["last_seq"]
+            for before, after in pairwise(pieces):
+                assert before["last_seq"] < after["first_seq"]
 
 
 # ---------------------------------------------------------------------------- pure parts
@@ -307,3 +331,41 @@ async def test_a_load_that_did_not_compact_counts_its_checkpoint_span_only_when_
         assert await load_compaction(plain, await plain.get_messages(), sf) == (None, Span())
     finally:
         await engine.dispose()
+
+
+def test_the_agent_expands_the_summary_with_recall_in_a_real_turn(
+    backend: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 29: once the history is summarised, the service's agent calls
+    ``recall(ref="summary")`` and reads the summary's sources: the stored messages it
+    summarised itself, by their refs, in order."""
+    rule = ServiceRule(answer=LONG_ANSWER, summary=SUMMARY, tool="recall",
+                       arguments={"ref": "summary"})
+    with StubServer(rule=rule) as server:
+        env = llm_env(server, LLM_CONTEXT_SIZE="8000", LLM_MAX_OUTPUT_TOKENS="4000", **backend)
+        with running_server(tmp_path, env, auth=True) as proc, \
+                make_user(proc, "alice") as alice:
+            cid = alice.post("/api/conversations", json={}).json()["id"]
+            expanded: list[str] = []
+            for turn in range(1, 14):
+                events = chat(alice, cid, f"Question {turn}: tell me more about windows "
+                                          f"(ticket TCK-{turn}00).")
+                assert events[-1].event == "done", [e.event for e in events]
+                expanded = [e.data["result"] for e in events if e.event == "step"
+                            and e.data.get("kind") == "tool_result"
+                            and e.data["tool"] == "recall"
+                            and e.data["result"].startswith("[summary ")]
+                if expanded:
+                    break
+            assert expanded, "the agent never expanded a summary"
+            # the first summary is the load's, offered as this turn's checkpoint (c0): the
+            # expansion's range is exactly what the load's compact event says it summarised
+            load = next(e.data for e in events
+                        if e.event == "compact" and e.data["scope"] == "load")
+            head = re.match(r"\[summary c0: m(\d+) … m(\d+) \((\d+) messages\)\]", expanded[0])
+            assert head is not None, expanded[0]
+            assert int(head.group(1)) == load["first_seq"]
+            assert int(head.group(2)) == load["last_seq"]
+            assert int(head.group(3)) == load["summarized_messages"]
+            # then its own messages, oldest first, by their refs (the preview is cut)
+            assert f"\n[m{load['first_seq']} user] Question 1:" in expanded[0]

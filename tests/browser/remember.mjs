@@ -6,7 +6,8 @@
 //
 // Checks: the 8K window in the banner and sidebar; the divider within 6 turns, its count
 // and position (right after the last summarised stored message) live and after a reload,
-// equal to GET /compactions; the remembers panel; the context meter on the answer card
+// equal to GET /compactions; the remembers panel, and once a summary condensed an earlier
+// one, its sources nested with their ranges (issue 29); the context meter on the answer card
 // and the composer, with details on hover; Copy and Regenerate; Stop keeping the partial
 // answer (live and after a reload); the settings panel; the DAG plan graph (live states,
 // result on click, after a reload); a 390 px phone width; /docs showing the SSE payloads.
@@ -26,6 +27,16 @@ const QUESTIONS = [
   "What is 2+3?",
   "Explain compaction once more.",
   "And what about tools?",
+];
+const MORE_QUESTIONS = [
+  "What is 9*9? Ticket TCK-7788 too.",
+  "Tell me about tools again.",
+  "Summarise everything once more.",
+  "What is 4+4?",
+  "Explain budgets again.",
+  "One more question about windows.",
+  "How do summaries keep their sources?",
+  "What is 100/4?",
 ];
 async function shot(page, name) {
   await page.screenshot({ path: join(artifacts, name) });
@@ -138,6 +149,8 @@ await inBrowser({ name: "remember", baseUrl, artifacts, flags: QUIET, clipboard:
   expect(remembered.includes("The user asked"), "the summary text is not shown");
   const facts = await dialog.locator(".remember-facts li").allInnerTexts();
   expect(facts.length >= 1 && facts.every((f) => entry.facts.includes(f)), `facts: ${facts}`);
+  const firstTree = await dialog.locator(".remember-tree").innerText();
+  expect(firstTree.includes(`Summary ${entry.ref}`), `the panel does not name ${entry.ref}: ${firstTree}`);
   checks.remembers = { facts, range: `${entry.first_seq}-${entry.last_seq}` };
   await shot(page, "remember-dialog.png");
   await dialog.locator(".dialog-close").click();
@@ -149,6 +162,36 @@ await inBrowser({ name: "remember", baseUrl, artifacts, flags: QUIET, clipboard:
   expect(JSON.stringify(reloaded) === JSON.stringify(divider), `after reload ${JSON.stringify(reloaded)} vs ${JSON.stringify(divider)}`);
   expect(await page.locator(".turn-error").count() === 0, "a reloaded turn shows an error box");
   checks.divider_reload = reloaded;
+
+  // ---- talk on until a summary condenses an earlier one: the panel nests them (issue 29)
+  let lastAsked = QUESTIONS[turns - 1];
+  let saved = await openConversation(page, "compactions");
+  for (const question of MORE_QUESTIONS) {
+    if (saved.length >= 2) break;
+    await sendAndWait(page, question);
+    lastAsked = question;
+    saved = await openConversation(page, "compactions");
+  }
+  expect(saved.length >= 2, `only ${saved.length} saved summaries after ${MORE_QUESTIONS.length} more turns`);
+  const newest = saved[saved.length - 1];
+  const earlierRefs = new Set(saved.slice(0, -1).map((c) => c.ref));
+  expect(newest.children.length >= 1 && newest.children.every((c) => earlierRefs.has(c.ref)),
+    `children ${JSON.stringify(newest.children)} are not earlier summaries`);
+  await page.reload({ waitUntil: "domcontentloaded" });
+  await page.locator("#messages > .conversation-divider").waitFor({ timeout: 10000 });
+  await page.locator(".conversation-divider .divider-button").click();
+  await dialog.locator(".remember-tree .remember-child").first().waitFor({ timeout: 5000 });
+  const childTexts = await dialog.locator(".remember-tree .remember-child").allInnerTexts();
+  expect(childTexts.length === newest.children.length, `panel children: ${childTexts}`);
+  newest.children.forEach((child, i) => {
+    const range = child.first_seq === child.last_seq ? `#${child.first_seq}` : `#${child.first_seq}–#${child.last_seq}`;
+    expect(childTexts[i].includes(child.ref) && childTexts[i].includes(range), `child ${i}: ${childTexts[i]} vs ${JSON.stringify(child)}`);
+  });
+  const own = await dialog.locator(".remember-tree .remember-own").innerText();
+  expect(own.includes(`#${newest.own_first_seq}–#${newest.own_last_seq}`), `own part: ${own}`);
+  checks.tree = { ref: newest.ref, children: childTexts, own };
+  await shot(page, "remember-tree.png");
+  await dialog.locator(".dialog-close").click();
 
   // ---- copy and regenerate
   const lastTurn = page.locator(".msg.assistant").last();
@@ -165,7 +208,7 @@ await inBrowser({ name: "remember", baseUrl, artifacts, flags: QUIET, clipboard:
   expect(await page.locator(".msg.assistant").count() === answers, "Regenerate added an answer");
   expect(await page.locator(".msg.user").count() === questions, "Regenerate asked the question again");
   const lastQuestion = await page.locator(".msg.user .bubble").last().innerText();
-  expect(lastQuestion === QUESTIONS[turns - 1], `regenerate asked: ${lastQuestion}`);
+  expect(lastQuestion === lastAsked, `regenerate asked: ${lastQuestion}`);
   checks.copy_regenerate = true;
 
   // ---- Stop keeps the partial answer, neutral, also after a reload

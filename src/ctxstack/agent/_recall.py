@@ -6,7 +6,12 @@ its guard has an archive holding at least one message. Two uses, one tool:
 * ``recall(query="...")`` — search the earlier conversation (the archive's ranked search,
   works for Chinese and Japanese); each hit shows its reference and a snippet;
 * ``recall(ref="a7")`` — read one archived message whole (a cleared tool output's
-  placeholder names its ref).
+  placeholder names its ref);
+* ``recall(ref="s3")`` — expand a summary (the summary in the context names its ref):
+  the earlier summaries it condensed, each with its range, and the messages it
+  summarised itself, in order, a page at a time (``"s3/2"`` the next page; see
+  :mod:`ctxstack.compaction._summaries`). Every original message is at most two such
+  calls from the summary in the context.
 
 The output is a tool result like any other: it enters the context through the same guard
 on the next iteration (cut if oversized, masked later like any old output), and a message
@@ -19,6 +24,7 @@ from typing import Any
 
 from ctxstack.agent._tools import Tool
 from ctxstack.compaction import Archive, HistoryArchive
+from ctxstack.compaction._summaries import expand, parse_page_ref, render_expansion
 from ctxstack.errors import ToolArgumentsError
 from ctxstack.guard._rules import cut_text
 from ctxstack.protocol import ToolSpec
@@ -28,16 +34,15 @@ MAX_RECALL_CHARS = 12_000
 SEARCH_RESULTS = 5
 
 DESCRIPTION = (
-    "Read back earlier parts of this conversation that were archived to save context "
-    "(cleared tool outputs, summarised or dropped messages). Pass `query` to search them "
-    "(returns the best matches with their refs), or `ref` to read one archived message in "
-    "full (a cleared tool output names its ref)."
+    "Read back parts of this conversation archived to save context. `query` searches them "
+    "(best matches with refs); `ref` reads one whole (a cleared output names its ref) or "
+    "expands a summary (e.g. s3, or summary for the newest)."
 )
 PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "words, names or values to look for"},
-        "ref": {"type": "string", "description": "an archive reference such as a7"},
+        "ref": {"type": "string", "description": "a ref such as a7 or s3"},
     },
     "additionalProperties": False,
 }
@@ -61,6 +66,11 @@ def recall_tool(archive: Archive) -> Tool:
 
     async def recall(query: str = "", ref: str = "") -> str:
         if ref:
+            page_ref = parse_page_ref(ref)
+            if page_ref is not None:
+                expansion = await expand(archive, *page_ref)
+                if expansion is not None:
+                    return render_expansion(expansion, RECALL_TOOL_NAME, MAX_RECALL_CHARS)
             message = await archive.get(ref)
             if message is None:
                 return f"No archived message has ref {ref!r}. Search with `query` instead."

@@ -11,7 +11,9 @@ Public entry point: :class:`CompactUtils`. The pieces live in small private modu
 * :mod:`~ctxstack.compaction._summarize` — the one summariser call path;
 * :mod:`~ctxstack.compaction._prefix_request` — the cache-aligned summary request (the
   conversation's previous call, the instruction last) and when it cannot be used;
-* :mod:`~ctxstack.compaction._llm_compact` — ``llm_compact`` / ``compact_detailed``.
+* :mod:`~ctxstack.compaction._llm_compact` — ``llm_compact`` / ``compact_detailed``;
+* :mod:`~ctxstack.compaction._summaries` — summaries that keep their sources: ranges,
+  two-level condensation, expansion.
 """
 
 from ctxstack.compaction._archive import Archive, ArchiveHit, HistoryArchive
@@ -24,6 +26,7 @@ from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._prompts import SUMMARY_PREFIX, Hint
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.compaction._stages import DEFAULT_STRATEGIES
+from ctxstack.compaction._summaries import Expansion, SummaryNode, SummaryStore, expand
 from ctxstack.compaction._truncate import Truncate, smart_truncate
 from ctxstack.compaction._utils import CompactUtils
 
@@ -38,15 +41,19 @@ __all__ = [
     "CompactionOptions",
     "CompactionResult",
     "Compactor",
+    "Expansion",
     "Hint",
     "HistoryArchive",
     "MaskToolOutputs",
     "RollingSummary",
+    "SummaryNode",
+    "SummaryStore",
     "Truncate",
     "compact_detailed",
     "cut_message",
     "cut_text",
     "cut_text_tokens",
+    "expand",
     "llm_compact",
     "smart_truncate",
 ]

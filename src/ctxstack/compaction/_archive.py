@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from ctxstack.compaction._summaries import LATEST_SUMMARY_REF, SummaryNode
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 
@@ -193,6 +194,7 @@ class HistoryArchive:
         self._postings: defaultdict[str, dict[str, int]] = defaultdict(dict)
         self._total_length = 0
         self._words: sqlite3.Connection | None = None
+        self._summaries: dict[str, SummaryNode] = {}
 
     def close(self) -> None:
         """Free the word index's in-memory database, when done with the archive (a search
@@ -245,6 +247,23 @@ class HistoryArchive:
                 (len(self._messages), _utf8(searchable_text(message)[:MAX_INDEXED_CHARS])))
             refs.append(ref)
         return refs
+
+    async def add_summary(self, node: SummaryNode) -> str:
+        """Keep a summary (:class:`~ctxstack.compaction._summaries.SummaryStore`): refs
+        ``"s1"``, ``"s2"``…, in order. Summaries are not searched: their messages are."""
+        if not isinstance(node, SummaryNode):
+            raise InputError(f"add_summary: expected a SummaryNode, got {type(node).__name__}")
+        ref = f"s{len(self._summaries) + 1}"
+        self._summaries[ref] = node.model_copy(update={"ref": ref})
+        return ref
+
+    async def get_summary(self, ref: str) -> SummaryNode | None:
+        """The summary ``ref`` names (``"summary"``: the newest; None if unknown)."""
+        if not isinstance(ref, str):
+            raise InputError(f"get_summary: ref must be a string, got {type(ref).__name__}")
+        if ref.strip() == LATEST_SUMMARY_REF:
+            return self._summaries.get(f"s{len(self._summaries)}")
+        return self._summaries.get(ref.strip())
 
     async def get(self, ref: str) -> ChatMessage | None:
         """The archived message ``ref`` names (None if unknown)."""

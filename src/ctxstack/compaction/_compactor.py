@@ -118,6 +118,20 @@ class CompactionContext:
             await self.archive.add(fresh)
         return len(fresh)
 
+    async def archive_refs(self, messages: Sequence[ChatMessage]) -> tuple[list[str], int]:
+        """Archive what :meth:`archive_messages` would; returns the archive refs of every
+        message that is not a summary, in order (a placeholder or cut copy by the ref it
+        carries: its original), and how many went in. ``([], 0)`` without an archive."""
+        if self.archive is None:
+            return [], 0
+        originals = [m for m in messages if m.kind != "summary"
+                     and (ARCHIVE_REF_KEY in m.metadata or not m.metadata.get(MASKED_KEY))]
+        fresh = [m for m in originals if ARCHIVE_REF_KEY not in m.metadata]
+        added = iter(await self.archive.add(fresh) if fresh else [])
+        refs = [str(m.metadata[ARCHIVE_REF_KEY]) if ARCHIVE_REF_KEY in m.metadata
+                else next(added) for m in originals]
+        return refs, len(fresh)
+
     def result(
         self, before: Sequence[ChatMessage], after: list[ChatMessage],
         method: StrategyMethod, *, reason: str | None = None, masked: int = 0,

@@ -42,6 +42,7 @@ from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult, Method
+from ctxstack.compaction._summaries import context_ref, record_summary, with_ref
 from ctxstack.compaction._summarize import (
     assemble_summary,
     finalize_text,
@@ -369,8 +370,36 @@ class RollingSummary:
         res = await compact_detailed(messages, ctx.llm, ctx.budget, options=ctx.options,
                                      counter=ctx.counter, note=ctx.note, prefix=ctx.prefix)
         if res.method == "llm":
-            folded = await ctx.archive_messages(res.summarized)
+            refs, folded = await ctx.archive_refs(res.summarized)
+            if ctx.archive is not None:
+                res = await _name_summary(res, ctx, refs)
         else:
             kept = {id(m) for m in res.messages}
             folded = await ctx.archive_messages([m for m in messages if id(m) not in kept])
         return res.model_copy(update={"archived": folded})
+
+
+async def _name_summary(
+    res: CompactionResult, ctx: CompactionContext, refs: list[str]
+) -> CompactionResult:
+    """``res`` with its summary archived as a :class:`SummaryNode` (its range, its
+    children) and naming its ref, when the archive keeps summaries (see
+    :mod:`ctxstack.compaction._summaries`). The ref line costs a few tokens: a result it
+    pushes over budget is truncated again, the summary kept."""
+    assert ctx.archive is not None
+    assert res.summary is not None
+    node = await record_summary(ctx.archive, res.summary, res.summarized, refs,
+                                note=ctx.note)
+    if node is None:
+        return res
+    named = with_ref(res.summary, node, ctx.options.recall_tool,
+                     context_ref(ctx.archive, node.ref))
+    out = [named if m is res.summary else m for m in res.messages]
+    if ctx.counter.count_messages(out) > ctx.fits:
+        held = named.replace(pinned=True)
+        kept = smart_truncate([held if m is named else m for m in out], ctx.budget,
+                              counter=ctx.counter, fill=ctx.options.target_fill)
+        out = [named if m is held else m for m in kept]
+    return res.model_copy(update={"messages": out, "summary": named,
+                                  "tokens_after": ctx.counter.count_messages(out),
+                                  "messages_after": len(out)})

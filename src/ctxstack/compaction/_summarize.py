@@ -42,6 +42,7 @@ from ctxstack.compaction._prompts import (
     strip_scratchpad,
     summary_instruction,
 )
+from ctxstack.compaction._summaries import strip_ref_note
 from ctxstack.errors import LLMTimeoutError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
@@ -84,8 +85,9 @@ class SummaryOutcome:
 
 
 def previous_text(summary: ChatMessage) -> str:
-    """A summary message's text without the ``[Conversation summary]`` prefix."""
-    return summary.text.removeprefix(SUMMARY_PREFIX).strip()
+    """A summary message's text without the ``[Conversation summary]`` prefix (and without
+    the line naming its archive ref: the new summary gets its own)."""
+    return strip_ref_note(summary.text.removeprefix(SUMMARY_PREFIX))
 
 
 def summarizer_input_tokens(llm: LLM) -> int:

@@ -55,6 +55,10 @@ class CompactionEvent(BaseModel):
     """Tool outputs cleared to placeholders (by the "mask" stage, also before a summary)."""
     archived: int = 0
     """Messages archived (recallable) by this compaction."""
+    summary_ref: str | None = None
+    """The archive ref of the summary this compaction made (``"llm"`` with an archive that
+    keeps summaries, see :mod:`ctxstack.compaction._summaries`): its range and children
+    are ``archive.get_summary(summary_ref)``; ``None`` otherwise."""
     unpinned: int = 0
     """Injected messages the pinned cap unpinned before compacting."""
     cut_messages: int = 0

@@ -51,6 +51,7 @@ from ctxstack.compaction._llm_compact import resolve_options
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._prompts import check_hint
 from ctxstack.compaction._stages import compact_staged
+from ctxstack.compaction._summaries import SUMMARY_REF_KEY
 from ctxstack.errors import ConfigError, MessageError
 from ctxstack.guard._events import (
     CompactionEvent,
@@ -437,6 +438,7 @@ class ContextGuard:
             summarized=len(detailed.summarized) if method == "llm" else 0,
             masked=detailed.masked,
             archived=detailed.archived,
+            summary_ref=_summary_ref(detailed) if method == "llm" else None,
             unpinned=unpinned,
             cut_messages=cut_before + cut_queries,
             usage=detailed.usage,
@@ -487,6 +489,12 @@ class ContextGuard:
     async def _report(self, event: CompactionEvent) -> None:
         await _notify(self.on_compact, event, "on_compact")
 
+
+
+def _summary_ref(result: CompactionResult) -> str | None:
+    """The archive ref the result's summary names, if it names one."""
+    ref = result.summary.metadata.get(SUMMARY_REF_KEY) if result.summary is not None else None
+    return ref if isinstance(ref, str) else None
 
 
 def _all_dicts(messages: Sequence[object]) -> list[Mapping[str, Any]]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ctxstack import ChatMessage, TokenCounter
-from ctxstack.compaction import Archive, cut_text_tokens
+from ctxstack.compaction import Archive, cut_text_tokens, expand
+from ctxstack.compaction._summaries import parse_page_ref, render_expansion
 
 RECALL_TOOL = "ctxstack_recall"
 MAX_ROUNDS = 3
@@ -149,12 +150,20 @@ def parse_query(arguments: object) -> str:
 
 async def recall_text(archive: Archive, query: str, max_tokens: int,
                       counter: TokenCounter) -> str:
-    """The tool result for one recall: the message a ref names, or the best matches (the
-    best whole when it fits, the others in the room left), within ``max_tokens``. Never
+    """The tool result for one recall: a summary's expansion when the query is a summary
+    ref the archive keeps (:func:`ctxstack.compaction.expand`; ``s3/2`` its next page), the
+    message a ref names, or the best matches (the best whole when it fits, the others in
+    the room left), within ``max_tokens``. Never
     raises for a bad query: the model reads what went wrong."""
     room = max(MIN_RESULT_TOKENS, max_tokens)
     if not query:
         return "ctxstack_recall: pass a `query` (words to look for, or a ref such as r12)."
+    page_ref = parse_page_ref(query)
+    if page_ref is not None:
+        expansion = await expand(archive, *page_ref)
+        if expansion is not None:
+            text = render_expansion(expansion, RECALL_TOOL, max_chars=room * 4)
+            return cut_text_tokens(text, room, counter)
     ref = _REF.match(query)
     if ref is not None:
         found = await archive.get(ref.group(1).lower())

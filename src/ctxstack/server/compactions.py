@@ -12,8 +12,9 @@ conversation's **stored history** (user and assistant rows) only:
   turn's own tool messages; :class:`FoldTracker`, a listener on the guard's checks, sees
   both lists and tells which stored ``seq`` left the context (:func:`run_compaction`);
 * the persisted summaries are the compaction checkpoints: :func:`list_compactions` lists
-  them with their prose, their "Facts kept verbatim" and the span they cover (``GET
-  /api/conversations/{id}/compactions``).
+  them with their prose, their "Facts kept verbatim", the span they cover, their summary
+  ref and the earlier summaries each condensed with their own spans (``GET
+  /api/conversations/{id}/compactions``; the hierarchy of :mod:`ctxstack.store.summaries`).
 
 A span's count is a ``COUNT`` of history rows up to ``last_seq`` (one indexed query), not
 arithmetic on in-memory lists, so it cannot drift from what the messages route returns.
@@ -32,6 +33,7 @@ from sqlalchemy import func, select
 from ctxstack.agent import CompactionNoticeEvent
 from ctxstack.compaction import FACTS_HEADING, SUMMARY_PREFIX
 from ctxstack.compaction._stages import RECALL_NOTE
+from ctxstack.compaction._summaries import strip_ref_note
 from ctxstack.dag import StepActivityEvent
 from ctxstack.guard import CompactionEvent, GuardCheckEvent
 from ctxstack.messages import ChatMessage
@@ -41,10 +43,28 @@ from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.memory import DbMemory
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import CompactionCheckpoint, Message
+from ctxstack.store.summaries import checkpoint_nodes
+
+
+class SummaryChildOut(BaseModel):
+    """An earlier summary a compaction condensed: its ref and the stored messages it
+    summarised itself (``first_seq``..``last_seq``, ``messages`` of them)."""
+
+    ref: str
+    first_seq: int | None
+    last_seq: int | None
+    messages: int
 
 
 class CompactionOut(BaseModel):
-    """One persisted compaction: the summary the next turns start from."""
+    """One persisted compaction: the summary the next turns start from.
+
+    ``ref`` is its summary ref (``c<id>``; the agent's ``recall`` expands it);
+    ``first_seq``..``last_seq`` and ``summarized_messages`` its whole range; ``children``
+    the earlier summaries it condensed, oldest first, each with its own range; and
+    ``own_first_seq``..``own_last_seq`` (``own_messages``) what it summarised itself —
+    the children's ranges and its own tile the whole (issue 29).
+    """
 
     created_at: datetime
     method: Literal["llm", "truncate", "mask"]
@@ -53,6 +73,11 @@ class CompactionOut(BaseModel):
     last_seq: int
     summary: str
     facts: list[str]
+    ref: str = ""
+    children: list[SummaryChildOut] = []
+    own_first_seq: int | None = None
+    own_last_seq: int | None = None
+    own_messages: int = 0
 
 
 def split_summary(text: str) -> tuple[str, list[str]]:
@@ -61,8 +86,9 @@ def split_summary(text: str) -> tuple[str, list[str]]:
     prose, heading, kept = body.partition(FACTS_HEADING)
     facts = [line.strip()[2:].strip() for line in kept.splitlines()
              if line.strip().startswith("- ")] if heading else []
-    # The note telling the model that recall exists is for the model, not the reader.
-    return prose.replace(RECALL_NOTE, "").strip(), [f for f in facts if f != RECALL_NOTE]
+    # The notes telling the model that recall exists are for the model, not the reader.
+    prose = strip_ref_note(prose.replace(RECALL_NOTE, ""))
+    return prose, [strip_ref_note(f) for f in facts if f != RECALL_NOTE and strip_ref_note(f)]
 
 
 def stored_seq(message: ChatMessage) -> int | None:
@@ -261,23 +287,28 @@ async def list_compactions(
             select(CompactionCheckpoint)
             .where(CompactionCheckpoint.conversation_id == conversation_id)
             .order_by(CompactionCheckpoint.created_at, CompactionCheckpoint.id)))
-        spans = {}
-        for seq in {r.last_seq for r in rows}:
-            count, first = (await session.execute(
-                select(func.count(), func.min(Message.seq)).where(
-                    Message.conversation_id == conversation_id, Message.seq <= seq,
-                    Message.role.in_(HISTORY_ROLES)))).one()
-            spans[seq] = (int(count or 0), int(first) if first is not None else None)
+        nodes = await checkpoint_nodes(session, conversation_id)
     out = []
     for row in rows:
         prose, facts = split_summary(row.summary)
-        count, first = spans[row.last_seq]
-        out.append(CompactionOut(created_at=row.created_at, method="llm",
-                                 summarized_messages=count, first_seq=first,
-                                 last_seq=row.last_seq, summary=prose, facts=facts))
+        node = nodes[row.id]
+        children = [SummaryChildOut(ref=c.ref, first_seq=_seq(c.messages[:1]),
+                                    last_seq=_seq(c.messages[-1:]), messages=len(c.messages))
+                    for r in node.children if (c := nodes.get(int(r[1:]))) is not None]
+        out.append(CompactionOut(
+            created_at=row.created_at, method="llm", summarized_messages=node.count,
+            first_seq=_seq([node.first] if node.first else []), last_seq=row.last_seq,
+            summary=prose, facts=facts, ref=node.ref, children=children,
+            own_first_seq=_seq(node.messages[:1]), own_last_seq=_seq(node.messages[-1:]),
+            own_messages=len(node.messages)))
     return out
 
 
-__all__ = ["CompactionOut", "FoldTracker", "PendingSpan", "Span", "list_compactions",
-           "load_compaction", "resolve_span", "run_compaction", "split_summary",
+def _seq(refs: Sequence[str]) -> int | None:
+    """The stored ``seq`` of the first ``m<seq>`` ref given (None for none)."""
+    return int(refs[0][1:]) if refs else None
+
+
+__all__ = ["CompactionOut", "FoldTracker", "PendingSpan", "Span", "SummaryChildOut",
+           "list_compactions", "load_compaction", "resolve_span", "run_compaction", "split_summary",
            "step_compaction", "stored_seq"]

@@ -41,6 +41,7 @@ from ctxstack.agent import ReActAgent
 from ctxstack.agent import _events as agent_events
 from ctxstack.agent._recall import recall_spec
 from ctxstack.budget import ModelBudget
+from ctxstack.compaction._summaries import SUMMARY_REF_KEY
 from ctxstack.dag import DAGEngine
 from ctxstack.dag import _events as dag_events
 from ctxstack.errors import CtxstackError
@@ -91,6 +92,7 @@ from ctxstack.store.archive import ConversationArchive
 from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.files import FileRecord
 from ctxstack.store.memory import DbMemory
+from ctxstack.store.summaries import PENDING_REF
 from ctxstack.tokens import DEFAULT_COUNTER, UsageMeter
 
 log = logging.getLogger(__name__)
@@ -273,7 +275,13 @@ class Turn:
             self.state.factory, self.spec.conversation_id,
             before_seq=query_seq if isinstance(query_seq, int) else None,
             hidden=max(0, memory.original_count
-                       - sum(isinstance(m.metadata.get("seq"), int) for m in history)))
+                       - sum(isinstance(m.metadata.get("seq"), int) for m in history)),
+            pending=memory.checkpoint_candidate)
+        if memory.checkpoint_candidate is not None:
+            # the load's new summary is the offered checkpoint: summary c0 for this turn
+            # (metadata only), so a summary folding it keeps it as a child
+            history = [m.replace(metadata={**m.metadata, SUMMARY_REF_KEY: PENDING_REF})
+                       if m.kind == "summary" else m for m in history]
         compacted, self.span = await load_compaction(memory, history, self.state.factory)
         if compacted is not None:
             await self.emit(CompactEvent(data=compacted))

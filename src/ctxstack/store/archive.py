@@ -5,7 +5,12 @@
 * the conversation's stored ``user``/``assistant`` messages — they *are* the archive: a
   message DbMemory summarised or trimmed is still in the table (ref ``m<seq>``);
 * ``archived_messages`` — what a turn's guard cleared or dropped that is not stored
-  itself, tool outputs mostly (ref ``a<id>``).
+  itself, tool outputs mostly (ref ``a<id>``);
+* summaries (:class:`~ctxstack.compaction.SummaryStore`): the compaction checkpoints
+  (``c<id>``, their hierarchy derived from the rows, :mod:`ctxstack.store.summaries`) and
+  the summaries this turn's guard makes (``s<n>``, kept for the turn: the one that folds
+  stored messages becomes the next checkpoint), and the checkpoint the turn's load offers
+  before it is saved (``c0``). ``"summary"`` names the newest.
 
 Search is the library's hybrid ranking (:mod:`ctxstack.compaction._archive`: word BM25
 fused with character n-gram BM25 by reciprocal rank), run over candidates the database
@@ -33,7 +38,7 @@ from sqlalchemy import Select, and_, column, func, or_, select, text
 from sqlalchemy import table as table_clause
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxstack.compaction import ArchiveHit, HistoryArchive
+from ctxstack.compaction import ArchiveHit, HistoryArchive, SummaryNode
 from ctxstack.compaction._archive import (
     ARCHIVE_REF_KEY,
     STOP_WORDS,
@@ -41,12 +46,15 @@ from ctxstack.compaction._archive import (
     normalize_text,
     query_words,
 )
+from ctxstack.compaction._summaries import LATEST_SUMMARY_REF
 from ctxstack.errors import InputError
 from ctxstack.messages import ChatMessage
 from ctxstack.messages._model import binary_note
+from ctxstack.store.checkpoints import CheckpointCandidate
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.messages import HISTORY_ROLES
 from ctxstack.store.models import ArchivedMessage, Message
+from ctxstack.store.summaries import CHECKPOINT_REF, PENDING_ID, Checkpoint, checkpoint_nodes
 
 CANDIDATES = 200
 """Rows the database returns per source before ranking."""
@@ -95,17 +103,22 @@ class ConversationArchive:
             (the current question and later ones are not history yet).
         hidden: stored messages the load already moved out of the context (DbMemory's
             summarised or trimmed count): with what this archive adds, :func:`len`.
+        pending: the checkpoint the turn's load offers, not saved yet (its summary is in
+            the context): summary ``c0`` until then, and the newest.
     """
 
     def __init__(
         self, factory: SessionFactory, conversation_id: str, *, before_seq: int | None = None,
-        hidden: int = 0,
+        hidden: int = 0, pending: CheckpointCandidate | None = None,
     ) -> None:
         self.factory = factory
         self.conversation_id = conversation_id
         self.before_seq = before_seq
+        self.pending = (None if pending is None
+                        else Checkpoint(PENDING_ID, pending.last_seq, pending.summary))
         self.hidden = max(0, hidden)
         self._added = 0
+        self._summaries: dict[str, SummaryNode] = {}
 
     def __len__(self) -> int:
         return self.hidden + self._added
@@ -162,6 +175,40 @@ class ConversationArchive:
             if arow is None or arow.conversation_id != self.conversation_id:
                 return None
             return _archived_message(arow)
+
+    async def add_summary(self, node: SummaryNode) -> str:
+        """Keep a summary the turn's guard made (``s<n>``, for the turn)."""
+        if not isinstance(node, SummaryNode):
+            raise InputError(f"add_summary: expected a SummaryNode, got {type(node).__name__}")
+        ref = f"s{len(self._summaries) + 1}"
+        self._summaries[ref] = node.model_copy(update={"ref": ref})
+        return ref
+
+    def context_ref(self, ref: str) -> str:
+        """What a summary this turn's guard makes names in its text: ``"summary"`` (the
+        newest), since its own ``s<n>`` ends with the turn while its text lives on as the
+        next checkpoint, which later turns load — and expand as the newest one."""
+        return LATEST_SUMMARY_REF
+
+    async def get_summary(self, ref: str) -> SummaryNode | None:
+        """A checkpoint's node (``c<id>``), a summary of this turn (``s<n>``), or with
+        ``"summary"`` the newest of them; None if there is none."""
+        if not isinstance(ref, str):
+            raise InputError(f"get_summary: ref must be a string, got {type(ref).__name__}")
+        ref = ref.strip()
+        if ref == LATEST_SUMMARY_REF and self._summaries:
+            return self._summaries[f"s{len(self._summaries)}"]
+        if ref in self._summaries:
+            return self._summaries[ref]
+        match = CHECKPOINT_REF.match(ref)
+        if match is None and ref != LATEST_SUMMARY_REF:
+            return None
+        async with reading(self.factory, "reading the conversation's summaries") as session:
+            nodes = await checkpoint_nodes(session, self.conversation_id, self.before_seq,
+                                           self.pending)
+        if match is None:  # the newest checkpoint (listed last)
+            return list(nodes.values())[-1] if nodes else None
+        return nodes.get(int(match.group(1)))
 
     async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
         """Database candidates ranked by n-gram BM25 (see the module doc)."""

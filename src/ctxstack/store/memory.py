@@ -68,6 +68,7 @@ from ctxstack.compaction import SUMMARY_PREFIX, CompactionOptions
 from ctxstack.compaction._llm_compact import resolve_options
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._stages import compact_staged
+from ctxstack.compaction._summaries import SUMMARY_REF_KEY
 from ctxstack.errors import ConfigError
 from ctxstack.memory._base import BaseMemory
 from ctxstack.messages import ChatMessage
@@ -85,6 +86,7 @@ from ctxstack.store.fold import fold_older
 from ctxstack.store.history_messages import image_message, materialise, text_message
 from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
+from ctxstack.store.summaries import checkpoint_ref
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
@@ -417,7 +419,11 @@ class DbMemory(BaseMemory):
             text = self.checkpoint.summary
             if not text.startswith(SUMMARY_PREFIX):
                 text = f"{SUMMARY_PREFIX}\n{text}"
-            history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq))
+            # its ref in metadata only (never sent): the text stays byte-identical to the
+            # summary the previous call sent, and a summary folding it names it as a child
+            history.append(ChatMessage.summary(text, checkpoint_seq=self.checkpoint.last_seq,
+                                               **{SUMMARY_REF_KEY: checkpoint_ref(
+                                                   self.checkpoint.id)}))
         texts = self._texts
         for record in records:
             if record.role == "assistant" and record.metadata.get("status") == "failed":

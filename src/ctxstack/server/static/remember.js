@@ -5,7 +5,8 @@
 // now only knows through the summary and those it still reads verbatim. Clicking it opens
 // a panel with the summary text, the facts kept verbatim and the range of messages covered
 // (from GET /api/conversations/{id}/compactions, or the event itself for a summary made
-// mid-turn that is not persisted).
+// mid-turn that is not persisted), and for a saved summary what it is made of: the earlier
+// summaries it condensed and the messages it summarised itself, each with its range.
 
 import { el } from "./dom.js";
 import { dividerText } from "./format.js";
@@ -49,6 +50,39 @@ export function placeDivider(box, data, onOpen) {
   return true;
 }
 
+function span(first, last, count) {
+  const n = `${count} message${count === 1 ? "" : "s"}`;
+  if (first == null) return n;
+  return first === last ? `#${first} (${n})` : `#${first}–#${last} (${n})`;
+}
+
+/**
+ * The summary's sources as a small nested list (issue 29): the earlier summaries it
+ * condensed, each with the stored messages it summarised itself, then its own messages.
+ * Their ranges tile the whole; the assistant can expand any ref with `recall`.
+ */
+function sourcesTree(entry) {
+  const tree = el("ul", "remember-tree");
+  const top = el("li", "remember-node");
+  top.dataset.ref = entry.ref;
+  top.append(el("span", "remember-ref", `Summary ${entry.ref}`), ` · ${span(entry.first_seq, entry.last_seq, entry.summarized_messages)}`);
+  const inner = el("ul", "");
+  for (const child of entry.children || []) {
+    const li = el("li", "remember-child");
+    li.dataset.ref = child.ref;
+    li.append(el("span", "remember-ref", `Earlier summary ${child.ref}`), ` · ${span(child.first_seq, child.last_seq, child.messages)}`);
+    inner.append(li);
+  }
+  if (entry.own_messages) {
+    inner.append(el("li", "remember-own", `Summarised itself · ${span(entry.own_first_seq, entry.own_last_seq, entry.own_messages)}`));
+  }
+  top.append(inner);
+  tree.append(top);
+  const wrap = el("div", "");
+  wrap.append(tree, el("p", "muted remember-hint", `The assistant can read these back: its recall tool expands ${entry.ref} into the summaries and messages above, and an earlier summary into its messages.`));
+  return wrap;
+}
+
 function section(title, ...children) {
   const wrap = el("section", "remember-section");
   wrap.append(el("h3", "", title), ...children);
@@ -78,8 +112,10 @@ export async function openRemembers(dialog, data, loadCompactions) {
   const origin = entry
     ? `Saved ${new Date(entry.created_at).toLocaleString()} · ${all.length} summar${all.length === 1 ? "y" : "ies"} in this conversation`
     : "Made during a turn (not saved: the next turn summarises again from the stored messages)";
+  const parts = [el("p", "remember-range", range)];
+  if (entry?.ref) parts.push(section("What it is made of", sourcesTree(entry)));
   body.replaceChildren(
-    el("p", "remember-range", range),
+    ...parts,
     section("Summary", summary),
     section("Facts kept verbatim", facts),
     el("p", "muted remember-origin", origin),
