@@ -13,7 +13,7 @@ from ctxstack.compaction._archive import (
     query_words,
 )
 from ctxstack.messages import ChatMessage
-from tests.archive_cases import CASES, SearchCase
+from tests.archive_cases import CASES, ONE_SIDED, SearchCase
 
 
 async def archive_of(texts: list[str]) -> HistoryArchive:
@@ -79,6 +79,29 @@ def test_query_helpers() -> None:
     assert content_query("When did Mia go to the group?") == "Mia go group?"
     assert content_query("what is it") == "what is it"
     assert fts_match(['a"b', "c"]) == '"a""b" OR "c"'
-    scores = fuse([["x", "y"], ["y", "z"]], k=60)
-    assert scores["y"] > scores["x"] > scores["z"]
-    assert scores["y"] == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_fusion_normalises_each_half_and_sums() -> None:
+    scores = fuse([[("x", 9.0), ("y", 5.0), ("w", 1.0)], [("y", 0.4), ("z", 0.2)]])
+    assert scores == pytest.approx({"x": 1.0, "y": 0.5 + 1.0, "w": 0.0, "z": 0.0})
+    # A half whose scores are all equal (or a single hit) gives each of them full weight;
+    # an empty half adds nothing.
+    assert fuse([[("a", 3.0), ("b", 3.0)], []]) == {"a": 1.0, "b": 1.0}
+    assert fuse([[], []]) == {}
+
+
+async def test_a_hit_only_one_half_finds_stays_in_the_top_five() -> None:
+    """The halves see different tokens, so a message only one of them lists — first, by a
+    clear margin — must not be pushed out by messages both list through a common word."""
+    archive = await archive_of(ONE_SIDED.texts)
+    words = archive.word_ranking(ONE_SIDED.question)
+    ngrams = archive.ngram_ranking(ONE_SIDED.question)
+    evidence = next(f"a{i}" for i, t in enumerate(ONE_SIDED.texts, start=1)
+                    if ONE_SIDED.evidence in t)
+    assert evidence not in words
+    assert ngrams[0] == evidence
+    assert len(set(words) & set(ngrams)) >= 5
+    hits = await archive.search(ONE_SIDED.question, k=5)
+    assert evidence in [h.ref for h in hits]
+    # The scores come from both halves: the evidence scores its n-gram half's full 1.0.
+    assert next(h.score for h in hits if h.ref == evidence) == pytest.approx(1.0)
