@@ -10,17 +10,18 @@ out of the context window to where the model can fetch it.
 uses the stored messages themselves, see ``ctxstack.store.archive``);
 :class:`HistoryArchive` is the in-memory implementation for library users.
 
-Search is **hybrid** (issue 29): two BM25 rankings, each over its own tokens, fused by
-**score normalisation** (CombSUM of min-max normalised scores, equal weights): each half's
-scores over its best :data:`FUSION_DEPTH` are mapped to [0, 1] (its best match 1, the
-weakest listed 0) and a message scores the sum over the halves. A message one half finds
-with a clear margin therefore stays near the top even when the other half does not list it
-— the case a hybrid exists for, as the halves see different tokens — while a message both
-halves rank well still beats one that only one half ranks well. Reciprocal rank fusion with
-its usual constant 60 (the first version) lost exactly those one-sided hits: any message
-both halves list within their top ~60 outscores one half's first. The choice was made on a
-fitting set apart from every evaluation set (``benchmarks/bench_recall.py`` says which);
-the weights are equal, not fitted:
+Search is **hybrid** (issue 29), two BM25 rankings, each over its own tokens, fused by
+**reciprocal rank fusion** with a small constant: a message scores Σ 1 / (:data:`RRF_K` +
+its rank) over the halves that list it (rank from 1, each half's best
+:data:`FUSION_DEPTH`). The halves see different tokens, so a message only one of them finds
+is the case a hybrid exists for; with the constant 2 a half's first (1/3) still beats a
+message both halves rank 5th or lower (2/7), while agreement near the top still wins. The
+usual constant 60 (Cormack et al. 2009, fitted for fusing many deep TREC runs) lets any
+message both halves list within their top ~60 outscore one half's first: it lost exactly
+those one-sided hits, and scored below its own n-gram half on natural questions. The
+constant, and the choice of rank over min-max score fusion, were made on a fitting set apart
+from every evaluation set (``benchmarks/bench_recall.py`` (vii-f) says which and what
+each reached):
 
 * **words** — BM25 over word tokens, for space-separated scripts, where words carry the
   meaning of a natural question ("When did Mia go to the support group?"). The index is
@@ -63,16 +64,21 @@ MASKED_KEY = "masked"
 """Metadata flag of a cleared tool output (never cleared twice)."""
 _K1 = 1.2
 _B = 0.75
+RRF_K = 2
+"""Reciprocal rank fusion's constant: rank r scores 1 / (2 + r) (see the module doc)."""
 FUSION_DEPTH = 50
-"""How many of each ranking's best take part in the fusion (and set its 0 point)."""
+"""How many of each ranking's best take part in the fusion."""
 _STOP_TEXT = """
 a about am an and any are as at be been but by can could did do does doing for from had
 has have how i if in into is it its me my of on or our should so than that the their them
 then there these they this those to was we were what when where which while who whom why
 will with would you your
+s t ll re ve m
 """
 STOP_WORDS = frozenset(_STOP_TEXT.split())
-"""English function words left out of a query: they match almost every message."""
+"""English function words left out of a query: they match almost every message. The last
+line is what a word tokenizer leaves of clitics — "Aisha's" gives ``aisha`` and ``s``,
+"don't" ``don`` and ``t`` — which would otherwise match every possessive or contraction."""
 _WORD = re.compile(r"\w+")  # one character class, repeated: linear time
 _WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -146,20 +152,14 @@ def fts_match(words: Sequence[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-def fuse(rankings: Sequence[Sequence[tuple[str, float]]]) -> dict[str, float]:
-    """Score fusion: each ranking's ``(id, score)`` pairs (higher is better) are min-max
-    normalised — its best score 1, its lowest 0, all 1 when they are equal — and an id
-    scores the sum over the rankings it appears in."""
-    fused: dict[str, float] = defaultdict(float)
+def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion: each id scores Σ 1 / (k + rank), rank from 1, over the
+    rankings it appears in."""
+    scores: dict[str, float] = defaultdict(float)
     for ranking in rankings:
-        if not ranking:
-            continue
-        values = [score for _, score in ranking]
-        high, low = max(values), min(values)
-        spread = high - low
-        for ref, score in ranking:
-            fused[ref] += (score - low) / spread if spread > 0 else 1.0
-    return dict(fused)
+        for rank, ref in enumerate(ranking, start=1):
+            scores[ref] += 1.0 / (k + rank)
+    return dict(scores)
 
 
 def searchable_text(message: ChatMessage) -> str:
@@ -266,8 +266,8 @@ class HistoryArchive:
         return self._messages.get(ref.strip())
 
     async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
-        """Word BM25 and n-gram BM25 fused by normalised score (see the module doc); best
-        first, at most ``k``.
+        """Word BM25 and n-gram BM25 fused by rank (see the module doc); best first, at
+        most ``k``.
 
         Raises:
             InputError: an empty query or ``k`` < 1.
@@ -279,7 +279,7 @@ class HistoryArchive:
         if not self._messages:
             return []
         depth = max(k, FUSION_DEPTH)
-        fused = fuse([self.word_scores(query, depth), self.ngram_scores(query, depth)])
+        fused = fuse([self.word_ranking(query, depth), self.ngram_ranking(query, depth)])
         best = sorted(fused.items(), key=lambda item: (-item[1], _order(item[0])))[:k]
         return [
             ArchiveHit(ref=ref, score=round(score, 6), message=self._messages[ref],
@@ -290,25 +290,16 @@ class HistoryArchive:
     def word_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
         """References by FTS5 ``bm25()`` over the query's words (stop words left out),
         best first, at most ``depth``."""
-        return [ref for ref, _ in self.word_scores(query, depth)]
-
-    def ngram_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
-        """References by BM25 over character n-grams, best first, at most ``depth``."""
-        return [ref for ref, _ in self.ngram_scores(query, depth)]
-
-    def word_scores(self, query: str, depth: int = FUSION_DEPTH) -> list[tuple[str, float]]:
-        """:meth:`word_ranking` with each reference's BM25 score (FTS5's ``bm25()`` is
-        negated there, lower is better; here higher is better)."""
         words = query_words(query)
         if not words or self._words is None:
             return []
         rows = self._words.execute(
-            "SELECT rowid, bm25(words) AS rank FROM words WHERE words MATCH ? "
-            "ORDER BY rank, rowid DESC LIMIT ?", (_utf8(fts_match(words)), depth)).fetchall()
-        return [(f"a{rowid}", -float(rank)) for rowid, rank in rows]
+            "SELECT rowid FROM words WHERE words MATCH ? ORDER BY bm25(words), rowid DESC "
+            "LIMIT ?", (_utf8(fts_match(words)), depth)).fetchall()
+        return [f"a{rowid}" for (rowid,) in rows]
 
-    def ngram_scores(self, query: str, depth: int = FUSION_DEPTH) -> list[tuple[str, float]]:
-        """:meth:`ngram_ranking` with each reference's BM25 score, best first."""
+    def ngram_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
+        """References by BM25 over character n-grams, best first, at most ``depth``."""
         n = len(self._messages)
         if not n:
             return []
@@ -321,7 +312,7 @@ class HistoryArchive:
                 norm = _K1 * (1 - _B + _B * self._lengths[ref] / average)
                 scores[ref] += weight * tf * (_K1 + 1) / (tf + norm)
         best = sorted(scores.items(), key=lambda item: (-item[1], _order(item[0])))
-        return best[:depth]
+        return [ref for ref, _ in best[:depth]]
 
     def _query_postings(self, query: str) -> list[tuple[str, dict[str, int]]]:
         """The (n-gram, posting) pairs a query scores with.

@@ -8,7 +8,7 @@
   itself, tool outputs mostly (ref ``a<id>``).
 
 Search is the library's hybrid ranking (:mod:`ctxstack.compaction._archive`: word BM25
-fused with character n-gram BM25 by normalised score), run over candidates the database
+fused with character n-gram BM25 by reciprocal rank), run over candidates the database
 picks with its own full-text machinery, each half by its own rank:
 
 * **words** — SQLite FTS5 with the ``porter unicode61`` tokenizer ranked by ``bm25()``,
