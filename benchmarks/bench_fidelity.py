@@ -38,10 +38,20 @@ Per set, the values planted in the conversations (the generator's facts; the hel
 sessions' task values) kept verbatim by ``smart_truncate`` and by that baseline, all three
 budgets pooled, under the same ``≥ 0.9× naive`` target.
 
-**The margin apart.** ``facts kept @… counting with exact o200k`` runs ``smart_truncate``
-with the exact tokenizer as its counter on the fidelity conversations: the same real
-budget as the naive baseline and no safety margin, so the row shows what the
-truncation's own choices keep; the default-counter rows above pay the margin too.
+**The margin apart** (issue 29). "The real-token budget" is o200k's count, the tokenizer
+of a GPT-4o-class model. A user of that model with ``tiktoken`` installed counts with
+the exact tokenizer — :func:`ctxstack.tokens.counter_for_model` picks it, as the service,
+the proxy and the CLI do — so the rows that carry the ``≥ 0.9× naive (real budget)``
+target run ``smart_truncate`` with that counter (``… with the model's counter (exact
+o200k) …``): both sides then count alike and the ratio measures the truncation's own
+choices, on the fidelity conversations and on both tool-heavy sets. Without a tokenizer
+the default estimator keeps its safety margin (12% for o200k, the largest over-budget
+error its accuracy benchmark saw): it may fill only ``1 − margin`` of the budget by the
+estimate — a deliberate trade, never over the budget by the real count — while the naive
+baseline is handed the exact tokenizer. Those rows (``… with the default estimator (12%
+margin, no tokenizer) …``) are kept, with the 0.9× target scaled by the room the margin
+leaves: ``≥ 0.9 × (1 − 0.12) = 0.79× naive``. A miss there is a miss against what the
+margin allows, not against a tokenizer-holding baseline.
 
 Run alone: ``python -m benchmarks.bench_fidelity [--quick] [--llm]``.
 """
@@ -79,7 +89,8 @@ from ctxstack.compaction import smart_truncate
 from ctxstack.llm import LLM
 from ctxstack.llm.openai import OpenAICompatibleLLM
 from ctxstack.messages import ChatMessage
-from ctxstack.tokens import HEURISTIC, UsageMeter
+from ctxstack.tokens import HEURISTIC, TokenCounter, UsageMeter, counter_for_model
+from ctxstack.tokens._counter import HEURISTIC_MARGIN, budget_margin
 
 TITLE = "Fidelity: planted facts kept verbatim after compaction"
 BUDGETS = (2_000, 4_000, 8_000, 16_000)
@@ -87,6 +98,10 @@ CONVERSATION_TOKENS = 40_000
 FACTS_PER_CONVERSATION = 20
 HEADLINE = ("smart_truncate", "llm_compact (general)")
 TARGET_SHARE_OF_NAIVE = {"smart_truncate": 0.9, "llm_compact (general)": 1.0}
+REAL_MODEL = "gpt-4o"
+"""The model whose tokenizer (o200k_base) defines "the real-token budget"."""
+ESTIMATE_MARGIN = HEURISTIC_MARGIN["o200k"]
+"""The default estimator's safety margin: the share of the budget it leaves free."""
 """Facts kept, as a share of what the naive baseline keeps at the same budget.
 
 Truncation gets 10% of slack: the baseline's extra facts come from cutting inside tool
@@ -301,6 +316,25 @@ def _over_real(runs: Sequence[Run]) -> float | None:
     return 100 * sum(r.exact_tokens > r.budget for r in sized if r.exact_tokens) / len(sized)
 
 
+def margin_share() -> float:
+    """The 0.9× target scaled by the room the default estimator may use, ``1 − margin``:
+    without a tokenizer ``smart_truncate`` fills at most that share of the budget (by the
+    estimate), by design — the margin is what keeps it within the budget by the real
+    count — while the naive baseline is handed the exact tokenizer and fills all of it."""
+    return TARGET_SHARE_OF_NAIVE["smart_truncate"] * (1.0 - ESTIMATE_MARGIN)
+
+
+def margin_target() -> str:
+    return (f"≥ {margin_share():.2f}× naive (0.9 × (1 − {ESTIMATE_MARGIN:g} margin): the "
+            "estimator's room)")
+
+
+def model_counter() -> TokenCounter:
+    """The counter ctxstack picks for :data:`REAL_MODEL` (:func:`counter_for_model`, as
+    the service, proxy and CLI do): exact o200k when ``tiktoken`` is installed."""
+    return counter_for_model(REAL_MODEL)
+
+
 def _real_budget_rows(res: FidelityResult) -> list[BenchRow]:
     """``smart_truncate`` against the naive baseline held to the real-token budget, and
     how often each overflows the budget by the exact tokenizer (see the module doc)."""
@@ -313,11 +347,12 @@ def _real_budget_rows(res: FidelityResult) -> list[BenchRow]:
         value = kept_share(select(res, "smart_truncate", budget))
         if value is None or base is None:
             continue
-        share = TARGET_SHARE_OF_NAIVE["smart_truncate"]
+        share = margin_share()
         rows.append(BenchRow(
-            name=f"facts kept @{budget // 1000}K, smart_truncate vs naive at the real-token "
-                 "budget", value=value, unit="%", baseline=base,
-            ratio=value / base if base else None, target=f"≥ {share:g}× naive (real budget)",
+            name=f"facts kept @{budget // 1000}K, smart_truncate with the default estimator "
+                 f"({ESTIMATE_MARGIN:.0%} margin, no tokenizer) vs naive at the real-token budget",
+            value=value, unit="%", baseline=base,
+            ratio=value / base if base else None, target=margin_target(),
             met=value >= share * base))
     naive_over = _over_real(select(res, next(s.name for s in res.strategies if s.baseline)))
     smart_over = _over_real(select(res, "smart_truncate"))
@@ -350,6 +385,8 @@ class FillRun:
     facts: int = 0
     naive_facts: int = 0
     """Planted values found verbatim in the result / in naive drop-oldest's (real budget)."""
+    model_facts: int = 0
+    """Planted values kept by ``smart_truncate`` counting with the model's counter."""
 
 
 FillSet = list[tuple[list[ChatMessage], list[str]]]
@@ -391,6 +428,7 @@ def measure_fill(quick: bool) -> dict[str, list[FillRun]] | None:
     exact = real_counter()
     if exact is None:
         return None
+    model = model_counter()
     out: dict[str, list[FillRun]] = {}
     for name, convs in fill_sets(quick).items():
         runs = []
@@ -405,7 +443,9 @@ def measure_fill(quick: bool) -> dict[str, list[FillRun]] | None:
                     valid=check_sequence(result).valid,
                     kept=survived(conv[0], result) and survived(conv[-1], result),
                     facts=_values_kept(values, result),
-                    naive_facts=_values_kept(values, naive)))
+                    naive_facts=_values_kept(values, naive),
+                    model_facts=_values_kept(values, smart_truncate(conv, budget,
+                                                                    counter=model))))
         out[name] = runs
     return out
 
@@ -429,12 +469,23 @@ def fill_rows(quick: bool) -> list[BenchRow]:
                 target=f"≥ {FILL_TARGET:.0%}" if head else "reported",
                 met=median >= 100 * FILL_TARGET if head else None))
         kept, naive = sum(r.facts for r in runs), sum(r.naive_facts for r in runs)
-        rows.append(BenchRow(
-            name=f"planted values kept, smart_truncate vs naive drop-oldest at the real-token "
-                 f"budget, tool-heavy {name} set (2K+8K+32K pooled)",
-            value=float(kept), unit="values", baseline=float(naive),
-            ratio=kept / naive if naive else None, target=f"≥ {share:g}× naive (real budget)",
-            met=kept >= share * naive))
+        exact_kept = sum(r.model_facts for r in runs)
+        rows += [
+            BenchRow(
+                name=f"planted values kept, smart_truncate with the model's counter (exact "
+                     f"o200k) vs naive drop-oldest at the real-token budget, tool-heavy {name} "
+                     "set (2K+8K+32K pooled)",
+                value=float(exact_kept), unit="values", baseline=float(naive),
+                ratio=exact_kept / naive if naive else None,
+                target=f"≥ {share:g}× naive (real budget)", met=exact_kept >= share * naive),
+            BenchRow(
+                name=f"planted values kept, smart_truncate with the default estimator "
+                     f"({ESTIMATE_MARGIN:.0%} margin, no tokenizer) vs naive drop-oldest at the "
+                     f"real-token budget, tool-heavy {name} set (2K+8K+32K pooled)",
+                value=float(kept), unit="values", baseline=float(naive),
+                ratio=kept / naive if naive else None, target=margin_target(),
+                met=kept >= margin_share() * naive),
+        ]
         over = sum(r.over for r in runs)
         rows.append(BenchRow(
             name=f"over budget by the exact o200k count, smart_truncate, tool-heavy {name} set",
@@ -449,27 +500,29 @@ def fill_rows(quick: bool) -> list[BenchRow]:
 
 
 def exact_counter_rows(quick: bool) -> list[BenchRow]:
-    """``smart_truncate`` counting with the exact o200k tokenizer (no margin) against the
-    naive baseline held to the same real budget, on the fidelity conversations: what the
-    truncation's choices keep once the default counter's safety margin is set aside (the
-    ``facts kept … vs naive at the real-token budget`` rows pay that margin)."""
+    """``smart_truncate`` counting with the model's counter (:func:`model_counter`: the
+    exact o200k tokenizer, no margin) against the naive baseline held to the same real
+    budget, on the fidelity conversations: both sides count as a user of that model with
+    the tokenizer installed would, so the row measures the truncation's own choices (the
+    default-estimator rows pay the margin too, and carry a target scaled by it)."""
     exact = real_counter()
-    if exact is None:
+    model = model_counter()
+    if exact is None or budget_margin(model) > 0:
         return []
     convs = conversations(quick)
     rows = []
     share = TARGET_SHARE_OF_NAIVE["smart_truncate"]
     for budget in BUDGETS:
         kept = sum(len(score_facts(c.facts, smart_truncate(list(c.messages), budget,
-                                                           counter=exact)).kept)
+                                                           counter=model)).kept)
                    for c in convs)
         naive = sum(len(score_facts(c.facts, naive_drop_oldest(c.messages, budget,
                                                                 exact)).kept) for c in convs)
         total = sum(len(c.facts) for c in convs)
         value, base = 100 * kept / total, 100 * naive / total
         rows.append(BenchRow(
-            name=f"facts kept @{budget // 1000}K, smart_truncate counting with exact o200k vs "
-                 "naive at the real-token budget", value=value, unit="%", baseline=base,
+            name=f"facts kept @{budget // 1000}K, smart_truncate with the model's counter "
+                 "(exact o200k) vs naive at the real-token budget", value=value, unit="%", baseline=base,
             ratio=value / base if base else None, target=f"≥ {share:g}× naive (real budget)",
             met=value >= share * base))
     return rows

@@ -21,9 +21,23 @@ Figures (issue 14):
     whose answer is in the guard's context or in ``archive.search(question, k=5)``, against
     the plain baseline **truncation + word BM25 over the dropped turns**
     (:mod:`benchmarks.word_bm25`: lower-cased words, no stop words, no stemming). Each
-    half of the hybrid ranking is reported alone too. Nothing was tuned on these: the
-    ranking (RRF constant 60, fusion depth 50, the stop-word list, FTS5's ``porter
-    unicode61``) was fixed before the first run.
+    half of the hybrid ranking is reported alone too. The ranking (fusion depth 50, the
+    stop-word list, FTS5's ``porter unicode61``) was fixed before the first run; the first
+    fusion, reciprocal rank fusion with the usual constant 60, was then seen to score below
+    its own n-gram half here (0.983 vs 1.00 at 2K and 8K). The fusion and a stop-word
+    omission were then revised on the **fitting set** below, never on these seeds or on
+    (viii).
+(vii-f) **fitting set for the ranking** — the generators of (vii) and (viii) with seeds
+    used by no evaluation row: dialogues 200–259 and chats 200–239 (a fitting split,
+    200–229 / 200–219, and a confirming split, 230–259 / 220–239; 1,520 question×budget
+    pairs in all). First, with the stop words of the first run: RRF 60 reached 1,371
+    hits, RRF with a constant of 2 1,384, min-max score fusion 1,386. The misses left on
+    the chats were possessives: "Aisha's" leaves the word ``s``, which matched every
+    possessive, so the clitics a word tokenizer splits off (``s t ll re ve m``) joined the
+    stop words: 1,390 (RRF 60), 1,408 (min-max), 1,415 (RRF 2; constants 0–3 on the
+    fitting split and 1–2 on the confirming split reach the best). Chosen: RRF with
+    constant 2 (:data:`ctxstack.compaction._archive.RRF_K`). The rows report the fitting
+    split (all of it in full mode); chosen there, they hold by selection, not as evidence.
 (viii) **paraphrased natural questions** (issue 29) — two-person multi-session chats
     (:mod:`benchmarks.fidelity.conversational_qa`, ~21K tokens, 10 questions each, written
     after the hybrid ranking was fixed) where question and evidence share the topic but
@@ -154,6 +168,8 @@ async def _phrase_recall(convs: list[tuple[list[ChatMessage], list[tuple[str, st
 
 QUESTION_BUDGETS = (2_000, 8_000)
 QUESTION_SEEDS = range(100, 110)
+FIT_DIALOGUE_SEEDS = range(200, 230)
+FIT_CHAT_SEEDS = range(200, 220)
 
 
 async def _question_reach(convs: list[tuple[list[ChatMessage], list[tuple[str, str]]]],
@@ -190,6 +206,11 @@ async def _question_reach(convs: list[tuple[list[ChatMessage], list[tuple[str, s
             counts["baseline"] += base_context or any(
                 found(value, dropped[i]) for i in top_k(question, dropped, 5))
     return {name: count / max(1, total) for name, count in counts.items()}
+
+
+def _pooled(a: dict[str, float], b: dict[str, float], na: int, nb: int) -> dict[str, float]:
+    """Two sets' shares pooled by their question counts."""
+    return {key: (a[key] * na + b[key] * nb) / max(1, na + nb) for key in a}
 
 
 def _contains(marker: str, text: str) -> bool:
@@ -471,6 +492,16 @@ async def measure(quick: bool) -> list[BenchRow]:
     chats = [(c.messages, [(q.evidence, q.question) for q in c.questions]) for c in
              (conversational_chat(seed) for seed in range(2 if smoke else 4 if quick else 10))]
     paraphrased = {b: await _question_reach(chats, b, _contains) for b in QUESTION_BUDGETS}
+    fit_n = 2 if smoke else 6 if quick else None
+    fit_dialogues = [(d.messages, d.facts) for d in
+                     (phrase_dialogue(seed) for seed in FIT_DIALOGUE_SEEDS[:fit_n])]
+    fit_chats = [(c.messages, [(q.evidence, q.question) for q in c.questions]) for c in
+                 (conversational_chat(seed) for seed in FIT_CHAT_SEEDS[:fit_n])]
+    fitting = {b: _pooled(await _question_reach(fit_dialogues, b),
+                          await _question_reach(fit_chats, b, _contains),
+                          sum(len(f) for _, f in fit_dialogues),
+                          sum(len(f) for _, f in fit_chats))
+               for b in QUESTION_BUDGETS}
     iterations = 20 if smoke else 100
     sweep = await _sweep(iterations, smoke)
     runs = {b: sweep[b, DEFAULT_MASK_FILL, DEFAULT_TARGET_FILL, DEFAULT_MASK_ACCEPT]
@@ -501,16 +532,20 @@ async def measure(quick: bool) -> list[BenchRow]:
                      "search k=5)", trunc_archive, "share"),
         ]
     labelled = (("multi-session dialogues (seeds 100-109)", reach),
-                ("paraphrased two-person chats", paraphrased))
-    for label, b, r in ((lb, b, r) for lb, res in labelled for b, r in res.items()):
+                ("paraphrased two-person chats", paraphrased),
+                ("FITTING set (dialogues 200-229 + chats 200-219, chosen on; not evidence)",
+                 fitting))
+    for label, group, b, r in ((lb, g, b, r) for lb, g in labelled for b, r in g.items()):
         k = f"{b // 1000}K"
+        scored = group is not fitting  # chosen on: reported, not a target
         rows += [
             BenchRow(f"natural questions at {k}, {label}: "
                      "guard + hybrid archive (context or search k=5)", r["hybrid"], "share",
                      baseline=r["baseline"],
                      ratio=r["hybrid"] / r["baseline"] if r["baseline"] else None,
-                     target=">= baseline (truncation + word BM25 over dropped turns)",
-                     met=r["hybrid"] >= r["baseline"]),
+                     target=">= baseline (truncation + word BM25 over dropped turns)"
+                     if scored else "",
+                     met=r["hybrid"] >= r["baseline"] if scored else None),
             BenchRow(f"natural questions at {k}, {label}: word half alone / n-gram half "
                      "alone (context or top 5)", r["words"], "share", baseline=r["ngrams"]),
             BenchRow(f"natural questions at {k}, {label}: evidence in the guard's context / "

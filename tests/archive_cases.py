@@ -62,3 +62,23 @@ CASES = [
         evidence="ORD-99812-XK and it weighs",
     ),
 ]
+
+ONE_SIDED = SearchCase(
+    name="evidence only the n-gram half finds, among messages both halves match",
+    texts=[*FILLER,
+           "Kenji said the meeting notes are on the shared drive.",
+           "Kenji said he would be late on Monday.",
+           "Kenji mentioned the move again but nothing is decided.",
+           "Kenji and I talked about lunch options near the office.",
+           "Kenji said the printer on the third floor is broken.",
+           "Kenji asked whether the head office has parking.",
+           "そういえば東京本社の移転先は品川の新しいビルに決まりました。",
+           *FILLER],
+    question="What did Kenji say about 東京本社の移転?",
+    evidence="品川の新しいビル",
+)
+"""A mixed-script question: its Japanese words match no word token of the evidence (FTS5
+keeps a CJK run as one token), so only the n-gram half lists the evidence — first — while
+six messages match both halves through "Kenji". A fusion that rewards appearing in both
+lists above a clear first place (reciprocal rank fusion with its usual constant 60) leaves
+the evidence out of the top 5."""

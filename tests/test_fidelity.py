@@ -415,3 +415,13 @@ def test_fill_rows_hold_their_invariants_on_the_smoke_sets(
     names = [r.name for r in rows]
     assert any("fill @8K" in n and "held-out" in n for n in names)
     assert all(r.met for r in rows if r.invariant)
+    # Per set, the 0.9× row counts with the model's counter (exact, no margin) and the
+    # default estimator's row carries the target its margin leaves room for.
+    for name in ("development", "held-out"):
+        exact = [r for r in rows if "model's counter" in r.name and f"{name} set" in r.name]
+        estimated = [r for r in rows if "default estimator" in r.name and f"{name} set" in r.name]
+        assert len(exact) == len(estimated) == 1
+        assert exact[0].target == "≥ 0.9× naive (real budget)"
+        assert exact[0].baseline == estimated[0].baseline  # the same naive runs
+        assert "0.79×" in estimated[0].target
+    assert bench_fidelity.budget_margin(bench_fidelity.model_counter()) == 0

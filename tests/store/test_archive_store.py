@@ -11,7 +11,7 @@ from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.store import SessionFactory, UserRecord, create_conversation
 from ctxstack.store.archive import ConversationArchive, query_terms
 from ctxstack.store.messages import NewMessage, append_messages
-from tests.archive_cases import CASES, SearchCase
+from tests.archive_cases import CASES, ONE_SIDED, SearchCase
 
 
 async def conversation(sf: SessionFactory, user: UserRecord, texts: list[str]) -> str:
@@ -153,3 +153,20 @@ async def test_an_english_question_finds_old_evidence_past_the_candidate_limit(
     hits = await ConversationArchive(sf, conv).search("When did Mia go to the support group?")
     assert hits
     assert hits[0].ref == "m1"
+
+
+async def test_a_hit_only_the_ngram_half_finds_is_returned_on_every_backend(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    """A mixed-script question whose Japanese words only the n-gram half (FTS5 trigram /
+    pg_trgm) matches: the evidence is in the top 5 although six messages match both
+    halves through a name, and in the same place as in the in-memory archive."""
+    conv = await conversation(sf, alice, ONE_SIDED.texts)
+    hits = await ConversationArchive(sf, conv).search(ONE_SIDED.question, k=5)
+    texts = [h.message.text for h in hits]
+    assert any(ONE_SIDED.evidence in t for t in texts)
+    memory = HistoryArchive()
+    await memory.add([ChatMessage.user(t) for t in ONE_SIDED.texts])
+    expected = [h.message.text for h in await memory.search(ONE_SIDED.question, k=5)]
+    assert texts.index(next(t for t in texts if ONE_SIDED.evidence in t)) == next(
+        i for i, t in enumerate(expected) if ONE_SIDED.evidence in t)

@@ -10,8 +10,18 @@ out of the context window to where the model can fetch it.
 uses the stored messages themselves, see ``ctxstack.store.archive``);
 :class:`HistoryArchive` is the in-memory implementation for library users.
 
-Search is **hybrid** (issue 29), two rankings fused by reciprocal rank fusion (each
-message scores Σ 1 / (60 + its rank in each list), the usual RRF constant, nothing fitted):
+Search is **hybrid** (issue 29), two BM25 rankings, each over its own tokens, fused by
+**reciprocal rank fusion** with a small constant: a message scores Σ 1 / (:data:`RRF_K` +
+its rank) over the halves that list it (rank from 1, each half's best
+:data:`FUSION_DEPTH`). The halves see different tokens, so a message only one of them finds
+is the case a hybrid exists for; with the constant 2 a half's first (1/3) still beats a
+message both halves rank 5th or lower (2/7), while agreement near the top still wins. The
+usual constant 60 (Cormack et al. 2009, fitted for fusing many deep TREC runs) lets any
+message both halves list within their top ~60 outscore one half's first: it lost exactly
+those one-sided hits, and scored below its own n-gram half on natural questions. The
+constant, and the choice of rank over min-max score fusion, were made on a fitting set apart
+from every evaluation set (``benchmarks/bench_recall.py`` (vii-f) says which and what
+each reached):
 
 * **words** — BM25 over word tokens, for space-separated scripts, where words carry the
   meaning of a natural question ("When did Mia go to the support group?"). The index is
@@ -55,8 +65,8 @@ MASKED_KEY = "masked"
 """Metadata flag of a cleared tool output (never cleared twice)."""
 _K1 = 1.2
 _B = 0.75
-RRF_K = 60
-"""Reciprocal rank fusion's constant (Cormack et al. 2009): rank r scores 1 / (60 + r)."""
+RRF_K = 2
+"""Reciprocal rank fusion's constant: rank r scores 1 / (2 + r) (see the module doc)."""
 FUSION_DEPTH = 50
 """How many of each ranking's best take part in the fusion."""
 _STOP_TEXT = """
@@ -64,9 +74,12 @@ a about am an and any are as at be been but by can could did do does doing for f
 has have how i if in into is it its me my of on or our should so than that the their them
 then there these they this those to was we were what when where which while who whom why
 will with would you your
+s t ll re ve m
 """
 STOP_WORDS = frozenset(_STOP_TEXT.split())
-"""English function words left out of a query: they match almost every message."""
+"""English function words left out of a query: they match almost every message. The last
+line is what a word tokenizer leaves of clitics — "Aisha's" gives ``aisha`` and ``s``,
+"don't" ``don`` and ``t`` — which would otherwise match every possessive or contraction."""
 _WORD = re.compile(r"\w+")  # one character class, repeated: linear time
 _WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -285,8 +298,7 @@ class HistoryArchive:
         if not self._messages:
             return []
         depth = max(k, FUSION_DEPTH)
-        rankings = [self.word_ranking(query, depth), self.ngram_ranking(query, depth)]
-        fused = fuse(rankings)
+        fused = fuse([self.word_ranking(query, depth), self.ngram_ranking(query, depth)])
         best = sorted(fused.items(), key=lambda item: (-item[1], _order(item[0])))[:k]
         return [
             ArchiveHit(ref=ref, score=round(score, 6), message=self._messages[ref],
@@ -308,6 +320,8 @@ class HistoryArchive:
     def ngram_ranking(self, query: str, depth: int = FUSION_DEPTH) -> list[str]:
         """References by BM25 over character n-grams, best first, at most ``depth``."""
         n = len(self._messages)
+        if not n:
+            return []
         average = self._total_length / n or 1.0
         scores: dict[str, float] = defaultdict(float)
         for gram, posting in self._query_postings(content_query(query)):
