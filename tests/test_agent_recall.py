@@ -133,3 +133,30 @@ def router_role(messages: Sequence[ChatMessage]) -> str:
     from tests.test_dag_engine import role_of
 
     return role_of(messages)
+
+
+async def test_recall_answers_stay_bounded_for_huge_or_hostile_queries() -> None:
+    """A model pasting a document (100K characters, NUL bytes, lone surrogates) into recall
+    gets a short answer quickly, from the agent's tool and the proxy's alike — the query is
+    quoted cut, and only its first ``MAX_QUERY_CHARS`` are searched."""
+    from ctxstack.agent._recall import recall_tool
+    from ctxstack.compaction._archive import MAX_QUERY_CHARS
+    from ctxstack.proxy.recall import recall_text
+
+    archive = HistoryArchive()
+    await archive.add([ChatMessage.user(f"Note {i}: the vault code is 7391-ALPHA.")
+                       for i in range(50)])
+    tool_ = recall_tool(archive)
+    for query in ("\x00" * 100_000, "zzqx " * 20_000, "\ud800" * 50_000, "(" * 100_000):
+        answer = await tool_.call({"query": query})
+        assert len(str(answer)) < 2_000, query[:5]
+        proxied = await recall_text(archive, query, 500, HEURISTIC)
+        assert len(proxied) < 2_000, query[:5]
+    assert len(str(await tool_.call({"ref": "a" * 100_000}))) < 2_000
+    # What is searched is the query's start: a long query whose start matches still finds.
+    hits = await archive.search("vault code " + "filler " * 50_000, k=3)
+    assert hits
+    assert "7391-ALPHA" in hits[0].message.text
+    assert MAX_QUERY_CHARS < 100_000
+    # A blank query is a message to the model, not an error.
+    assert "pass a `query`" in await recall_text(archive, "   ", 500, HEURISTIC)

@@ -389,6 +389,62 @@ async def test_a_request_that_cannot_be_offered_recall_is_not_told_to_use_it(
         assert len(request.body["messages"]) < len(history)
 
 
+async def test_recall_expands_the_summary_in_the_view_into_the_messages_it_covers(
+        proxy_db_url: str, stub: StubServer) -> None:
+    """The summary the proxy forwards names its ref (``s<id>``); ``ctxstack_recall`` with
+    that ref lists what it summarised, in order — the early fact among it — and the
+    expansion survives into a new app on the same database (another worker)."""
+    import re
+
+    asked_ref: list[str] = []
+
+    def script(request: StubRequest) -> StubReply:
+        if is_summary_request(request):
+            return StubReply.text("Summary: thirty days of shipping logs were checked.")
+        last = request.messages[-1]
+        if last.role == "tool":
+            return StubReply.text(f"Expanded: {last.text[:4000]}")
+        if "ctxstack_recall" in request.tool_names and "vault" in request.last_user_text:
+            found = re.search(r"Summary ref (s\d+)",
+                              " ".join(m.text for m in request.messages))
+            assert found is not None, "the forwarded summary names its ref"
+            asked_ref.append(found.group(1))
+            return StubReply.tool_call("ctxstack_recall", {"query": found.group(1)})
+        return StubReply.text("Noted.")
+
+    stub.rule = script
+    history = [{"role": "system", "content": SYSTEM},
+               *[m for t in range(30) for m in [
+                   {"role": "user", "content": f"Day {t}: " + LOG_LINE.format(n=t) * 6
+                    + (FACT if t == 1 else "")},
+                   {"role": "assistant", "content": f"Day {t} noted."}]],
+               {"role": "user", "content": "Carry on."}]
+    headers = {"x-ctxstack-session": "expand", "authorization": "Bearer k1"}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        first = await client.post("/v1/chat/completions", headers=headers,
+                                  json={"model": "stub-model", "messages": history})
+        assert parse_compaction_header(first.headers["x-ctxstack-compaction"])["method"] \
+            == "llm"
+    history += [{"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": "What was the vault combination again?"}]
+    seen = len(stub.requests)
+    async with AsyncExitStack() as stack:  # another worker: nothing but the database shared
+        client = await app_client(stack, _settings(proxy_db_url, stub.base_url))
+        second = await client.post("/v1/chat/completions", headers=headers,
+                                   json={"model": "stub-model", "messages": history})
+    assert second.status_code == 200, second.text
+    assert asked_ref
+    text = second.json()["choices"][0]["message"]["content"]
+    assert "7391-ALPHA" in text
+    assert "Day 0:" in text
+    assert text.index("Day 0:") < text.index("Day 1:")
+    assert not second.json()["choices"][0]["message"].get("tool_calls")
+    recall_round = chat_requests(stub.requests[seen:])
+    assert len(recall_round) == 2
+    assert recall_round[1].body["messages"][-1]["role"] == "tool"  # the expansion
+
+
 async def test_after_an_upstream_overflow_the_smaller_view_is_extended(
         proxy_db_url: str, stub: StubServer) -> None:
     """The upstream counts more than the proxy: one overflow, one smaller retry — and the
@@ -447,6 +503,54 @@ async def test_a_session_archive_is_searched_and_read_by_ref_and_kept_per_sessio
         assert "#A-1042" in by_ref
         assert "7391" not in await recall_text(other, "vault combination", 200,
                                                DEFAULT_COUNTER)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_session_keeps_its_summaries_with_their_sources(
+        proxy_backend: Backend) -> None:
+    """``SessionArchive`` as a summary store, on SQLite and PostgreSQL: a node round-trips
+    under ``s<id>``, ``summary`` names the newest, another session reads none of them, and
+    a ref that names nothing (huge, malformed, NUL) is None, not an error; expansion lists
+    the covered messages in order, across a fresh engine."""
+    from ctxstack.compaction import SummaryNode, expand
+    from ctxstack.proxy.sessions import SessionArchive
+    from ctxstack.store import session_factory
+
+    engine = proxy_backend.engine()
+    try:
+        factory = session_factory(engine)
+        mine, other = SessionArchive(factory, "c" * 64), SessionArchive(factory, "d" * 64)
+        refs = await mine.add([ChatMessage.user(f"Day {i}: {FACT if i == 1 else 'ok'}")
+                               for i in range(3)])
+        first = await mine.add_summary(SummaryNode(text="days 0-2", messages=tuple(refs),
+                                                   first=refs[0], last=refs[-1], count=3))
+        second = await mine.add_summary(SummaryNode(text="all", children=(first,),
+                                                    first=refs[0], last=refs[-1], count=3))
+        assert first.startswith("s")
+        assert second != first
+        node = await mine.get_summary(first)
+        assert node is not None
+        assert (node.ref, node.text, node.messages) == (first, "days 0-2", tuple(refs))
+        latest = await mine.get_summary("summary")
+        assert latest is not None
+        assert latest.ref == second
+        assert await other.get_summary(first) is None
+        assert await other.get_summary("summary") is None
+        for bad in ("s" + "9" * 40, "s1\x00", "r1", "", "summary2"):
+            assert await mine.get_summary(bad) is None
+    finally:
+        await engine.dispose()
+    engine = proxy_backend.engine()
+    try:
+        again = SessionArchive(session_factory(engine), "c" * 64)
+        top = await expand(again, second)
+        assert top is not None
+        assert [c.ref for c in top.children] == [first]
+        child = await expand(again, first)
+        assert child is not None
+        texts = [m.message.text for m in child.messages if m.message is not None]
+        assert texts == ["Day 0: ok", f"Day 1: {FACT}", "Day 2: ok"]
     finally:
         await engine.dispose()
 

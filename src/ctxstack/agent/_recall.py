@@ -24,6 +24,7 @@ from typing import Any
 
 from ctxstack.agent._tools import Tool
 from ctxstack.compaction import Archive, HistoryArchive
+from ctxstack.compaction._archive import quote_query
 from ctxstack.compaction._summaries import expand, parse_page_ref, render_expansion
 from ctxstack.errors import ToolArgumentsError
 from ctxstack.guard._rules import cut_text
@@ -73,7 +74,8 @@ def recall_tool(archive: Archive) -> Tool:
                     return render_expansion(expansion, RECALL_TOOL_NAME, MAX_RECALL_CHARS)
             message = await archive.get(ref)
             if message is None:
-                return f"No archived message has ref {ref!r}. Search with `query` instead."
+                return (f"No archived message has ref {quote_query(ref)}. "
+                        "Search with `query` instead.")
             label = message.role if not message.name else f"{message.role} {message.name}"
             body = message.text
             for call in message.tool_calls or ():
@@ -81,8 +83,8 @@ def recall_tool(archive: Archive) -> Tool:
             return f"[archived {label}, ref {ref}]\n{cut_text(body, MAX_RECALL_CHARS)}"
         hits = await archive.search(query, k=SEARCH_RESULTS)
         if not hits:
-            return f"Nothing archived matches {query!r}."
-        lines = [f"{len(hits)} archived message(s) match {query!r} (best first):"]
+            return f"Nothing archived matches {quote_query(query)}."
+        lines = [f"{len(hits)} archived message(s) match {quote_query(query)} (best first):"]
         for hit in hits:
             label = hit.message.role if not hit.message.name else hit.message.name
             lines.append(f"- ref {hit.ref} ({label}): {' '.join(hit.snippet.split())}")

@@ -69,6 +69,10 @@ RRF_K = 2
 """Reciprocal rank fusion's constant: rank r scores 1 / (2 + r) (see the module doc)."""
 FUSION_DEPTH = 50
 """How many of each ranking's best take part in the fusion."""
+MAX_QUERY_CHARS = 1_000
+"""Characters of a query that are searched for. A search query is a few words; a longer
+one (a model pasting a whole document into ``recall``) is cut here, so its cost stays
+bounded: 100,000 characters of words took ~5 s of ranking over 3,000 messages."""
 _STOP_TEXT = """
 a about am an and any are as at be been but by can could did do does doing for from had
 has have how i if in into is it its me my of on or our should so than that the their them
@@ -115,6 +119,12 @@ class Archive(Protocol):
     def __len__(self) -> int:
         """Messages archived so far (the agents offer ``recall`` once this is > 0)."""
         ...
+
+
+def quote_query(query: str, chars: int = 200) -> str:
+    """``query`` as a recall result quotes it back: repr'd and cut to ``chars`` (a model
+    may pass a whole document as a query; the answer must not grow with it)."""
+    return repr(query if len(query) <= chars else query[:chars] + "…")
 
 
 def normalize_text(text: str) -> str:
@@ -297,6 +307,7 @@ class HistoryArchive:
             raise InputError(f"search: k must be a positive integer, got {k!r}")
         if not self._messages:
             return []
+        query = query[:MAX_QUERY_CHARS]
         depth = max(k, FUSION_DEPTH)
         fused = fuse([self.word_ranking(query, depth), self.ngram_ranking(query, depth)])
         best = sorted(fused.items(), key=lambda item: (-item[1], _order(item[0])))[:k]

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ctxstack import ChatMessage, TokenCounter
 from ctxstack.compaction import Archive, cut_text_tokens, expand
+from ctxstack.compaction._archive import quote_query
 from ctxstack.compaction._summaries import parse_page_ref, render_expansion
 
 RECALL_TOOL = "ctxstack_recall"
@@ -156,7 +157,7 @@ async def recall_text(archive: Archive, query: str, max_tokens: int,
     the room left), within ``max_tokens``. Never
     raises for a bad query: the model reads what went wrong."""
     room = max(MIN_RESULT_TOKENS, max_tokens)
-    if not query:
+    if not query.strip():
         return "ctxstack_recall: pass a `query` (words to look for, or a ref such as r12)."
     page_ref = parse_page_ref(query)
     if page_ref is not None:
@@ -171,7 +172,7 @@ async def recall_text(archive: Archive, query: str, max_tokens: int,
             return cut_text_tokens(f"[{ref.group(1)}] {_render(found)}", room, counter)
     hits = await archive.search(query, SEARCH_RESULTS)
     if not hits:
-        return f"ctxstack_recall: nothing archived matches {query!r}."
+        return f"ctxstack_recall: nothing archived matches {quote_query(query)}."
     # The best match first and whole if it fits, the next ones in the room left: cutting
     # every match to an equal share cut the answer out of the best one when room was short
     # (a request near its budget).

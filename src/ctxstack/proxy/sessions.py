@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -30,7 +31,8 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ctxstack.compaction import ArchiveHit, HistoryArchive
+from ctxstack.compaction import ArchiveHit, HistoryArchive, SummaryNode
+from ctxstack.compaction._summaries import LATEST_SUMMARY_REF
 from ctxstack.messages import ChatMessage
 from ctxstack.proxy.checkpoints import PrefixHasher, root_length
 from ctxstack.proxy.forwarding import SESSION_HEADER
@@ -39,8 +41,10 @@ from ctxstack.store import SessionFactory
 from ctxstack.store.proxy_sessions import (
     SessionViewRecord,
     acquire_session_lease,
+    add_session_summary,
     archive_session_messages,
     load_session_archive,
+    load_session_summary,
     load_session_view,
     prune_proxy_sessions,
     release_session_lease,
@@ -51,6 +55,8 @@ log = logging.getLogger("ctxstack.proxy")
 
 _KEY_HEADERS = ("authorization", "x-api-key", "api-key")
 REF_PREFIX = "r"
+SUMMARY_PREFIX = "s"
+_SUMMARY_REF = re.compile(r"s(\d{1,18})")
 
 
 def owner_salt(headers: Mapping[str, str], caller: str) -> str:
@@ -118,12 +124,18 @@ class SessionStore:
 class SessionArchive:
     """A session's archive as a :class:`ctxstack.compaction.Archive` (what the guard masks,
     summarises or drops goes here; ``ctxstack_recall`` searches it). References are
-    ``r<id>``, stable per session: archiving the same message again returns its ref."""
+    ``r<id>``, stable per session: archiving the same message again returns its ref.
+
+    Also a :class:`~ctxstack.compaction.SummaryStore`: the summaries made for the session's
+    views are kept as ``s<id>`` with the refs of what they cover, so ``ctxstack_recall``
+    expands one into its sources. The rows are read once per instance (an instance serves
+    one request) and read again after an :meth:`add`."""
 
     def __init__(self, factory: SessionFactory, key: str, count: int = 0) -> None:
         self.factory = factory
         self.key = key
         self._count = count
+        self._loaded: list[tuple[str, ChatMessage]] | None = None
 
     def __len__(self) -> int:
         return self._count
@@ -138,9 +150,12 @@ class SessionArchive:
             entries.append((digest, json.dumps(data, ensure_ascii=False)))
         ids = await archive_session_messages(self.factory, self.key, entries)
         self._count = max(self._count, len(set(ids)))
+        self._loaded = None
         return [f"{REF_PREFIX}{i}" for i in ids]
 
     async def _rows(self) -> list[tuple[str, ChatMessage]]:
+        if self._loaded is not None:
+            return self._loaded
         out = []
         for row_id, text in await load_session_archive(self.factory, self.key):
             try:
@@ -148,11 +163,13 @@ class SessionArchive:
             except Exception:  # an entry that no longer parses is skipped, not fatal
                 continue
         self._count = max(self._count, len(out))
+        self._loaded = out
         return out
 
     async def search(self, query: str, k: int = 5) -> list[ArchiveHit]:
-        """The library's n-gram BM25 over the session's archive (loaded per search:
-        recall is rare, an archive is one session's)."""
+        """The library's ranking (:class:`~ctxstack.compaction.HistoryArchive`) over the
+        session's archive (loaded per search: recall is rare, an archive is one
+        session's)."""
         rows = await self._rows()
         memory = HistoryArchive()
         ours = dict(zip(await memory.add([m for _, m in rows]), (r for r, _ in rows),
@@ -162,6 +179,27 @@ class SessionArchive:
 
     async def get(self, ref: str) -> ChatMessage | None:
         return dict(await self._rows()).get(ref.strip())
+
+    async def add_summary(self, node: SummaryNode) -> str:
+        row_id = await add_session_summary(
+            self.factory, self.key, node.model_copy(update={"ref": ""}).model_dump_json())
+        return f"{SUMMARY_PREFIX}{row_id}"
+
+    async def get_summary(self, ref: str) -> SummaryNode | None:
+        """The session's summary ``s<id>`` (``summary``: its newest), or None."""
+        ref = ref.strip()
+        match = _SUMMARY_REF.fullmatch(ref)
+        if match is None and ref != LATEST_SUMMARY_REF:
+            return None
+        row = await load_session_summary(self.factory, self.key,
+                                         int(match.group(1)) if match else None)
+        if row is None:
+            return None
+        try:
+            node = SummaryNode.model_validate_json(row[1])
+        except ValueError:  # a row that no longer parses is no summary, not a failure
+            return None
+        return node.model_copy(update={"ref": f"{SUMMARY_PREFIX}{row[0]}"})
 
 
 class RedisLease:

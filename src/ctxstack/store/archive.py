@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxstack.compaction import ArchiveHit, HistoryArchive, SummaryNode
 from ctxstack.compaction._archive import (
     ARCHIVE_REF_KEY,
+    MAX_QUERY_CHARS,
     STOP_WORDS,
     fts_match,
     normalize_text,
@@ -216,6 +217,7 @@ class ConversationArchive:
             raise InputError("search: query must be a non-empty text")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InputError(f"search: k must be a positive integer, got {k!r}")
+        query = query[:MAX_QUERY_CHARS]
         terms = query_terms(query)
         words = query_words(query)
         async with reading(self.factory, "searching the conversation archive") as session:

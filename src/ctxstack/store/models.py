@@ -359,6 +359,20 @@ class ProxyArchiveEntry(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class ProxySummary(Base):
+    """One summary ``ctxstack proxy`` made for a session's view: its
+    :class:`~ctxstack.compaction.SummaryNode` as JSON (its text, the ``proxy_archive`` refs
+    of the messages it covers, the summaries it condensed), for ``ctxstack_recall`` to
+    expand. Its ref is ``s<id>``."""
+
+    __tablename__ = "proxy_summaries"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(64), index=True)
+    node: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class ProxyResponse(Base):
     """One response the proxy relayed on the Responses wire, kept so a later request naming
     it as ``previous_response_id`` can be expanded into its whole conversation.

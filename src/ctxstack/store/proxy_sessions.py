@@ -14,7 +14,9 @@ holding one delays the session by at most the lease's length.
 
 ``proxy_archive`` keeps what compaction took out of a session's views, for
 ``ctxstack_recall``; an entry is keyed by its digest, so clearing the same tool output
-again (the view recomputed) archives nothing new.
+again (the view recomputed) archives nothing new. ``proxy_summaries`` keeps the summaries
+made for the session's views, each with the refs of what it covers, so recall can expand
+one into its sources.
 
 Every function raises :class:`~ctxstack.errors.StorageError` when the database fails.
 """
@@ -30,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ctxstack.store.db import SessionFactory, reading, transaction
 from ctxstack.store.errors import StorageError
-from ctxstack.store.models import ProxyArchiveEntry, ProxySession, utcnow
+from ctxstack.store.models import ProxyArchiveEntry, ProxySession, ProxySummary, utcnow
 
 
 class SessionViewRecord(BaseModel):
@@ -174,11 +176,35 @@ async def load_session_archive(factory: SessionFactory, session_key: str,
         return [(int(i), str(m)) for i, m in (await session.execute(stmt)).all()]
 
 
+async def add_session_summary(factory: SessionFactory, session_key: str, node: str) -> int:
+    """Keep one summary of the session (a ``SummaryNode`` as JSON); its id."""
+    async with transaction(factory, "archiving a proxy summary") as session:
+        row = ProxySummary(session_key=session_key, node=node, created_at=utcnow())
+        session.add(row)
+        await session.flush()
+        return int(row.id)
+
+
+async def load_session_summary(factory: SessionFactory, session_key: str,
+                               summary_id: int | None) -> tuple[int, str] | None:
+    """``(id, node JSON)`` of the session's summary ``summary_id`` (None: its newest), or
+    None when the session has no such summary."""
+    stmt = select(ProxySummary.id, ProxySummary.node).where(
+        ProxySummary.session_key == session_key)
+    stmt = (stmt.order_by(ProxySummary.id.desc()).limit(1) if summary_id is None
+            else stmt.where(ProxySummary.id == summary_id))
+    async with reading(factory, "reading a proxy summary") as session:
+        row = (await session.execute(stmt)).first()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
 async def prune_proxy_sessions(factory: SessionFactory, *, ttl: timedelta) -> None:
-    """Delete sessions not written for ``ttl``, and their archives."""
+    """Delete sessions not written for ``ttl``, and their archives and summaries."""
     cutoff = utcnow() - ttl
     async with transaction(factory, "pruning proxy sessions") as session:
         stale = select(ProxySession.session_key).where(ProxySession.updated_at < cutoff)
         await session.execute(delete(ProxyArchiveEntry).where(
             ProxyArchiveEntry.session_key.in_(stale.scalar_subquery())))
+        await session.execute(delete(ProxySummary).where(
+            ProxySummary.session_key.in_(stale.scalar_subquery())))
         await session.execute(delete(ProxySession).where(ProxySession.updated_at < cutoff))
