@@ -234,3 +234,26 @@ def check_anthropic_forwarded(body: Mapping[str, Any], *, budget: int, system: A
         blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if m["role"] == "assistant" and any(b["type"] == "thinking" for b in blocks):
             assert json.dumps(m) in client_turns
+
+
+def check_view_after_change(change: str, methods: list[str], forwarded: list[list[Any]],
+                            summaries: list[StubRequest], marker: str | None,
+                            dropped: str) -> None:
+    """The third of three requests of one session, after ``change`` to the history the
+    second extended: ``unchanged`` extends the view again (the same forwarded list, no
+    new summary); an edit, insert or removal recomputes it, and the new summary is made
+    from what the client sent — ``marker`` (the changed message) in it and not in the
+    first, or for a removal ``dropped`` (the removed message) in the first only."""
+    if change == "unchanged":
+        assert methods[2] == "checkpoint"
+        assert forwarded[2] == forwarded[1]
+        assert len(summaries) == 1
+        return
+    assert methods[2] != "checkpoint"  # the view made again from what the client sent
+    assert len(summaries) == 2
+    if marker is not None:
+        assert marker in json.dumps(summaries[1].body)
+        assert marker not in json.dumps(summaries[0].body)
+    else:
+        assert dropped in json.dumps(summaries[0].body)
+        assert dropped not in json.dumps(summaries[1].body)

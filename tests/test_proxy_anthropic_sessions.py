@@ -36,6 +36,7 @@ from tests.proxy_support import (
     RecallScript,
     app_client,
     check_anthropic_forwarded,
+    check_view_after_change,
     is_summary_request,
     running_proxy,
 )
@@ -540,21 +541,10 @@ async def test_a_history_changed_before_the_view_s_end_is_recomputed_not_extende
     summaries = [r for r in stub.requests if is_summary_request(r)]
     for body in (b.body for b in sent):
         assert count_request(body, DEFAULT_COUNTER) <= BUDGET
-    if change == "unchanged":
-        assert methods[2] == "checkpoint"
-        assert sent[2].body["messages"] == sent[1].body["messages"]
-        assert len(summaries) == 1
-        return
-    assert methods[2] != "checkpoint"  # the view made again from what the client sent
-    assert len(summaries) == 2
-    marker = {"edited": "Day one (edited):", "inserted": "An aside (inserted).",
-              "removed": None}[change]
-    if marker is not None:  # the changed message is what the new summary was made from
-        assert marker in json.dumps(summaries[1].body)
-        assert marker not in json.dumps(summaries[0].body)
-    else:
-        assert "Day 1: " in json.dumps(summaries[0].body)
-        assert "Day 1: " not in json.dumps(summaries[1].body)
+    check_view_after_change(change, methods, [r.body["messages"] for r in sent], summaries,
+                            {"edited": "Day one (edited):",
+                             "inserted": "An aside (inserted)."}.get(change),
+                            "Day 1: ")
 
 
 async def test_a_bad_message_after_a_history_read_before_is_still_refused(
