@@ -79,8 +79,12 @@ class Section:
         return main
 
     def figure(self, prefix: str) -> dict[str, str]:
-        """The main table's row whose figure name starts with ``prefix``, by column."""
+        """The main table's row whose figure name starts with ``prefix`` (the one named
+        exactly ``prefix`` when several do), by column."""
         found = self.figures(prefix)
+        exact = [r for r in found if r["figure"] == prefix]
+        if len(found) > 1 and len(exact) == 1:
+            return exact[0]
         if len(found) != 1:
             names = [r["figure"] for r in found]
             raise LookupError(f"{len(found)} rows start with {prefix!r}: {names}")
@@ -314,7 +318,7 @@ CHECKS = [
           r"\(`bench_load`, (\d+) streams, (\d+) workers, offered half of the measured "
           r"saturation, a stub model answering each call after (\d+) ms\): p99 of the turn "
           r"time over the model's own time (\d+) ms on SQLite and (\d+) ms on PostgreSQL "
-          r"\(target (\d+) ms\), the event loop never late by more than (\d+) ms at p99, "
+          r"\(target (\d+) ms\), the event loop never late by more than ([\d.]+) ms at p99, "
           r"RSS growth ≤ (\d+) MB per ([\d,]+) turns", _load),
 ]
 
