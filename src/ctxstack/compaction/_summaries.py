@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxstack.compaction._cut import cut_text
 from ctxstack.compaction._prompts import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
-
-if TYPE_CHECKING:  # the archive keeps summary nodes: it imports this module
-    from ctxstack.compaction._archive import Archive
 
 SUMMARY_REF_KEY = "summary_ref"
 """Metadata key of a summary message: the ref its :class:`SummaryNode` is archived under."""
@@ -106,6 +103,10 @@ class SummaryStore(Protocol):
         """The summary ``ref`` names (its ref set), or None if there is none."""
         ...
 
+    async def get(self, ref: str) -> ChatMessage | None:
+        """The archived message ``ref`` names (as :class:`~ctxstack.compaction.Archive`)."""
+        ...
+
 
 def context_ref(archive: object, ref: str) -> str:
     """The ref a summary placed in the context names in its text: ``ref``, unless the
@@ -161,7 +162,7 @@ def make_node(text: str, messages: Sequence[str], children: Sequence[SummaryNode
 
 
 async def record_summary(
-    archive: Archive, summary: ChatMessage, folded: Sequence[ChatMessage],
+    archive: object, summary: ChatMessage, folded: Sequence[ChatMessage],
     refs: Sequence[str], *, note: str | None = None,
 ) -> SummaryNode | None:
     """Archive the summary that folded ``folded`` (its earlier summaries and originals, in
@@ -233,7 +234,7 @@ def parse_page_ref(text: str) -> tuple[str, int] | None:
 
 
 async def expand(
-    archive: Archive, ref: str, page: int = 1, per_page: int = PAGE_MESSAGES
+    archive: object, ref: str, page: int = 1, per_page: int = PAGE_MESSAGES
 ) -> Expansion | None:
     """The summary ``ref`` expanded (see :class:`Expansion`); None when ``archive`` keeps no
     summaries or has none by that ref. ``page`` counts from 1; one past the last is empty.
