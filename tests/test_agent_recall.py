@@ -160,3 +160,18 @@ async def test_recall_answers_stay_bounded_for_huge_or_hostile_queries() -> None
     assert MAX_QUERY_CHARS < 100_000
     # A blank query is a message to the model, not an error.
     assert "pass a `query`" in await recall_text(archive, "   ", 500, HEURISTIC)
+
+
+async def test_a_proxy_recall_too_long_for_its_room_shows_the_part_the_query_names() -> None:
+    """Near the budget a recall result has little room: a long matching message is shown
+    around what the query names (the value), not as its head and tail."""
+    from ctxstack.proxy.recall import recall_text
+
+    archive = HistoryArchive()
+    filler = " ".join(f"line {i}: shipped order #A-{i} ok." for i in range(400))
+    await archive.add([ChatMessage.tool(
+        "call_1", f"{filler}\nThe vault combination is 7391-ALPHA.\n{filler}", name="read_log")])
+    answer = await recall_text(archive, "vault combination", 80, HEURISTIC)
+    assert "7391-ALPHA" in answer
+    assert HEURISTIC.count_text(answer) <= 80
+    assert answer.startswith("[a1] ")

@@ -28,7 +28,12 @@ from typing import Any, Protocol
 
 from ctxstack import ChatMessage, TokenCounter
 from ctxstack.compaction import Archive, cut_text_tokens, expand
-from ctxstack.compaction._archive import quote_query
+from ctxstack.compaction._archive import (
+    MAX_QUERY_CHARS,
+    SNIPPET_CHARS,
+    quote_query,
+    snippet,
+)
 from ctxstack.compaction._summaries import parse_page_ref, render_expansion
 
 RECALL_TOOL = "ctxstack_recall"
@@ -175,16 +180,33 @@ async def recall_text(archive: Archive, query: str, max_tokens: int,
         return f"ctxstack_recall: nothing archived matches {quote_query(query)}."
     # The best match first and whole if it fits, the next ones in the room left: cutting
     # every match to an equal share cut the answer out of the best one when room was short
-    # (a request near its budget).
+    # (a request near its budget). A match too long for the room left shows the part
+    # around what the query names, not its head and tail (which cut the value out of
+    # "The vault combination is 7391-ALPHA." in a long message).
     parts: list[str] = []
     left = room
     for h in hits:
         if left < MIN_RESULT_TOKENS // 2:
             break
-        part = cut_text_tokens(f"[{h.ref}] {_render(h.message)}", left, counter)
+        part = f"[{h.ref}] {_focused(_render(h.message), query, left - 8, counter)}"
+        part = cut_text_tokens(part, left, counter)
         parts.append(part)
         left -= counter.count_text(part) + 2
     return cut_text_tokens("\n\n".join(parts), room, counter)
+
+
+def _focused(text: str, query: str, room: int, counter: TokenCounter) -> str:
+    """``text`` whole within ``room`` tokens, else about ``room`` tokens of it around the
+    query's first match (:func:`~ctxstack.compaction._archive.snippet`)."""
+    if counter.count_text(text) <= room:
+        return text
+    query = query[:MAX_QUERY_CHARS]
+    chars = max(SNIPPET_CHARS, room * 4)
+    piece = snippet(text, query, chars)
+    while counter.count_text(piece) > room and chars > 40:  # narrower, the match kept
+        chars = chars * 3 // 4
+        piece = snippet(text, query, chars)
+    return cut_text_tokens(piece, max(1, room), counter)
 
 
 def _render(message: ChatMessage) -> str:
