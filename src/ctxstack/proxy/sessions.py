@@ -135,7 +135,8 @@ class SessionArchive:
         self.factory = factory
         self.key = key
         self._count = count
-        self._loaded: list[tuple[str, ChatMessage]] | None = None
+        self._loaded: dict[str, ChatMessage] | None = None
+        """The rows by ref, in archiving order (read once, again after an add)."""
 
     def __len__(self) -> int:
         return self._count
@@ -153,13 +154,13 @@ class SessionArchive:
         self._loaded = None
         return [f"{REF_PREFIX}{i}" for i in ids]
 
-    async def _rows(self) -> list[tuple[str, ChatMessage]]:
+    async def _rows(self) -> dict[str, ChatMessage]:
         if self._loaded is not None:
             return self._loaded
-        out = []
+        out: dict[str, ChatMessage] = {}
         for row_id, text in await load_session_archive(self.factory, self.key):
             try:
-                out.append((f"{REF_PREFIX}{row_id}", ChatMessage.from_openai(json.loads(text))))
+                out[f"{REF_PREFIX}{row_id}"] = ChatMessage.from_openai(json.loads(text))
             except Exception:  # an entry that no longer parses is skipped, not fatal
                 continue
         self._count = max(self._count, len(out))
@@ -172,13 +173,12 @@ class SessionArchive:
         session's)."""
         rows = await self._rows()
         memory = HistoryArchive()
-        ours = dict(zip(await memory.add([m for _, m in rows]), (r for r, _ in rows),
-                        strict=True))
+        ours = dict(zip(await memory.add(list(rows.values())), rows, strict=True))
         return [hit.model_copy(update={"ref": ours[hit.ref]})
                 for hit in await memory.search(query, k)]
 
     async def get(self, ref: str) -> ChatMessage | None:
-        return dict(await self._rows()).get(ref.strip())
+        return (await self._rows()).get(ref.strip())
 
     async def add_summary(self, node: SummaryNode) -> str:
         row_id = await add_session_summary(
