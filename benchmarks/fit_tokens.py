@@ -181,6 +181,71 @@ def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
 SCRIPT_RIDGE = 1e-4
 SCRIPT_SAMPLES = 400
 
+DIGIT = CLASSES.index("digit")
+DIGIT_PAIRS = [DIGIT << 4 | c for c in range(16) if c != DIGIT] \
+    + [c << 4 | DIGIT for c in range(16) if c != DIGIT]
+"""The pairs a digit run's ends make: (digit, next class) and (previous class, digit)."""
+DIGIT_PRIOR = {"end": 1.5, "start": 0.5}
+"""Tokens a pair at a digit run's end (which carries the run's first piece) and at its
+start are pulled towards where the data has (almost) none of them."""
+DIGIT_RIDGE = 1e-5
+
+
+def fit_digits(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """The weights of :data:`DIGIT_PAIRS` (units of 1/SCALE token), every other weight
+    fixed, with a run's pieces after its first counted as the estimator does (``digit_pieces``): ridge
+    least squares of the relative residual. The (digit, digit) pair stays 0; the pair at
+    a run's end, one per run, carries its first piece (see the estimator's
+    ``DIGITS_PER_TOKEN_CEILING``)."""
+    from ctxstack.tokens._model import PAIR_WEIGHTS
+
+    flat = [t for items in texts.values() for t in items]
+    rows = feature_rows(flat)
+    x = rows[:, DIGIT_PAIRS]
+    current = np.array([PAIR_WEIGHTS[family][c >> 4][c & 15] for c in DIGIT_PAIRS], float)
+    y = exact_counts(flat, family)
+    base = np.array([estimator(family)(t) for t in flat]) - x @ current / SCALE
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, items in texts.items() for _ in items])
+    n = len(DIGIT_PAIRS)
+    ridge = np.sqrt(DIGIT_RIDGE)
+    prior = np.array([DIGIT_PRIOR["end" if c >> 4 == DIGIT else "start"]
+                      for c in DIGIT_PAIRS])
+    coef, *_ = np.linalg.lstsq(
+        np.vstack([x * (w / y)[:, None], ridge * np.eye(n)]),
+        np.concatenate([(y - base) * w / y, ridge * prior]), rcond=None)
+    units = np.clip(np.round(coef * SCALE), LOW, HIGH).astype(int)
+    est = base + x @ units / SCALE
+    err = np.abs(est - y) / y
+    kinds = [k for k, items in texts.items() for _ in items]
+    print(family, "fit-set p95 |error| with the digit pairs refitted:", ", ".join(
+        f"{k} {100 * np.percentile(err[[kk == k for kk in kinds]], 95):.1f}%"
+        for k in texts))
+    return units
+
+
+def main_digits(argv: Sequence[str]) -> int:
+    from ctxstack.tokens._model import PAIR_WEIGHTS
+
+    from benchmarks.number_corpus import number_texts
+
+    texts, _missing = gather("fit", SAMPLES_PER_KIND)
+    texts = {k: v for k, v in texts.items() if v}
+    texts["numbers"] = number_texts("fit", SAMPLES_PER_KIND)
+    params: dict[Family, tuple[np.ndarray, float]] = {}
+    for family in ENCODING_OF:
+        units = np.array([[PAIR_WEIGHTS[family][a][b] for b in range(16)] for a in range(16)],
+                         int).reshape(256)
+        units[DIGIT << 4 | DIGIT] = 0
+        units[DIGIT_PAIRS] = fit_digits(texts, family)
+        from ctxstack.tokens._model import TRADITIONAL_WEIGHT
+        params[family] = (units, TRADITIONAL_WEIGHT[family])
+        print(family, "digit row:", list(units[DIGIT << 4:(DIGIT + 1) << 4]))
+        print(family, "digit column:", list(units[DIGIT::16]))
+    if "--write" in argv:
+        write(params)
+        print(f"wrote {MODEL_FILE}")
+    return 0
+
 
 def pair_only_estimate(text: str, family: Family) -> float:
     """The pair model's estimate without the script correction (what the correction is
@@ -352,6 +417,8 @@ def main(argv: Sequence[str]) -> int:
         return main_scripts(argv)
     if "--symbols" in argv:
         return main_symbols(argv)
+    if "--digits" in argv:
+        return main_digits(argv)
     texts, missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
     for kind, why in missing.items():

@@ -120,11 +120,18 @@ JSON ≈ 3, CJK < 1.5); degenerate text does get close — ``"x" * 2000`` is 250
 tokens — and the pair model, which never saw such runs, would say far less."""
 
 DIGITS_PER_TOKEN_CEILING: Final = 3
-"""Both vocabularies' pre-tokenizers cut digit runs into pieces of at most three digits
-that never merge with anything else, so a text's digits alone cost at least a third of a
-token each. The pair model, fitted mostly on short numbers, says ~0.16 per digit inside a
-long run (``"0" * 800`` is 267 o200k tokens; the model alone says 127): the estimate never
-goes below ⌈digits / 3⌉ plus :func:`lower_bound` of the other characters."""
+"""Both vocabularies' pre-tokenizers cut a run of ASCII digits into pieces of at most three
+digits that never merge with anything else, and every such piece is one token: a run of
+``L`` digits costs exactly ⌈L / 3⌉ tokens, whatever surrounds it. The estimate follows
+that: the (digit, digit) pair weighs nothing, the pair at a run's end — (digit, next
+class), one per run — carries the run's first piece (it was fitted with the rest counted
+so: ``benchmarks/fit_tokens.py --digits``, on the fit texts and number-heavy tool output),
+and :func:`digit_pieces` adds the ⌊(L − 1) / 3⌋ pieces after it (exactly for the usual
+lengths, a piece over for some). The pair model alone
+charged digits pair by pair, which cannot follow ⌈L / 3⌉: a JSON list of 10-digit numbers
+(Unix times, phone numbers) was counted 28% low — more than the default margin, so a budget
+could overflow — and ISO timestamps 25% high. The estimate never goes below ⌈digits / 3⌉
+plus :func:`lower_bound` of the other characters."""
 
 
 def _class_table() -> bytes:
@@ -173,6 +180,8 @@ _HEX_CLASS: Final = bytes(b"0123456789abcdef"[c] for c in _CLASS)
 _HAN_HEX: Final = b"0123456789abcdef"[CLASSES.index("han")].to_bytes(1, "big")
 _DIGIT_HEX: Final = b"0123456789abcdef"[CLASSES.index("digit")].to_bytes(1, "big")
 _CONTINUATION: Final = bytes(range(0x80, 0xC0))
+_FOUR_DIGITS: Final = _DIGIT_HEX * 4
+_SEVEN_DIGITS: Final = _DIGIT_HEX * 7
 # Frequent characters written differently in traditional Chinese (and mostly not in
 # Japanese either).
 _TRADITIONAL_CHARS: Final = (
@@ -213,6 +222,28 @@ def pair_codes(text: str) -> bytes:
     feature vector the weights are fitted on.
     """
     return _pairs(_hex_classes(text)[0]) if text else b""
+
+
+def digit_pieces(hexes: bytes, digits: int, start: int = 0, end: int | None = None) -> int:
+    """About Σ ⌊(L − 1) / 3⌋ over the runs of digits in a text (its class digits
+    ``hexes``; ``digits`` of them, all within ``hexes[start:end]``): the pieces each run
+    costs beyond its first (see :data:`DIGITS_PER_TOKEN_CEILING`), for two non-overlapping
+    counts, Σ ⌊L / 4⌋ + Σ ⌊L / 7⌋.
+
+    Exact for runs of 1–7, 10, 11 and 13 digits (short numbers, years, phone numbers,
+    Unix times in seconds and milliseconds); one piece over for 8, 9, 12 and some longer
+    runs, and about 18% over on very long ones — never under, so never a cause of
+    overflow. The exact sum needs each run's length (a regular expression over the text,
+    or a pass per threshold), which cost more than the rest of the estimate together;
+    these two ``count`` calls over the span that holds the digits are skipped when there
+    are too few digits to need them.
+    """
+    if digits < 4:
+        return 0
+    total = hexes.count(_FOUR_DIGITS, start, end)
+    if total and digits >= 7:
+        total += hexes.count(_SEVEN_DIGITS, start, end)
+    return total
 
 
 def _chunked_sum(data: bytes) -> int:
@@ -258,40 +289,40 @@ def traditional_count(text: str, hexes: bytes | None = None) -> int:
 # `python -m benchmarks.fit_tokens --write`.
 PAIR_WEIGHTS: Final[dict[Family, tuple[tuple[int, ...], ...]]] = {
     "o200k": (
-        (3, 51, 44, 47, 85, 38, 39, 30, 51, 57, 34, 34, 91, 11, 42, 42),
-        (15, 9, 67, 30, 111, 44, 95, 47, 32, 55, 49, 50, 61, 65, 50, 50),
-        (108, 172, 10, 90, 80, 39, 59, 44, 56, 66, 65, 75, 43, 71, 66, 66),
-        (7, -4, 82, 1, 34, 82, 25, 47, 27, 30, 50, 65, 48, 30, 35, 28),
-        (67, 62, 55, 96, -9, 85, 62, 64, 42, 51, 51, 61, 22, 44, 51, 51),
-        (16, 11, 31, 21, 48, 2, 33, 28, 79, 28, 29, 27, 28, 28, 28, 28),
-        (61, 36, -9, 65, 11, 2, 18, -8, 17, 24, 24, 18, 60, 24, 24, 24),
-        (57, 57, 98, 38, -19, 25, 26, 17, 31, 35, 35, 37, 35, 30, 40, 35),
-        (46, 48, 75, 48, 13, 75, -7, 59, 10, 41, 49, 56, 43, 42, 41, 41),
-        (52, 33, 33, 30, 33, 33, 33, 33, 32, 11, 33, 35, 33, 33, 33, 33),
-        (36, 41, 41, 55, 42, 43, 42, 43, 48, 42, 13, 35, 46, 40, 42, 42),
-        (5, 38, 79, 19, 25, 45, 37, 97, 37, 47, 42, 42, 68, 52, 45, 45),
-        (79, 52, -14, 40, 102, 60, 90, 81, 77, 60, 57, 33, 46, 85, 60, 60),
-        (80, 87, 65, 52, 88, 56, 45, 54, 53, 56, 57, 44, -7, 49, 56, 56),
-        (87, 87, 87, 87, 87, 87, 87, 93, 87, 87, 87, 87, 87, 87, 105, 87),
-        (88, 88, 88, 82, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88),
+        (3, 51, 27, 47, 85, 38, 39, 30, 51, 57, 34, 34, 91, 11, 42, 42),
+        (15, 9, 151, 30, 111, 44, 95, 47, 32, 55, 49, 50, 61, 65, 50, 50),
+        (107, 89, 0, 90, 110, 119, 107, 67, 104, 96, 97, 131, 125, 98, 96, 96),
+        (7, -4, 35, 1, 34, 82, 25, 47, 27, 30, 50, 65, 48, 30, 35, 28),
+        (67, 62, 12, 96, -9, 85, 62, 64, 42, 51, 51, 61, 22, 44, 51, 51),
+        (16, 11, 22, 21, 48, 2, 33, 28, 79, 28, 29, 27, 28, 28, 28, 28),
+        (61, 36, -27, 65, 11, 2, 18, -8, 17, 24, 24, 18, 60, 24, 24, 24),
+        (57, 57, 112, 38, -19, 25, 26, 17, 31, 35, 35, 37, 35, 30, 40, 35),
+        (46, 48, 21, 48, 13, 75, -7, 59, 10, 41, 49, 56, 43, 42, 41, 41),
+        (52, 33, 32, 30, 33, 33, 33, 33, 32, 11, 33, 35, 33, 33, 33, 33),
+        (36, 41, 33, 55, 42, 43, 42, 43, 48, 42, 13, 35, 46, 40, 42, 42),
+        (5, 38, 68, 19, 25, 45, 37, 97, 37, 47, 42, 42, 68, 52, 45, 45),
+        (79, 52, -4, 40, 102, 60, 90, 81, 77, 60, 57, 33, 46, 85, 60, 60),
+        (80, 87, 52, 52, 88, 56, 45, 54, 53, 56, 57, 44, -7, 49, 56, 56),
+        (87, 87, 32, 87, 87, 87, 87, 93, 87, 87, 87, 87, 87, 87, 105, 87),
+        (88, 88, 32, 82, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88, 88),
     ),
     "cl100k": (
-        (3, 39, 49, 50, 86, 33, 43, 32, 50, 55, 29, 25, 110, 8, 42, 42),
-        (23, 10, 93, 25, 105, 33, 99, 44, 40, 60, 55, 56, 50, 87, 53, 53),
-        (107, 173, 9, 99, 85, 37, 53, 31, 55, 65, 63, 57, 45, 76, 64, 64),
-        (5, -6, 81, 0, 34, 86, 32, 54, 25, 36, 55, 85, 49, 35, 39, 40),
-        (56, 49, 40, 93, -21, 90, 67, 69, 35, 48, 51, 59, 31, 35, 48, 48),
-        (22, 7, 22, 4, 42, 5, 25, 29, 74, 25, 26, 23, 25, 25, 25, 25),
-        (58, 29, -6, 53, 22, -1, 14, -18, 9, 19, 20, 9, 35, 18, 19, 19),
-        (54, 50, 110, 40, -9, 27, 31, 14, 24, 37, 39, 39, 50, 32, 40, 37),
-        (45, 46, 80, 51, 18, 74, -7, 62, 9, 41, 40, 61, 38, 40, 41, 41),
-        (61, 42, 42, 42, 42, 42, 42, 42, 41, 27, 42, 43, 43, 42, 42, 42),
-        (31, 38, 37, 53, 40, 39, 38, 38, 38, 38, 14, 26, 39, 37, 38, 38),
-        (16, 56, 72, 28, 37, 54, 48, 98, 56, 55, 50, 62, 70, 65, 54, 54),
-        (85, 55, -20, 63, 107, 68, 80, 99, 96, 68, 63, 46, 63, 97, 68, 68),
-        (116, 127, 91, 69, 92, 79, 66, 77, 76, 79, 75, 75, 21, 69, 79, 79),
-        (77, 77, 77, 77, 77, 77, 77, 80, 77, 77, 77, 77, 77, 77, 87, 77),
-        (97, 97, 97, 99, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97),
+        (3, 39, 36, 50, 86, 33, 43, 32, 50, 55, 29, 25, 110, 8, 42, 42),
+        (23, 10, 178, 25, 105, 33, 99, 44, 40, 60, 55, 56, 50, 87, 53, 53),
+        (99, 85, 0, 85, 121, 115, 110, 62, 101, 95, 96, 126, 132, 95, 96, 96),
+        (5, -6, 36, 0, 34, 86, 32, 54, 25, 36, 55, 85, 49, 35, 39, 40),
+        (56, 49, 5, 93, -21, 90, 67, 69, 35, 48, 51, 59, 31, 35, 48, 48),
+        (22, 7, 21, 4, 42, 5, 25, 29, 74, 25, 26, 23, 25, 25, 25, 25),
+        (58, 29, -25, 53, 22, -1, 14, -18, 9, 19, 20, 9, 35, 18, 19, 19),
+        (54, 50, 116, 40, -9, 27, 31, 14, 24, 37, 39, 39, 50, 32, 40, 37),
+        (45, 46, 24, 51, 18, 74, -7, 62, 9, 41, 40, 61, 38, 40, 41, 41),
+        (61, 42, 31, 42, 42, 42, 42, 42, 41, 27, 42, 43, 43, 42, 42, 42),
+        (31, 38, 32, 53, 40, 39, 38, 38, 38, 38, 14, 26, 39, 37, 38, 38),
+        (16, 56, 54, 28, 37, 54, 48, 98, 56, 55, 50, 62, 70, 65, 54, 54),
+        (85, 55, -19, 63, 107, 68, 80, 99, 96, 68, 63, 46, 63, 97, 68, 68),
+        (116, 127, 40, 69, 92, 79, 66, 77, 76, 79, 75, 75, 21, 69, 79, 79),
+        (77, 77, 32, 77, 77, 77, 77, 80, 77, 77, 77, 77, 77, 77, 87, 77),
+        (97, 97, 32, 99, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97, 97),
     ),
 }
 TRADITIONAL_WEIGHT: Final[dict[Family, float]] = {"o200k": 1.0256, "cl100k": 2.0818}
@@ -366,7 +397,13 @@ def estimator(family: Family) -> Callable[[str], int]:
         if han:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
-        digits = hexes.count(_DIGIT_HEX)
+        first = hexes.find(_DIGIT_HEX)
+        if first < 0:
+            digits = 0
+        else:  # the span from the first digit to the last: numbers are often clustered
+            end = hexes.rfind(_DIGIT_HEX) + 1
+            digits = hexes.count(_DIGIT_HEX, first, end)
+            rounded += digit_pieces(hexes, digits, first, end)
         floor = (digits + DIGITS_PER_TOKEN_CEILING - 1) // DIGITS_PER_TOKEN_CEILING \
             + (len(text) - digits + CHARS_PER_TOKEN_CEILING - 1) // CHARS_PER_TOKEN_CEILING
         return rounded if rounded > floor else floor
