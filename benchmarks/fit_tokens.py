@@ -20,6 +20,16 @@ every step is exact arithmetic or a unique least-squares solution.
     python -m benchmarks.fit_tokens            # print the fit-set errors
     python -m benchmarks.fit_tokens --write    # also rewrite the constants in tokens/_model.py
 
+Digits: a run of L digits costs ⌈L / 3⌉ tokens in both vocabularies. The (digit, digit)
+pair weighs nothing, the pair at a run's end carries its first piece, and the estimator
+adds the rest (``digit_pieces``, a fixed feature with weight 1 here). ``--digits`` refits
+only the pairs at a run's two ends (every other weight fixed) on the fit texts plus the
+fit split of :mod:`benchmarks.number_corpus` (number-heavy tool output, which the real
+corpus has little of), ridge-pulled to ``DIGIT_PRIOR``:
+
+    python -m benchmarks.fit_tokens --digits            # print fit-set errors
+    python -m benchmarks.fit_tokens --digits --write    # rewrite those pairs
+
 Per-script corrections (``ctxstack.tokens._model.SCRIPT_WEIGHTS``), fitted *after* the pair
 weights, which stay fixed (so English, code, JSON, Chinese and Japanese keep the pair
 model's behaviour): ``--scripts``. Data: the ``"fit"`` split of
@@ -67,6 +77,8 @@ from ctxstack.tokens._model import (
     SCALE,
     SCRIPT_FEATURES,
     Family,
+    _hex_classes,
+    digit_pieces,
     estimator,
     pair_codes,
     script_features,
@@ -75,6 +87,7 @@ from ctxstack.tokens._model import (
 )
 
 ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
+DIGIT = CLASSES.index("digit")
 SAMPLES_PER_KIND = 400
 RIDGE = 1e-5
 LOW, HIGH = -OFFSET, 255 - OFFSET  # storable pair weights, in 1/SCALE token units
@@ -87,12 +100,15 @@ SCRIPTS_FILE = MODEL_FILE.with_name("_scripts.py")  # SCRIPT_ and SYMBOL_WEIGHTS
 
 
 def feature_rows(texts: Sequence[str]) -> np.ndarray:
-    """Per text: 256 class-pair counts, then the traditional-character count."""
-    rows = np.zeros((len(texts), 257))
+    """Per text: 256 class-pair counts, the traditional-character count, then the digit
+    pieces the estimator adds with weight 1 (``digit_pieces``; not fitted)."""
+    rows = np.zeros((len(texts), 258))
     for i, text in enumerate(texts):
         for code, count in Counter(pair_codes(text)).items():
             rows[i, code] = count
         rows[i, 256] = traditional_count(text)
+        hexes = _hex_classes(text)[0]
+        rows[i, 257] = digit_pieces(hexes, hexes.count(b"%x" % DIGIT))
     return rows
 
 
@@ -111,7 +127,7 @@ def _design(x: np.ndarray) -> np.ndarray:
     unigram = np.zeros((len(x), 16))
     for code in range(256):
         unigram[:, code >> 4] += x[:, code]  # pair byte = this class << 4 | next
-    return np.hstack([unigram, x[:, :256], x[:, 256:]])
+    return np.hstack([unigram, x[:, :256], x[:, 256:257]])
 
 
 def solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, float]:
@@ -121,14 +137,14 @@ def solve(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, floa
     prior = np.zeros(272)
     for i, name in enumerate(CLASSES):
         prior[i] = np.sqrt(RIDGE) * PRIOR.get(name, 0.25)
-    coef, *_ = np.linalg.lstsq(np.vstack([d, penalty]), np.concatenate([w, prior]),
-                               rcond=None)
+    coef, *_ = np.linalg.lstsq(np.vstack([d, penalty]),
+                               np.concatenate([w * (y - x[:, 257]) / y, prior]), rcond=None)
     pair = np.array([coef[c >> 4] + coef[16 + c] for c in range(256)])
     return pair, float(coef[272])
 
 
 def objective(x: np.ndarray, y: np.ndarray, w: np.ndarray, units: np.ndarray, t: float) -> float:
-    est = x[:, :256] @ units / SCALE + x[:, 256] * t
+    est = x[:, :256] @ units / SCALE + x[:, 256] * t + x[:, 257]
     return float(np.sum((w * (est - y) / y) ** 2))
 
 
@@ -154,9 +170,13 @@ def fit(texts: dict[str, list[str]], family: Family,
     kinds = [k for k, items in texts.items() for _ in items]
     y = exact_counts([t for items in texts.values() for t in items], family)
     w = np.array([1.0 / np.sqrt(len(texts[k])) for k in kinds])
+    rows = rows.copy()
+    rows[:, DIGIT << 4 | DIGIT] = 0  # weighs nothing: a run's pieces are counted apart
     pair, t = solve(rows, y, w)
+    pair[DIGIT << 4 | DIGIT] = 0
     units = quantise(rows, y, w, pair, t)
-    est = np.maximum(1, np.floor(rows[:, :256] @ units / SCALE + rows[:, 256] * t + 0.5))
+    est = np.maximum(1, np.floor(rows[:, :256] @ units / SCALE + rows[:, 256] * t + 0.5)
+                     + rows[:, 257])
     err = np.abs(est - y) / y
     p95 = {k: float(np.percentile(err[[kk == k for kk in kinds]], 95)) for k in texts}
     return units, t, p95
@@ -181,7 +201,6 @@ def write(params: dict[Family, tuple[np.ndarray, float]]) -> None:
 SCRIPT_RIDGE = 1e-4
 SCRIPT_SAMPLES = 400
 
-DIGIT = CLASSES.index("digit")
 DIGIT_PAIRS = [DIGIT << 4 | c for c in range(16) if c != DIGIT] \
     + [c << 4 | DIGIT for c in range(16) if c != DIGIT]
 """The pairs a digit run's ends make: (digit, next class) and (previous class, digit)."""
@@ -224,9 +243,8 @@ def fit_digits(texts: dict[str, list[str]], family: Family) -> np.ndarray:
 
 
 def main_digits(argv: Sequence[str]) -> int:
-    from ctxstack.tokens._model import PAIR_WEIGHTS
-
     from benchmarks.number_corpus import number_texts
+    from ctxstack.tokens._model import PAIR_WEIGHTS
 
     texts, _missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
