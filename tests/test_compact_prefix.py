@@ -39,17 +39,21 @@ def cleared(msgs: list[ChatMessage]) -> list[int]:
 async def test_a_second_mask_step_leaves_the_first_steps_placeholders_and_all_before_them_byte_identical(
 ) -> None:
     archive = HistoryArchive()
-    guard = ContextGuard(default_budget=3_000, archive=archive)
+    events: list[CompactionEvent] = []
+    guard = ContextGuard(default_budget=3_000, archive=archive, on_compact=events.append)
     history = [SYS, QUERY]
-    steps: list[list[ChatMessage]] = []
+    runs: list[list[list[ChatMessage]]] = [[]]  # mask steps, split where a truncation falls
     for i in range(40):
         history = [*history, *group(i)]
-        before = cleared(history)
+        seen = len(events)
         history = await guard.check_and_compact(history)
-        if cleared(history) != before:
-            steps.append(history)
-    assert len(steps) >= 3
-    for first, second in itertools.pairwise(steps):
+        if len(events) > seen:
+            if events[-1].method == "mask":
+                runs[-1].append(history)
+            else:
+                runs.append([])
+    assert max(len(run) for run in runs) >= 3
+    for first, second in (pair for run in runs for pair in itertools.pairwise(run)):
         earlier = cleared(first)
         new = [i for i in cleared(second) if i not in earlier]
         assert new
@@ -130,11 +134,11 @@ async def test_consecutive_guard_calls_under_growth_compact_at_most_once_per_n_i
 
 async def test_a_mask_step_that_would_leave_the_context_near_the_budget_gives_way_to_the_summary(
 ) -> None:
-    msgs = [SYS, QUERY, *[m for i in range(20) for m in group(i)]]
+    msgs = [SYS, QUERY, *[m for i in range(20) for m in group(i, words=300)]]
     llm = ScriptedLLM(handler=lambda m, t: "Pages read so far.")
     archive = HistoryArchive()
-    # 0.9 of the budget is out of the mask's reach here (two whole groups plus 18
-    # placeholders), the budget itself is not
+    # 0.35 of the budget is out of the mask's reach here (two whole groups plus 18
+    # placeholders fill ~0.4 of it), the budget itself is not
     tight = CompactionOptions(mask_fill=0.3, mask_accept=0.35)
     res = await compact_staged(msgs, llm, 14_000, tight, counter=HEURISTIC, archive=archive)
     assert res.method == "llm"
@@ -159,3 +163,38 @@ def test_mask_fill_may_not_exceed_mask_accept() -> None:
     with pytest.raises(ConfigError, match="mask_fill"):
         CompactionOptions(mask_fill=0.8, mask_accept=0.7)
     assert CompactionOptions(mask_fill=0.7, mask_accept=0.7).mask_fill == 0.7
+
+
+async def test_without_a_summariser_a_truncation_leaves_the_low_watermark() -> None:
+    """A truncation filled to the brim is undone by the next message: one truncation, and
+    one rewritten cached prefix, per call. It keeps whole units up to ``target_fill`` of
+    the budget instead, so the next truncation is several calls away."""
+    events: list[CompactionEvent] = []
+    guard = ContextGuard(default_budget=3_000, on_compact=events.append)
+    fits = effective_budget(3_000, guard.counter)
+    low = effective_budget(int(3_000 * guard.options.target_fill), guard.counter)
+    history = [SYS, QUERY]
+    truncated: list[int] = []
+    for i in range(60):
+        new = group(i)
+        seen = len(events)
+        history = await guard.check_and_compact([*history, *new])
+        assert guard.counter.count_messages(history) <= fits
+        assert history[-2:] == new
+        assert history[-1] is new[-1]
+        if len(events) > seen and events[-1].method == "truncate":
+            truncated.append(i)
+            assert events[-1].tokens_after <= low
+    assert len(truncated) >= 3
+    assert all(j - i >= 3 for i, j in itertools.pairwise(truncated))
+
+
+async def test_a_newest_unit_beyond_the_watermark_is_kept_whole_up_to_the_budget() -> None:
+    guard = ContextGuard(default_budget=3_000)
+    big = group(99, words=550)  # ~2,200 tokens: over 0.6 of the budget, within it
+    assert guard.counter.count_messages(big) > 0.6 * 3_000
+    history = [SYS, QUERY, *[m for i in range(6) for m in group(i)], *big]
+    out = await guard.check_and_compact(history)
+    assert out[-1] is big[-1]
+    assert out[-2] is big[-2]
+    assert guard.counter.count_messages(out) <= effective_budget(3_000, guard.counter)

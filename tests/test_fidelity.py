@@ -89,7 +89,9 @@ def test_conversation_shape_tools_system_prompt_and_pinned_query() -> None:
     constraints = [f for f in conv.facts if f.kind == "constraint"]
     assert constraints
     assert all(f.role == "user" for f in constraints)
-    assert all(f.message_index < len(conv.messages) * 0.2 for f in constraints)
+    # (a turn — a tool loop with large outputs — is the granularity: "early" is the first
+    # quarter of the messages)
+    assert all(f.message_index < len(conv.messages) * 0.25 for f in constraints)
     # Facts come in every role.
     assert {f.role for f in conv.facts} == {"user", "assistant", "tool"}
 

@@ -90,7 +90,7 @@ async def test_the_request_is_the_fold_as_sent_then_the_instruction_with_the_too
 
 async def test_the_guard_sends_the_outputs_as_the_model_saw_them_before_the_mask() -> None:
     history = [SYS, ChatMessage.query("Check the orders.")]
-    for i in range(14):
+    for i in range(24):  # enough calls that clearing their outputs is not enough
         history += group(i)
     summariser = ScriptedLLM(handler=lambda m, t: "Summary: orders checked.")
     guard = ContextGuard(compact_llm=summariser, default_budget=1500,

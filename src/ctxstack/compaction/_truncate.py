@@ -315,10 +315,13 @@ class Truncate:
 
     Always fits. Everything it drops is archived first when there is an archive.
 
-    The boundary turn's fill stops at ``options.target_fill`` of the budget, the low
-    watermark every compaction leaves: a truncation filled to the brim would be undone by
-    the very next message (one truncation, and one rewritten cached prefix, per call).
-    Whole units are still kept up to the full budget, as the plain walk keeps them.
+    A truncation leaves the low watermark every compaction leaves, ``options.target_fill``
+    of the budget: one filled to the brim is undone by the very next message — one
+    truncation, and one rewritten cached prefix, per call (what truncating every call
+    costs under prompt caching; ``benchmarks/bench_bill.py``). So the whole units older
+    than the newest are kept up to the watermark only, when that keeps the newest unit
+    whole; otherwise (the newest unit alone needs more) the walk keeps whole units up to
+    the full budget and only the boundary turn's fill stops at the watermark.
     """
 
     name = "truncate"
@@ -332,11 +335,27 @@ class Truncate:
     async def truncate(self, messages: list[ChatMessage], ctx: CompactionContext
                        ) -> CompactionResult:
         """The truncation (never ``None``: the pipeline's last resort calls it directly)."""
-        out = smart_truncate(messages, ctx.budget, counter=ctx.counter,
-                             fill=ctx.options.target_fill)
+        out = _below_watermark(messages, ctx) or smart_truncate(
+            messages, ctx.budget, counter=ctx.counter, fill=ctx.options.target_fill)
         archived = await ctx.archive_messages(dropped_messages(messages, out))
         return ctx.result(messages, out, "truncate",
                           reason=None if ctx.llm is not None else "no_llm", archived=archived)
+
+
+def _below_watermark(messages: list[ChatMessage], ctx: CompactionContext
+                     ) -> list[ChatMessage] | None:
+    """Whole units newest → oldest up to ``target_fill`` of the budget, or None unless
+    that keeps the newest message and at least one other history message, every kept
+    message unchanged (no cut: the newest unit fits the watermark whole)."""
+    low = int(ctx.budget * ctx.options.target_fill)
+    if low <= 0 or not messages:
+        return None
+    out = smart_truncate(messages, low, counter=ctx.counter, fill=0)
+    given = {id(m) for m in messages}
+    if out[-1] is not messages[-1] or any(id(m) not in given for m in out):
+        return None
+    history = [m for m in out if m.role != "system" and not m.pinned]
+    return out if len(history) > 1 else None
 
 
 def dropped_messages(
