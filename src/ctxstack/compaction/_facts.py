@@ -118,11 +118,17 @@ _AFTER_MONTH = _after_month()
 _DAY_FIRST = r"[0-9]{1,2} " + _MONTH + r" [0-9]{4}(?![0-9])"
 _UNIT_AFTER = r" (?:" + _UNIT_WORDS + r")(?![A-Za-z0-9])" + _NOT_TOKEN_AHEAD
 _CJK_AFTER = r"[" + _CJK_SUFFIX + r"]"
+# The token alternative comes before the month-first date: they never match at the same
+# place (a month name's letters run into the space after them, where a token needs an S),
+# and the token is by far the more common. Optional parts are spelled ``(?:X|)`` rather
+# than ``(?:X)?``: the same greedy choice, but a branch, which the engine tries (and
+# rejects on its first character) without the bookkeeping of a repeat.
 _SCAN = re.compile(
-    _NOT_S + r"*(?<!" + _L + r")(" + _MONTH_FIRST
-    + r"|(?!" + _AFTER_MONTH + r")(?:" + _DAY_FIRST
-    + r"|" + _L + r"*+" + _S + r"(?:" + _T + r"*" + _T_END + r")?"
-    + r"(?:" + _UNIT_AFTER + r"|(?:" + _CJK_AFTER + r"(?:[0-9]++(?:[.,][0-9]++)*+)?)++)?))"
+    _NOT_S + r"*(?<!" + _L + r")("
+    + r"(?!" + _AFTER_MONTH + r")(?:" + _DAY_FIRST
+    + r"|" + _L + r"*+" + _S + r"(?:" + _T + r"*" + _T_END + r"|)"
+    + r"(?:" + _UNIT_AFTER + r"|(?:" + _CJK_AFTER + r"(?:[0-9]++(?:[.,][0-9]++)*+|))++|))"
+    + r"|" + _MONTH_FIRST + r")"
     + r"|" + _NOT_S + r"*+\Z"  # the end: without it, a text with no S left fails slowly
 )
 # A quoted phrase: two words or more, not starting with JSON punctuation (so the stretch
