@@ -286,7 +286,8 @@ def traditional_count(text: str, hexes: bytes | None = None) -> int:
 # evaluates on the other half only. Row = this character's class, column = the next
 # character's class (CLASSES order); values in 1/SCALE tokens, −OFFSET to 255 − OFFSET.
 # Regenerate with
-# `python -m benchmarks.fit_tokens --write`.
+# `python -m benchmarks.fit_tokens --write`; the pairs at a digit run's ends (row and
+# column "digit") were refitted last by `--digits`, on number-heavy tool output too.
 PAIR_WEIGHTS: Final[dict[Family, tuple[tuple[int, ...], ...]]] = {
     "o200k": (
         (3, 51, 27, 47, 85, 38, 39, 30, 51, 57, 34, 34, 91, 11, 42, 42),
