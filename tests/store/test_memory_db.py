@@ -692,3 +692,78 @@ def test_a_page_is_counted_in_slices_bounded_by_rows_and_characters(
         assert 0 < stop - start <= memory.INLINE_COUNT_ROWS
         chars = sum(len(r.content or "") for r in page[start:stop])
         assert chars <= 1_000 or stop - start == 1
+
+
+# ---------------------------------------------------------------- the message cache
+async def test_a_message_cache_gives_back_unchanged_rows_as_the_same_messages(
+    sf: SessionFactory, conv: str
+) -> None:
+    """With a shared :class:`HistoryMessageCache` the next load takes back the previous
+    load's message for every unchanged row (the same object, its figures cached: nothing
+    is estimated again); the history is the one a load without the cache returns. A row
+    changed in the database since (text or metadata) is built anew from what is stored."""
+    from ctxstack.store.history_messages import HistoryMessageCache
+
+    await seed(sf, conv, 301)
+    cache = HistoryMessageCache()
+    spy = _CountingHeuristic()
+    first = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert len(cache) == 301  # the trailing question's row too
+    assert first == await memory(sf, conv, counter=spy).get_messages()
+    spy.estimated.clear()
+    second = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert second == first
+    assert all(a is b for a, b in zip(second, first, strict=True))
+    # only the trailing question, set aside as its own message, is counted again
+    assert set(spy.estimated) == {turn_text(300)}
+
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "UPDATE messages SET content = 'edited' WHERE conversation_id = :c AND seq = 5"),
+            {"c": conv})
+        await session.execute(text(
+            "UPDATE messages SET metadata = :m WHERE conversation_id = :c AND seq = 7"),
+            {"c": conv, "m": '{"kind": "note"}'})
+    third = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert third == await memory(sf, conv).get_messages()
+    changed = {m.metadata["seq"]: m for m in third if m.metadata["seq"] in (5, 7)}
+    assert changed[5].text == "edited"
+    assert changed[7].metadata == {"kind": "note", "seq": 7}
+    assert [m.metadata["seq"] for a, m in zip(second, third, strict=True)
+            if a is not m] == [5, 7]
+    assert set(spy.estimated) == {"edited", turn_text(6), turn_text(300)}
+
+
+def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
+    """Each load replaces its conversation's rows; the least recently stored
+    conversations go first past ``max_messages`` or ``max_chars``; a load larger than the
+    whole cache is not kept."""
+    from ctxstack.store.history_messages import HistoryMessageCache, text_message
+
+    def rows(n: int, size: int = 10) -> dict[int, tuple[HistoryRow, ChatMessage]]:
+        out = {}
+        for seq in range(1, n + 1):
+            row = HistoryRow(seq, "user", "x" * size, {})
+            out[seq] = (row, text_message(row))
+        return out
+
+    cache = HistoryMessageCache(max_messages=10, max_chars=1_000)
+    cache.store("a", rows(4))
+    cache.store("b", rows(4))
+    cache.store("a", rows(3))  # replaces a's rows, a becomes the newest
+    assert (len(cache), len(cache.rows("a")), len(cache.rows("b"))) == (7, 3, 4)
+    cache.store("c", rows(5))  # 12 > 10: b (the oldest) goes
+    assert (len(cache), cache.rows("b"), len(cache.rows("c"))) == (8, {}, 5)
+    cache.store("d", rows(2, size=480))  # 960 + 80 characters > 1,000: a, then c go
+    assert (len(cache), cache.rows("a"), cache.rows("c"), len(cache.rows("d"))) == (2, {}, {}, 2)
+    cache.store("e", rows(11))  # larger than the cache: not kept
+    assert (len(cache), cache.rows("e"), len(cache.rows("d"))) == (2, {}, 2)
+    cache.store("d", {})
+    assert len(cache) == 0
+    row = HistoryRow(1, "user", "hello", {"kind": "query"})
+    kept = {1: (row, text_message(row))}
+    assert cache.message(kept, HistoryRow(1, "user", "hello", {"kind": "query"})) \
+        is kept[1][1]
+    assert cache.message(kept, HistoryRow(1, "user", "hello", {})).metadata == {"seq": 1}
+    assert cache.message(kept, HistoryRow(1, "assistant", "hello", {"kind": "query"})) \
+        .role == "assistant"

@@ -263,6 +263,8 @@ class Turn:
             # the ReAct run offers recall once history is archived (after a checkpoint):
             # the summary request's tools are that call's
             archive_tools=[recall_spec()] if self.spec.mode == "react" else None,
+            # the previous turn's messages, taken back where their rows are unchanged
+            message_cache=self.state.history_cache,
         )
         history = await memory.get_messages()
         self.summarising.end(memory.was_compacted)

@@ -83,7 +83,12 @@ from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore
 from ctxstack.store.fold import fold_older
-from ctxstack.store.history_messages import image_message, materialise, text_message
+from ctxstack.store.history_messages import (
+    HistoryMessageCache,
+    image_message,
+    materialise,
+    text_message,
+)
 from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
 from ctxstack.store.models import Message
 from ctxstack.store.summaries import checkpoint_ref
@@ -151,6 +156,11 @@ class DbMemory(BaseMemory):
             them — so a history that fits here is not compacted a second time at the
             first call. Without them only the trailing question is set aside.
         tools: the tool specs every call sends (see ``system_prompt``).
+        message_cache: a :class:`~ctxstack.store.history_messages.HistoryMessageCache`
+            shared by the loads of one process (the chat service's): a row the previous
+            load of the conversation built, unchanged since, is taken back as that
+            message, its token figures already cached on it — no rebuilding and no
+            re-estimating of ~1,000 rows per turn. The loaded history is the same.
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
@@ -186,6 +196,7 @@ class DbMemory(BaseMemory):
         system_prompt: str | None = None,
         tools: Sequence[ToolSpec] | None = None,
         archive_tools: Sequence[ToolSpec] | None = None,
+        message_cache: HistoryMessageCache | None = None,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -216,6 +227,7 @@ class DbMemory(BaseMemory):
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools else None
         self.archive_tools = list(archive_tools) if archive_tools else []
+        self.message_cache = message_cache
         self._reset()
 
     @property
@@ -244,6 +256,9 @@ class DbMemory(BaseMemory):
         self._llm_failed = False
         self._history_tokens = self.max_tokens
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
+        # what the message cache held for this conversation, and what this load gives back
+        self._cached: dict[int, tuple[HistoryRow, ChatMessage]] = {}
+        self._built: dict[int, tuple[HistoryRow, ChatMessage]] = {}
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
@@ -307,15 +322,22 @@ class DbMemory(BaseMemory):
         stored message is estimated once per load. (Counting the row's text and then a
         new message built from it estimated and classified every message twice.) A row
         with images is counted from the row (765 per image reference): its parts are
-        built once the owner's files are known.
+        built once the owner's files are known. With a ``message_cache``, a row the
+        previous load built, unchanged, is that load's message (figures cached on it).
         """
         total = 0
+        cache = self.message_cache
         for record in page:
             if "images" in record.metadata:
                 total += self._row_tokens(record)
+                continue
+            if cache is None:
+                message = text_message(record)
             else:
-                message = self._texts[record.seq] = text_message(record)
-                total += self.counter.count_message(message)
+                message = cache.message(self._cached, record)
+                self._built[record.seq] = (record, message)
+            self._texts[record.seq] = message
+            total += self.counter.count_message(message)
         return total
 
     async def _count_page(self, page: Sequence[HistoryRow]) -> int:
@@ -348,6 +370,8 @@ class DbMemory(BaseMemory):
             after = self.checkpoint.last_seq if self.checkpoint else 0
             if self.checkpoint is not None and window is not None:
                 window = max(1, window - self.checkpoint.token_count)
+            if self.message_cache is not None:
+                self._cached = self.message_cache.rows(self.conversation_id)
             rows: list[HistoryRow] = []
             tokens = 0
             before: int | None = None
@@ -371,6 +395,9 @@ class DbMemory(BaseMemory):
                 per_row = max(1, tokens // len(rows))
                 limit = _clamp(int((window - tokens) / per_row * 1.2) + 8)
         rows.reverse()
+        if self.message_cache is not None:
+            self.message_cache.store(self.conversation_id, self._built)
+            self._cached = {}
         return owner_id, rows
 
     async def _owner_files(
