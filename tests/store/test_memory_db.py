@@ -736,15 +736,16 @@ async def test_a_message_cache_gives_back_unchanged_rows_as_the_same_messages(
 
 def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
     """Each load replaces its conversation's rows; the least recently stored
-    conversations go first past ``max_messages`` or ``max_chars``; a load larger than the
-    whole cache is not kept."""
-    from ctxstack.store.history_messages import HistoryMessageCache, text_message
+    conversations go first past ``max_messages`` or ``max_chars`` (text and metadata
+    text); a load larger than the whole cache is not kept. A message is reused only for
+    the very row it was built from."""
+    from ctxstack.store.history_messages import CachedRow, HistoryMessageCache, text_message
 
-    def rows(n: int, size: int = 10) -> dict[int, tuple[HistoryRow, ChatMessage]]:
+    def rows(n: int, size: int = 10) -> dict[int, CachedRow]:
         out = {}
         for seq in range(1, n + 1):
-            row = HistoryRow(seq, "user", "x" * size, {})
-            out[seq] = (row, text_message(row))
+            row = HistoryRow(seq, "user", "x" * (size - 2), {})
+            out[seq] = CachedRow(row, "{}", text_message(row))
         return out
 
     cache = HistoryMessageCache(max_messages=10, max_chars=1_000)
@@ -761,9 +762,61 @@ def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
     cache.store("d", {})
     assert len(cache) == 0
     row = HistoryRow(1, "user", "hello", {"kind": "query"})
-    kept = {1: (row, text_message(row))}
-    assert cache.message(kept, HistoryRow(1, "user", "hello", {"kind": "query"})) \
-        is kept[1][1]
-    assert cache.message(kept, HistoryRow(1, "user", "hello", {})).metadata == {"seq": 1}
-    assert cache.message(kept, HistoryRow(1, "assistant", "hello", {"kind": "query"})) \
-        .role == "assistant"
+    kept = {1: CachedRow(row, '{"kind": "query"}', text_message(row))}
+    assert cache.message(kept, row) is kept[1].message
+    equal = HistoryRow(1, "user", "hello", {"kind": "query"})
+    assert cache.message(kept, equal) is not kept[1].message
+    assert cache.message(kept, equal) == kept[1].message
+
+
+async def test_rows_read_again_unchanged_are_not_decoded_again(
+    sf: SessionFactory, conv: str
+) -> None:
+    """:func:`read_history_rows` gives back a known row (same ``seq``, role, text and
+    metadata text) as that very row, without decoding its metadata; a row whose metadata
+    or text changed is decoded from what is stored. The rows equal
+    :func:`read_history_page`'s."""
+    import json
+
+    from ctxstack.store import messages as store_messages
+    from ctxstack.store.db import reading
+    from ctxstack.store.history_messages import CachedRow, text_message
+    from ctxstack.store.messages import read_history_page, read_history_rows
+
+    events = {"status": "ok", "events": [{"event": "answer", "data": {"delta": "4", "n": 1.5}}]}
+    await append_messages(sf, conv, [
+        NewMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}",
+                   metadata=events if i % 2 else {})
+        for i in range(6)])
+    async with reading(sf, "test") as session:
+        plain = await read_history_page(session, conv)
+        first = await read_history_rows(session, conv)
+    assert [row for row, _ in first] == plain
+    known = {row.seq: CachedRow(row, text, text_message(row)) for row, text in first}
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "UPDATE messages SET metadata = :m WHERE conversation_id = :c AND seq = 4"),
+            {"c": conv, "m": json.dumps({"status": "failed"})})
+        await session.execute(text(
+            "UPDATE messages SET content = 'edited' WHERE conversation_id = :c AND seq = 5"),
+            {"c": conv})
+    decoded: list[str] = []
+    original = json.loads
+
+    def loads(s: str) -> Any:
+        decoded.append(s)
+        return original(s)
+
+    with patch.object(store_messages.json, "loads", side_effect=loads):
+        async with reading(sf, "test") as session:
+            again = await read_history_rows(session, conv, known=known,
+                                            newest_first=True)
+    async with reading(sf, "test") as session:
+        assert [row for row, _ in again] == await read_history_page(session, conv,
+                                                                    newest_first=True)
+    assert [row.seq for row, _ in again] == [6, 5, 4, 3, 2, 1]
+    assert [row is known[row.seq].row for row, _ in again] == [
+        True, False, False, True, True, True]
+    assert len(decoded) == 2
+    assert again[2][0].metadata == {"status": "failed"}
+    assert again[1][0].content == "edited"

@@ -15,7 +15,7 @@ import asyncio
 import base64
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxstack.messages import ChatMessage, ContentPart, ImagePart, ImageURL, TextPart
 from ctxstack.store.errors import StorageError
@@ -35,32 +35,41 @@ def text_message(record: HistoryRow) -> ChatMessage:
                        metadata={**record.metadata, "seq": record.seq})
 
 
+class CachedRow(NamedTuple):
+    """A history row a load read, its metadata's stored JSON text, and its message."""
+
+    row: HistoryRow
+    metadata_text: str | None
+    message: ChatMessage
+
+
 class HistoryMessageCache:
-    """Text messages built by earlier history loads, kept to be reused by the next ones.
+    """Rows and text messages of earlier history loads, kept for the next ones.
 
     A chat turn loads the conversation's history every time, and at the default 64K
     budget that is ~1,000 rows after the checkpoint — nearly all of them the rows the
-    previous turn loaded. Building a :class:`ChatMessage` per row (a validated model)
-    and estimating its tokens was most of a load's CPU; with this cache a row the
-    previous load built is taken back as the same object, its token figures still
-    cached on it (a message is frozen; its figures depend only on its content and the
-    counter, which keys them).
+    previous turn loaded. Decoding each row's metadata (an answer's holds its turn's
+    events), building a :class:`ChatMessage` per row (a validated model) and estimating
+    its tokens was most of a load's CPU. With this cache a row read again unchanged is
+    the previous load's :class:`HistoryRow` (:func:`~ctxstack.store.messages.
+    read_history_rows` compares the stored metadata text instead of decoding it) and its
+    message is the same object, its token figures still cached on it (a message is
+    frozen; its figures depend only on its content and the counter, which keys them).
 
-    A cached message is reused only when the row read now equals the row it was built
-    from — ``seq``, role, text and metadata, compared value by value — so an edited,
-    deleted or re-inserted row is built anew: the database stays the truth, the cache
-    only saves the work of rebuilding what is unchanged. Each load replaces its
-    conversation's entry with the rows it read (older rows drop out as checkpoints
-    advance); the least recently loaded conversations are dropped beyond
-    ``max_messages`` messages or ``max_chars`` characters of text in all. One cache per
-    process, shared by its loads (they run on one event loop).
+    The rows are still read on every load, and an entry is reused only when the row
+    read now has the same ``seq``, role, text and metadata text: an edited, deleted or
+    re-inserted row is decoded and built anew — the database stays the truth, the cache
+    only saves rebuilding what is unchanged. Each load replaces its conversation's entry
+    with the rows it read (older rows drop out as checkpoints advance); the least
+    recently loaded conversations are dropped beyond ``max_messages`` messages or
+    ``max_chars`` characters of text and metadata in all. One cache per process, shared
+    by its loads (they run on one event loop).
     """
 
-    def __init__(self, *, max_messages: int = 20_000, max_chars: int = 20_000_000) -> None:
+    def __init__(self, *, max_messages: int = 20_000, max_chars: int = 40_000_000) -> None:
         self.max_messages = max_messages
         self.max_chars = max_chars
-        self._entries: OrderedDict[str, tuple[dict[int, tuple[HistoryRow, ChatMessage]], int]] \
-            = OrderedDict()
+        self._entries: OrderedDict[str, tuple[dict[int, CachedRow], int]] = OrderedDict()
         self._messages = 0
         self._chars = 0
 
@@ -68,32 +77,32 @@ class HistoryMessageCache:
         """Messages held, over all conversations."""
         return self._messages
 
-    def rows(self, conversation_id: str) -> dict[int, tuple[HistoryRow, ChatMessage]]:
-        """``seq`` → (the row, its message) as the last load of the conversation left
-        them (empty if none is cached). Read-only: a load gives its rows back with
+    def rows(self, conversation_id: str) -> dict[int, CachedRow]:
+        """``seq`` → :class:`CachedRow` as the last load of the conversation left them
+        (empty if none is cached). Read-only: a load gives its rows back with
         :meth:`store`."""
         entry = self._entries.get(conversation_id)
         return entry[0] if entry is not None else {}
 
-    def message(self, cached: dict[int, tuple[HistoryRow, ChatMessage]],
-                record: HistoryRow) -> ChatMessage:
-        """The text message of ``record`` (a row without images): the one in ``cached``
-        when it was built from an equal row, else a new one."""
+    @staticmethod
+    def message(cached: dict[int, CachedRow], record: HistoryRow) -> ChatMessage:
+        """The text message of ``record`` (a row without images): the cached one when
+        ``record`` is the row it was built from, else a new one."""
         hit = cached.get(record.seq)
-        if hit is not None and hit[0] == record:
-            return hit[1]
+        if hit is not None and hit.row is record:
+            return hit.message
         return text_message(record)
 
-    def store(self, conversation_id: str,
-              rows: dict[int, tuple[HistoryRow, ChatMessage]]) -> None:
-        """Keep ``rows`` (a load's text rows and messages) as the conversation's entry."""
+    def store(self, conversation_id: str, rows: dict[int, CachedRow]) -> None:
+        """Keep ``rows`` (a load's text rows) as the conversation's entry."""
         old = self._entries.pop(conversation_id, None)
         if old is not None:
             self._messages -= len(old[0])
             self._chars -= old[1]
         if not rows:
             return
-        chars = sum(len(row.content or "") for row, _ in rows.values())
+        chars = sum(len(c.row.content or "") + len(c.metadata_text or "")
+                    for c in rows.values())
         if len(rows) > self.max_messages or chars > self.max_chars:
             return  # larger than the whole cache: not kept
         self._entries[conversation_id] = (rows, chars)

@@ -84,12 +84,18 @@ from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore
 from ctxstack.store.fold import fold_older
 from ctxstack.store.history_messages import (
+    CachedRow,
     HistoryMessageCache,
     image_message,
     materialise,
     text_message,
 )
-from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
+from ctxstack.store.messages import (
+    HISTORY_ROLES,
+    HistoryRow,
+    read_history_page,
+    read_history_rows,
+)
 from ctxstack.store.models import Message
 from ctxstack.store.summaries import checkpoint_ref
 from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
@@ -256,9 +262,11 @@ class DbMemory(BaseMemory):
         self._llm_failed = False
         self._history_tokens = self.max_tokens
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
-        # what the message cache held for this conversation, and what this load gives back
-        self._cached: dict[int, tuple[HistoryRow, ChatMessage]] = {}
-        self._built: dict[int, tuple[HistoryRow, ChatMessage]] = {}
+        # what the message cache held for this conversation, the metadata texts of the
+        # rows read, and what this load gives back (see message_cache)
+        self._cached: dict[int, CachedRow] = {}
+        self._meta_texts: dict[int, str | None] = {}
+        self._built: dict[int, CachedRow] = {}
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
@@ -335,7 +343,8 @@ class DbMemory(BaseMemory):
                 message = text_message(record)
             else:
                 message = cache.message(self._cached, record)
-                self._built[record.seq] = (record, message)
+                self._built[record.seq] = CachedRow(record, self._meta_texts[record.seq],
+                                                    message)
             self._texts[record.seq] = message
             total += self.counter.count_message(message)
         return total
@@ -377,9 +386,7 @@ class DbMemory(BaseMemory):
             before: int | None = None
             limit = None if window is None else _clamp(window // FIRST_PAGE_TOKENS_PER_ROW)
             while True:
-                page = await read_history_page(
-                    session, self.conversation_id, after_seq=after, before_seq=before,
-                    limit=limit, newest_first=True)
+                page = await self._read_page(session, after, before, limit)
                 self.rows_read += len(page)
                 rows.extend(page)
                 tokens += await self._count_page(page)
@@ -397,8 +404,24 @@ class DbMemory(BaseMemory):
         rows.reverse()
         if self.message_cache is not None:
             self.message_cache.store(self.conversation_id, self._built)
-            self._cached = {}
+            self._cached, self._meta_texts = {}, {}
         return owner_id, rows
+
+    async def _read_page(self, session: Any, after: int, before: int | None,
+                         limit: int | None) -> list[HistoryRow]:
+        """One page, newest first; with a ``message_cache``, the rows the previous load
+        read unchanged are its very rows (their metadata not decoded again)."""
+        if self.message_cache is None:
+            return await read_history_page(
+                session, self.conversation_id, after_seq=after, before_seq=before,
+                limit=limit, newest_first=True)
+        pairs = await read_history_rows(
+            session, self.conversation_id, after_seq=after, before_seq=before,
+            limit=limit, newest_first=True, known=self._cached)
+        texts = self._meta_texts
+        for row, text in pairs:
+            texts[row.seq] = text
+        return [row for row, _ in pairs]
 
     async def _owner_files(
         self, owner_id: int, records: Sequence[HistoryRow]
