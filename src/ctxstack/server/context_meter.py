@@ -55,12 +55,33 @@ def measure(
     model_calls: int = 0,
     at: Literal["load", "call"] = "call",
 ) -> ContextData:
-    """The meter reading for ``messages`` against ``budget``."""
-    counter = counter or DEFAULT_COUNTER
+    """The meter reading for ``messages`` against ``budget``.
+
+    Runs before every model call over the whole context (~1,000 messages at the default
+    64K budget): :func:`part_of` is inlined for the messages that are not system
+    messages — a stored ``seq`` makes one history, else a user message is the question
+    and anything else the turn's tools — so a reading costs little more than the
+    (cached) per-message counts.
+    """
+    count = (counter or DEFAULT_COUNTER).count_message
     totals: dict[Part, int] = {"system": 0, "summary": 0, "history": 0, "tools": 0,
                                "question": 0}
+    history = question = tools = 0
     for message in messages:
-        totals[part_of(message)] += counter.count_message(message)
+        role = message.role
+        if role == "system":
+            totals[part_of(message)] += count(message)
+            continue
+        seq = message.metadata.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            history += count(message)
+        elif role == "user":
+            question += count(message)
+        else:
+            tools += count(message)
+    totals["history"] += history
+    totals["question"] += question
+    totals["tools"] += tools
     parts = ContextParts(**totals)
     return ContextData(budget=budget.usable_input_tokens, context_size=budget.context_size,
                        used=sum(totals.values()), parts=parts, model_calls=model_calls, at=at)

@@ -426,7 +426,8 @@ class DbMemory(BaseMemory):
     async def _owner_files(
         self, owner_id: int, records: Sequence[HistoryRow]
     ) -> dict[str, FileRecord]:
-        wanted = [str(ref.get("file_id")) for r in records for ref in r.image_refs]
+        wanted = [str(ref.get("file_id")) for r in records if "images" in r.metadata
+                  for ref in r.image_refs]
         return await self.file_store.infos(owner_id, wanted) if wanted else {}
 
     # ------------------------------------------------------------------ building
