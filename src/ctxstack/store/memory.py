@@ -98,7 +98,7 @@ from ctxstack.store.messages import (
 )
 from ctxstack.store.models import Message
 from ctxstack.store.summaries import checkpoint_ref
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, CalibratingCounter, TokenCounter
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     budget_margin,
@@ -335,6 +335,7 @@ class DbMemory(BaseMemory):
         """
         total = 0
         cache = self.message_cache
+        built: list[ChatMessage] = []
         for record in page:
             if "images" in record.metadata:
                 total += self._row_tokens(record)
@@ -346,8 +347,11 @@ class DbMemory(BaseMemory):
                 self._built[record.seq] = CachedRow(record, self._meta_texts[record.seq],
                                                     message)
             self._texts[record.seq] = message
-            total += self.counter.count_message(message)
-        return total
+            built.append(message)
+        counter = self.counter
+        if isinstance(counter, CalibratingCounter):  # one pass, the same figures
+            return total + sum(counter.count_each(built))
+        return total + sum(counter.count_message(m) for m in built)
 
     async def _count_page(self, page: Sequence[HistoryRow]) -> int:
         """:meth:`_page_tokens` on the event loop in slices (:func:`_slices`: at most
