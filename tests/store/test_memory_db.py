@@ -820,3 +820,48 @@ async def test_rows_read_again_unchanged_are_not_decoded_again(
     assert len(decoded) == 2
     assert again[2][0].metadata == {"status": "failed"}
     assert again[1][0].content == "edited"
+
+
+def _load_outcome(mem: DbMemory, history: list[ChatMessage]) -> dict[str, Any]:
+    return {
+        "history": [(m.role, m.text, m.metadata) for m in history],
+        "trailing": mem.trailing_message, "rows_read": mem.rows_read,
+        "omitted": mem.omitted_count, "folded": mem.folded_count,
+        "summarized": mem.summarized_count, "method": mem.method,
+        "original": mem.original_count, "compacted": mem.compacted_count,
+        "candidate": mem.checkpoint_candidate,
+    }
+
+
+@pytest.mark.parametrize("summarise", [False, True])
+async def test_a_load_with_the_message_cache_is_the_load_without_it(
+    sf: SessionFactory, conv: str, summarise: bool
+) -> None:
+    """Beyond the load window too: the cache's read-ahead serves the same pages (where
+    the load stops, what it folds, omits and keeps are unchanged) — on a first load, on
+    loads after new rows, a deleted row and a longer history than the previous load."""
+    from ctxstack.store.history_messages import HistoryMessageCache
+
+    cache = HistoryMessageCache()
+
+    async def both() -> None:
+        kw: dict[str, Any] = {"budget": 3_000, "load_window": 1.5, "max_fold_chunks": 2}
+        plain = memory(sf, conv, compact_llm=summariser() if summarise else None, **kw)
+        cached = memory(sf, conv, compact_llm=summariser() if summarise else None,
+                        message_cache=cache, **kw)
+        expected = _load_outcome(plain, await plain.get_messages())
+        assert _load_outcome(cached, await cached.get_messages()) == expected
+        assert expected["omitted"] or expected["folded"] or expected["rows_read"] < 40
+
+    await seed(sf, conv, 30, words=12)
+    await both()
+    await both()  # every row cached now
+    await seed(sf, conv, 7, start=30, words=60)  # longer rows: the window ends sooner
+    await both()
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "DELETE FROM messages WHERE conversation_id = :c AND seq = 33"), {"c": conv})
+    await both()
+    await seed(sf, conv, 400, start=37, words=5)  # far more than the last load read
+    await both()
+    await both()

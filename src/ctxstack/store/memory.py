@@ -113,6 +113,10 @@ MIN_PAGE = 32
 MAX_PAGE = 250
 """Rows per page: the ORM materialises a page on the event loop, so pages stay small
 enough (~10 ms) not to stall other streams."""
+MAX_READ_AHEAD = 4_000
+"""Rows a load with a message cache reads in one query at most (:meth:`DbMemory.
+_read_page`): the previous load's count, so a turn at the default 64K budget reads its
+~1,000 rows at once."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
 INLINE_COUNT_ROWS = 64
@@ -267,6 +271,8 @@ class DbMemory(BaseMemory):
         self._cached: dict[int, CachedRow] = {}
         self._meta_texts: dict[int, str | None] = {}
         self._built: dict[int, CachedRow] = {}
+        self._ahead: list[HistoryRow] = []  # rows read ahead, newest first (_read_page)
+        self._ahead_done = False  # …down to the checkpoint
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
@@ -413,12 +419,37 @@ class DbMemory(BaseMemory):
 
     async def _read_page(self, session: Any, after: int, before: int | None,
                          limit: int | None) -> list[HistoryRow]:
-        """One page, newest first; with a ``message_cache``, the rows the previous load
-        read unchanged are its very rows (their metadata not decoded again)."""
+        """One page: the ``limit`` newest rows after ``after`` and before ``before``.
+
+        With a ``message_cache``, the rows the previous load read unchanged are its very
+        rows (their metadata not decoded again), and the pages are served from one
+        read-ahead as long as the previous load of the conversation read (plus some
+        slack): the turn's ~1,000 rows come in one query, not four of at most
+        ``MAX_PAGE``. The pages are the same rows either way — each is the next ``limit``
+        rows of the same newest-first sequence — so where the load stops, and what it
+        holds, does not change; rows read ahead past that point are dropped.
+        """
         if self.message_cache is None:
             return await read_history_page(
                 session, self.conversation_id, after_seq=after, before_seq=before,
                 limit=limit, newest_first=True)
+        if limit is None:
+            return await self._read_rows(session, after, before, None)
+        ahead = self._ahead
+        assert not ahead or before is None or ahead[0].seq < before
+        if len(ahead) < limit and not self._ahead_done:
+            want = max(limit - len(ahead), min(MAX_READ_AHEAD, len(self._cached) + 16))
+            more = await self._read_rows(session, after, ahead[-1].seq if ahead else before,
+                                         want)
+            self._ahead_done = len(more) < want
+            ahead.extend(more)
+        page = ahead[:limit]
+        del ahead[:limit]
+        return page
+
+    async def _read_rows(self, session: Any, after: int, before: int | None,
+                         limit: int | None) -> list[HistoryRow]:
+        """Rows newest first, given back from the message cache where unchanged."""
         pairs = await read_history_rows(
             session, self.conversation_id, after_seq=after, before_seq=before,
             limit=limit, newest_first=True, known=self._cached)
