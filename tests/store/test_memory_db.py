@@ -865,3 +865,46 @@ async def test_a_load_with_the_message_cache_is_the_load_without_it(
     await seed(sf, conv, 400, start=37, words=5)  # far more than the last load read
     await both()
     await both()
+
+
+def test_what_the_cache_derives_from_a_message_lives_as_long_as_that_message() -> None:
+    """``derived`` makes once per cached message: the same message gives the same copy
+    back, also after the next load stored it again; a row built anew (another message
+    object), an uncached message or a dropped conversation gets a fresh one."""
+    from ctxstack.agent._decisions import context_message
+    from ctxstack.store.history_messages import CachedRow, HistoryMessageCache, text_message
+
+    made: list[ChatMessage] = []
+
+    def make(message: ChatMessage) -> ChatMessage:
+        made.append(message)
+        return context_message(message)
+
+    def cached(*rows: HistoryRow) -> dict[int, CachedRow]:
+        return {r.seq: CachedRow(r, "{}", text_message(r)) for r in rows}
+
+    cache = HistoryMessageCache(max_messages=3)
+    first = cached(HistoryRow(1, "user", "q1", {"kind": "query"}),
+                   HistoryRow(2, "assistant", "a1", {}))
+    cache.store("c", first)
+    question = first[1].message
+    copy = cache.derived("c", question, make)
+    assert copy == context_message(question)
+    assert copy.kind is None
+    assert not copy.pinned
+    assert cache.derived("c", question, make) is copy
+    assert cache.derived("c", question.model_copy(), make) is not copy  # not the cached one
+    assert cache.derived("other", question, make) is not copy
+    # the next load keeps the message: so is its copy; a row built anew gets a new one
+    second = {**first, 3: CachedRow(HistoryRow(3, "user", "q2", {"kind": "query"}), "{}",
+                                    text_message(HistoryRow(3, "user", "q2",
+                                                            {"kind": "query"})))}
+    cache.store("c", second)
+    assert cache.derived("c", question, make) is copy
+    rebuilt = cached(HistoryRow(1, "user", "q1", {"kind": "query"}))
+    cache.store("c", rebuilt)
+    assert cache.derived("c", rebuilt[1].message, make) is not copy
+    assert len(made) == 4
+    cache.store("d", cached(*(HistoryRow(i, "user", "x", {}) for i in range(1, 4))))
+    assert cache.rows("c") == {}
+    assert "c" not in cache._derived

@@ -70,6 +70,8 @@ class HistoryMessageCache:
         self.max_messages = max_messages
         self.max_chars = max_chars
         self._entries: OrderedDict[str, tuple[dict[int, CachedRow], int]] = OrderedDict()
+        # conversation → seq → (a cached message, what :meth:`derived` made of it)
+        self._derived: dict[str, dict[int, tuple[ChatMessage, ChatMessage]]] = {}
         self._messages = 0
         self._chars = 0
 
@@ -93,23 +95,55 @@ class HistoryMessageCache:
             return hit.message
         return text_message(record)
 
+    def derived(self, conversation_id: str, message: ChatMessage,
+                make: Callable[[ChatMessage], ChatMessage]) -> ChatMessage:
+        """``make(message)``, kept with the cached message: the next load that gives the
+        same message back gets the same result, not a new copy (whose token figures
+        would be estimated again). ``make`` must depend on the message alone; one
+        ``make`` per cache (the chat service's: the agent's context copy of a stored
+        question). A message that is not one of the conversation's cached messages
+        is simply ``make(message)``."""
+        entry = self._entries.get(conversation_id)
+        seq = message.metadata.get("seq")
+        if entry is None or not isinstance(seq, int):
+            return make(message)
+        cached = entry[0].get(seq)
+        if cached is None or cached.message is not message:
+            return make(message)
+        made = self._derived.setdefault(conversation_id, {})
+        hit = made.get(seq)
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        result = make(message)
+        made[seq] = (message, result)
+        return result
+
     def store(self, conversation_id: str, rows: dict[int, CachedRow]) -> None:
-        """Keep ``rows`` (a load's text rows) as the conversation's entry."""
+        """Keep ``rows`` (a load's text rows) as the conversation's entry (with what
+        :meth:`derived` made of the messages it keeps)."""
         old = self._entries.pop(conversation_id, None)
         if old is not None:
             self._messages -= len(old[0])
             self._chars -= old[1]
+        made = self._derived.pop(conversation_id, None)
+        if made:
+            kept = {seq: pair for seq, pair in made.items()
+                    if seq in rows and rows[seq].message is pair[0]}
+            if kept:
+                self._derived[conversation_id] = kept
         if not rows:
             return
         chars = sum(len(c.row.content or "") + len(c.metadata_text or "")
                     for c in rows.values())
         if len(rows) > self.max_messages or chars > self.max_chars:
+            self._derived.pop(conversation_id, None)
             return  # larger than the whole cache: not kept
         self._entries[conversation_id] = (rows, chars)
         self._messages += len(rows)
         self._chars += chars
         while self._messages > self.max_messages or self._chars > self.max_chars:
-            _, (dropped, dropped_chars) = self._entries.popitem(last=False)
+            gone, (dropped, dropped_chars) = self._entries.popitem(last=False)
+            self._derived.pop(gone, None)
             self._messages -= len(dropped)
             self._chars -= dropped_chars
 
