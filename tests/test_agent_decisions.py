@@ -123,6 +123,28 @@ def test_initial_messages_pin_only_the_current_query() -> None:
     assert decisions.initial_messages("", [], "q")[0].kind == "query"
 
 
+def test_a_history_passed_through_context_message_ahead_gives_the_same_context() -> None:
+    """The chat service applies ``context_message`` to its history before the agent
+    (keeping the copies between turns): the context is the one ``initial_messages``
+    builds from the raw history, and the copies it was given are used as they are."""
+    history = [
+        ChatMessage(role="user", content="old question", pinned=True,
+                    metadata={"kind": "query", "seq": 1, "mode": "react"}),
+        ChatMessage.assistant("answer", metadata={"seq": 2}),
+        ChatMessage.user("plain", metadata={"seq": 3}),
+    ]
+    ahead = [decisions.context_message(m) for m in history]
+    assert ahead[1] is history[1]
+    assert ahead[2] is history[2]
+    assert ahead[0].metadata == {"seq": 1, "mode": "react"}
+    assert not ahead[0].pinned
+    assert [decisions.context_message(m) for m in ahead] == ahead
+    raw = decisions.initial_messages("sys", history, "q")
+    done = decisions.initial_messages("sys", ahead, "q")
+    assert done == raw
+    assert done[1] is ahead[0]
+
+
 def test_tool_turn_messages_follow_call_order() -> None:
     turn = ChatMessage.assistant(None, tool_calls=calls(("a", {}), ("b", {})))
     outcomes = [ToolOutcome(call_id="c1", tool="b", arguments={}, content="B"),

@@ -214,8 +214,9 @@ def _reference_count(counter: CalibratingCounter, message: ChatMessage) -> int:
 
 @pytest.mark.parametrize("min_factor", [0.5, 1.0])
 def test_count_message_follows_the_rule_in_every_state(min_factor: float) -> None:
-    """Per message: base count × the factor of its kind (the overall factor before any
-    per-kind learning), rounded up, never below its floor — before learning, after
+    """Per message (``count_message``, and ``count_each`` over a list): base count × the
+    factor of its kind (the overall factor before any per-kind learning), rounded up,
+    never below its floor — before learning, after
     overall and per-kind learning upward and downward, for another model's view, and
     after a state is loaded into a fresh counter."""
     rng = random.Random(11)
@@ -233,6 +234,10 @@ def test_count_message_follows_the_rule_in_every_state(min_factor: float) -> Non
             fresh = m.model_copy()  # no cached figures
             assert c.count_message(m) == _reference_count(c, fresh)
             assert c.count_message(fresh) == _reference_count(c, fresh)
+        # count_each: the same figures in one pass, cached or not
+        expected = [_reference_count(c, m.model_copy()) for m in messages]
+        assert c.count_each(m.model_copy() for m in messages) == expected
+        assert c.count_each(messages) == expected
 
     check(counter)
     for ratio in (0.6, 1.4):

@@ -201,6 +201,32 @@ def test_meter_parts_add_up_and_classify_each_message() -> None:
     assert all(v > 0 for v in data.parts.model_dump().values())
 
 
+def test_the_meter_counts_each_message_in_the_part_part_of_names() -> None:
+    """``measure`` classifies inline; every part is the sum of its messages' counts as
+    :func:`part_of` classifies them (odd ``seq`` values included)."""
+    from ctxstack.tokens import HEURISTIC
+
+    messages = [
+        ChatMessage.system("You are helpful."),
+        ChatMessage.system("[Conversation summary]\nEarlier."),
+        ChatMessage.system("kind only", metadata={"kind": "summary", "seq": 2}),
+        _stored(3), _stored(4, "assistant"),
+        ChatMessage.user("a bool seq", metadata={"seq": True}),
+        ChatMessage.user("a text seq", metadata={"seq": "5"}),
+        ChatMessage.assistant("a float seq", metadata={"seq": 6.0}),
+        ChatMessage.user("the question " * 7),
+        ChatMessage(role="tool", content="42 " * 5, tool_call_id="c1"),
+        ChatMessage(role="tool", content="stored tool", tool_call_id="c2", metadata={"seq": 9}),
+    ]
+    expected = dict.fromkeys(("system", "summary", "history", "tools", "question"), 0)
+    for message in messages:
+        expected[part_of(message)] += HEURISTIC.count_message(message)
+    data = measure(messages, ModelBudget(context_size=8000, max_output_tokens=2000),
+                   counter=HEURISTIC)
+    assert data.parts.model_dump() == expected
+    assert data.used == sum(expected.values())
+
+
 def test_the_demo_budget_replaces_only_the_defaults() -> None:
     from ctxstack.budget import resolve_budget
     from ctxstack.server.demo_model import demo_budget

@@ -692,3 +692,219 @@ def test_a_page_is_counted_in_slices_bounded_by_rows_and_characters(
         assert 0 < stop - start <= memory.INLINE_COUNT_ROWS
         chars = sum(len(r.content or "") for r in page[start:stop])
         assert chars <= 1_000 or stop - start == 1
+
+
+# ---------------------------------------------------------------- the message cache
+async def test_a_message_cache_gives_back_unchanged_rows_as_the_same_messages(
+    sf: SessionFactory, conv: str
+) -> None:
+    """With a shared :class:`HistoryMessageCache` the next load takes back the previous
+    load's message for every unchanged row (the same object, its figures cached: nothing
+    is estimated again); the history is the one a load without the cache returns. A row
+    changed in the database since (text or metadata) is built anew from what is stored."""
+    from ctxstack.store.history_messages import HistoryMessageCache
+
+    await seed(sf, conv, 301)
+    cache = HistoryMessageCache()
+    spy = _CountingHeuristic()
+    first = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert len(cache) == 301  # the trailing question's row too
+    assert first == await memory(sf, conv, counter=spy).get_messages()
+    spy.estimated.clear()
+    second = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert second == first
+    assert all(a is b for a, b in zip(second, first, strict=True))
+    # only the trailing question, set aside as its own message, is counted again
+    assert set(spy.estimated) == {turn_text(300)}
+
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "UPDATE messages SET content = 'edited' WHERE conversation_id = :c AND seq = 5"),
+            {"c": conv})
+        await session.execute(text(
+            "UPDATE messages SET metadata = :m WHERE conversation_id = :c AND seq = 7"),
+            {"c": conv, "m": '{"kind": "note"}'})
+    third = await memory(sf, conv, counter=spy, message_cache=cache).get_messages()
+    assert third == await memory(sf, conv).get_messages()
+    changed = {m.metadata["seq"]: m for m in third if m.metadata["seq"] in (5, 7)}
+    assert changed[5].text == "edited"
+    assert changed[7].metadata == {"kind": "note", "seq": 7}
+    assert [m.metadata["seq"] for a, m in zip(second, third, strict=True)
+            if a is not m] == [5, 7]
+    assert set(spy.estimated) == {"edited", turn_text(6), turn_text(300)}
+
+
+def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
+    """Each load replaces its conversation's rows; the least recently stored
+    conversations go first past ``max_messages`` or ``max_chars`` (text and metadata
+    text); a load larger than the whole cache is not kept. A message is reused only for
+    the very row it was built from."""
+    from ctxstack.store.history_messages import CachedRow, HistoryMessageCache, text_message
+
+    def rows(n: int, size: int = 10) -> dict[int, CachedRow]:
+        out = {}
+        for seq in range(1, n + 1):
+            row = HistoryRow(seq, "user", "x" * (size - 2), {})
+            out[seq] = CachedRow(row, "{}", text_message(row))
+        return out
+
+    cache = HistoryMessageCache(max_messages=10, max_chars=1_000)
+    cache.store("a", rows(4))
+    cache.store("b", rows(4))
+    cache.store("a", rows(3))  # replaces a's rows, a becomes the newest
+    assert (len(cache), len(cache.rows("a")), len(cache.rows("b"))) == (7, 3, 4)
+    cache.store("c", rows(5))  # 12 > 10: b (the oldest) goes
+    assert (len(cache), cache.rows("b"), len(cache.rows("c"))) == (8, {}, 5)
+    cache.store("d", rows(2, size=480))  # 960 + 80 characters > 1,000: a, then c go
+    assert (len(cache), cache.rows("a"), cache.rows("c"), len(cache.rows("d"))) == (2, {}, {}, 2)
+    cache.store("e", rows(11))  # larger than the cache: not kept
+    assert (len(cache), cache.rows("e"), len(cache.rows("d"))) == (2, {}, 2)
+    cache.store("d", {})
+    assert len(cache) == 0
+    row = HistoryRow(1, "user", "hello", {"kind": "query"})
+    kept = {1: CachedRow(row, '{"kind": "query"}', text_message(row))}
+    assert cache.message(kept, row) is kept[1].message
+    equal = HistoryRow(1, "user", "hello", {"kind": "query"})
+    assert cache.message(kept, equal) is not kept[1].message
+    assert cache.message(kept, equal) == kept[1].message
+
+
+async def test_rows_read_again_unchanged_are_not_decoded_again(
+    sf: SessionFactory, conv: str
+) -> None:
+    """:func:`read_history_rows` gives back a known row (same ``seq``, role, text and
+    metadata text) as that very row, without decoding its metadata; a row whose metadata
+    or text changed is decoded from what is stored. The rows equal
+    :func:`read_history_page`'s."""
+    import json
+
+    from ctxstack.store import messages as store_messages
+    from ctxstack.store.db import reading
+    from ctxstack.store.history_messages import CachedRow, text_message
+    from ctxstack.store.messages import read_history_page, read_history_rows
+
+    events = {"status": "ok", "events": [{"event": "answer", "data": {"delta": "4", "n": 1.5}}]}
+    await append_messages(sf, conv, [
+        NewMessage(role="user" if i % 2 == 0 else "assistant", content=f"m{i}",
+                   metadata=events if i % 2 else {})
+        for i in range(6)])
+    async with reading(sf, "test") as session:
+        plain = await read_history_page(session, conv)
+        first = await read_history_rows(session, conv)
+    assert [row for row, _ in first] == plain
+    known = {row.seq: CachedRow(row, text, text_message(row)) for row, text in first}
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "UPDATE messages SET metadata = :m WHERE conversation_id = :c AND seq = 4"),
+            {"c": conv, "m": json.dumps({"status": "failed"})})
+        await session.execute(text(
+            "UPDATE messages SET content = 'edited' WHERE conversation_id = :c AND seq = 5"),
+            {"c": conv})
+    decoded: list[str] = []
+    original = json.loads
+
+    def loads(s: str) -> Any:
+        decoded.append(s)
+        return original(s)
+
+    with patch.object(store_messages.json, "loads", side_effect=loads):
+        async with reading(sf, "test") as session:
+            again = await read_history_rows(session, conv, known=known,
+                                            newest_first=True)
+    async with reading(sf, "test") as session:
+        assert [row for row, _ in again] == await read_history_page(session, conv,
+                                                                    newest_first=True)
+    assert [row.seq for row, _ in again] == [6, 5, 4, 3, 2, 1]
+    assert [row is known[row.seq].row for row, _ in again] == [
+        True, False, False, True, True, True]
+    assert len(decoded) == 2
+    assert again[2][0].metadata == {"status": "failed"}
+    assert again[1][0].content == "edited"
+
+
+def _load_outcome(mem: DbMemory, history: list[ChatMessage]) -> dict[str, Any]:
+    return {
+        "history": [(m.role, m.text, m.metadata) for m in history],
+        "trailing": mem.trailing_message, "rows_read": mem.rows_read,
+        "omitted": mem.omitted_count, "folded": mem.folded_count,
+        "summarized": mem.summarized_count, "method": mem.method,
+        "original": mem.original_count, "compacted": mem.compacted_count,
+        "candidate": mem.checkpoint_candidate,
+    }
+
+
+@pytest.mark.parametrize("summarise", [False, True])
+async def test_a_load_with_the_message_cache_is_the_load_without_it(
+    sf: SessionFactory, conv: str, summarise: bool
+) -> None:
+    """Beyond the load window too: the cache's read-ahead serves the same pages (where
+    the load stops, what it folds, omits and keeps are unchanged) — on a first load, on
+    loads after new rows, a deleted row and a longer history than the previous load."""
+    from ctxstack.store.history_messages import HistoryMessageCache
+
+    cache = HistoryMessageCache()
+
+    async def both() -> None:
+        kw: dict[str, Any] = {"budget": 3_000, "load_window": 1.5, "max_fold_chunks": 2}
+        plain = memory(sf, conv, compact_llm=summariser() if summarise else None, **kw)
+        cached = memory(sf, conv, compact_llm=summariser() if summarise else None,
+                        message_cache=cache, **kw)
+        expected = _load_outcome(plain, await plain.get_messages())
+        assert _load_outcome(cached, await cached.get_messages()) == expected
+        assert expected["omitted"] or expected["folded"] or expected["rows_read"] < 40
+
+    await seed(sf, conv, 30, words=12)
+    await both()
+    await both()  # every row cached now
+    await seed(sf, conv, 7, start=30, words=60)  # longer rows: the window ends sooner
+    await both()
+    async with sf() as session, session.begin():
+        await session.execute(text(
+            "DELETE FROM messages WHERE conversation_id = :c AND seq = 33"), {"c": conv})
+    await both()
+    await seed(sf, conv, 400, start=37, words=5)  # far more than the last load read
+    await both()
+    await both()
+
+
+def test_what_the_cache_derives_from_a_message_lives_as_long_as_that_message() -> None:
+    """``derived`` makes once per cached message: the same message gives the same copy
+    back, also after the next load stored it again; a row built anew (another message
+    object), an uncached message or a dropped conversation gets a fresh one."""
+    from ctxstack.agent._decisions import context_message
+    from ctxstack.store.history_messages import CachedRow, HistoryMessageCache, text_message
+
+    made: list[ChatMessage] = []
+
+    def make(message: ChatMessage) -> ChatMessage:
+        made.append(message)
+        return context_message(message)
+
+    def cached(*rows: HistoryRow) -> dict[int, CachedRow]:
+        return {r.seq: CachedRow(r, "{}", text_message(r)) for r in rows}
+
+    cache = HistoryMessageCache(max_messages=3)
+    first = cached(HistoryRow(1, "user", "q1", {"kind": "query"}),
+                   HistoryRow(2, "assistant", "a1", {}))
+    cache.store("c", first)
+    question = first[1].message
+    copy = cache.derived("c", question, make)
+    assert copy == context_message(question)
+    assert copy.kind is None
+    assert not copy.pinned
+    assert cache.derived("c", question, make) is copy
+    assert cache.derived("c", question.model_copy(), make) is not copy  # not the cached one
+    assert cache.derived("other", question, make) is not copy
+    # the next load keeps the message: so is its copy; a row built anew gets a new one
+    second = {**first, 3: CachedRow(HistoryRow(3, "user", "q2", {"kind": "query"}), "{}",
+                                    text_message(HistoryRow(3, "user", "q2",
+                                                            {"kind": "query"})))}
+    cache.store("c", second)
+    assert cache.derived("c", question, make) is copy
+    rebuilt = cached(HistoryRow(1, "user", "q1", {"kind": "query"}))
+    cache.store("c", rebuilt)
+    assert cache.derived("c", rebuilt[1].message, make) is not copy
+    assert len(made) == 4
+    cache.store("d", cached(*(HistoryRow(i, "user", "x", {}) for i in range(1, 4))))
+    assert cache.rows("c") == {}
+    assert "c" not in cache._derived

@@ -31,15 +31,22 @@ def initial_messages(
     stands for. A history message that is itself pinned as the *query* (a stale one, from
     a memory that recorded it so) is unpinned so exactly one message is the current query.
     """
-    kept = [
-        m.replace(pinned=False, metadata={k: v for k, v in m.metadata.items() if k != "kind"})
-        if m.kind == "query" else m
-        for m in history
-    ]
+    kept = [context_message(m) if m.kind == "query" else m for m in history]
     out = [ChatMessage.system(system_prompt)] if system_prompt else []
     out.extend(kept)
     out.append(query_message(query))
     return out
+
+
+def context_message(message: ChatMessage) -> ChatMessage:
+    """A history message as :func:`initial_messages` puts it in the context: a stale
+    *query* is unpinned and loses its kind; any other message is itself. Idempotent: a
+    history already passed through it is left as it is (a caller may do it ahead, e.g.
+    the chat service, which keeps the copies of its stored questions between turns)."""
+    if message.kind != "query":
+        return message
+    return message.replace(pinned=False, metadata={k: v for k, v in message.metadata.items()
+                                                   if k != "kind"})
 
 
 def query_message(query: str) -> ChatMessage:

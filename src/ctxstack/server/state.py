@@ -29,6 +29,7 @@ from ctxstack.server.streams import StreamHub
 from ctxstack.store.calibration import load_calibration, save_calibration
 from ctxstack.store.db import SessionFactory, create_engine_from_url, engine_of, session_factory
 from ctxstack.store.files import FileStore
+from ctxstack.store.history_messages import HistoryMessageCache
 from ctxstack.store.model_configs import ModelConfigRecord, load_turn_models
 from ctxstack.tokens import (
     CalibratingCounter,
@@ -274,6 +275,10 @@ class ServiceState:
     llms: LLMProvider
     local_user: CurrentUser
     turns: set[asyncio.Task[None]] = field(default_factory=set)
+    history_cache: HistoryMessageCache = field(default_factory=HistoryMessageCache)
+    """The history messages the last loads built, reused by the next turn's load when
+    their rows are unchanged (:class:`~ctxstack.store.memory.DbMemory`'s
+    ``message_cache``)."""
     inject_poller: InjectDispatcher = field(init=False)
     """The worker's one poller of :attr:`injects` for all its running turns."""
     streams: StreamHub = field(init=False)

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxstack.agent import ReActAgent
 from ctxstack.agent import _events as agent_events
+from ctxstack.agent._decisions import context_message
 from ctxstack.agent._recall import recall_spec
 from ctxstack.budget import ModelBudget
 from ctxstack.compaction._summaries import SUMMARY_REF_KEY
@@ -263,6 +264,8 @@ class Turn:
             # the ReAct run offers recall once history is archived (after a checkpoint):
             # the summary request's tools are that call's
             archive_tools=[recall_spec()] if self.spec.mode == "react" else None,
+            # the previous turn's messages, taken back where their rows are unchanged
+            message_cache=self.state.history_cache,
         )
         history = await memory.get_messages()
         self.summarising.end(memory.was_compacted)
@@ -348,7 +351,7 @@ class Turn:
         agent = ReActAgent(
             llm, service_tools(), guard,
             system_prompt=SYSTEM_PROMPT,
-            memory=StaticMemory(history),
+            memory=StaticMemory(self._context_history(history)),
             budget=budget,
             max_iterations=self.state.settings.max_iterations,
         )
@@ -391,6 +394,16 @@ class Turn:
                     raise TurnFailed(event.message, error_type=event.error_type)
                 case _:
                     pass
+
+    def _context_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        """The history as the agent puts it in the context (:func:`context_message`: the
+        stored questions unpinned, without their kind) — done here so the copies of the
+        stored questions are the message cache's, the same objects turn after turn with
+        their token figures and guard marks, instead of ~half the history built and
+        counted anew by every turn. The agent finds nothing left to change."""
+        cache, cid = self.state.history_cache, self.spec.conversation_id
+        return [cache.derived(cid, m, context_message) if m.kind == "query" else m
+                for m in history]
 
     # ------------------------------------------------------------------ DAG
     async def _run_dag(

@@ -83,11 +83,22 @@ from ctxstack.store.conversations import fetch_conversation
 from ctxstack.store.db import SessionFactory, reading
 from ctxstack.store.files import FileRecord, FileStore
 from ctxstack.store.fold import fold_older
-from ctxstack.store.history_messages import image_message, materialise, text_message
-from ctxstack.store.messages import HISTORY_ROLES, HistoryRow, read_history_page
+from ctxstack.store.history_messages import (
+    CachedRow,
+    HistoryMessageCache,
+    image_message,
+    materialise,
+    text_message,
+)
+from ctxstack.store.messages import (
+    HISTORY_ROLES,
+    HistoryRow,
+    read_history_page,
+    read_history_rows,
+)
 from ctxstack.store.models import Message
 from ctxstack.store.summaries import checkpoint_ref
-from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, CalibratingCounter, TokenCounter
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     budget_margin,
@@ -102,6 +113,10 @@ MIN_PAGE = 32
 MAX_PAGE = 250
 """Rows per page: the ORM materialises a page on the event loop, so pages stay small
 enough (~10 ms) not to stall other streams."""
+MAX_READ_AHEAD = 4_000
+"""Rows a load with a message cache reads in one query at most (:meth:`DbMemory.
+_read_page`): the previous load's count, so a turn at the default 64K budget reads its
+~1,000 rows at once."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
 INLINE_COUNT_ROWS = 64
@@ -151,6 +166,11 @@ class DbMemory(BaseMemory):
             them — so a history that fits here is not compacted a second time at the
             first call. Without them only the trailing question is set aside.
         tools: the tool specs every call sends (see ``system_prompt``).
+        message_cache: a :class:`~ctxstack.store.history_messages.HistoryMessageCache`
+            shared by the loads of one process (the chat service's): a row the previous
+            load of the conversation built, unchanged since, is taken back as that
+            message, its token figures already cached on it — no rebuilding and no
+            re-estimating of ~1,000 rows per turn. The loaded history is the same.
 
     After each load: ``was_compacted``, ``method`` (``"none"|"mask"|"llm"|"truncate"``),
     ``original_count`` (messages the loaded history stood for before compaction: the
@@ -186,6 +206,7 @@ class DbMemory(BaseMemory):
         system_prompt: str | None = None,
         tools: Sequence[ToolSpec] | None = None,
         archive_tools: Sequence[ToolSpec] | None = None,
+        message_cache: HistoryMessageCache | None = None,
     ) -> None:
         tokens = budget.usable_input_tokens if isinstance(budget, ModelBudget) else budget
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
@@ -216,6 +237,7 @@ class DbMemory(BaseMemory):
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools else None
         self.archive_tools = list(archive_tools) if archive_tools else []
+        self.message_cache = message_cache
         self._reset()
 
     @property
@@ -244,6 +266,13 @@ class DbMemory(BaseMemory):
         self._llm_failed = False
         self._history_tokens = self.max_tokens
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
+        # what the message cache held for this conversation, the metadata texts of the
+        # rows read, and what this load gives back (see message_cache)
+        self._cached: dict[int, CachedRow] = {}
+        self._meta_texts: dict[int, str | None] = {}
+        self._built: dict[int, CachedRow] = {}
+        self._ahead: list[HistoryRow] = []  # rows read ahead, newest first (_read_page)
+        self._ahead_done = False  # …down to the checkpoint
 
     # ------------------------------------------------------------------ BaseMemory
     async def add_message(self, message: ChatMessage | Mapping[str, Any]) -> None:
@@ -307,16 +336,28 @@ class DbMemory(BaseMemory):
         stored message is estimated once per load. (Counting the row's text and then a
         new message built from it estimated and classified every message twice.) A row
         with images is counted from the row (765 per image reference): its parts are
-        built once the owner's files are known.
+        built once the owner's files are known. With a ``message_cache``, a row the
+        previous load built, unchanged, is that load's message (figures cached on it).
         """
         total = 0
+        cache = self.message_cache
+        built: list[ChatMessage] = []
         for record in page:
             if "images" in record.metadata:
                 total += self._row_tokens(record)
+                continue
+            if cache is None:
+                message = text_message(record)
             else:
-                message = self._texts[record.seq] = text_message(record)
-                total += self.counter.count_message(message)
-        return total
+                message = cache.message(self._cached, record)
+                self._built[record.seq] = CachedRow(record, self._meta_texts[record.seq],
+                                                    message)
+            self._texts[record.seq] = message
+            built.append(message)
+        counter = self.counter
+        if isinstance(counter, CalibratingCounter):  # one pass, the same figures
+            return total + sum(counter.count_each(built))
+        return total + sum(counter.count_message(m) for m in built)
 
     async def _count_page(self, page: Sequence[HistoryRow]) -> int:
         """:meth:`_page_tokens` on the event loop in slices (:func:`_slices`: at most
@@ -348,14 +389,14 @@ class DbMemory(BaseMemory):
             after = self.checkpoint.last_seq if self.checkpoint else 0
             if self.checkpoint is not None and window is not None:
                 window = max(1, window - self.checkpoint.token_count)
+            if self.message_cache is not None:
+                self._cached = self.message_cache.rows(self.conversation_id)
             rows: list[HistoryRow] = []
             tokens = 0
             before: int | None = None
             limit = None if window is None else _clamp(window // FIRST_PAGE_TOKENS_PER_ROW)
             while True:
-                page = await read_history_page(
-                    session, self.conversation_id, after_seq=after, before_seq=before,
-                    limit=limit, newest_first=True)
+                page = await self._read_page(session, after, before, limit)
                 self.rows_read += len(page)
                 rows.extend(page)
                 tokens += await self._count_page(page)
@@ -371,12 +412,57 @@ class DbMemory(BaseMemory):
                 per_row = max(1, tokens // len(rows))
                 limit = _clamp(int((window - tokens) / per_row * 1.2) + 8)
         rows.reverse()
+        if self.message_cache is not None:
+            self.message_cache.store(self.conversation_id, self._built)
+            self._cached, self._meta_texts = {}, {}
         return owner_id, rows
+
+    async def _read_page(self, session: Any, after: int, before: int | None,
+                         limit: int | None) -> list[HistoryRow]:
+        """One page: the ``limit`` newest rows after ``after`` and before ``before``.
+
+        With a ``message_cache``, the rows the previous load read unchanged are its very
+        rows (their metadata not decoded again), and the pages are served from one
+        read-ahead as long as the previous load of the conversation read (plus some
+        slack): the turn's ~1,000 rows come in one query, not four of at most
+        ``MAX_PAGE``. The pages are the same rows either way — each is the next ``limit``
+        rows of the same newest-first sequence — so where the load stops, and what it
+        holds, does not change; rows read ahead past that point are dropped.
+        """
+        if self.message_cache is None:
+            return await read_history_page(
+                session, self.conversation_id, after_seq=after, before_seq=before,
+                limit=limit, newest_first=True)
+        if limit is None:
+            return await self._read_rows(session, after, before, None)
+        ahead = self._ahead
+        assert not ahead or before is None or ahead[0].seq < before
+        if len(ahead) < limit and not self._ahead_done:
+            want = max(limit - len(ahead), min(MAX_READ_AHEAD, len(self._cached) + 16))
+            more = await self._read_rows(session, after, ahead[-1].seq if ahead else before,
+                                         want)
+            self._ahead_done = len(more) < want
+            ahead.extend(more)
+        page = ahead[:limit]
+        del ahead[:limit]
+        return page
+
+    async def _read_rows(self, session: Any, after: int, before: int | None,
+                         limit: int | None) -> list[HistoryRow]:
+        """Rows newest first, given back from the message cache where unchanged."""
+        pairs = await read_history_rows(
+            session, self.conversation_id, after_seq=after, before_seq=before,
+            limit=limit, newest_first=True, known=self._cached)
+        texts = self._meta_texts
+        for row, text in pairs:
+            texts[row.seq] = text
+        return [row for row, _ in pairs]
 
     async def _owner_files(
         self, owner_id: int, records: Sequence[HistoryRow]
     ) -> dict[str, FileRecord]:
-        wanted = [str(ref.get("file_id")) for r in records for ref in r.image_refs]
+        wanted = [str(ref.get("file_id")) for r in records if "images" in r.metadata
+                  for ref in r.image_refs]
         return await self.file_store.infos(owner_id, wanted) if wanted else {}
 
     # ------------------------------------------------------------------ building

@@ -29,13 +29,14 @@ service saves a turn's messages with its compaction checkpoint) calls
 from __future__ import annotations
 
 import functools
+import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy import Integer, Row, bindparam, func, insert, select, update
+from sqlalchemy import Integer, Row, Text, bindparam, cast, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -67,6 +68,9 @@ MESSAGE_COLUMNS = ("id", "conversation_id", "seq", "role", "content", "kind", "m
 unpacks a row (a test checks the table against it)."""
 HISTORY_COLUMNS = (_MESSAGES.c.seq, _MESSAGES.c.role, _MESSAGES.c.content, _MESSAGES.c.metadata)
 """What a history load selects (:class:`HistoryRow`)."""
+HISTORY_TEXT_COLUMNS = (*HISTORY_COLUMNS[:3], cast(_MESSAGES.c.metadata, Text))
+""":data:`HISTORY_COLUMNS` with the metadata as its stored JSON text
+(:func:`read_history_rows`)."""
 
 # The two statements of every append (a chat turn makes two appends), built once with
 # bound parameters: building a Core statement and computing its cache key cost ~0.1 ms
@@ -443,12 +447,15 @@ def page_statement(
 
 @functools.lru_cache(maxsize=64)
 def _page_template(bounded: bool, roles: tuple[str, ...] | None, limited: bool,
-                   newest_first: bool, history: bool = False) -> Any:
+                   newest_first: bool, history: bool = False,
+                   metadata_text: bool = False) -> Any:
     """:func:`page_statement`'s shape with bound parameters, built once per shape: a
     turn's history read builds no statement (construction and cache key cost ~0.1 ms
-    of CPU per statement, issue 15). ``history``: only :data:`HISTORY_COLUMNS`."""
+    of CPU per statement, issue 15). ``history``: only :data:`HISTORY_COLUMNS`
+    (``metadata_text``: :data:`HISTORY_TEXT_COLUMNS`)."""
     messages = _MESSAGES.c
-    columns = select(*HISTORY_COLUMNS) if history else select(_MESSAGES)
+    columns = (select(*HISTORY_TEXT_COLUMNS) if metadata_text else select(*HISTORY_COLUMNS)) \
+        if history else select(_MESSAGES)
     stmt = columns.where(messages.conversation_id == bindparam("b_conversation"),
                          messages.seq > bindparam("b_after"))
     if bounded:
@@ -505,6 +512,53 @@ async def read_history_page(
                           newest_first, history=True)
     bound = _page_params(conversation_id, after_seq, before_seq, limit)
     return [HistoryRow.from_row(r) for r in await session.execute(stmt, bound)]
+
+
+class KnownRow(Protocol):
+    """A row an earlier read returned, with its metadata's JSON text (what
+    :func:`read_history_rows` can give back without decoding it again)."""
+
+    @property
+    def row(self) -> HistoryRow: ...
+
+    @property
+    def metadata_text(self) -> str | None: ...
+
+
+async def read_history_rows(
+    session: AsyncSession,
+    conversation_id: str,
+    *,
+    after_seq: int = 0,
+    before_seq: int | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+    known: Mapping[int, KnownRow] | None = None,
+) -> list[tuple[HistoryRow, str | None]]:
+    """:func:`read_history_page`'s rows, each with its metadata's stored JSON text.
+
+    A row whose ``seq``, role, text and metadata text equal those of ``known[seq]`` is
+    that entry's :class:`HistoryRow` (the very object): its metadata is not decoded
+    again. On a conversation stored by the chat service every answer's metadata holds
+    the turn's events, so decoding ~1,000 of them was a large part of a turn's history
+    read; comparing the text costs a string comparison. Any other row is decoded as the
+    column's own type decodes it (``json.loads``; ``{}`` when NULL).
+    """
+    stmt = _page_template(before_seq is not None, HISTORY_ROLES, limit is not None,
+                          newest_first, history=True, metadata_text=True)
+    bound = _page_params(conversation_id, after_seq, before_seq, limit)
+    known = known or {}
+    out: list[tuple[HistoryRow, str | None]] = []
+    for seq, role, content, text in (await session.execute(stmt, bound)).all():
+        hit = known.get(seq)
+        if hit is not None and hit.metadata_text == text:
+            row = hit.row
+            if row.content == content and row.role == role:
+                out.append((row, text))
+                continue
+        out.append((HistoryRow(seq, role, content,
+                               (json.loads(text) if text is not None else None) or {}), text))
+    return out
 
 
 async def list_messages(

@@ -528,6 +528,36 @@ class CalibratingCounter:
             return calibrated
         return max(calibrated, message_floor(message, self.base))
 
+    def count_each(self, messages: Iterable[ChatMessage]) -> list[int]:
+        """:meth:`count_message` of every message — the same figures — with the factors
+        looked up once for all of them, not once per message: what the chat service's
+        context meter runs over the whole context (~1,000 messages at a 64K budget)
+        before every model call."""
+        base = self.base
+        key = base.cache_key
+        learnt = self._kinds_learnt()
+        factors = [self.kind_factor(kind) for kind in range(len(CONTENT_KINDS))] if learnt \
+            else [self.factor()] * len(CONTENT_KINDS)
+        out: list[int] = []
+        for message in messages:
+            private = message.__pydantic_private__
+            cache = private["_token_cache"] if private else message_cache(message)
+            tokens = cache.get(key)
+            if tokens is None:
+                tokens = base.count_message(message)
+            if tokens <= 0:
+                out.append(tokens)
+                continue
+            if learnt:
+                kind = cache.get("content-kind")
+                factor = factors[message_kind(message) if kind is None else kind]
+            else:
+                factor = factors[0]
+            calibrated = math.ceil(tokens * factor)
+            out.append(calibrated if factor >= 1.0
+                       else max(calibrated, message_floor(message, base)))
+        return out
+
     def count_messages(self, messages: Iterable[ChatMessage]) -> int:
         """The calibrated total. A list extending the last observed call's messages is
         anchored on what the provider reported for them (:class:`CallAnchor`); otherwise
