@@ -198,3 +198,17 @@ async def test_a_newest_unit_beyond_the_watermark_is_kept_whole_up_to_the_budget
     assert out[-1] is big[-1]
     assert out[-2] is big[-2]
     assert guard.counter.count_messages(out) <= effective_budget(3_000, guard.counter)
+
+
+async def test_a_caller_that_refits_its_whole_history_keeps_the_budget_filled() -> None:
+    """``carried=False`` (a memory's view, a per-request filter: the next call fits the
+    whole stored history again) leaves no headroom: it would only drop context."""
+    history = [SYS, QUERY, *[m for i in range(40) for m in group(i)]]
+    guard = ContextGuard(default_budget=3_000)
+    low = effective_budget(int(3_000 * guard.options.target_fill), guard.counter)
+    carried = (await guard.check(history)).messages
+    refitted = (await guard.check(history, carried=False)).messages
+    assert guard.counter.count_messages(carried) <= low
+    assert low < guard.counter.count_messages(refitted) <= effective_budget(3_000, guard.counter)
+    assert refitted[-1] is history[-1]
+    assert carried[-1] is history[-1]

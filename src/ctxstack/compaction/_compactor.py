@@ -88,6 +88,11 @@ class CompactionContext:
     prefix: CallPrefix | None = None
     """The conversation's previous model call, for a cache-aligned summary request (its
     ``seen``: the pipeline's input, before any strategy changed it)."""
+    carried: bool = True
+    """Whether the caller carries the result into its next call (the guard in a loop),
+    so headroom left now saves compacting again at the next one. False for a caller that
+    fits the whole stored history afresh at every call (``DbMemory`` without a summary
+    checkpoint): there a truncation's headroom saves nothing and only drops context."""
     _fallback: Callable[[], Awaitable[CompactionResult]] | None = field(default=None,
                                                                        repr=False)
 

@@ -321,7 +321,9 @@ class Truncate:
     costs under prompt caching; ``benchmarks/bench_bill.py``). So the whole units older
     than the newest are kept up to the watermark only, when that keeps the newest unit
     whole; otherwise (the newest unit alone needs more) the walk keeps whole units up to
-    the full budget and only the boundary turn's fill stops at the watermark.
+    the full budget and only the boundary turn's fill stops at the watermark. A caller
+    that fits its whole stored history afresh at every call (``ctx.carried`` false) gets
+    whole units up to the budget: its next call truncates anew whatever this one leaves.
     """
 
     name = "truncate"
@@ -348,7 +350,7 @@ def _below_watermark(messages: list[ChatMessage], ctx: CompactionContext
     that keeps the newest message and at least one other history message, every kept
     message unchanged (no cut: the newest unit fits the watermark whole)."""
     low = int(ctx.budget * ctx.options.target_fill)
-    if low <= 0 or not messages:
+    if not ctx.carried or low <= 0 or not messages:
         return None
     out = smart_truncate(messages, low, counter=ctx.counter, fill=0)
     given = {id(m) for m in messages}

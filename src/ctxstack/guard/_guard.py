@@ -217,6 +217,7 @@ class ContextGuard:
         hint: Hint | str = "general",
         *,
         tools: Sequence[ToolSpec] | None = None,
+        carried: bool = True,
     ) -> list[Any]:
         """Return ``messages`` fitted to ``budget`` tokens (default: the guard's).
 
@@ -240,12 +241,13 @@ class ContextGuard:
         """
         if messages and isinstance(messages[0], Mapping):
             converted = from_openai_messages(_all_dicts(messages))
-            fitted = (await self.check(converted, budget, hint, tools=tools)).messages
+            fitted = (await self.check(converted, budget, hint, tools=tools,
+                                       carried=carried)).messages
             if fitted is converted:
                 return messages if isinstance(messages, list) else list(messages)
             return to_openai_messages(fitted)
         return (await self.check(messages, budget, hint,  # type: ignore[arg-type]
-                                 tools=tools)).messages
+                                 tools=tools, carried=carried)).messages
 
     async def check(
         self,
@@ -254,6 +256,7 @@ class ContextGuard:
         hint: Hint | str = "general",
         *,
         tools: Sequence[ToolSpec] | None = None,
+        carried: bool = True,
     ) -> GuardCheck:
         """:meth:`check_and_compact`, also returning this call's :class:`CompactionEvent`.
 
@@ -269,6 +272,12 @@ class ContextGuard:
         ``None`` (the default): the summariser gets the transcript request, as a caller
         whose list is not what its model saw (or whose summariser frames the request
         itself) needs.
+
+        ``carried``: whether the caller sends the result on as the start of its next call
+        (an agent loop, a framework that keeps the fitted history: the default), so a
+        truncation leaves the low watermark's headroom and the next calls append without
+        truncating again. False for a caller that fits its whole stored history afresh at
+        every call (a memory or a per-request filter): there headroom only drops context.
         """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else input_tokens(budget, "budget")
@@ -281,7 +290,8 @@ class ContextGuard:
             self._cuts += cut
             result = GuardCheck(current, None)
         else:
-            result = await self._compact(current, total, limit, checked, cut, tools)
+            result = await self._compact(current, total, limit, checked, cut, tools,
+                                         carried=carried)
         if self.on_check:
             await _notify(self.on_check, GuardCheckEvent(messages, result, limit, checked),
                           "on_check")
@@ -400,7 +410,7 @@ class ContextGuard:
     # ------------------------------------------------------------------ stage 3
     async def _compact(
         self, messages: list[ChatMessage], tokens_before: int, limit: int, hint: Hint,
-        cut_before: int, tools: Sequence[ToolSpec] | None = None,
+        cut_before: int, tools: Sequence[ToolSpec] | None = None, *, carried: bool = True,
     ) -> GuardCheck:
         started = time.perf_counter()
         counter = self.counter
@@ -408,7 +418,7 @@ class ContextGuard:
         pool, unpinned, cut_queries = apply_pinned_cap(messages, fits, self.pinned_cap, counter)
         # The messages as the model saw them (before the pinned cap, which keeps positions).
         seen = CallPrefix.of(seen=messages, tools=tools) if tools is not None else None
-        detailed, reason = await self._staged(pool, limit, hint, seen)
+        detailed, reason = await self._staged(pool, limit, hint, seen, carried=carried)
         result = detailed.messages
         method: CompactionMethod = "truncate" if detailed.method == "none" else detailed.method
         if method == "truncate" and reason is None and self.compact_llm is not None:
@@ -458,7 +468,8 @@ class ContextGuard:
         return GuardCheck(result, event)
 
     async def _staged(
-        self, pool: list[ChatMessage], limit: int, hint: Hint, prefix: CallPrefix | None = None
+        self, pool: list[ChatMessage], limit: int, hint: Hint, prefix: CallPrefix | None = None,
+        *, carried: bool = True,
     ) -> tuple[CompactionResult, str | None]:
         """The staged compaction; every failure, even an unexpected one, ends in truncation
         (with the reason)."""
@@ -470,6 +481,7 @@ class ContextGuard:
                 detailed = await compact_staged(
                     pool, self.compact_llm, limit, self.options.with_(hint=hint),
                     counter=self.counter, archive=self.archive, prefix=prefix,
+                    carried=carried,
                 )
         except TimeoutError:
             reason = f"compaction did not finish within {deadline:.1f}s"

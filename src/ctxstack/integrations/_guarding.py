@@ -39,8 +39,10 @@ class Guarded:
 async def guarded(
     guard: ContextGuard, messages: Sequence[ChatMessage], budget: int, hint: Hint
 ) -> Guarded:
-    """``guard.check`` as the fitted messages and the compactions of this call."""
-    result, event = await guard.check(messages, budget, hint)
+    """``guard.check`` as the fitted messages and the compactions of this call. The
+    callers (a session's or a memory's view, a per-call filter) fit the whole stored
+    history again at every call: ``carried=False``."""
+    result, event = await guard.check(messages, budget, hint, carried=False)
     return Guarded(result, (event,) if event is not None else ())
 
 

@@ -190,7 +190,9 @@ class ContextGuardMiddleware(AgentMiddleware):
         if self.system_tokens + counter.count_messages(converted) <= self.budget:
             return request, []
         head = [system_cm] if system_cm is not None else []
-        fitted, event = await self.guard.check([*head, *converted], self.budget, self.hint)
+        # a per-request fit (the state keeps its messages): carried into no later call
+        fitted, event = await self.guard.check([*head, *converted], self.budget, self.hint,
+                                               carried=False)
         events = [event] if event is not None else []
         new_system: ChatMessage | None = system_cm
         if head:

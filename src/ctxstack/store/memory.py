@@ -551,9 +551,11 @@ class DbMemory(BaseMemory):
         offered = [*(self.tools or []), *(self.archive_tools if self.checkpoint else [])]
         prefix = CallPrefix.of(before=around, tools=offered,
                                enabled=not any(m.images for m in history))
+        # Each load fits the stored history afresh: a truncation's headroom would carry
+        # into no later call (only a summary's checkpoint does), so none is left.
         result = await compact_staged(
             history, llm, self._history_tokens, self.options.with_(hint="general"),
-            counter=self.counter, prefix=prefix,
+            counter=self.counter, prefix=prefix, carried=False,
         )
         self.method = result.method
         self.was_compacted = result.method != "none"
