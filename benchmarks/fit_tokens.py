@@ -108,7 +108,7 @@ def feature_rows(texts: Sequence[str]) -> np.ndarray:
             rows[i, code] = count
         rows[i, 256] = traditional_count(text)
         hexes = _hex_classes(text)[0]
-        rows[i, 257] = digit_pieces(hexes, hexes.count(b"%x" % DIGIT))
+        rows[i, 257] = digit_pieces(hexes)
     return rows
 
 

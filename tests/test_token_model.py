@@ -33,7 +33,6 @@ from ctxstack.tokens._model import (
     _TRADITIONAL_CHARS,
     CHARS_PER_TOKEN_CEILING,
     CLASSES,
-    DIGITS_PER_TOKEN_CEILING,
     FAMILIES,
     FREQUENT_SYMBOLS,
     PAIR_WEIGHTS,
@@ -111,8 +110,8 @@ def test_pair_codes_hold_this_and_the_next_class() -> None:
 
 def reference_estimate(text: str, family: Family) -> int:
     """The model of ctxstack.tokens._model, one character at a time in Python: the pair
-    sum plus ⌊L / 4⌋ + ⌊L / 7⌋ pieces per run of L digits, with its floor: ⌈digits / 3⌉ +
-    ⌈other characters / 8⌉."""
+    sum plus ⌊L / 4⌋ + ⌊L / 7⌋ pieces per run of L digits, with its floor: ⌈characters /
+    8⌉."""
     if not text:
         return 0
     classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
@@ -127,12 +126,9 @@ def reference_estimate(text: str, family: Family) -> int:
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     digit = CLASSES.index("digit")
-    digits = classes.count(digit)
     runs = [len(list(run)) for cls, run in itertools.groupby(classes) if cls == digit]
     pieces = sum(length // 4 + length // 7 for length in runs)
-    floor = -(-digits // DIGITS_PER_TOKEN_CEILING) \
-        + -(-(len(text) - digits) // CHARS_PER_TOKEN_CEILING)
-    return max(int(tokens + 0.5) + pieces, floor)
+    return max(int(tokens + 0.5) + pieces, -(-len(text) // CHARS_PER_TOKEN_CEILING))
 
 
 def reference_script_features(text: str) -> list[int]:
@@ -462,7 +458,7 @@ def test_digit_pieces_never_under_count_a_runs_pieces(lengths: list[int], sep: s
 
     text = sep.join("7" * n for n in lengths)
     hexes = _hex_classes(text)[0]
-    got = digit_pieces(hexes, sum(lengths))
+    got = digit_pieces(hexes)
     exact = sum((n - 1) // 3 for n in lengths)
     assert got >= exact
     if all(n <= 7 or n in (10, 11, 13) for n in lengths):
@@ -474,8 +470,7 @@ def test_digit_pieces_stay_linear_on_a_hundred_thousand_digits() -> None:
 
     for text in ("7" * 100_000, "1234567 " * 12_500, "\x00" + "9" * 99_999):
         hexes = _hex_classes(text)[0]
-        digits = sum(c.isdigit() for c in text)
-        assert digit_pieces(hexes, digits) >= sum(
+        assert digit_pieces(hexes) >= sum(
             (len(run) - 1) // 3 for run in text.replace("\x00", " ").split())
 
 

@@ -748,7 +748,7 @@ def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
             out[seq] = CachedRow(row, "{}", text_message(row))
         return out
 
-    cache = HistoryMessageCache(max_messages=10, max_chars=1_000)
+    cache = HistoryMessageCache(max_messages=10, max_chars=1_000, min_rows=1)
     cache.store("a", rows(4))
     cache.store("b", rows(4))
     cache.store("a", rows(3))  # replaces a's rows, a becomes the newest
@@ -758,6 +758,13 @@ def test_the_message_cache_keeps_the_latest_loads_within_its_bounds() -> None:
     cache.store("d", rows(2, size=480))  # 960 + 80 characters > 1,000: a, then c go
     assert (len(cache), cache.rows("a"), cache.rows("c"), len(cache.rows("d"))) == (2, {}, {}, 2)
     cache.store("e", rows(11))  # larger than the cache: not kept
+    short = HistoryMessageCache()  # the default keeps only loads of 128 rows or more
+    short.store("s", rows(127, size=4))
+    assert (len(short), short.rows("s")) == (0, {})
+    short.store("s", rows(128, size=4))
+    assert len(short.rows("s")) == 128
+    short.store("s", rows(3, size=4))  # a shorter load replaces it: nothing is kept
+    assert (len(short), short.rows("s")) == (0, {})
     assert (len(cache), cache.rows("e"), len(cache.rows("d"))) == (2, {}, 2)
     cache.store("d", {})
     assert len(cache) == 0
@@ -883,7 +890,7 @@ def test_what_the_cache_derives_from_a_message_lives_as_long_as_that_message() -
     def cached(*rows: HistoryRow) -> dict[int, CachedRow]:
         return {r.seq: CachedRow(r, "{}", text_message(r)) for r in rows}
 
-    cache = HistoryMessageCache(max_messages=3)
+    cache = HistoryMessageCache(max_messages=3, min_rows=1)
     first = cached(HistoryRow(1, "user", "q1", {"kind": "query"}),
                    HistoryRow(2, "assistant", "a1", {}))
     cache.store("c", first)

@@ -62,13 +62,18 @@ class HistoryMessageCache:
     only saves rebuilding what is unchanged. Each load replaces its conversation's entry
     with the rows it read (older rows drop out as checkpoints advance); the least
     recently loaded conversations are dropped beyond ``max_messages`` messages or
-    ``max_chars`` characters of text and metadata in all. One cache per process, shared
-    by its loads (they run on one event loop).
+    ``max_chars`` characters of text and metadata in all. A load of fewer than
+    ``min_rows`` rows is not kept: rebuilding a short history costs little, and a
+    service with many short conversations would otherwise hold each one's rows (an
+    answer's events included) for nothing — its memory growing by ~20 KB a turn until
+    the bounds. One cache per process, shared by its loads (they run on one event loop).
     """
 
-    def __init__(self, *, max_messages: int = 20_000, max_chars: int = 40_000_000) -> None:
+    def __init__(self, *, max_messages: int = 20_000, max_chars: int = 40_000_000,
+                 min_rows: int = 128) -> None:
         self.max_messages = max_messages
         self.max_chars = max_chars
+        self.min_rows = min_rows
         self._entries: OrderedDict[str, tuple[dict[int, CachedRow], int]] = OrderedDict()
         # conversation → seq → (a cached message, what :meth:`derived` made of it)
         self._derived: dict[str, dict[int, tuple[ChatMessage, ChatMessage]]] = {}
@@ -131,8 +136,9 @@ class HistoryMessageCache:
                     if seq in rows and rows[seq].message is pair[0]}
             if kept:
                 self._derived[conversation_id] = kept
-        if not rows:
-            return
+        if len(rows) < self.min_rows:
+            self._derived.pop(conversation_id, None)
+            return  # short: cheap to rebuild, not worth its memory
         chars = sum(len(c.row.content or "") + len(c.metadata_text or "")
                     for c in rows.values())
         if len(rows) > self.max_messages or chars > self.max_chars:

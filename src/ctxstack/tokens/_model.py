@@ -127,11 +127,11 @@ that: the (digit, digit) pair weighs nothing, the pair at a run's end — (digit
 class), one per run — carries the run's first piece (it was fitted with the rest counted
 so: ``benchmarks/fit_tokens.py --digits``, on the fit texts and number-heavy tool output),
 and :func:`digit_pieces` adds the ⌊(L − 1) / 3⌋ pieces after it (exactly for the usual
-lengths, a piece over for some). The pair model alone
-charged digits pair by pair, which cannot follow ⌈L / 3⌉: a JSON list of 10-digit numbers
-(Unix times, phone numbers) was counted 28% low — more than the default margin, so a budget
-could overflow — and ISO timestamps 25% high. The estimate never goes below ⌈digits / 3⌉
-plus :func:`lower_bound` of the other characters."""
+lengths, a piece over for some). The pair model alone charged digits pair by pair, which
+cannot follow ⌈L / 3⌉: a JSON list of 10-digit numbers (Unix times, phone numbers) was
+counted 28% low — more than the default margin, so a budget could overflow — and ISO
+timestamps 25% high. (That is why the estimate used to be floored at ⌈digits / 3⌉; with
+the pieces counted, :func:`lower_bound` of all the characters is its only floor.)"""
 
 
 def _class_table() -> bytes:
@@ -224,24 +224,21 @@ def pair_codes(text: str) -> bytes:
     return _pairs(_hex_classes(text)[0]) if text else b""
 
 
-def digit_pieces(hexes: bytes, digits: int, start: int = 0, end: int | None = None) -> int:
+def digit_pieces(hexes: bytes, start: int = 0, end: int | None = None) -> int:
     """About Σ ⌊(L − 1) / 3⌋ over the runs of digits in a text (its class digits
-    ``hexes``; ``digits`` of them, all within ``hexes[start:end]``): the pieces each run
-    costs beyond its first (see :data:`DIGITS_PER_TOKEN_CEILING`), for two non-overlapping
-    counts, Σ ⌊L / 4⌋ + Σ ⌊L / 7⌋.
+    ``hexes``, every digit within ``hexes[start:end]``): the pieces each run costs beyond
+    its first (see :data:`DIGITS_PER_TOKEN_CEILING`), for two non-overlapping counts,
+    Σ ⌊L / 4⌋ + Σ ⌊L / 7⌋.
 
     Exact for runs of 1–7, 10, 11 and 13 digits (short numbers, years, phone numbers,
     Unix times in seconds and milliseconds); one piece over for 8, 9, 12 and some longer
     runs, and about 18% over on very long ones — never under, so never a cause of
     overflow. The exact sum needs each run's length (a regular expression over the text,
-    or a pass per threshold), which cost more than the rest of the estimate together;
-    these two ``count`` calls over the span that holds the digits are skipped when there
-    are too few digits to need them.
+    or a pass per threshold), which cost more than the rest of the estimate together; a
+    text with no run of four digits pays one ``count``.
     """
-    if digits < 4:
-        return 0
     total = hexes.count(_FOUR_DIGITS, start, end)
-    if total and digits >= 7:
+    if total:
         total += hexes.count(_SEVEN_DIGITS, start, end)
     return total
 
@@ -399,14 +396,11 @@ def estimator(family: Family) -> Callable[[str], int]:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
         first = hexes.find(_DIGIT_HEX)
-        if first < 0:
-            digits = 0
-        else:  # the span from the first digit to the last: numbers are often clustered
+        if first >= 0:  # the span from the first digit to the last: numbers cluster
             end = hexes.rfind(_DIGIT_HEX) + 1
-            digits = hexes.count(_DIGIT_HEX, first, end)
-            rounded += digit_pieces(hexes, digits, first, end)
-        floor = (digits + DIGITS_PER_TOKEN_CEILING - 1) // DIGITS_PER_TOKEN_CEILING \
-            + (len(text) - digits + CHARS_PER_TOKEN_CEILING - 1) // CHARS_PER_TOKEN_CEILING
+            if end - first >= 4:
+                rounded += digit_pieces(hexes, first, end)
+        floor = (len(text) + CHARS_PER_TOKEN_CEILING - 1) // CHARS_PER_TOKEN_CEILING
         return rounded if rounded > floor else floor
 
     return count
@@ -421,8 +415,7 @@ def estimate(text: str, family: Family = "o200k") -> int:
 
 
 def lower_bound(chars: int) -> int:
-    """The least the estimate ever says for a text of ``chars`` characters (≥ 1 if any);
-    a text with digits gets more (see :data:`DIGITS_PER_TOKEN_CEILING`)."""
+    """The least the estimate ever says for a text of ``chars`` characters (≥ 1 if any)."""
     return (chars + CHARS_PER_TOKEN_CEILING - 1) // CHARS_PER_TOKEN_CEILING
 
 
