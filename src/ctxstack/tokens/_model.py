@@ -180,6 +180,8 @@ _HEX_CLASS: Final = bytes(b"0123456789abcdef"[c] for c in _CLASS)
 _HAN_HEX: Final = b"0123456789abcdef"[CLASSES.index("han")].to_bytes(1, "big")
 _DIGIT_HEX: Final = b"0123456789abcdef"[CLASSES.index("digit")].to_bytes(1, "big")
 _CONTINUATION: Final = bytes(range(0x80, 0xC0))
+_DIGIT_PAIR: Final = bytes([CLASSES.index("digit") * 17])
+"""The pair byte (digit, digit) of :func:`_pairs`."""
 _FOUR_DIGITS: Final = _DIGIT_HEX * 4
 _SEVEN_DIGITS: Final = _DIGIT_HEX * 7
 # Frequent characters written differently in traditional Chinese (and mostly not in
@@ -224,22 +226,30 @@ def pair_codes(text: str) -> bytes:
     return _pairs(_hex_classes(text)[0]) if text else b""
 
 
-def digit_pieces(hexes: bytes, start: int = 0, end: int | None = None) -> int:
+def digit_pieces(hexes: bytes, pairs: bytes | None = None) -> int:
     """About Σ ⌊(L − 1) / 3⌋ over the runs of digits in a text (its class digits
-    ``hexes``, every digit within ``hexes[start:end]``): the pieces each run costs beyond
-    its first (see :data:`DIGITS_PER_TOKEN_CEILING`), for two non-overlapping counts,
-    Σ ⌊L / 4⌋ + Σ ⌊L / 7⌋.
+    ``hexes``; ``pairs`` its :func:`_pairs`, when the caller has them): the pieces each
+    run costs beyond its first (see :data:`DIGITS_PER_TOKEN_CEILING`), for two
+    non-overlapping counts, Σ ⌊L / 4⌋ + Σ ⌊L / 7⌋.
 
     Exact for runs of 1–7, 10, 11 and 13 digits (short numbers, years, phone numbers,
     Unix times in seconds and milliseconds); one piece over for 8, 9, 12 and some longer
     runs, and about 18% over on very long ones — never under, so never a cause of
     overflow. The exact sum needs each run's length (a regular expression over the text,
-    or a pass per threshold), which cost more than the rest of the estimate together; a
-    text with no run of four digits pays one ``count``.
+    or a pass per threshold), which cost more than the rest of the estimate together.
+
+    Text with no run of four digits mostly pays one ``find``: such a run has a (digit,
+    digit) pair at an even position, in the first half of ``pairs`` (a memchr). The
+    counts then cover the span from the first digit to the last (numbers cluster).
     """
-    total = hexes.count(_FOUR_DIGITS, start, end)
+    if pairs is None:
+        pairs = _pairs(hexes) if hexes else b""
+    if pairs.find(_DIGIT_PAIR, 0, (len(hexes) + 1) // 2) < 0:
+        return 0
+    first, end = hexes.find(_DIGIT_HEX), hexes.rfind(_DIGIT_HEX) + 1
+    total = hexes.count(_FOUR_DIGITS, first, end)
     if total:
-        total += hexes.count(_SEVEN_DIGITS, start, end)
+        total += hexes.count(_SEVEN_DIGITS, first, end)
     return total
 
 
@@ -395,11 +405,7 @@ def estimator(family: Family) -> Callable[[str], int]:
         if han:
             tokens += traditional * traditional_count(text, hexes)
         rounded = int(tokens + 0.5)
-        first = hexes.find(_DIGIT_HEX)
-        if first >= 0:  # the span from the first digit to the last: numbers cluster
-            end = hexes.rfind(_DIGIT_HEX) + 1
-            if end - first >= 4:
-                rounded += digit_pieces(hexes, first, end)
+        rounded += digit_pieces(hexes, pairs)
         floor = (len(text) + CHARS_PER_TOKEN_CEILING - 1) // CHARS_PER_TOKEN_CEILING
         return rounded if rounded > floor else floor
 
