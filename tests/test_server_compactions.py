@@ -202,8 +202,8 @@ def test_meter_parts_add_up_and_classify_each_message() -> None:
 
 
 def test_the_meter_counts_each_message_in_the_part_part_of_names() -> None:
-    """``measure`` classifies inline; every part is the sum of its messages' counts as
-    :func:`part_of` classifies them (odd ``seq`` values included)."""
+    """Every part is the sum of its messages' counts as :func:`part_of` classifies them
+    (odd ``seq`` values included)."""
     from ctxstack.tokens import HEURISTIC
 
     messages = [

@@ -29,7 +29,8 @@ from ctxstack.compaction import SUMMARY_PREFIX
 from ctxstack.messages import ChatMessage
 from ctxstack.server.compactions import stored_seq
 from ctxstack.server.sse import ContextData, ContextParts
-from ctxstack.tokens import DEFAULT_COUNTER, CalibratingCounter, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens._calibration import message_counts
 
 Part = Literal["system", "summary", "history", "tools", "question"]
 
@@ -55,36 +56,14 @@ def measure(
     model_calls: int = 0,
     at: Literal["load", "call"] = "call",
 ) -> ContextData:
-    """The meter reading for ``messages`` against ``budget``.
-
-    Runs before every model call over the whole context (~1,000 messages at the default
-    64K budget): :func:`part_of` is inlined for the messages that are not system
-    messages — a stored ``seq`` makes one history, else a user message is the question
-    and anything else the turn's tools — and a calibrating counter counts them all in
-    one pass (:meth:`~ctxstack.tokens.CalibratingCounter.count_each`, the same figures
-    as per message), so a reading costs little more than the cached figures' lookups.
-    """
+    """The meter reading for ``messages`` against ``budget``. Runs before every model call
+    over the whole context (~1,000 messages at the default 64K budget): a calibrating
+    counter counts them in one pass (:func:`~ctxstack.tokens._calibration.message_counts`)."""
     counter = counter or DEFAULT_COUNTER
-    counts = counter.count_each(messages) if isinstance(counter, CalibratingCounter) \
-        else [counter.count_message(m) for m in messages]
     totals: dict[Part, int] = {"system": 0, "summary": 0, "history": 0, "tools": 0,
                                "question": 0}
-    history = question = tools = 0
-    for message, n in zip(messages, counts, strict=True):
-        role = message.role
-        if role == "system":
-            totals[part_of(message)] += n
-            continue
-        seq = message.metadata.get("seq")
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            history += n
-        elif role == "user":
-            question += n
-        else:
-            tools += n
-    totals["history"] += history
-    totals["question"] += question
-    totals["tools"] += tools
+    for message, tokens in zip(messages, message_counts(counter, messages), strict=True):
+        totals[part_of(message)] += tokens
     parts = ContextParts(**totals)
     return ContextData(budget=budget.usable_input_tokens, context_size=budget.context_size,
                        used=sum(totals.values()), parts=parts, model_calls=model_calls, at=at)

@@ -98,7 +98,8 @@ from ctxstack.store.messages import (
 )
 from ctxstack.store.models import Message
 from ctxstack.store.summaries import checkpoint_ref
-from ctxstack.tokens import DEFAULT_COUNTER, CalibratingCounter, TokenCounter
+from ctxstack.tokens import DEFAULT_COUNTER, TokenCounter
+from ctxstack.tokens._calibration import message_counts
 from ctxstack.tokens._counter import (
     IMAGE_TOKENS,
     budget_margin,
@@ -354,10 +355,7 @@ class DbMemory(BaseMemory):
                                                     message)
             self._texts[record.seq] = message
             built.append(message)
-        counter = self.counter
-        if isinstance(counter, CalibratingCounter):  # one pass, the same figures
-            return total + sum(counter.count_each(built))
-        return total + sum(counter.count_message(m) for m in built)
+        return total + sum(message_counts(self.counter, built))
 
     async def _count_page(self, page: Sequence[HistoryRow]) -> int:
         """:meth:`_page_tokens` on the event loop in slices (:func:`_slices`: at most

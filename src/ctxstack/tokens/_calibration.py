@@ -504,40 +504,25 @@ class CalibratingCounter:
 
     def count_message(self, message: ChatMessage) -> int:
         """The base count times the factor for the message's kind (the overall factor
-        before any per-kind learning), rounded up; never below :func:`message_floor`.
-
-        Runs per message on every meter reading: the base figure and the content kind are
-        read from the message's cache directly, and the floor is looked up only when the
-        factor is below 1 — a floor never exceeds the base count, so a factor of at least
-        1 (the service's counters only correct upward) cannot take the result below it.
-        """
-        private = message.__pydantic_private__
-        cache = private["_token_cache"] if private else message_cache(message)
-        tokens = cache.get(self.base.cache_key)
-        if tokens is None:
-            tokens = self.base.count_message(message)
-        if tokens <= 0:
-            return tokens
-        if self._kinds_learnt():
-            kind = cache.get("content-kind")
-            factor = self.kind_factor(message_kind(message) if kind is None else kind)
-        else:
-            factor = self.factor()
-        calibrated = math.ceil(tokens * factor)
-        if factor >= 1.0:
-            return calibrated
-        return max(calibrated, message_floor(message, self.base))
+        before any per-kind learning), rounded up; never below :func:`message_floor`
+        (see :meth:`count_each`)."""
+        return self.count_each((message,))[0]
 
     def count_each(self, messages: Iterable[ChatMessage]) -> list[int]:
-        """:meth:`count_message` of every message — the same figures — with the factors
-        looked up once for all of them, not once per message: what the chat service's
-        context meter runs over the whole context (~1,000 messages at a 64K budget)
-        before every model call."""
+        """:meth:`count_message` of every message, the factors looked up once for all of
+        them: what the chat service's context meter and history load run over the whole
+        context (~1,000 messages at a 64K budget) at every call.
+
+        The base figure and the content kind are read from each message's cache
+        directly, and the floor is looked up only when the factor is below 1 — a floor
+        never exceeds the base count, so a factor of at least 1 (the service's counters
+        only correct upward) cannot take the result below it.
+        """
         base = self.base
         key = base.cache_key
         learnt = self._kinds_learnt()
         factors = [self.kind_factor(kind) for kind in range(len(CONTENT_KINDS))] if learnt \
-            else [self.factor()] * len(CONTENT_KINDS)
+            else [self.factor()]
         out: list[int] = []
         for message in messages:
             private = message.__pydantic_private__
@@ -600,3 +585,11 @@ class CalibratingCounter:
             f"CalibratingCounter(base={self.base.cache_key!r}, model={self.model!r}, "
             f"factor={self.factor():.3f}, samples={self.samples()})"
         )
+
+
+def message_counts(counter: TokenCounter, messages: Sequence[ChatMessage]) -> list[int]:
+    """Each message's count by ``counter``: a :class:`CalibratingCounter`'s in one pass
+    (:meth:`CalibratingCounter.count_each`), any other counter's message by message."""
+    if isinstance(counter, CalibratingCounter):
+        return counter.count_each(messages)
+    return [counter.count_message(m) for m in messages]
