@@ -210,16 +210,16 @@ start are pulled towards where the data has (almost) none of them."""
 DIGIT_RIDGE = 1e-5
 
 
-def fit_digits(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+def fit_digits(texts: dict[str, list[str]], family: Family, rows: np.ndarray) -> np.ndarray:
     """The weights of :data:`DIGIT_PAIRS` (units of 1/SCALE token), every other weight
-    fixed, with a run's pieces after its first counted as the estimator does (``digit_pieces``): ridge
-    least squares of the relative residual. The (digit, digit) pair stays 0; the pair at
-    a run's end, one per run, carries its first piece (see the estimator's
+    fixed, with a run's pieces after its first counted as the estimator does
+    (``digit_pieces``): ridge least squares of the relative residual. ``rows``: the
+    texts' :func:`feature_rows`. The (digit, digit) pair stays 0; the pair at a run's
+    end, one per run, carries its first piece (see the estimator's
     ``DIGITS_PER_TOKEN_CEILING``)."""
     from ctxstack.tokens._model import PAIR_WEIGHTS
 
     flat = [t for items in texts.values() for t in items]
-    rows = feature_rows(flat)
     x = rows[:, DIGIT_PAIRS]
     current = np.array([PAIR_WEIGHTS[family][c >> 4][c & 15] for c in DIGIT_PAIRS], float)
     y = exact_counts(flat, family)
@@ -244,18 +244,18 @@ def fit_digits(texts: dict[str, list[str]], family: Family) -> np.ndarray:
 
 def main_digits(argv: Sequence[str]) -> int:
     from benchmarks.number_corpus import number_texts
-    from ctxstack.tokens._model import PAIR_WEIGHTS
+    from ctxstack.tokens._model import PAIR_WEIGHTS, TRADITIONAL_WEIGHT
 
     texts, _missing = gather("fit", SAMPLES_PER_KIND)
     texts = {k: v for k, v in texts.items() if v}
     texts["numbers"] = number_texts("fit", SAMPLES_PER_KIND)
+    rows = feature_rows([t for items in texts.values() for t in items])  # both families'
     params: dict[Family, tuple[np.ndarray, float]] = {}
     for family in ENCODING_OF:
         units = np.array([[PAIR_WEIGHTS[family][a][b] for b in range(16)] for a in range(16)],
                          int).reshape(256)
         units[DIGIT << 4 | DIGIT] = 0
-        units[DIGIT_PAIRS] = fit_digits(texts, family)
-        from ctxstack.tokens._model import TRADITIONAL_WEIGHT
+        units[DIGIT_PAIRS] = fit_digits(texts, family, rows)
         params[family] = (units, TRADITIONAL_WEIGHT[family])
         print(family, "digit row:", list(units[DIGIT << 4:(DIGIT + 1) << 4]))
         print(family, "digit column:", list(units[DIGIT::16]))
