@@ -217,6 +217,47 @@ async def run_guard(trace: Trace, setting: Setting) -> Outcome:
                     writes=(estimated, measured))
 
 
+async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
+    """The guard as a stateless caller uses it — an OpenAI Agents session, a LlamaIndex
+    memory, ``DbMemory`` — which hands it the whole stored history at every call
+    (``carried=False``) and keeps only a summary checkpoint: after an LLM compaction the
+    next reads start from the summary and the messages it did not fold."""
+    mask_fill, target_fill, accept = setting
+    summariser = lossy_summarizer()
+    guard = ContextGuard(summariser, default_budget=trace.budget, archive=HistoryArchive(),
+                         options=CompactionOptions(mask_fill=mask_fill,
+                                                   target_fill=target_fill,
+                                                   mask_accept=accept))
+    pricer = _Pricer()
+    calls: list[PricedCall] = []
+    conversation: list[PricedCall] = []
+    fitted: list[ChatMessage] = []
+    checkpoint: tuple[ChatMessage, int] | None = None  # the summary, the first row after it
+    seen = summaries = 0
+    system = [m for m in trace.messages[:1] if m.role == "system"]
+    for i in trace.call_points:
+        # rows come from storage: new objects each read, as a store hands them out
+        rows = [m.model_copy() for m in trace.messages[:i]]
+        view = rows if checkpoint is None else [*system, checkpoint[0], *rows[checkpoint[1]:]]
+        fitted, event = await guard.check(view, trace.budget, "react_iteration",
+                                          carried=False, tools=[])
+        for request in summariser.calls[seen:]:
+            calls.append(pricer.call(request.messages))
+            summaries += 1
+        seen = len(summariser.calls)
+        if event is not None and event.method == "llm":
+            position = {id(r): n for n, r in enumerate(rows)}
+            at = next((n for n, m in enumerate(fitted) if m.kind == "summary"), None)
+            first = None if at is None else next(
+                (position[id(m)] for m in fitted[at + 1:] if id(m) in position), None)
+            if at is not None and first is not None:
+                checkpoint = (fitted[at], first)
+        conversation.append(pricer.call(fitted))
+        calls.append(conversation[-1])
+    return _outcome(calls, fitted, trace, conversation,
+                    compactions=guard.totals.compactions, summaries=summaries)
+
+
 def fitting_traces(n: int, budget: int) -> list[Trace]:
     """The generator's conversations (the fitting data), languages in turn."""
     out = []

@@ -200,15 +200,28 @@ async def test_a_newest_unit_beyond_the_watermark_is_kept_whole_up_to_the_budget
     assert guard.counter.count_messages(out) <= effective_budget(3_000, guard.counter)
 
 
-async def test_a_caller_that_refits_its_whole_history_keeps_the_budget_filled() -> None:
+async def test_a_caller_that_refits_its_whole_history_gets_a_stable_window_not_headroom(
+) -> None:
     """``carried=False`` (a memory's view, a per-request filter: the next call fits the
-    whole stored history again) leaves no headroom: it would only drop context."""
+    whole stored history again) leaves no watermark headroom — it would only drop
+    context — but a window whose start moves in steps (``tests/test_stable_window.py``):
+    it holds more than the budget less one step and one unit, and a call with one more
+    message sends the same prefix."""
     history = [SYS, QUERY, *[m for i in range(40) for m in group(i)]]
     guard = ContextGuard(default_budget=3_000)
+    fits = effective_budget(3_000, guard.counter)
     low = effective_budget(int(3_000 * guard.options.target_fill), guard.counter)
     carried = (await guard.check(history)).messages
     refitted = (await guard.check(history, carried=False)).messages
     assert guard.counter.count_messages(carried) <= low
-    assert low < guard.counter.count_messages(refitted) <= effective_budget(3_000, guard.counter)
+    step = fits - int(fits * guard.options.target_fill)
+    unit = guard.counter.count_messages(group(0))
+    assert fits - step - unit < guard.counter.count_messages(refitted) <= fits
     assert refitted[-1] is history[-1]
     assert carried[-1] is history[-1]
+    grown = [*history, *group(40, words=20)]
+    again = (await guard.check(grown, carried=False)).messages
+    # the same window start; only the output leaving the newest groups is newly cleared
+    tail = 2 * (guard.options.mask_keep_groups + 1)
+    assert dumped(again[: len(refitted) - tail]) == dumped(refitted[:-tail])
+    assert again[2] is refitted[2]

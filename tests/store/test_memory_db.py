@@ -448,11 +448,18 @@ async def test_without_a_checkpoint_the_load_window_bounds_the_rows_read(
     assert "left out" in mem.warnings[0]
     assert HEURISTIC.count_messages(history) <= 4_000
     assert history[-1].metadata["seq"] == 3_000
-    # The seed's behaviour (read everything) is still available, and agrees on the result.
+    # The seed's behaviour (read everything) is still available. A read from the first row
+    # keeps a stable window (its start counted from there, so it stays put from turn to
+    # turn); the read window, which moves every turn, fills the budget. Both are the
+    # newest messages, in order.
     with count_message_rows() as all_rows:
         full = memory(sf, conv, budget=4_000, load_window=None)
-        assert await full.get_messages() == history
+        whole = await full.get_messages()
     assert all_rows[0] == 3_001
+    assert HEURISTIC.count_messages(whole) <= 4_000
+    assert whole[-len(whole) + 1:] == history[-len(whole) + 1:]
+    assert [m.metadata["seq"] for m in whole[1:]] == list(
+        range(whole[1].metadata["seq"], 3_001))
 
 
 def _candidate(last_seq: int) -> CheckpointCandidate:

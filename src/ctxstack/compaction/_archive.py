@@ -42,6 +42,8 @@ so its order is the n-gram order; an English question is ranked by both.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import sqlite3
@@ -203,12 +205,25 @@ def snippet(text: str, query: str, size: int = SNIPPET_CHARS) -> str:
     return ("…" if start else "") + piece + ("…" if start + size < len(text) else "")
 
 
+def _wire_key(message: ChatMessage) -> bytes:
+    """A digest of ``message`` as a provider sees it (its OpenAI form): equal keys, one
+    archived message."""
+    wire = json.dumps(message.to_openai(), ensure_ascii=False, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.blake2b(wire.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 class HistoryArchive:
     """In-memory :class:`Archive` with hybrid search (see the module doc).
 
-    References are ``"a1"``, ``"a2"``…, in archiving order. A message that carries an
-    ``archive_ref`` in its metadata (a placeholder, or a copy already archived) is not
-    archived twice. Safe to share between the guards of one run (single event loop).
+    References are ``"a1"``, ``"a2"``…, in archiving order. A message is archived once: one
+    that carries an ``archive_ref`` in its metadata (a placeholder, or a copy already
+    archived) keeps it, and one equal to an archived message on the wire (role, content,
+    tool call and name; metadata aside) gets that message's reference. A caller that fits
+    its whole stored history afresh at every call hands the guard the same messages as
+    new objects each time: they keep their references, so the placeholders naming them
+    stay byte-identical from call to call (a cached prefix) and the archive does not grow
+    with every call. Safe to share between the guards of one run (single event loop).
     """
 
     def __init__(self) -> None:
@@ -218,6 +233,7 @@ class HistoryArchive:
         self._total_length = 0
         self._words: sqlite3.Connection | None = None
         self._summaries: dict[str, SummaryNode] = {}
+        self._by_wire: dict[bytes, str] = {}
 
     def close(self) -> None:
         """Free the word index's in-memory database, when done with the archive (a search
@@ -256,7 +272,13 @@ class HistoryArchive:
             if isinstance(known, str) and known in self._messages:
                 refs.append(known)
                 continue
+            key = _wire_key(message)
+            known = self._by_wire.get(key)
+            if known is not None:
+                refs.append(known)
+                continue
             ref = f"a{len(self._messages) + 1}"
+            self._by_wire[key] = ref
             stored = message.replace(metadata={**message.metadata, ARCHIVE_REF_KEY: ref})
             self._messages[ref] = stored
             grams = ngrams(searchable_text(message)[:MAX_INDEXED_CHARS])

@@ -91,10 +91,25 @@ class CompactionContext:
     carried: bool = True
     """Whether the caller carries the result into its next call (the guard in a loop),
     so headroom left now saves compacting again at the next one. False for a caller that
-    fits the whole stored history afresh at every call (``DbMemory`` without a summary
-    checkpoint): there a truncation's headroom saves nothing and only drops context."""
+    fits its whole stored history afresh at every call (a session's or memory's view, a
+    per-request filter): there headroom saves nothing; instead the mask and truncate
+    stages move their boundaries in steps fixed by the history itself, so consecutive
+    calls keep their prefix (*Stable windows* in :mod:`ctxstack.compaction._truncate`)."""
+    stable_start: bool = True
+    """For a caller that does not carry its result: whether the messages begin at a fixed
+    point of its stored history (its first message, or a summary checkpoint), from which
+    the stable boundaries are counted. False for a read window that moves with the
+    conversation (``DbMemory`` leaving older rows out): the budget is then filled."""
     _fallback: Callable[[], Awaitable[CompactionResult]] | None = field(default=None,
                                                                        repr=False)
+
+    def stride(self, fill: float) -> int | None:
+        """The step of the stable boundaries for a stage that would otherwise leave
+        ``fill`` of the budget (None: the caller carries its result, or its messages do
+        not start at a fixed point — see :attr:`carried` and :attr:`stable_start`)."""
+        if self.carried or not self.stable_start:
+            return None
+        return max(1, int(self.fits * (1 - fill)))
 
     def offer_fallback(self, make: Callable[[], Awaitable[CompactionResult]]) -> None:
         """Offer a fitting result, built only if it is used (see the module doc)."""

@@ -119,6 +119,8 @@ def plan_mask(
     max_tokens: int,
     options: CompactionOptions,
     counter: TokenCounter,
+    *,
+    stride: int | None = None,
 ) -> MaskPlan:
     """Tool outputs to clear so that ``messages`` fit ``mask_fill`` of ``max_tokens``.
 
@@ -126,6 +128,14 @@ def plan_mask(
     pinned, not already cleared, at least ``mask_min_tokens`` long. Chosen oldest first
     until the estimated total reaches the target; if clearing them all does not, all are
     chosen (the caller goes on to summarise). Pure.
+
+    ``stride`` (tokens), for a caller that hands in its whole stored history afresh at
+    every call: the clearing stops only at an epoch's end — the candidates up to the last
+    one before the tokens counted from the first message pass the next multiple of
+    ``stride``. The set cleared then depends on the history alone and stays the same from
+    call to call until the target needs the next epoch, so consecutive calls keep their
+    placeholders, and their prefix, byte-identical (see *Stable windows* in
+    :mod:`ctxstack.compaction._truncate`).
     """
     before = counter.count_messages(messages)
     target = int(max_tokens * options.mask_fill)
@@ -135,11 +145,15 @@ def plan_mask(
     keep = options.mask_keep_groups
     old = groups[: len(groups) - keep] if keep else groups
     calls = _calls_answered(messages)
+    offsets = _offsets(messages, counter) if stride is not None else []
     total = before
     chosen: list[int] = []
+    epoch_end: int | None = None  # after the target is reached: the epoch to finish
     for group in old:
         for i in group:
             m = messages[i]
+            if epoch_end is not None and offsets[i] >= epoch_end:
+                return MaskPlan(tuple(chosen), before, total)
             if m.pinned or m.metadata.get(MASKED_KEY):
                 continue
             cost = counter.count_message(m)
@@ -152,9 +166,20 @@ def plan_mask(
                 continue
             chosen.append(i)
             total -= saved
-            if total <= target:
-                return MaskPlan(tuple(chosen), before, total)
+            if total <= target and epoch_end is None:
+                if stride is None:
+                    return MaskPlan(tuple(chosen), before, total)
+                epoch_end = (offsets[i] // stride + 1) * stride
     return MaskPlan(tuple(chosen), before, total)
+
+
+def _offsets(messages: Sequence[ChatMessage], counter: TokenCounter) -> list[int]:
+    """Each message's position: the tokens of the messages before it."""
+    out, at = [], 0
+    for m in messages:
+        out.append(at)
+        at += counter.count_message(m)
+    return out
 
 
 def apply_mask(
@@ -196,8 +221,11 @@ class MaskToolOutputs:
         opts = ctx.options
         if not opts.mask:
             return None
-        plan = (await asyncio.to_thread(plan_mask, messages, ctx.fits, opts, ctx.counter)
-                if len(messages) > 64 else plan_mask(messages, ctx.fits, opts, ctx.counter))
+        stride = ctx.stride(opts.mask_fill)  # a caller refitting its history: whole epochs
+        plan = (await asyncio.to_thread(plan_mask, messages, ctx.fits, opts, ctx.counter,
+                                        stride=stride)
+                if len(messages) > 64 else plan_mask(messages, ctx.fits, opts, ctx.counter,
+                                                     stride=stride))
         if not plan:
             return None
 

@@ -61,10 +61,12 @@ async def compact_staged(
     archive: Archive | None = None,
     prefix: CallPrefix | None = None,
     carried: bool = True,
+    stable_start: bool = True,
 ) -> CompactionResult:
     """Fit ``messages`` into ``max_tokens`` with ``options.strategies`` (see the module doc).
 
-    ``carried``: see :attr:`~ctxstack.compaction.CompactionContext.carried`.
+    ``carried``, ``stable_start``: see :attr:`~ctxstack.compaction.CompactionContext.carried`
+    and :attr:`~ctxstack.compaction.CompactionContext.stable_start`.
 
     ``prefix`` describes the conversation's previous model call (what it sent ahead of
     ``messages``, its tools; ``seen`` defaults to ``messages`` as given here): a summary
@@ -85,7 +87,7 @@ async def compact_staged(
     ctx = CompactionContext(llm=llm, budget=max_tokens, fits=effective_budget(max_tokens, counter),
                             options=opts, counter=counter, archive=archive,
                             note=recall_note(opts.recall_tool) if archive is not None
-                            else None, carried=carried)
+                            else None, carried=carried, stable_start=stable_start)
     before = await ctx.count(msgs)
     ctx.prefix = prefix.seeing(msgs) if prefix is not None else None  # as the model saw it
     if before <= ctx.fits:

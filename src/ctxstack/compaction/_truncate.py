@@ -33,6 +33,21 @@ Rules, in priority order (docs/DESIGN.md §3, layer 2):
 A pinned assistant or tool message may open the history: pinning is the caller's explicit
 choice and wins over rule 6.
 
+**Stable windows** (``stride``). A caller that fits its whole stored history afresh at
+every call (a session's or memory's view, a per-request filter) cannot leave headroom for
+its next call: the walk above fills the budget each time, so the window's start moves with
+every new message and every call rewrites the provider's cached prefix (priced in
+``benchmarks/bench_bill.py``: ~2–5× the bill of sending the whole history). With a
+``stride`` the window's start is chosen among *epoch starts* only: the history units at
+which the tokens counted from the history's first unit pass a multiple of ``stride``.
+Those positions depend on the history alone and do not move as messages are appended, so
+the oldest epoch start whose whole suffix fits stays the window's start until the suffix
+outgrows the budget; then the start jumps by at least one epoch. Consecutive calls share
+their prefix in between, and the window fills between about ``budget − stride`` and the
+budget. Rules 1, 5 and 6 hold as above (pinned units and summaries kept, leading orphans
+dropped or the loop's opening user message kept as the anchor); when not even the newest
+epoch fits whole (one oversized unit), the plain walk decides.
+
 Input from a broken log (orphan tool results, calls without results) is repaired
 first: see :func:`smart_truncate`.
 
@@ -74,7 +89,7 @@ def check_budget(max_tokens: object, name: str = "max_tokens") -> int:
 
 def smart_truncate(
     messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None,
-    fill: float = 1.0,
+    fill: float = 1.0, stride: int | None = None,
 ) -> list[ChatMessage]:
     """Fit ``messages`` into ``max_tokens`` without an LLM. See the module docstring.
 
@@ -96,8 +111,14 @@ def smart_truncate(
     bring the result up to: 1 fills the budget, 0 is the plain walk. Whole units are kept
     up to the full budget either way, so a lower ``fill`` never keeps less than ``0``.
 
+    ``stride`` (tokens): for a caller that truncates its whole history afresh at every
+    call — the window's start moves in steps of about ``stride`` tokens, fixed by the
+    history itself, so consecutive calls send the same prefix (see *Stable windows* in
+    the module doc). ``None``: fill the budget.
+
     Raises:
-        ConfigError: ``max_tokens`` is not a positive integer or ``fill`` is not in [0, 1].
+        ConfigError: ``max_tokens`` is not a positive integer, ``fill`` is not in [0, 1],
+            or ``stride`` is not a positive integer.
         MessageError: an item is not a :class:`ChatMessage` (the error names its index,
             and the converter when it is an OpenAI-format dict).
     """
@@ -105,6 +126,8 @@ def smart_truncate(
     require_chat_messages(messages)
     if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 <= fill <= 1:
         raise ConfigError(f"fill: must be a number in [0, 1], got {fill!r}")
+    if stride is not None:
+        check_budget(stride, "stride")
     counter = counter or DEFAULT_COUNTER
     limit = effective_budget(max_tokens, counter)
     msgs = repair_tool_turns(messages)
@@ -113,9 +136,57 @@ def smart_truncate(
     layout = split_layout(msgs, counter)
     pinned_tokens = sum(u.tokens for u in layout.units if u.pinned)
     budget = limit - layout.prompt_tokens - pinned_tokens
-    kept = plan_truncation(msgs, layout, budget, counter,
-                           spare=None if fill == 0 else limit - int(limit * fill))
+    kept = None if stride is None else stable_window(layout.units, budget, stride)
+    if kept is None:
+        kept = plan_truncation(msgs, layout, budget, counter,
+                               spare=None if fill == 0 else limit - int(limit * fill))
     return assemble(msgs, layout, kept)
+
+
+def epoch_starts(units: Sequence[Unit], history: Sequence[int], stride: int) -> list[int]:
+    """Positions in ``history`` (unit indices, oldest first) of the units at which the
+    tokens counted from the first of them pass a multiple of ``stride``; the first unit is
+    one. Appending units never changes the earlier ones' positions."""
+    starts: list[int] = []
+    offset, epoch = 0, -1
+    for p, i in enumerate(history):
+        if offset // stride != epoch:
+            epoch = offset // stride
+            starts.append(p)
+        offset += units[i].tokens
+    return starts
+
+
+def stable_window(units: Sequence[Unit], budget: int, stride: int) -> Kept | None:
+    """The whole units from the oldest epoch start whose suffix fits ``budget`` (with
+    every summary, and the anchor when the suffix opens inside a tool loop), or None when
+    none fits (see *Stable windows* in the module doc)."""
+    history = [i for i, u in enumerate(units) if not u.pinned and not u.summary]
+    summaries = [i for i, u in enumerate(units) if not u.pinned and u.summary]
+    room = budget - sum(units[i].tokens for i in summaries)
+    if not history or room <= 0:
+        return None
+    suffix = [0] * (len(history) + 1)
+    for p in range(len(history) - 1, -1, -1):
+        suffix[p] = suffix[p + 1] + units[history[p]].tokens
+    # A pinned unit (not a summary) ahead of the window opens the history (rule 6).
+    opened = next((i for i, u in enumerate(units) if u.pinned and u.lead != "system"),
+                  len(units))
+    for p in epoch_starts(units, history, stride):
+        if suffix[p] > room:
+            continue
+        first = p  # leading orphans dropped: the window opens at a turn or a pinned unit
+        while (first < len(history) and history[first] < opened
+               and not units[history[first]].user_led):
+            first += 1
+        if first < len(history):
+            return {i: None for i in (*summaries, *history[first:])}
+        # No turn opens after the epoch start: the loop's opening user message anchors it.
+        anchor = next((history[q] for q in range(p - 1, -1, -1)
+                       if units[history[q]].user_led), None)
+        if anchor is not None and suffix[p] + units[anchor].tokens <= room:
+            return {i: None for i in (*summaries, anchor, *history[p:])}
+    return None
 
 
 def plan_truncation(
@@ -322,8 +393,10 @@ class Truncate:
     than the newest are kept up to the watermark only, when that keeps the newest unit
     whole; otherwise (the newest unit alone needs more) the walk keeps whole units up to
     the full budget and only the boundary turn's fill stops at the watermark. A caller
-    that fits its whole stored history afresh at every call (``ctx.carried`` false) gets
-    whole units up to the budget: its next call truncates anew whatever this one leaves.
+    that fits its whole stored history afresh at every call (``ctx.carried`` false) keeps
+    nothing of this result: it gets a stable window instead (``stride``: the same
+    headroom, as the step its start moves by), or the budget filled when its messages do
+    not start at a fixed point (``ctx.stable_start`` false).
     """
 
     name = "truncate"
@@ -337,8 +410,11 @@ class Truncate:
     async def truncate(self, messages: list[ChatMessage], ctx: CompactionContext
                        ) -> CompactionResult:
         """The truncation (never ``None``: the pipeline's last resort calls it directly)."""
+        # A caller that refits its stored history every call gets a stable window: its
+        # start moves in steps of the headroom a carried truncation would leave.
         out = _below_watermark(messages, ctx) or smart_truncate(
-            messages, ctx.budget, counter=ctx.counter, fill=ctx.options.target_fill)
+            messages, ctx.budget, counter=ctx.counter, fill=ctx.options.target_fill,
+            stride=ctx.stride(ctx.options.target_fill))
         archived = await ctx.archive_messages(dropped_messages(messages, out))
         return ctx.result(messages, out, "truncate",
                           reason=None if ctx.llm is not None else "no_llm", archived=archived)

@@ -277,7 +277,12 @@ class ContextGuard:
         (an agent loop, a framework that keeps the fitted history: the default), so a
         truncation leaves the low watermark's headroom and the next calls append without
         truncating again. False for a caller that fits its whole stored history afresh at
-        every call (a memory or a per-request filter): there headroom only drops context.
+        every call (a memory or a per-request filter): there headroom only drops context,
+        so the clearing of old tool outputs and the truncation's start move instead in
+        steps fixed by the history (counted from its first message), and consecutive calls
+        send the same prefix until a step is due (*Stable windows* in
+        :mod:`ctxstack.compaction._truncate`). Hand such a caller's history from the same
+        first message each time (the conversation's, or a summary checkpoint's).
         """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else input_tokens(budget, "budget")

@@ -550,10 +550,13 @@ class DbMemory(BaseMemory):
         prefix = CallPrefix.of(before=around, tools=offered,
                                enabled=not any(m.images for m in history))
         # Each load fits the stored history afresh: a truncation's headroom would carry
-        # into no later call (only a summary's checkpoint does), so none is left.
+        # into no later call (only a summary's checkpoint does), so none is left; the
+        # mask and truncate boundaries move in steps counted from the history's start
+        # (its first row or the checkpoint), unless the load window left rows out.
         result = await compact_staged(
             history, llm, self._history_tokens, self.options.with_(hint="general"),
             counter=self.counter, prefix=prefix, carried=False,
+            stable_start=not self.omitted_count,
         )
         self.method = result.method
         self.was_compacted = result.method != "none"
