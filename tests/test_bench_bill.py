@@ -52,6 +52,22 @@ async def test_the_guard_keeps_every_call_within_the_budget_and_prices_its_summa
     assert estimated == pytest.approx(measured, rel=0.1)
 
 
+async def test_a_stateless_caller_refits_the_stored_history_and_keeps_a_checkpoint() -> None:
+    """The adapters' way of using the guard, priced: within budget on every call, its
+    summaries checkpointed (the next calls start from them) and billed, and a bill well
+    under both whole history and truncating each call (it was above both before the
+    stable windows: every call rewrote the cached prefix)."""
+    conv = held_out(1, turns=60)
+    trace = Trace("h", list(conv.messages), [v for v, _ in conv.facts], budget=5_000)
+    out = await bench_bill.run_stateless(trace, DEFAULTS)
+    whole, truncated = bench_bill.run_whole(trace), bench_bill.run_truncate(trace)
+    assert out.within
+    assert out.calls == len(trace.call_points)
+    assert out.summaries > 0
+    assert out.bill < 0.8 * whole.bill
+    assert out.bill < 0.5 * truncated.bill
+
+
 def _totals(bill: float, facts: float) -> Totals:
     return Totals.of([Outcome(bill=bill, bill_hour=bill, sent=0, facts=facts, within=True,
                               calls=60)])

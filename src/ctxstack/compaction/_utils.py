@@ -45,14 +45,16 @@ class CompactUtils:
     @staticmethod
     def smart_truncate(
         messages: Sequence[ChatMessage], max_tokens: int, *, counter: TokenCounter | None = None,
-        fill: float = 1.0,
+        fill: float = 1.0, stride: int | None = None,
     ) -> list[ChatMessage]:
         """Fit ``messages`` into ``max_tokens`` without an LLM.
 
         See :mod:`ctxstack.compaction._truncate` for the rules (``fill``: how much of the
-        budget the boundary turn's fill may use, 0 to 1).
+        budget the boundary turn's fill may use, 0 to 1; ``stride``: a stable window for
+        a caller that truncates its whole history afresh at every call).
         """
-        return _truncate.smart_truncate(messages, max_tokens, counter=counter, fill=fill)
+        return _truncate.smart_truncate(messages, max_tokens, counter=counter, fill=fill,
+                                        stride=stride)
 
     llm_compact = staticmethod(_llm.llm_compact)
     """Summarise the oldest history into one rolling summary to fit ``max_tokens``; falls
