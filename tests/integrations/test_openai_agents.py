@@ -8,6 +8,7 @@ latest user message intact. Sessions run on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -240,6 +241,33 @@ async def test_truncating_session_never_splits_a_tool_pair(tmp_path: Any) -> Non
     assert_valid_for_provider(history)
     assert session.events
     assert session.events[0].method == "truncate"
+    await session.close()
+
+
+async def test_a_session_over_budget_reads_a_stable_window_turn_after_turn(
+    tmp_path: Any
+) -> None:
+    """The session reads its whole stored history at every call; over budget, what it
+    gives the model keeps its start for several turns (a cached prefix) instead of
+    sliding by one turn per call, and always fits."""
+    guard = ContextGuard()
+    session = CtxstackSession("s", guard, 600, f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
+    reads: list[list[Any]] = []
+    for n in range(60):
+        await session.add_items([
+            {"role": "user", "content": f"question {n} " + "pad " * 12},
+            {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": f"row {n} " * 8},
+            {"role": "assistant", "content": f"answer {n}"},
+        ])
+        history = await session.get_items()
+        assert_valid_for_provider(history)
+        assert history[0]["role"] == "user"
+        if len(history) < 4 * (n + 1):  # over budget: a window of the stored items
+            reads.append(history)
+    kept = sum(b[: len(a)] == a for a, b in itertools.pairwise(reads))
+    assert len(reads) > 30
+    assert kept >= 0.6 * (len(reads) - 1)
     await session.close()
 
 
