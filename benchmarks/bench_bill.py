@@ -237,7 +237,7 @@ async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
     conversation: list[PricedCall] = []
     fitted: list[ChatMessage] = []
     checkpoint: tuple[ChatMessage, int] | None = None  # the summary, the first row after it
-    seen = summaries = 0
+    seen = summaries = measured = estimated = 0
     system = [m for m in trace.messages[:1] if m.role == "system"]
     for i in trace.call_points:
         # rows come from storage: new objects each read, as a store hands them out
@@ -258,8 +258,13 @@ async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
                 checkpoint = (fitted[at], first)
         conversation.append(pricer.call(fitted))
         calls.append(conversation[-1])
+        if event is not None and len(conversation) > 1:
+            measured += conversation[-1].tokens - shared_prefix_tokens(conversation[-2],
+                                                                       conversation[-1])
+            estimated += event.cache_write_tokens_estimate
     return _outcome(calls, fitted, trace, conversation,
-                    compactions=guard.totals.compactions, summaries=summaries)
+                    compactions=guard.totals.compactions, summaries=summaries,
+                    writes=(estimated, measured))
 
 
 def fitting_traces(n: int, budget: int) -> list[Trace]:
@@ -423,6 +428,11 @@ def rows_of(m: dict[str, Any]) -> list[BenchRow]:
                 BenchRow(f"{at}: facts kept, guard as a stateless caller (baseline: the "
                          "loop's guard)", st.facts, "share", baseline=g.facts),
             ]
+            if st.measured_writes:
+                rows.append(BenchRow(
+                    f"{at}: CompactionEvent cache-write estimate ÷ measured writes, "
+                    "stateless caller", st.estimated_writes / st.measured_writes, "×",
+                    baseline=1.0))
             if g.measured_writes:
                 rows.append(BenchRow(
                     f"{at}: CompactionEvent cache-write estimate ÷ measured writes",

@@ -22,6 +22,7 @@ from ctxstack import CompactionOptions, ContextGuard, HistoryArchive
 from ctxstack.compaction import SUMMARY_PREFIX, smart_truncate
 from ctxstack.compaction._mask import apply_mask, plan_mask
 from ctxstack.errors import ConfigError
+from ctxstack.guard._events import first_changed
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC
 from ctxstack.tokens._counter import effective_budget
@@ -227,9 +228,14 @@ async def test_a_guard_refitting_stored_history_sends_a_stable_prefix() -> None:
     for i in range(90):
         stored += loop_step(i)
         fresh = [m.model_copy(deep=True) for m in stored]  # as a store hands them out
-        out, _ = await guard.check(fresh, carried=False)
+        out, event = await guard.check(fresh, carried=False)
         assert guard.counter.count_messages(out) <= effective_budget(4_000, guard.counter)
         assert_tool_pairing(out)
+        if event is not None and outs and len(outs[-1]) < len(stored) - 2:
+            # the estimate is what this call writes after the previous call's result
+            # (that caller sent the result, not its history)
+            at = first_changed(outs[-1], out)
+            assert event.cache_write_tokens_estimate == guard.counter.count_messages(out[at:])
         outs.append(out)
     over = [o for o in outs if len(o) < len(stored)]  # the calls that compacted
     shares = [rewritten_share(a, b) for a, b in itertools.pairwise(over)]

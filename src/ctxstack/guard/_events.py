@@ -72,8 +72,11 @@ class CompactionEvent(BaseModel):
     call's from their cache (~0.1× the input price) and write the rest (~1.25×, 2× for an
     hour-long cache), so this is what the next model call must write again that it would
     otherwise have read. ``0`` when the compaction left every message in place. An
-    estimate: the previous call held the messages before the newest appended ones, and a
-    summariser request the compaction sent is not included (its usage is ``usage``)."""
+    estimate: the previous call held the messages before the newest appended ones — for
+    a caller that refits its stored history (``carried=False``), the result the guard
+    last refitted for the same conversation (recognised by its opening messages; the
+    last 256 conversations kept), when it has one — and a summariser request the
+    compaction sent is not included (its usage is ``usage``)."""
 
     @property
     def fell_back(self) -> bool:

@@ -38,7 +38,9 @@ comes back untouched, pinned flags included).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -79,6 +81,9 @@ log = logging.getLogger(__name__)
 _CUT_REFS_KEPT = 256
 """Cut originals whose archive reference the guard remembers (a caller that keeps
 passing an original gets the same reference, and the original is archived once)."""
+_REFITS_KEPT = 256
+"""Conversations whose last refitted result the guard remembers (``carried=False``): what
+the next compaction's cache-write estimate is measured against."""
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
 """A compaction listener: a plain function or a coroutine function of the event."""
@@ -171,6 +176,9 @@ class ContextGuard:
         self._memo = MessageListMemo()
         # Originals stage 1 cut and archived (by id, the original held) → their reference.
         self._cut_refs: dict[int, tuple[ChatMessage, str]] = {}
+        # Conversation (its opening, see _conversation_key) → the last result refitted
+        # for it with carried=False: the call that result went to, for the next estimate.
+        self._refits: dict[bytes, list[ChatMessage]] = {}
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
@@ -412,6 +420,22 @@ class ContextGuard:
                 tags[id(copy)] = tagged
         return [tags.get(id(m), m) for m in current]
 
+    def _previous_call(self, messages: list[ChatMessage], result: list[ChatMessage],
+                       carried: bool) -> Sequence[ChatMessage]:
+        """What the caller's previous model call most likely sent: the messages before
+        the newest appended ones — or, for a caller that refits its stored history
+        (``carried`` false), the result this guard refitted last for the same
+        conversation, when it remembers one (that caller sends results, not its
+        history). ``result`` becomes the conversation's remembered one."""
+        if carried:
+            return messages
+        key = _conversation_key(messages)
+        previous = self._refits.pop(key, None)
+        self._refits[key] = result
+        while len(self._refits) > _REFITS_KEPT:
+            del self._refits[next(iter(self._refits))]
+        return messages if previous is None else previous
+
     # ------------------------------------------------------------------ stage 3
     async def _compact(
         self, messages: list[ChatMessage], tokens_before: int, limit: int, hint: Hint,
@@ -459,7 +483,8 @@ class ContextGuard:
             usage=detailed.usage,
             duration_s=time.perf_counter() - started,
             cache_write_tokens_estimate=counter.count_messages(
-                result[first_changed(messages, result):]),
+                result[first_changed(self._previous_call(messages, result, carried),
+                                     result):]),
         )
         self._totals = self._totals.add(event)
         log.info(
@@ -549,3 +574,16 @@ def _cache(message: ChatMessage) -> dict[str, int]:
     """The message's per-message cache, read directly: pydantic's private-attribute
     ``__getattr__`` costs ~1 µs, more than everything else on the under-budget path."""
     return message.__pydantic_private__["_token_cache"]  # type: ignore[index,no-any-return]
+
+
+def _conversation_key(messages: Sequence[ChatMessage]) -> bytes:
+    """A conversation's identity for a caller that refits it: the wire form of its
+    leading system messages and first other message (a stored history always opens the
+    same way; after a summary checkpoint it opens with the summary: a new key)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for message in messages:
+        digest.update(json.dumps(message.to_openai(), sort_keys=True,
+                                 ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if message.role != "system":
+            break
+    return digest.digest()
