@@ -77,6 +77,7 @@ from benchmarks.fidelity.scorer import (
     score_facts,
     survived,
 )
+from benchmarks.fidelity.sizing import sizing_name
 from benchmarks.fidelity.strategies import (
     NAIVE_REAL,
     Strategy,
@@ -151,7 +152,7 @@ _LAST: dict[bool, FidelityResult] = {}
 def conversations(quick: bool) -> list[Conversation]:
     if os.environ.get(SMOKE_ENV, "") not in ("", "0"):  # the test suite's smoke run
         return [generate(1, lang, target_tokens=6_000, n_facts=5) for lang in ("en", "mixed")]
-    seeds = (1,) if quick else (1, 2, 3)
+    seeds = (1,) if quick else (1, 2, 3, 4, 5, 6)
     return [generate(seed, lang, target_tokens=CONVERSATION_TOKENS,
                      n_facts=FACTS_PER_CONVERSATION)
             for seed in seeds for lang in LANGUAGES]
@@ -409,7 +410,7 @@ def fill_sets(quick: bool) -> dict[str, FillSet]:
 
     if os.environ.get(SMOKE_ENV, "") not in ("", "0"):
         return {"development": [dev(1, "en", 8_000, 4)], "held-out": [held(0, 12_000)]}
-    dev_seeds = (11, 12) if quick else (11, 12, 13)
+    dev_seeds = (11, 12) if quick else (11, 12, 13, 14, 15, 16)
     held_seeds = range(6) if quick else range(30)
     return {
         "development": [dev(seed, lang, FILL_TOKENS, FACTS_PER_CONVERSATION)
@@ -613,7 +614,9 @@ def report_markdown(quick: bool) -> str:
     sizes = [c.tokens for c in convs]
     parts.append(
         f"{len(convs)} conversations ({', '.join(LANGUAGES)}; seeds "
-        f"{sorted({c.seed for c in convs})}), {min(sizes):,}–{max(sizes):,} tokens and "
+        f"{sorted({c.seed for c in convs})}), {min(sizes):,}–{max(sizes):,} tokens (sized "
+        f"and counted with {sizing_name()}, a measure fixed apart from the estimator under "
+        "test: `benchmarks/fidelity/sizing.py`) and "
         f"{sum(len(c.messages) for c in convs) // len(convs)} messages on average, "
         f"{FACTS_PER_CONVERSATION} planted facts each ({', '.join(FACT_KINDS)}; constraints "
         "stated once by the user in the first tenth). Summariser: "

@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.fidelity import phrases
 from benchmarks.fidelity.phrases import Lang
 from benchmarks.fidelity.scorer import count_value
+from benchmarks.fidelity.sizing import sizing_counter
 from ctxstack.messages import ChatMessage, Role, ToolCall
-from ctxstack.tokens import HEURISTIC
 
 Language = Literal["en", "zh", "ja", "mixed"]
 LANGUAGES: tuple[Language, ...] = ("en", "zh", "ja", "mixed")
@@ -82,7 +82,7 @@ class Conversation(BaseModel):
 
     @property
     def tokens(self) -> int:
-        return HEURISTIC.count_messages(self.messages)
+        return sizing_counter().count_messages(self.messages)
 
 
 def _value_makers(rng: random.Random, cn: str) -> dict[FactKind, list[Callable[[], str]]]:
@@ -279,8 +279,9 @@ def generate(
             message_index=index, role=role, language=lang,
         ))
 
-    while pending or HEURISTIC.count_messages(messages) < target_tokens:
-        progress = HEURISTIC.count_messages(messages) / target_tokens
+    size = sizing_counter()
+    while pending or size.count_messages(messages) < target_tokens:
+        progress = size.count_messages(messages) / target_tokens
         here = [i for i in pending if at_share[i] <= progress]
         for i in here:
             pending.remove(i)

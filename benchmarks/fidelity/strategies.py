@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.fidelity.sizing import exact_o200k
 from ctxstack.compaction import CompactUtils
 from ctxstack.compaction._prompts import HINTS
 from ctxstack.errors import TokenizerUnavailableError
@@ -38,7 +39,7 @@ from ctxstack.llm import LLM, ScriptedLLM
 from ctxstack.memory import SummaryMemory, WindowMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.testing import first_sentence_summarizer
-from ctxstack.tokens import HEURISTIC, TiktokenCounter, TokenCounter
+from ctxstack.tokens import HEURISTIC, TokenCounter
 
 StrategyFn = Callable[[list[ChatMessage], int, LLM], Awaitable[list[ChatMessage]]]
 KEEP_RECENT = 4
@@ -95,14 +96,7 @@ async def _naive(messages: list[ChatMessage], budget: int, llm: LLM) -> list[Cha
 def real_counter() -> TokenCounter | None:
     """The exact o200k tokenizer (what the default heuristic estimates), if it is
     available offline; None otherwise."""
-    from benchmarks.vocab import ensure_offline
-
-    if ensure_offline("o200k_base") is not None:
-        return None
-    try:
-        return TiktokenCounter("o200k_base")
-    except TokenizerUnavailableError:
-        return None
+    return exact_o200k()
 
 
 async def _naive_real(messages: list[ChatMessage], budget: int, llm: LLM) -> list[ChatMessage]:

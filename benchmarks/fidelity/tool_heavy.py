@@ -17,8 +17,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from benchmarks.fidelity.sizing import sizing_counter
 from ctxstack.messages import ChatMessage, ToolCall
-from ctxstack.tokens import HEURISTIC
 
 SYSTEM = ("You are a site-reliability agent. Use the tools, quote exact values from their "
           "output, and say when an output was cut.")
@@ -49,7 +49,7 @@ class Session:
 
     @property
     def tokens(self) -> int:
-        return HEURISTIC.count_messages(self.messages)
+        return sizing_counter().count_messages(self.messages)
 
 
 def _log(rng: random.Random, lines: int) -> str:
@@ -107,12 +107,14 @@ OUTPUTS = {
 
 
 def session(seed: int, target_tokens: int = 129_000) -> Session:
-    """One session of about ``target_tokens`` (heuristic), ending with a new question."""
+    """One session of about ``target_tokens`` (counted as :mod:`benchmarks.fidelity.sizing`
+    says), ending with a new question."""
     rng = random.Random(7_000 + seed)
     msgs = [ChatMessage.system(SYSTEM)]
     planted: list[str] = []
     call = 0
-    while HEURISTIC.count_messages(msgs) < target_tokens:
+    counter = sizing_counter()
+    while counter.count_messages(msgs) < target_tokens:
         value = f"{rng.choice(['R', 'B', 'C', 'T'])}-{rng.randint(10_000, 99_999)}"
         planted.append(value)
         msgs.append(ChatMessage.user(rng.choice(TASKS).format(v=value)))
