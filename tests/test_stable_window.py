@@ -205,6 +205,30 @@ def test_stateless_masking_clears_whole_epochs_so_fewer_calls_rewrite_the_contex
     assert sum(stable) < 0.75 * sum(plain)
 
 
+def test_holding_the_newest_groups_back_to_an_epoch_start_clears_them_in_steps() -> None:
+    """Long past the point where clearing every old output is needed, the newest
+    ``mask_keep_groups`` move on with every call: without ``hold`` one more output is
+    cleared at every call (a rewrite of the context's tail each time); with it, the
+    unmasked tail reaches back to an epoch start and is cleared an epoch at a time."""
+    options = CompactionOptions()
+    stored = [SYS, ChatMessage.user("Read the pages.")]
+    plans: dict[bool, list[tuple[int, ...]]] = {False: [], True: []}
+    for i in range(80):
+        stored += loop_step(i, words=60)
+        if i < 40:
+            continue
+        for hold in (False, True):
+            plans[hold].append(plan_mask(stored, 4_000, options, HEURISTIC, stride=2_400,
+                                         hold=hold).indices)
+    changes = {hold: sum(a != b for a, b in itertools.pairwise(p)) for hold, p in plans.items()}
+    assert changes[False] == len(plans[False]) - 1
+    assert changes[True] <= changes[False] // 3
+    # what is held back is only ever the newest outputs: the held plan clears a prefix
+    # of what the plain plan clears
+    for held, plain in zip(plans[True], plans[False], strict=True):
+        assert held == plain[: len(held)]
+
+
 async def test_equal_messages_keep_one_archive_reference() -> None:
     archive = HistoryArchive()
     original = loop_step(1)[1]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY
-from ctxstack.compaction._compactor import CompactionContext
+from ctxstack.compaction._compactor import THREAD_MIN_MESSAGES, CompactionContext
 from ctxstack.compaction._options import CompactionOptions
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage, ToolCall
@@ -121,6 +121,7 @@ def plan_mask(
     counter: TokenCounter,
     *,
     stride: int | None = None,
+    hold: bool = False,
 ) -> MaskPlan:
     """Tool outputs to clear so that ``messages`` fit ``mask_fill`` of ``max_tokens``.
 
@@ -135,7 +136,10 @@ def plan_mask(
     ``stride``. The set cleared then depends on the history alone and stays the same from
     call to call until the target needs the next epoch, so consecutive calls keep their
     placeholders, and their prefix, byte-identical (see *Stable windows* in
-    :mod:`ctxstack.compaction._truncate`).
+    :mod:`ctxstack.compaction._truncate`). With ``hold`` too, the newest groups stay
+    unmasked back to an epoch start: the unmasked tail grows with the history and is
+    cleared an epoch at a time, instead of one group per call as the newest
+    ``mask_keep_groups`` move on (the caller checks that the result still fits).
     """
     before = counter.count_messages(messages)
     target = int(max_tokens * options.mask_fill)
@@ -146,6 +150,9 @@ def plan_mask(
     old = groups[: len(groups) - keep] if keep else groups
     calls = _calls_answered(messages)
     offsets = _offsets(messages, counter) if stride is not None else []
+    if hold and stride is not None and old and keep:
+        boundary = offsets[groups[len(groups) - keep][0]] // stride * stride
+        old = [g for g in old if offsets[g[-1]] < boundary]
     total = before
     chosen: list[int] = []
     epoch_end: int | None = None  # after the target is reached: the epoch to finish
@@ -222,10 +229,10 @@ class MaskToolOutputs:
         if not opts.mask:
             return None
         stride = ctx.stride(opts.mask_fill)  # a caller refitting its history: whole epochs
-        plan = (await asyncio.to_thread(plan_mask, messages, ctx.fits, opts, ctx.counter,
-                                        stride=stride)
-                if len(messages) > 64 else plan_mask(messages, ctx.fits, opts, ctx.counter,
-                                                     stride=stride))
+        plan = await self._plan(messages, ctx, stride, hold=stride is not None)
+        accept = int(ctx.fits * opts.mask_accept) if ctx.llm is not None else ctx.fits
+        if stride is not None and plan.tokens_after > accept:
+            plan = await self._plan(messages, ctx, stride, hold=False)  # it must fit
         if not plan:
             return None
 
@@ -237,7 +244,16 @@ class MaskToolOutputs:
             return ctx.result(messages, masked, "mask", masked=len(plan.indices),
                               archived=len(plan.indices) if ctx.archive is not None else 0)
 
-        if ctx.llm is not None and int(ctx.fits * opts.mask_accept) < plan.tokens_after <= ctx.fits:
+        if ctx.llm is not None and accept < plan.tokens_after <= ctx.fits:
             ctx.offer_fallback(apply)
             return None
         return await apply()
+
+    @staticmethod
+    async def _plan(messages: list[ChatMessage], ctx: CompactionContext, stride: int | None,
+                    *, hold: bool) -> MaskPlan:
+        """:func:`plan_mask` for ``ctx`` (long lists planned off the event loop)."""
+        args = (messages, ctx.fits, ctx.options, ctx.counter)
+        if len(messages) > THREAD_MIN_MESSAGES:
+            return await asyncio.to_thread(plan_mask, *args, stride=stride, hold=hold)
+        return plan_mask(*args, stride=stride, hold=hold)
