@@ -176,9 +176,10 @@ class ContextGuard:
         self._memo = MessageListMemo()
         # Originals stage 1 cut and archived (by id, the original held) → their reference.
         self._cut_refs: dict[int, tuple[ChatMessage, str]] = {}
-        # Conversation (its opening, see _conversation_key) → the last result refitted
-        # for it with carried=False: the call that result went to, for the next estimate.
-        self._refits: dict[bytes, list[ChatMessage]] = {}
+        # Conversation (its opening, see _conversation_key) → the fingerprints of the
+        # last result refitted for it with carried=False (what that call sent, for the
+        # next estimate; a few ints a message, not the messages, are kept).
+        self._refits: dict[bytes, list[int]] = {}
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
@@ -420,21 +421,25 @@ class ContextGuard:
                 tags[id(copy)] = tagged
         return [tags.get(id(m), m) for m in current]
 
-    def _previous_call(self, messages: list[ChatMessage], result: list[ChatMessage],
-                       carried: bool) -> Sequence[ChatMessage]:
-        """What the caller's previous model call most likely sent: the messages before
-        the newest appended ones — or, for a caller that refits its stored history
-        (``carried`` false), the result this guard refitted last for the same
-        conversation, when it remembers one (that caller sends results, not its
-        history). ``result`` becomes the conversation's remembered one."""
+    def _rewritten_from(self, messages: list[ChatMessage], result: list[ChatMessage],
+                        carried: bool) -> int:
+        """Where ``result`` starts to differ from what the caller's previous model call
+        most likely sent: the messages before the newest appended ones — or, for a caller
+        that refits its stored history (``carried`` false), the result this guard
+        refitted last for the same conversation, when it remembers one (that caller
+        sends results, not its history; ``result`` becomes the one remembered)."""
         if carried:
-            return messages
+            return first_changed(messages, result)
         key = _conversation_key(messages)
+        marks = [_fingerprint(m) for m in result]
         previous = self._refits.pop(key, None)
-        self._refits[key] = result
+        self._refits[key] = marks
         while len(self._refits) > _REFITS_KEPT:
             del self._refits[next(iter(self._refits))]
-        return messages if previous is None else previous
+        if previous is None:
+            return first_changed(messages, result)
+        return next((i for i, (a, b) in enumerate(zip(previous, marks, strict=False))
+                     if a != b), min(len(previous), len(marks)))
 
     # ------------------------------------------------------------------ stage 3
     async def _compact(
@@ -483,8 +488,7 @@ class ContextGuard:
             usage=detailed.usage,
             duration_s=time.perf_counter() - started,
             cache_write_tokens_estimate=counter.count_messages(
-                result[first_changed(self._previous_call(messages, result, carried),
-                                     result):]),
+                result[self._rewritten_from(messages, result, carried):]),
         )
         self._totals = self._totals.add(event)
         log.info(
@@ -587,3 +591,12 @@ def _conversation_key(messages: Sequence[ChatMessage]) -> bytes:
         if message.role != "system":
             break
     return digest.digest()
+
+
+def _fingerprint(message: ChatMessage) -> int:
+    """A message as a provider sees it, as one int (its role, text, tool calls and
+    name): equal messages, equal ints; different ones almost surely not."""
+    calls = tuple((c.id, c.name, c.arguments_json) for c in message.tool_calls or ())
+    parts = len(message.content) if isinstance(message.content, list) else -1
+    return hash((message.role, message.text, message.tool_call_id, message.name, calls,
+                 parts))
