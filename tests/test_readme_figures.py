@@ -285,6 +285,29 @@ def _load(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str
     return out
 
 
+def _bill(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
+    from benchmarks.pricing import CACHE_READ, CACHE_WRITE
+
+    read, write, loop, stateless, budgets, truncating = g[0], g[1], g[2:4], g[4:6], g[6:8], g[8:]
+    out = [("cache read price", read, CACHE_READ, "eq"),
+           ("cache write price", write, CACHE_WRITE, "eq")]
+    for b, a, r, t in zip(budgets, loop, stateless, truncating, strict=True):
+        at = f"held-out @ {b}K: guard"
+        whole = _value(report, "bill", f"{at} billed input ÷ whole history (writes 1.25×)")
+        out.append((f"{at} in a loop ÷ whole history", a, whole, "round"))
+        out.append((f"{at} as a stateless caller ÷ whole history", r, _value(
+            report, "bill", f"{at} as a stateless caller (refits its stored history) billed "
+            "input ÷ whole history (writes 1.25×)"), "round"))
+        per_truncate = _value(report, "bill",
+                              f"{at} billed input ÷ truncate each call (writes 1.25×)")
+        out.append((f"held-out @ {b}K: truncate each call ÷ whole history", t,
+                    whole / per_truncate, "round"))
+        facts = report["bill"].figure(f"held-out @ {b}K: facts kept, guard as a stateless")
+        out.append((f"held-out @ {b}K: stateless facts kept = the loop's", "1",
+                    float(number(facts["ctxstack"]) == number(facts["baseline"])), "eq"))
+    return out
+
+
 CHECKS = [
     Check("run and machine", r"full run, (\d+) cores, CPython (\d+\.\d+)", _preamble),
     Check("fidelity set-up",
@@ -306,6 +329,13 @@ CHECKS = [
           r"(\d+) of (\d+) conversations cut by `smart_truncate` at 2K–128K budgets exceed "
           r"the budget by `o200k_base`",
           _fits),
+    Check("the bill under prompt caching",
+          r"\(`bench_bill`: cached prefix read at (\d\.\d+)×, the rest written at "
+          r"(\d\.\d+)×\): the guard in an agent loop pays (\d\.\d+)× / (\d\.\d+)× of "
+          r"sending the whole history and, used by a caller that refits its stored history "
+          r"at every call, (\d\.\d+)× / (\d\.\d+)× \(held-out traces, (\d+)K / (\d+)K "
+          r"budgets, facts kept as in the loop\) — where truncating the history afresh at "
+          r"every call pays (\d\.\d+)× / (\d\.\d+)×", _bill),
     Check("re-estimation", r"unchanged (\d+)-message list ≈ (\d+\.\d+) ms", _reestimate),
     Check("guard overhead", r"guard overhead under budget ≈ (\d+\.\d+) ms per call at (\d+) "
           r"messages \((\d+)K tokens\)", _guard),
