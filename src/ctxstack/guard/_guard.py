@@ -38,9 +38,7 @@ comes back untouched, pinned flags included).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -179,7 +177,7 @@ class ContextGuard:
         # Conversation (its opening, see _conversation_key) → the fingerprints of the
         # last result refitted for it with carried=False (what that call sent, for the
         # next estimate; a few ints a message, not the messages, are kept).
-        self._refits: dict[bytes, list[int]] = {}
+        self._refits: dict[int, list[int]] = {}
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
@@ -580,17 +578,16 @@ def _cache(message: ChatMessage) -> dict[str, int]:
     return message.__pydantic_private__["_token_cache"]  # type: ignore[index,no-any-return]
 
 
-def _conversation_key(messages: Sequence[ChatMessage]) -> bytes:
-    """A conversation's identity for a caller that refits it: the wire form of its
+def _conversation_key(messages: Sequence[ChatMessage]) -> int:
+    """A conversation's identity for a caller that refits it: the fingerprints of its
     leading system messages and first other message (a stored history always opens the
     same way; after a summary checkpoint it opens with the summary: a new key)."""
-    digest = hashlib.blake2b(digest_size=16)
+    opening = []
     for message in messages:
-        digest.update(json.dumps(message.to_openai(), sort_keys=True,
-                                 ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        opening.append(_fingerprint(message))
         if message.role != "system":
             break
-    return digest.digest()
+    return hash(tuple(opening))
 
 
 def _fingerprint(message: ChatMessage) -> int:
