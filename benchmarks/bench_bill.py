@@ -169,6 +169,12 @@ def _outcome(calls: list[PricedCall], last: Sequence[ChatMessage], trace: Trace,
         calls=len(conversation), **extra)
 
 
+def _written(conversation: Sequence[PricedCall]) -> int:
+    """What the latest conversation call wrote to the cache: its tokens past the prefix it
+    shares with the call before."""
+    return conversation[-1].tokens - shared_prefix_tokens(conversation[-2], conversation[-1])
+
+
 def run_whole(trace: Trace) -> Outcome:
     pricer = _Pricer()
     calls = [pricer.call(trace.messages[:i]) for i in trace.call_points]
@@ -213,8 +219,7 @@ async def run_guard(trace: Trace, setting: Setting) -> Outcome:
         conversation.append(pricer.call(context))
         calls.append(conversation[-1])
         if len(events) > compacted and len(conversation) > 1:
-            measured += conversation[-1].tokens - shared_prefix_tokens(conversation[-2],
-                                                                       conversation[-1])
+            measured += _written(conversation)
             estimated += sum(e.cache_write_tokens_estimate for e in events[compacted:])
     return _outcome(calls, context, trace, conversation,
                     compactions=guard.totals.compactions, summaries=summaries,
@@ -259,8 +264,7 @@ async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
         conversation.append(pricer.call(fitted))
         calls.append(conversation[-1])
         if event is not None and len(conversation) > 1:
-            measured += conversation[-1].tokens - shared_prefix_tokens(conversation[-2],
-                                                                       conversation[-1])
+            measured += _written(conversation)
             estimated += event.cache_write_tokens_estimate
     return _outcome(calls, fitted, trace, conversation,
                     compactions=guard.totals.compactions, summaries=summaries,
