@@ -328,7 +328,7 @@ async def test_over_budget_with_llm_summarises_and_offers_a_checkpoint(
 async def test_llm_failure_falls_back_to_truncation_without_a_checkpoint(
     sf: SessionFactory, conv: str
 ) -> None:
-    await seed(sf, conv, 41)
+    await seed(sf, conv, 201)
     llm = ScriptedLLM([RuntimeError("provider down")])
     mem = memory(sf, conv, budget=800, compact_llm=llm)
     history = await mem.get_messages()
@@ -336,6 +336,9 @@ async def test_llm_failure_falls_back_to_truncation_without_a_checkpoint(
     assert mem.was_compacted
     assert mem.checkpoint_candidate is None
     assert HEURISTIC.count_messages(history) <= 800
+    # Folding the rows older than the window failed: the load's compaction does not ask
+    # the failed summariser again.
+    assert mem.omitted_count > 0
     assert len(llm.calls) == 1
 
 
@@ -348,7 +351,9 @@ async def test_budget_from_the_model_config_row(sf: SessionFactory, conv: str) -
     mem = memory(sf, conv, budget=budget)
     history = await mem.get_messages()
     assert mem.method == "truncate"
-    assert 3_000 < HEURISTIC.count_messages(history) <= 4_000
+    # A window that starts at its seq block keeps a stable start: between target_fill
+    # (0.6) of what fits and all of it, less one message.
+    assert 2_000 < HEURISTIC.count_messages(history) <= 4_000
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -460,6 +465,57 @@ async def test_without_a_checkpoint_the_load_window_bounds_the_rows_read(
     assert whole[-len(whole) + 1:] == history[-len(whole) + 1:]
     assert [m.metadata["seq"] for m in whole[1:]] == list(
         range(whole[1].metadata["seq"], 3_001))
+
+
+async def test_a_window_that_leaves_rows_out_keeps_its_start_from_turn_to_turn(
+    sf: SessionFactory, conv: str
+) -> None:
+    """Without a summariser, a long conversation's load window moves with every message.
+    It starts at a block of seqs, so the first message a load returns — where the prefix
+    the provider caches begins — stays put for most turns (every turn missed the cache
+    before: 0 of 79 loads kept their start)."""
+    await seed(sf, conv, 301)
+    total, firsts, kept_prefix = 301, [], 0
+    previous: list[ChatMessage] = []
+    for _ in range(60):
+        mem = memory(sf, conv, budget=4_000)
+        history = await mem.get_messages()
+        assert mem.omitted_count > 0
+        assert mem.method == "truncate"
+        assert HEURISTIC.count_messages(history) <= 4_000
+        seqs = [m.metadata["seq"] for m in history]
+        assert seqs == list(range(seqs[0], total))  # the newest messages, in order
+        assert mem.trailing_message is not None
+        assert mem.trailing_message.metadata["seq"] == total
+        assert mem.rows_read < 2 * 200  # still bounded by the budget, not the conversation
+        if previous and history[0] == previous[0]:
+            kept_prefix += 1
+            # the whole previous history is still a byte-identical prefix of this one
+            assert [m.to_openai() for m in history[: len(previous)]] == [
+                m.to_openai() for m in previous]
+        firsts.append(seqs[0])
+        previous = history
+        await seed(sf, conv, 2, start=total)
+        total += 2
+    assert kept_prefix >= 0.6 * 59
+    assert firsts == sorted(firsts)  # the start only ever moves forward
+
+
+async def test_a_window_of_huge_rows_falls_back_to_filling_the_budget(
+    sf: SessionFactory, conv: str
+) -> None:
+    """A seq block whose rows hold more than another window of tokens is not read
+    whole: the rows read stay bounded, and the load fills the budget from the newest."""
+    await seed(sf, conv, 40, words=3_000)  # ~12K tokens a row: one is three windows
+    await seed(sf, conv, 199, start=40)  # the first page (200 rows) reaches seq 40
+    with count_message_rows() as rows:
+        mem = memory(sf, conv, budget=4_000)
+        history = await mem.get_messages()
+    assert HEURISTIC.count_messages(history) <= 4_000
+    assert HEURISTIC.count_messages(history) > 3_000
+    assert mem.omitted_count == 39  # the page read seq 40; no row of its block was taken
+    assert mem.rows_read == rows[0] <= 200 + 39  # the block: at most half the page more
+    assert [m.metadata["seq"] for m in history][-1] == 238
 
 
 def _candidate(last_seq: int) -> CheckpointCandidate:

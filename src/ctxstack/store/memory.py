@@ -18,6 +18,10 @@ What one :meth:`~DbMemory.get_messages` call does:
    at most ``max_fold_chunks`` per load; the checkpoint offered afterwards covers it, so
    the next load continues where this one stopped. Only without a compact LLM, or past
    that bound, are older rows left out — counted exactly (``omitted_count``) and logged.
+   A window that leaves rows out starts at a block boundary of ``seq`` (a power of two
+   of rows, at most half the window's), so the first message a load returns — where the
+   prefix a provider caches begins — stays put for many turns instead of moving with
+   every new message, and step 5 keeps a stable start within it.
 3. **Drop the trailing user message** — the current query, which the agent re-adds
    pinned. It is kept in :attr:`~DbMemory.trailing_message`.
    An assistant row whose ``metadata["status"]`` is ``"failed"`` (the service's notice
@@ -39,7 +43,12 @@ What one :meth:`~DbMemory.get_messages` call does:
    next turns and the summariser runs once per overflow — but the context this load
    returns is then **widened**: the newest folded messages are shown verbatim too, after
    the summary, while the budget allows. So a load keeps at least as many recent
-   messages verbatim as ``smart_truncate`` would, less the summary's own size.
+   messages verbatim as ``smart_truncate`` would, less the summary's own size. Masking
+   and truncation, which every load redoes on the stored history, move in steps counted
+   from the history's start (its first row, the window's block start or the checkpoint;
+   ``stride`` in :func:`~ctxstack.compaction.smart_truncate`): a load keeps between
+   ``target_fill`` and all of the budget, and the cached prefix is rewritten once a step
+   rather than at every turn.
 6. **Offer a checkpoint**: when the LLM summarised, :attr:`~DbMemory.checkpoint_candidate`
    holds the summary and the last sequence number it covers; the service persists it
    with :meth:`DbMemory.save_checkpoint` (or :func:`ctxstack.store.save_checkpoint`)
@@ -261,6 +270,7 @@ class DbMemory(BaseMemory):
         self.summarized_count = 0
         self.warnings: list[str] = []
         self._window_start: int | None = None
+        self._stable_window = False
         self._after_seq = 0
         self._fold_summary: ChatMessage | None = None
         self._fold_last: int | None = None
@@ -402,9 +412,12 @@ class DbMemory(BaseMemory):
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
                 if window is not None and tokens > window:
+                    block = await self._read_block(session, after, before, len(rows), window)
+                    rows.extend(block)
+                    start = block[-1].seq if block else before
                     self.omitted_count = await _count_before(session, self.conversation_id,
-                                                             after, before)
-                    self._window_start, self._after_seq = before, after
+                                                             after, start)
+                    self._window_start, self._after_seq = start, after
                     break
                 assert window is not None  # a limit implies a window
                 per_row = max(1, tokens // len(rows))
@@ -414,6 +427,34 @@ class DbMemory(BaseMemory):
             self.message_cache.store(self.conversation_id, self._built)
             self._cached, self._meta_texts = {}, {}
         return owner_id, rows
+
+    async def _read_block(self, session: Any, after: int, before: int, read: int,
+                          window: int) -> list[HistoryRow]:
+        """The rows from the start of ``before``'s seq block up to ``before``, newest
+        first: a window that leaves rows out starts there, so its first row — where the
+        prefix a provider caches begins — does not move with every new message.
+
+        A block is the largest power of two of rows not above half the ``read`` rows
+        (at least 4): the extra read is at most half the window, and the block size, a
+        power of two, changes only when the window's row count crosses one. Rows past
+        another ``window`` of tokens are not taken (a block of huge rows): the window
+        then starts where they stop, and the load fills the budget instead.
+        """
+        size = 1 << max(2, (read // 2).bit_length() - 1)
+        first = max(after + 1, (before - 1) // size * size + 1)
+        if first >= before:
+            self._stable_window = True
+            return []
+        page = await self._read_page(session, after, before, before - first)
+        self.rows_read += len(page)
+        block = [row for row in page if row.seq >= first]
+        tokens = 0
+        for taken, row in enumerate(block):
+            tokens += await self._count_page([row])
+            if tokens > window:
+                return block[:taken]
+        self._stable_window = True
+        return block
 
     async def _read_page(self, session: Any, after: int, before: int | None,
                          limit: int | None) -> list[HistoryRow]:
@@ -552,11 +593,12 @@ class DbMemory(BaseMemory):
         # Each load fits the stored history afresh: a truncation's headroom would carry
         # into no later call (only a summary's checkpoint does), so none is left; the
         # mask and truncate boundaries move in steps counted from the history's start
-        # (its first row or the checkpoint), unless the load window left rows out.
+        # (its first row, a window's block start, or the checkpoint) — unless a window
+        # of huge rows could not start at its block.
         result = await compact_staged(
             history, llm, self._history_tokens, self.options.with_(hint="general"),
             counter=self.counter, prefix=prefix, carried=False,
-            stable_start=not self.omitted_count,
+            stable_start=self._stable_window or not self.omitted_count,
         )
         self.method = result.method
         self.was_compacted = result.method != "none"
