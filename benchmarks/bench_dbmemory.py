@@ -1,4 +1,5 @@
-"""DbMemory (layer 4): load latency vs conversation length, and summariser calls per turn.
+"""DbMemory (layer 4): load latency vs conversation length, summariser calls per turn, and
+the billed input of loads without a summariser.
 
 **Load latency.** Conversations of 100, 1,000 and 10,000 stored messages (~40 tokens
 each), a 4,000-token budget, each load timed end to end (query, rebuild, compaction):
@@ -23,6 +24,17 @@ compact LLM, saves the checkpoint candidate if there is one, and stores a reply.
 Baseline, in the same run: the load-time-only approach (no checkpoints), which summarises
 on every turn once the conversation is over budget. Target: ≤ 1 summariser call per 5
 turns with checkpoints.
+
+**The bill without a summariser.** A chat of the same number of turns, loaded without a
+compact LLM (so the load window leaves older rows out once the history outgrows it),
+each turn's model call the load plus the question, priced with :mod:`benchmarks.pricing`
+(a call's leading messages byte-identical to the previous call's read at 0.1×, the rest
+written at 1.25×). Baselines over the same stored messages, in the same run: the whole
+history, and ``smart_truncate`` of it at every turn (newest first, filling the budget —
+what these loads sent before their window started at a seq block). Targets, as for the
+other refitting callers (issue 29): ≤ 0.8× truncating each turn, ≤ 0.75× whole history.
+The tokens sent per load are reported beside them: a stable start keeps between
+``target_fill`` and all of the budget.
 
 Runs on PostgreSQL (``CTXSTACK_BENCH_POSTGRES_URL``, default
 ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``, in a throw-away schema); falls back
@@ -51,7 +63,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks.common import BenchRow, print_table
-from ctxstack.compaction import SUMMARY_PREFIX
+from benchmarks.pricing import PricedCall, billed_input
+from ctxstack.compaction import SUMMARY_PREFIX, smart_truncate
 from ctxstack.llm import ScriptedLLM
 from ctxstack.memory import DbMemory
 from ctxstack.messages import ChatMessage
@@ -67,8 +80,9 @@ from ctxstack.store import (
     upgrade,
 )
 from ctxstack.store.db import create_engine_from_url
+from ctxstack.tokens import HEURISTIC
 
-TITLE = "DbMemory: load latency and summariser calls"
+TITLE = "DbMemory: load latency, summariser calls and the bill without a summariser"
 PG_URL = os.environ.get(
     "CTXSTACK_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
@@ -209,6 +223,43 @@ async def simulate(sf: SessionFactory, owner: int, turns: int, *, checkpoints: b
     return len(llm.calls), compacted, first
 
 
+# ---------------------------------------------------------------- the bill
+def _priced(messages: Sequence[ChatMessage]) -> PricedCall:
+    return PricedCall.of([m.to_openai() for m in messages],
+                         [HEURISTIC.count_message(m) for m in messages])
+
+
+async def simulate_bill(sf: SessionFactory, owner: int, turns: int) -> dict[str, float]:
+    """Billed input (:mod:`benchmarks.pricing`) of a chat whose history outgrows the load
+    window, loaded without a summariser: each turn's model call is the load plus the
+    query. Baselines over the same stored messages: the whole history, and truncating it
+    to the budget at every turn (``smart_truncate``, newest first — what a sliding window
+    sends, and what these loads sent before the window started at a seq block)."""
+    rng = random.Random(11)
+    conv = (await create_conversation(sf, owner, "chat without a summariser")).id
+    memory = DbMemory(conv, session_factory=sf, budget=BUDGET)
+    stored: list[ChatMessage] = []
+    calls: dict[str, list[PricedCall]] = {"load": [], "whole": [], "truncate": []}
+    for turn in range(turns):
+        question = ChatMessage.user(message_text(2 * turn, rng, rng.randint(8, 40)))
+        await append_messages(sf, conv, [NewMessage(role="user", content=question.text)])
+        loaded = await memory.get_messages()
+        stored.append(question)
+        calls["load"].append(_priced([*loaded, question]))
+        calls["whole"].append(_priced(stored))
+        calls["truncate"].append(_priced(smart_truncate(stored, BUDGET, counter=HEURISTIC)))
+        answer = ChatMessage.assistant(message_text(2 * turn + 1, rng, rng.randint(30, 120)))
+        await append_messages(sf, conv, [NewMessage(role="assistant", content=answer.text)])
+        stored.append(answer)
+    over = [i for i, c in enumerate(calls["whole"]) if c.tokens > BUDGET]
+    out = {name: billed_input(c) for name, c in calls.items()}
+    out["sent"] = sum(c.tokens for c in calls["load"]) / sum(c.tokens for c in calls["truncate"])
+    out["growth"] = calls["whole"][-1].tokens / BUDGET
+    out["first_over"] = over[0] + 1 if over else 0
+    out["within"] = float(all(c.tokens <= BUDGET for c in calls["load"]))
+    return out
+
+
 # ---------------------------------------------------------------- module protocol
 async def measure(quick: bool) -> list[BenchRow]:
     turns = 100 if quick else 300
@@ -218,6 +269,7 @@ async def measure(quick: bool) -> list[BenchRow]:
         lat = await load_latency(sf, user.id, quick)
         calls_cp, over_cp, first_cp = await simulate(sf, user.id, turns, checkpoints=True)
         calls_lt, over_lt, first_lt = await simulate(sf, user.id, turns, checkpoints=False)
+        bill = await simulate_bill(sf, user.id, turns)
     rows: list[BenchRow] = []
     for n in SIZES:
         cp, win, full = lat["checkpoint"][n], lat["windowed"][n], lat["full"][n]
@@ -244,6 +296,19 @@ async def measure(quick: bool) -> list[BenchRow]:
                          per_turn, "calls/turn", baseline_per_turn,
                          baseline_per_turn / per_turn if per_turn else None, "<= 0.2",
                          per_turn <= 0.2))
+    at = f"chat without a summariser, {turns} turns at 4K (history {bill['growth']:.1f}× it)"
+    rows += [
+        BenchRow(f"{at}: billed input, loads ÷ truncate each turn (writes 1.25×)",
+                 bill["load"], "tokens", bill["truncate"], bill["load"] / bill["truncate"],
+                 "<= 0.8", bill["load"] / bill["truncate"] <= 0.8),
+        BenchRow(f"{at}: billed input, loads ÷ whole history", bill["load"], "tokens",
+                 bill["whole"], bill["load"] / bill["whole"], "<= 0.75",
+                 bill["load"] / bill["whole"] <= 0.75),
+        BenchRow(f"{at}: tokens sent, loads ÷ truncate each turn (a stable start keeps "
+                 "between target_fill and all of the budget)", bill["sent"], "ratio"),
+        BenchRow(f"{at}: every call within the budget (invariant)", bill["within"], "bool",
+                 target="1", met=bill["within"] == 1.0, invariant=True),
+    ]
     _last.update(quick=quick, where=where, lat=lat, turns=turns,
                  sim=((calls_cp, over_cp, first_cp), (calls_lt, over_lt, first_lt)))
     return rows

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +42,7 @@ from ctxstack.store.errors import NotFoundError, StorageError
 from ctxstack.store.files import FileStore
 from ctxstack.store.messages import HistoryRow, MessageRecord
 from ctxstack.tokens import HEURISTIC, HeuristicCounter
+from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 from tests.store.samples import GIF, png
 
@@ -471,11 +473,13 @@ async def test_a_window_that_leaves_rows_out_keeps_its_start_from_turn_to_turn(
     sf: SessionFactory, conv: str
 ) -> None:
     """Without a summariser, a long conversation's load window moves with every message.
-    It starts at a block of seqs, so the first message a load returns — where the prefix
-    the provider caches begins — stays put for most turns (every turn missed the cache
-    before: 0 of 79 loads kept their start)."""
+    It starts at a block of seqs, and a question shorter than the room a load leaves for
+    it does not change the history's budget, so the first message a load returns — where
+    the prefix the provider caches begins — stays put for most turns (every turn missed
+    the cache before: 0 of 79 loads kept their start)."""
     await seed(sf, conv, 301)
-    total, firsts, kept_prefix = 301, [], 0
+    total, kept_prefix = 301, 0
+    rng = random.Random(5)
     previous: list[ChatMessage] = []
     for _ in range(60):
         mem = memory(sf, conv, budget=4_000)
@@ -493,12 +497,12 @@ async def test_a_window_that_leaves_rows_out_keeps_its_start_from_turn_to_turn(
             # the whole previous history is still a byte-identical prefix of this one
             assert [m.to_openai() for m in history[: len(previous)]] == [
                 m.to_openai() for m in previous]
-        firsts.append(seqs[0])
         previous = history
-        await seed(sf, conv, 2, start=total)
+        await append_messages(sf, conv, [
+            NewMessage(role="assistant", content=turn_text(total)),
+            NewMessage(role="user", content=turn_text(total + 1, rng.randint(3, 25)))])
         total += 2
     assert kept_prefix >= 0.6 * 59
-    assert firsts == sorted(firsts)  # the start only ever moves forward
 
 
 async def test_a_window_of_huge_rows_falls_back_to_filling_the_budget(
@@ -679,6 +683,33 @@ async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory,
     assert len(history) < len(bare)  # the room came out of the history
     without = [ChatMessage.system(system), *bare, plain.trailing_message]
     assert HEURISTIC.count_messages(without) > allowed  # the case the reserve exists for
+
+
+async def test_a_short_question_of_any_size_leaves_the_history_the_same_budget(
+    sf: SessionFactory, conv: str
+) -> None:
+    """The load leaves the question a room (5% of the call): questions shorter than it
+    load the very same history, so the cached prefix does not move with each question's
+    size; a longer one takes what it needs, and the call still fits."""
+    await seed(sf, conv, 200)  # the conversation, without its question
+    loads = []
+    for words in (1, 12, 30, 400):
+        async with sf() as session:  # replace the question: the history stays the same
+            await session.execute(text("DELETE FROM messages WHERE conversation_id = :c "
+                                       "AND seq > 200"), {"c": conv})
+            await session.commit()
+        await append_messages(sf, conv, [NewMessage(role="user",
+                                                    content=turn_text(200, words))])
+        mem = memory(sf, conv, budget=4_000)
+        history = await mem.get_messages()
+        assert mem.trailing_message is not None
+        call = [*history, mem.trailing_message]
+        assert HEURISTIC.count_messages(call) <= effective_budget(4_000, HEURISTIC)
+        loads.append([m.metadata["seq"] for m in history])
+    short, *others, long = loads
+    assert all(seqs == short for seqs in others)  # 1 to 30 words: one history
+    assert long[-1] == short[-1]
+    assert len(long) < len(short)  # 400 words (~1,700 tokens) do not fit in the room
 
 
 class _CountingHeuristic(HeuristicCounter):

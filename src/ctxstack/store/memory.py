@@ -129,6 +129,11 @@ _read_page`): the previous load's count, so a turn at the default 64K budget rea
 ~1,000 rows at once."""
 FIRST_PAGE_TOKENS_PER_ROW = 40
 """A deliberately low guess of a row's size, so the first page usually covers the window."""
+QUESTION_ROOM = 0.05
+"""The least share of the call's budget (after tools and system prompt) a load leaves for
+the trailing question. A shorter question leaves the history the same budget, so a stable
+window does not move back and forth with the size of each question (each move is a cache
+miss for the whole history)."""
 INLINE_COUNT_ROWS = 64
 """Rows built and counted between two yields to the event loop (a few hundred
 microseconds for chat-sized rows)."""
@@ -563,14 +568,18 @@ class DbMemory(BaseMemory):
         """The budget left to the history: what the guard will allow the whole call
         (``budget`` less the tool specs, then its margin) less the system prompt and the
         trailing question, grossed up by the margin so that ``effective_budget`` of the
-        result is exactly what remains (at least 1)."""
-        around = [] if self.system_prompt is None else [ChatMessage.system(self.system_prompt)]
-        if self.trailing_message is not None:
-            around.append(self.trailing_message)
-        spent = self.counter.count_messages(around) if around else 0
+        result is exactly what remains (at least 1). A question shorter than
+        :data:`QUESTION_ROOM` takes the room: the history's budget — and so where a stable
+        window starts, and the step it moves by — does not change with each question."""
         keep = 1.0 - budget_margin(self.counter)
         call = self.max_tokens - tool_specs_tokens(self.tools, self.counter)
-        return max(1, call - math.ceil(spent / keep))
+        if self.system_prompt is not None:
+            call -= math.ceil(self.counter.count_messages([ChatMessage.system(
+                self.system_prompt)]) / keep)
+        question = 0
+        if self.trailing_message is not None:
+            question = math.ceil(self.counter.count_messages([self.trailing_message]) / keep)
+        return max(1, call - max(int(call * QUESTION_ROOM), question))
 
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
         fits = effective_budget(self._history_tokens, self.counter)
