@@ -712,6 +712,26 @@ async def test_a_short_question_of_any_size_leaves_the_history_the_same_budget(
     assert len(long) < len(short)  # 400 words (~1,700 tokens) do not fit in the room
 
 
+async def test_a_history_that_fits_beside_its_question_is_not_compacted_for_the_room(
+    sf: SessionFactory, conv: str
+) -> None:
+    """The question's room only shapes a compaction: a history that fits beside the
+    actual question is returned whole, however little room that leaves."""
+    await seed(sf, conv, 20)
+    await append_messages(sf, conv, [NewMessage(role="user", content="Thanks!")])
+    whole = await memory(sf, conv, budget=64_000).get_messages()
+    size = HEURISTIC.count_messages(whole)
+    budget = size
+    while True:  # the least budget that loads it whole
+        mem = memory(sf, conv, budget=budget)
+        if await mem.get_messages() == whole and mem.method == "none":
+            break
+        budget += 1
+    # the room (5%) would not have fitted: the question took less than 3% of the call
+    assert size > effective_budget(int(budget * 0.97), HEURISTIC)
+    assert (await memory(sf, conv, budget=budget - 1).get_messages()) != whole
+
+
 class _CountingHeuristic(HeuristicCounter):
     """The default heuristic, recording every text it estimates (to count passes)."""
 

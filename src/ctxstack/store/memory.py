@@ -564,13 +564,17 @@ class DbMemory(BaseMemory):
         return history
 
     # ------------------------------------------------------------------ compacting
-    def _history_budget(self) -> int:
+    def _history_budget(self, *, room: bool = False) -> int:
         """The budget left to the history: what the guard will allow the whole call
         (``budget`` less the tool specs, then its margin) less the system prompt and the
         trailing question, grossed up by the margin so that ``effective_budget`` of the
-        result is exactly what remains (at least 1). A question shorter than
-        :data:`QUESTION_ROOM` takes the room: the history's budget — and so where a stable
-        window starts, and the step it moves by — does not change with each question."""
+        result is exactly what remains (at least 1).
+
+        With ``room``, the budget a compaction fits the history into: a question shorter
+        than :data:`QUESTION_ROOM` takes the room, so that budget — and with it where a
+        stable window starts and the step it moves by — does not change with each
+        question. (A history that fits beside the actual question is not compacted.)
+        """
         keep = 1.0 - budget_margin(self.counter)
         call = self.max_tokens - tool_specs_tokens(self.tools, self.counter)
         if self.system_prompt is not None:
@@ -579,7 +583,9 @@ class DbMemory(BaseMemory):
         question = 0
         if self.trailing_message is not None:
             question = math.ceil(self.counter.count_messages([self.trailing_message]) / keep)
-        return max(1, call - max(int(call * QUESTION_ROOM), question))
+        if room:
+            question = max(question, int(call * QUESTION_ROOM))
+        return max(1, call - question)
 
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
         fits = effective_budget(self._history_tokens, self.counter)
@@ -605,7 +611,7 @@ class DbMemory(BaseMemory):
         # (its first row, a window's block start, or the checkpoint) — unless a window
         # of huge rows could not start at its block.
         result = await compact_staged(
-            history, llm, self._history_tokens, self.options.with_(hint="general"),
+            history, llm, self._history_budget(room=True), self.options.with_(hint="general"),
             counter=self.counter, prefix=prefix, carried=False,
             stable_start=self._stable_window or not self.omitted_count,
         )
