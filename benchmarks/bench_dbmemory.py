@@ -251,11 +251,9 @@ async def simulate_bill(sf: SessionFactory, owner: int, turns: int) -> dict[str,
         answer = ChatMessage.assistant(message_text(2 * turn + 1, rng, rng.randint(30, 120)))
         await append_messages(sf, conv, [NewMessage(role="assistant", content=answer.text)])
         stored.append(answer)
-    over = [i for i, c in enumerate(calls["whole"]) if c.tokens > BUDGET]
     out = {name: billed_input(c) for name, c in calls.items()}
     out["sent"] = sum(c.tokens for c in calls["load"]) / sum(c.tokens for c in calls["truncate"])
     out["growth"] = calls["whole"][-1].tokens / BUDGET
-    out["first_over"] = over[0] + 1 if over else 0
     out["within"] = float(all(c.tokens <= BUDGET for c in calls["load"]))
     return out
 
