@@ -260,6 +260,23 @@ def _dbmemory(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str,
     ]
 
 
+def _dbmemory_bill(report: dict[str, Section], g: tuple[str, ...]
+                   ) -> list[tuple[str, str, float, str]]:
+    turns, budget, growth, truncating, whole = g
+    at = f"chat without a summariser, {turns} turns at {budget}K (history"
+    rows = report["dbmemory"].figures(at)
+    found = re.search(r"history ([\d.]+)× it", rows[0]["figure"]) if rows else None
+    if found is None:
+        raise LookupError("the DbMemory bill rows no longer state the history's growth")
+    return [
+        ("history ÷ budget", growth, number(found.group(1)), "round"),
+        ("loads ÷ truncate each turn", truncating, number(report["dbmemory"].figures(
+            at, "truncate each turn (writes")[0]["ratio"].rstrip("×")), "round"),
+        ("loads ÷ whole history", whole, number(report["dbmemory"].figures(
+            at, "loads ÷ whole history")[0]["ratio"].rstrip("×")), "round"),
+    ]
+
+
 def _dag(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str, str, float, str]]:
     row = report["dag"].figure(f"{g[0]}-step plan: parallel vs critical-path bound")
     return [(f"{g[0]}-step plan / critical-path bound", g[1],
@@ -343,6 +360,10 @@ CHECKS = [
           r"a ([\d,]+)-message load within (\d+\.\d+)× of a (\d+)-message load; summariser "
           r"calls ≈ (\d+\.\d+) per turn over (\d+) turns \(load-time-only: (\d+\.\d+)\)",
           _dbmemory),
+    Check("DbMemory bill",
+          r"Without a summariser, a (\d+)-turn chat at (\d+)K \(its history (\d+)× the "
+          r"budget\) is billed (\d\.\d+)× of truncating the history at every turn and "
+          r"(\d\.\d+)× of sending it whole", _dbmemory_bill),
     Check("DAG", r"a (\d+)-step plan runs within (\d+\.\d+)× of its critical-path bound",
           _dag),
     Check("service under load",
