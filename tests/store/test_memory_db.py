@@ -721,12 +721,16 @@ async def test_a_history_that_fits_beside_its_question_is_not_compacted_for_the_
     await append_messages(sf, conv, [NewMessage(role="user", content="Thanks!")])
     whole = await memory(sf, conv, budget=64_000).get_messages()
     size = HEURISTIC.count_messages(whole)
-    budget = size
-    while True:  # the least budget that loads it whole
+
+    async def whole_at(budget: int) -> bool:
         mem = memory(sf, conv, budget=budget)
-        if await mem.get_messages() == whole and mem.method == "none":
-            break
-        budget += 1
+        return await mem.get_messages() == whole and mem.method == "none"
+
+    low, budget = size, 2 * size  # the least budget that loads it whole, by bisection
+    assert await whole_at(budget)
+    while low < budget:
+        middle = (low + budget) // 2
+        low, budget = (low, middle) if await whole_at(middle) else (middle + 1, budget)
     # the room (5%) would not have fitted: the question took less than 3% of the call
     assert size > effective_budget(int(budget * 0.97), HEURISTIC)
     assert (await memory(sf, conv, budget=budget - 1).get_messages()) != whole

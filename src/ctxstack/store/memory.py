@@ -65,6 +65,7 @@ are attributes, so create one ``DbMemory`` per request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -280,7 +281,7 @@ class DbMemory(BaseMemory):
         self._fold_summary: ChatMessage | None = None
         self._fold_last: int | None = None
         self._llm_failed = False
-        self._history_tokens = self.max_tokens
+        self._history_tokens = self._compact_tokens = self.max_tokens
         self._texts: dict[int, ChatMessage] = {}  # seq → history message (see _page_tokens)
         # what the message cache held for this conversation, the metadata texts of the
         # rows read, and what this load gives back (see message_cache)
@@ -309,7 +310,7 @@ class DbMemory(BaseMemory):
         if records and records[-1].role == "user":
             self.trailing_message = records.pop().to_chat_message()
         stored_after = len(records) + self.omitted_count
-        self._history_tokens = self._history_budget()
+        self._history_tokens, self._compact_tokens = self._history_budget()
         await self._fold()
         refs = await self._owner_files(owner_id, records)
         # Inline: the text messages were built (and counted) while reading, off the loop
@@ -341,8 +342,8 @@ class DbMemory(BaseMemory):
         text_part = self.counter.count_text(record.content or "")
         return 4 + text_part + images * IMAGE_TOKENS
 
-    def _page_tokens(self, page: Sequence[HistoryRow]) -> int:
-        """The tokens of a page of rows, counted on the messages the history will use.
+    def _page_tokens(self, page: Sequence[HistoryRow]) -> list[int]:
+        """Each row's tokens, counted on the messages the history will use.
 
         A row without images becomes its history message here (kept in ``_texts`` by
         ``seq``) and is counted with ``counter.count_message``, which caches the figure
@@ -355,12 +356,13 @@ class DbMemory(BaseMemory):
         built once the owner's files are known. With a ``message_cache``, a row the
         previous load built, unchanged, is that load's message (figures cached on it).
         """
-        total = 0
+        costs: list[int] = []
         cache = self.message_cache
         built: list[ChatMessage] = []
+        at: list[int] = []  # where each built message's figure goes in ``costs``
         for record in page:
             if "images" in record.metadata:
-                total += self._row_tokens(record)
+                costs.append(self._row_tokens(record))
                 continue
             if cache is None:
                 message = text_message(record)
@@ -370,9 +372,13 @@ class DbMemory(BaseMemory):
                                                     message)
             self._texts[record.seq] = message
             built.append(message)
-        return total + sum(message_counts(self.counter, built))
+            at.append(len(costs))
+            costs.append(0)
+        for i, tokens in zip(at, message_counts(self.counter, built), strict=True):
+            costs[i] = tokens
+        return costs
 
-    async def _count_page(self, page: Sequence[HistoryRow]) -> int:
+    async def _count_page(self, page: Sequence[HistoryRow]) -> list[int]:
         """:meth:`_page_tokens` on the event loop in slices (:func:`_slices`: at most
         ``INLINE_COUNT_ROWS`` rows and about ``INLINE_COUNT_CHARS`` characters, a few
         milliseconds at worst) with a yield in between, so other streams run between the
@@ -380,12 +386,12 @@ class DbMemory(BaseMemory):
         other streams no more than this — the GIL runs one thread's Python at a time and
         hands it over every few milliseconds — and cost a thread hop per page and a GIL
         hand-over per slice: ~2.5 ms more CPU per 900-row load, measured side by side."""
-        total = 0
+        costs: list[int] = []
         for start, stop in _slices(page):
             if start:
                 await asyncio.sleep(0)
-            total += self._page_tokens(page[start:stop])
-        return total
+            costs += self._page_tokens(page[start:stop])
+        return costs
 
     async def _read(self) -> tuple[int, list[HistoryRow]]:
         """(owner id, the history rows after the checkpoint in ascending ``seq``)."""
@@ -412,7 +418,7 @@ class DbMemory(BaseMemory):
                 page = await self._read_page(session, after, before, limit)
                 self.rows_read += len(page)
                 rows.extend(page)
-                tokens += await self._count_page(page)
+                tokens += sum(await self._count_page(page))
                 if limit is None or len(page) < limit:
                     break  # everything after the checkpoint has been read
                 before = page[-1].seq
@@ -453,11 +459,11 @@ class DbMemory(BaseMemory):
         page = await self._read_page(session, after, before, before - first)
         self.rows_read += len(page)
         block = [row for row in page if row.seq >= first]
-        tokens = 0
-        for taken, row in enumerate(block):
-            tokens += await self._count_page([row])
-            if tokens > window:
-                return block[:taken]
+        costs = await self._count_page(block)
+        over = next((i for i, total in enumerate(itertools.accumulate(costs))
+                     if total > window), None)
+        if over is not None:
+            return block[:over]
         self._stable_window = True
         return block
 
@@ -564,16 +570,16 @@ class DbMemory(BaseMemory):
         return history
 
     # ------------------------------------------------------------------ compacting
-    def _history_budget(self, *, room: bool = False) -> int:
-        """The budget left to the history: what the guard will allow the whole call
-        (``budget`` less the tool specs, then its margin) less the system prompt and the
-        trailing question, grossed up by the margin so that ``effective_budget`` of the
-        result is exactly what remains (at least 1).
+    def _history_budget(self) -> tuple[int, int]:
+        """The budget left to the history, and the budget a compaction fits it into.
 
-        With ``room``, the budget a compaction fits the history into: a question shorter
-        than :data:`QUESTION_ROOM` takes the room, so that budget — and with it where a
-        stable window starts and the step it moves by — does not change with each
-        question. (A history that fits beside the actual question is not compacted.)
+        The first: what the guard will allow the whole call (``budget`` less the tool
+        specs, then its margin) less the system prompt and the trailing question, grossed
+        up by the margin so that ``effective_budget`` of the result is exactly what
+        remains (at least 1). The second is the same with the question taking at least
+        :data:`QUESTION_ROOM`, so that it — and with it where a stable window starts and
+        the step it moves by — does not change with each question. (A history that fits
+        beside the actual question is not compacted.)
         """
         keep = 1.0 - budget_margin(self.counter)
         call = self.max_tokens - tool_specs_tokens(self.tools, self.counter)
@@ -583,9 +589,8 @@ class DbMemory(BaseMemory):
         question = 0
         if self.trailing_message is not None:
             question = math.ceil(self.counter.count_messages([self.trailing_message]) / keep)
-        if room:
-            question = max(question, int(call * QUESTION_ROOM))
-        return max(1, call - question)
+        room = max(question, int(call * QUESTION_ROOM))
+        return max(1, call - question), max(1, call - room)
 
     async def _compact(self, history: list[ChatMessage]) -> list[ChatMessage]:
         fits = effective_budget(self._history_tokens, self.counter)
@@ -611,7 +616,7 @@ class DbMemory(BaseMemory):
         # (its first row, a window's block start, or the checkpoint) — unless a window
         # of huge rows could not start at its block.
         result = await compact_staged(
-            history, llm, self._history_budget(room=True), self.options.with_(hint="general"),
+            history, llm, self._compact_tokens, self.options.with_(hint="general"),
             counter=self.counter, prefix=prefix, carried=False,
             stable_start=self._stable_window or not self.omitted_count,
         )
