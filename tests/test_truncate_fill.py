@@ -195,6 +195,29 @@ def test_the_newest_tool_loop_is_kept_cut_instead_of_leaving_only_the_question()
     assert limit - SLACK <= HEURISTIC.count_messages(out) <= limit
 
 
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_loops_opening_request_is_kept_whole_and_its_tool_output_cut(share: float) -> None:
+    """Found by the property above: when only the newest loop's opening user message and a
+    cut of its output fit, the plain walk (``fill=0``) promised the opener a quarter of the
+    budget and cut it by a few characters — the user's own request — beside the output.
+    An opener of at most half the budget is kept whole; the tool output gives way."""
+    opener = ChatMessage.user("deploy " * 17 + "ORD-77812 ORD-77812 " + "/srv/app/log.txt " * 4
+                              + "ORD-77812")
+    call = ChatMessage.assistant(None, tool_calls=[ToolCall(id="c0", name="read",
+                                                            arguments={"page": 0})])
+    output = ChatMessage.tool("c0", (" ".join(WORDS) + " ") * 7)
+    question = ChatMessage.user("And what changed since yesterday?", pinned=True)
+    msgs = [SYSTEM, opener, call, output, question]
+    limit = effective_budget(300, HEURISTIC)
+    assert HEURISTIC.count_messages(msgs) > limit
+    assert HEURISTIC.count_messages([SYSTEM, opener, call, question]) < limit // 2
+    out = CompactUtils.smart_truncate(msgs, 300, fill=share)
+    check(out, msgs, limit, HEURISTIC)
+    assert out[:3] == [SYSTEM, opener, call]
+    assert out[1] is opener  # the caller's object: not cut
+    assert out[3].metadata["truncated_chars"] > 0
+
+
 def test_messages_the_walk_keeps_whole_stay_the_callers_objects() -> None:
     """The newest units keep their identity; a masked placeholder is never cut."""
     msgs = incident()

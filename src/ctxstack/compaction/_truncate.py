@@ -346,11 +346,15 @@ def _anchored(
 ) -> Kept | None:
     """Anchor user message + the newest units after it that fit; None if it cannot fit.
 
-    The anchor is promised a quarter of the budget (or its size, if smaller) before the
-    newest units are walked; whatever they leave also goes to it.
+    The anchor is promised its whole size when that is at most half the budget — it is
+    the user's own request, and the newest units' tool outputs are what gets cut to make
+    room — else a quarter of the budget (a long paste is cut rather than crowding out
+    the loop); whatever the newest units leave also goes to it.
     """
     anchor_tokens = units[anchor].tokens
     promised = min(anchor_tokens, max(budget // 4, MIN_CUT_TOKENS))
+    if anchor_tokens <= budget // 2:
+        promised = anchor_tokens
     if promised > budget:
         return None
     kept: Kept = {}
