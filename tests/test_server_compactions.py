@@ -283,8 +283,8 @@ async def test_fold_tracker_sees_each_check_and_keeps_what_a_compaction_folded()
 
 
 def test_refolding_messages_the_load_showed_verbatim_counts_them_once() -> None:
-    """The load shows its newest summarised messages verbatim after the summary (seqs 5–6
-    of a span ending at 6); a mid-turn fold of them plus seq 7 adds only seq 7."""
+    """Stored messages the load's summary already covers (seqs 5–6 of a span ending at 6,
+    in a context a caller assembled) folded again mid-turn with seq 7 add only seq 7."""
     summary = ChatMessage.system("[Conversation summary]\nShort.", metadata={"kind": "summary"})
     base = Span(count=6, first_seq=1, last_seq=6)
     fold = GuardFold(stored_in=[5, 6, 7, 8], stored_out=[8], turn_in=0, turn_out=0,

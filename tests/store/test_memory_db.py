@@ -310,21 +310,35 @@ async def test_over_budget_with_llm_summarises_and_offers_a_checkpoint(
     assert candidate is not None
     kept = [m.metadata["seq"] for m in history[1:]]
     # The checkpoint covers what the summary replaced (down to target_fill, so the next
-    # turns have room); the newest of those are also shown verbatim while the budget
-    # allows (widening), so nothing between the summary and the verbatim part is missing.
-    assert kept == list(range(kept[0], 41))
-    assert kept[0] <= candidate.last_seq + 1 < 41
-    # As much verbatim as the budget allows: at least what smart_truncate keeps, less
-    # the summary's own size (and one message of rounding).
-    rows = await DbMemory(conv, session_factory=sf, budget=1200).get_messages()
-    truncated = HEURISTIC.count_messages(rows)
-    verbatim = HEURISTIC.count_messages(history[1:])
-    biggest = max(HEURISTIC.count_message(m) for m in history[1:])
-    assert verbatim >= truncated - HEURISTIC.count_message(history[0]) - biggest
-    assert kept == list(range(kept[0], 41))
+    # turns have room); the load shows the summary, then exactly what it does not cover.
+    assert kept == list(range(candidate.last_seq + 1, 41))
     assert candidate.summary == history[0].text
     assert candidate.token_count == HEURISTIC.count_message(history[0])
     assert candidate.method == "llm"
+
+
+async def test_the_turn_after_a_summary_extends_the_call_that_summarised(
+    sf: SessionFactory, conv: str
+) -> None:
+    """The load that summarised shows what the next load, from its checkpoint, starts
+    with: the next turn's call extends it byte for byte, so the provider reads it from its
+    cache instead of writing the whole context again (as showing the newest summarised
+    messages verbatim on the summarising turn made it do)."""
+    await seed(sf, conv, 41)
+    llm = summariser()
+    mem = memory(sf, conv, budget=1200, compact_llm=llm)
+    first = await mem.get_messages()
+    assert mem.method == "llm"
+    await mem.save_checkpoint()
+    await append_messages(sf, conv, [
+        NewMessage(role="assistant", content="The answer to the query."),
+        NewMessage(role="user", content="And the next question?")])
+    mem = memory(sf, conv, budget=1200, compact_llm=llm)
+    second = await mem.get_messages()
+    assert (mem.method, len(llm.calls)) == ("none", 1)
+    assert [m.to_openai() for m in second[:len(first)]] == [m.to_openai() for m in first]
+    assert [m.text for m in second[len(first):]] == [
+        turn_text(40, 30), "The answer to the query."]  # the last query, then its answer
 
 
 async def test_llm_failure_falls_back_to_truncation_without_a_checkpoint(
@@ -556,8 +570,8 @@ async def test_checkpoint_chain_never_drops_a_message_for_good(
     """Turn after turn, as the service runs it. Each load fits the budget and is the summary
     (if any) then a contiguous run of the newest messages; a new checkpoint covers only
     messages the summariser was actually shown; everything after the checkpoint is still
-    loaded next time. So no message is lost for good (the newest summarised messages may
-    also be shown verbatim in the load that summarised them)."""
+    loaded next time. So no message is lost for good, and a load that summarised shows
+    nothing the checkpoint covers (the next load, from the checkpoint, extends it)."""
     conv = (await create_conversation(sf, alice.id)).id
     llm = summariser()
     mem = memory(sf, conv, budget=budget, compact_llm=llm)
@@ -583,9 +597,10 @@ async def test_checkpoint_chain_never_drops_a_message_for_good(
             for folded in range(covered + 1, candidate.last_seq + 1):
                 marker = f"{'question' if folded % 2 == 0 else 'answer'} {folded}:"
                 assert marker in transcript
-            # The newest summarised messages may also be shown verbatim (widening), but
-            # what is newer than the checkpoint is never only in the summary.
-            assert not verbatim or verbatim[-1] > candidate.last_seq
+            # What the checkpoint covers is in the summary only (what is newer may still
+            # be truncated away when even the summarised history does not fit: the next
+            # load, from the checkpoint, reads it again).
+            assert all(s > candidate.last_seq for s in verbatim)
             await mem.save_checkpoint()
             covered = candidate.last_seq
         seq += 1
@@ -618,11 +633,10 @@ async def test_a_thousand_messages_without_a_checkpoint_are_all_summarised(
     verbatim = [m.metadata["seq"] for m in history if m.kind != "summary"]
     candidate = mem.checkpoint_candidate
     assert candidate is not None
-    # Exact: the summary covers messages 1..last_seq, all of them; the newest are also
-    # shown verbatim (widening) up to the query; nothing in between is missing.
+    # Exact: the summary covers messages 1..last_seq, all of them; the rest are verbatim up
+    # to the query; nothing in between is missing.
     assert mem.summarized_count == candidate.last_seq
-    assert verbatim == list(range(verbatim[0], 1001))
-    assert verbatim[0] <= candidate.last_seq + 1
+    assert verbatim == list(range(candidate.last_seq + 1, 1001))
     assert mem.folded_count > 0
     assert mem.method == "llm"
     assert mem.was_compacted

@@ -166,8 +166,8 @@ async def load_compaction(
         span = Span(count=max(previous.count, original - kept), first_seq=previous.first_seq,
                     last_seq=previous.last_seq)
     if memory.method == "llm" and span.last_seq is not None:
-        # The load may also show the newest summarised messages verbatim (widening, while
-        # the budget allows): they count as summarised, so summarised + kept = original.
+        # Messages the summary covers count as summarised, never as kept, so that
+        # summarised + kept = original.
         last = span.last_seq
         kept = sum(1 for m in history if (s := stored_seq(m)) is not None and s > last)
     prose, facts = split_summary(summary.text) if summary is not None else ("", [])
@@ -238,8 +238,8 @@ def run_compaction(event: CompactionEvent, fold: GuardFold | None, base: Span) -
     fold = fold or GuardFold([], [], 0, 0, None)
     gone = sorted(set(fold.stored_in) - set(fold.stored_out))
     if base.last_seq is not None:
-        # the load shows its newest summarised messages verbatim after the summary; folding
-        # them again adds nothing to the span (they were counted in ``base``)
+        # a stored message the load's summary already covers adds nothing to the span
+        # when folded again (it was counted in ``base``)
         gone = [seq for seq in gone if seq > base.last_seq]
     method = _method(event.method)
     span = base

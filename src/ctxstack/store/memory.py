@@ -40,10 +40,15 @@ What one :meth:`~DbMemory.get_messages` call does:
    the history as loaded up to the end of the fold, the tools, the instruction last;
    :mod:`ctxstack.compaction._prefix_request`), the transcript request as its fallback. The
    summary folds history down to ``target_fill`` — so the checkpoint leaves room for the
-   next turns and the summariser runs once per overflow — but the context this load
-   returns is then **widened**: the newest folded messages are shown verbatim too, after
-   the summary, while the budget allows. So a load keeps at least as many recent
-   messages verbatim as ``smart_truncate`` would, less the summary's own size. Masking
+   next turns and the summariser runs once per overflow — and this load returns what
+   the next one will load from the checkpoint: the summary, then the messages it does
+   not cover. The next turn's call therefore extends this one's and reads it from the
+   provider's cache. (Loads used to show the newest folded messages verbatim too, while
+   the budget allowed: one turn of extra verbatim context, paid for by a second rewrite
+   of the whole cached context on the turn after each summary: a 300-turn chat at 4K
+   was billed 0.40× of truncating its history each turn instead of 0.25×,
+   ``benchmarks/bench_dbmemory.py``. The folded messages stay reachable through the
+   summary's sources and the archive's tools.) Masking
    and truncation, which every load redoes on the stored history, move in steps counted
    from the history's start (its first row, the window's block start or the checkpoint;
    ``stride`` in :func:`~ctxstack.compaction.smart_truncate`): a load keeps between
@@ -628,39 +633,7 @@ class DbMemory(BaseMemory):
         summary = result.summary if result.method == "llm" else self._fold_summary
         if summary is not None:
             self.checkpoint_candidate = self._candidate(history, result.summarized, summary)
-        if result.method == "llm" and result.summary is not None:
-            return self._widen(result.messages, folded_here, result.summary)
         return list(result.messages)
-
-    def _widen(
-        self, messages: list[ChatMessage], folded: list[ChatMessage], summary: ChatMessage
-    ) -> list[ChatMessage]:
-        """Show the newest folded messages verbatim after the summary while they fit.
-
-        The checkpoint still covers them (they are in the summary), so the next load
-        starts after them with headroom; this load shows as much verbatim as the budget
-        allows. The widened part opens with a user turn.
-        """
-        at = next((i for i, m in enumerate(messages) if m is summary), None)
-        if at is None:
-            return list(messages)
-        total = self.counter.count_messages(messages)
-        after = messages[at + 1] if at + 1 < len(messages) else None
-        expected = after.metadata.get("seq") if after is not None else None
-        extra: list[ChatMessage] = []
-        fits = effective_budget(self._history_tokens, self.counter)
-        for message in reversed(folded):
-            cost = self.counter.count_message(message)
-            seq = message.metadata.get("seq")
-            contiguous = expected is None or seq == expected - 1
-            if not contiguous or total + cost > fits:
-                break
-            extra.insert(0, message)
-            total += cost
-            expected = seq
-        while extra and extra[0].role != "user":
-            extra.pop(0)
-        return [*messages[: at + 1], *extra, *messages[at + 1 :]]
 
     def _candidate(
         self, history: Sequence[ChatMessage], summarized: Sequence[ChatMessage],
