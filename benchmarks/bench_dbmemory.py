@@ -1,5 +1,5 @@
 """DbMemory (layer 4): load latency vs conversation length, summariser calls per turn, and
-the billed input of loads without a summariser.
+the billed input of its loads, with a summariser and without.
 
 **Load latency.** Conversations of 100, 1,000 and 10,000 stored messages (~40 tokens
 each), a 4,000-token budget, each load timed end to end (query, rebuild, compaction):
@@ -25,16 +25,17 @@ Baseline, in the same run: the load-time-only approach (no checkpoints), which s
 on every turn once the conversation is over budget. Target: ≤ 1 summariser call per 5
 turns with checkpoints.
 
-**The bill without a summariser.** A chat of the same number of turns, loaded without a
-compact LLM (so the load window leaves older rows out once the history outgrows it),
-each turn's model call the load plus the question, priced with :mod:`benchmarks.pricing`
-(a call's leading messages byte-identical to the previous call's read at 0.1×, the rest
-written at 1.25×). Baselines over the same stored messages, in the same run: the whole
-history, and ``smart_truncate`` of it at every turn (newest first, filling the budget —
-what these loads sent before their window started at a seq block). Targets, as for the
-other refitting callers (issue 29): ≤ 0.8× truncating each turn, ≤ 0.75× whole history.
-The tokens sent per load are reported beside them: a stable start keeps between
-``target_fill`` and all of the budget.
+**The bill.** The simulated chat with checkpoints above, and a chat of the same number
+of turns loaded without a compact LLM (so the load window leaves older rows out once the
+history outgrows it): each turn's model call is the load plus the question, priced with
+:mod:`benchmarks.pricing` (a call's leading messages byte-identical to the previous call's
+read at 0.1×, the rest written at 1.25×; the summariser's requests priced too, in the
+order they were made). Baselines over the same stored messages, in the same run: the
+whole history, and ``smart_truncate`` of it at every turn (newest first, filling the
+budget — what loads without a summariser sent before their window started at a seq
+block). Targets, as for the other refitting callers (issue 29): ≤ 0.8× truncating each
+turn, ≤ 0.75× whole history. The tokens sent per load are reported beside them: a load
+keeps between ``target_fill`` and all of the budget.
 
 Runs on PostgreSQL (``CTXSTACK_BENCH_POSTGRES_URL``, default
 ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``, in a throw-away schema); falls back

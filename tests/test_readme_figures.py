@@ -262,8 +262,8 @@ def _dbmemory(report: dict[str, Section], g: tuple[str, ...]) -> list[tuple[str,
 
 def _dbmemory_bill(report: dict[str, Section], g: tuple[str, ...]
                    ) -> list[tuple[str, str, float, str]]:
-    turns, budget, growth, truncating, whole = g
-    at = f"chat without a summariser, {turns} turns at {budget}K (history"
+    kind, turns, budget, growth, truncating, whole = g
+    at = f"chat {kind.lower()}, {turns} turns at {budget}K (history"
     rows = report["dbmemory"].figures(at)
     found = re.search(r"history ([\d.]+)× it", rows[0]["figure"]) if rows else None
     if found is None:
@@ -360,10 +360,11 @@ CHECKS = [
           r"a ([\d,]+)-message load within (\d+\.\d+)× of a (\d+)-message load; summariser "
           r"calls ≈ (\d+\.\d+) per turn over (\d+) turns \(load-time-only: (\d+\.\d+)\)",
           _dbmemory),
-    Check("DbMemory bill",
-          r"Without a summariser, a (\d+)-turn chat at (\d+)K \(its history (\d+)× the "
-          r"budget\) is billed (\d\.\d+)× of truncating the history at every turn and "
-          r"(\d\.\d+)× of sending it whole", _dbmemory_bill),
+    *(Check(f"DbMemory bill, {kind}",
+            rf"({kind}), a (\d+)-turn chat at (\d+)K \(its history (\d+)× the "
+            r"budget\) is billed (\d\.\d+)× of truncating the history at every turn and "
+            r"(\d\.\d+)× of sending it whole", _dbmemory_bill)
+      for kind in ("With a summariser and checkpoints", "Without a summariser")),
     Check("DAG", r"a (\d+)-step plan runs within (\d+\.\d+)× of its critical-path bound",
           _dag),
     Check("service under load",
