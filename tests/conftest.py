@@ -20,22 +20,6 @@ pytest_plugins = [
 ]
 
 
-SLOW_FILES_FIRST = (
-    "test_service_inject_load.py", "test_browser.py", "test_service_inject_faults.py",
-    "test_regex_linear_time.py",
-)
-"""Files whose tests take a minute or more together: run first, so that with the suite's
-``--dist loadfile`` the last file a worker takes is a short one and the two workers finish
-together (the kill-and-cut load file alone takes ~3 minutes on one worker)."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move :data:`SLOW_FILES_FIRST` to the front, in that order; every other test keeps
-    its place. Deterministic, so every xdist worker collects the same order."""
-    rank = {name: n for n, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Put tiktoken's vocabularies into its cache from the ``bpe-openai`` wheel before
     collection: the real-data test modules build exact counters at import time, and on a
