@@ -352,9 +352,8 @@ def _anchored(
     the loop); whatever the newest units leave also goes to it.
     """
     anchor_tokens = units[anchor].tokens
-    promised = min(anchor_tokens, max(budget // 4, MIN_CUT_TOKENS))
-    if anchor_tokens <= budget // 2:
-        promised = anchor_tokens
+    promised = (anchor_tokens if anchor_tokens <= budget // 2
+                else min(anchor_tokens, max(budget // 4, MIN_CUT_TOKENS)))
     if promised > budget:
         return None
     kept: Kept = {}
