@@ -37,6 +37,13 @@ block). Targets, as for the other refitting callers (issue 29): ≤ 0.8× trunca
 turn, ≤ 0.75× whole history. The tokens sent per load are reported beside them: a load
 keeps between ``target_fill`` and all of the budget.
 
+**WindowMemory's bill.** The same kind of chat (no database) through
+``WindowMemory(40)``, which slides by one message per turn once full, and through
+``WindowMemory(40, step=20)``, whose old edge moves 20 messages at a time (it holds 21–40
+messages), and ``WindowMemory(50, step=20)`` (31–50: about as many as the sliding window
+on average): each turn's call is the window plus the question, priced as above.
+Reported, no target: the step is opt-in, and the tokens-sent rows show what it trades.
+
 Runs on PostgreSQL (``CTXSTACK_BENCH_POSTGRES_URL``, default
 ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``, in a throw-away schema); falls back
 to a temporary SQLite file, saying so, when PostgreSQL is not reachable.
@@ -66,7 +73,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from benchmarks.common import BenchRow, print_table
 from benchmarks.pricing import PricedCall, billed_input
 from ctxstack.compaction import SUMMARY_PREFIX, smart_truncate
-from ctxstack.memory import DbMemory
+from ctxstack.memory import DbMemory, WindowMemory
 from ctxstack.messages import ChatMessage
 from ctxstack.store import (
     CheckpointCandidate,
@@ -83,13 +90,14 @@ from ctxstack.store.db import create_engine_from_url
 from ctxstack.testing import ScriptedCall, ScriptedLLM
 from ctxstack.tokens import HEURISTIC
 
-TITLE = "DbMemory: load latency, summariser calls and the bill without a summariser"
+TITLE = "DbMemory: load latency, summariser calls and the bill (and WindowMemory's bill)"
 PG_URL = os.environ.get(
     "CTXSTACK_BENCH_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
 BUDGET = 4_000
 SIZES = (100, 1_000, 10_000)
 AFTER_CHECKPOINT = 20
+WINDOW = 40
 _last: dict[str, Any] = {}
 
 
@@ -288,6 +296,21 @@ async def simulate_bill(sf: SessionFactory, owner: int, turns: int) -> dict[str,
     return ledger.bill()
 
 
+async def window_bill(turns: int, size: int, step: int) -> tuple[float, int]:
+    """(billed input, tokens sent) of a chat whose every call is ``WindowMemory(size,
+    step=step)``'s messages plus the question (the chat of :func:`simulate_bill`)."""
+    rng = random.Random(11)
+    memory = WindowMemory(size, step=step)
+    calls = []
+    for turn in range(turns):
+        question = ChatMessage.user(message_text(2 * turn, rng, rng.randint(8, 40)))
+        calls.append(_priced([*await memory.get_messages(), question]))
+        await memory.add_message(question)
+        await memory.add_message(
+            ChatMessage.assistant(message_text(2 * turn + 1, rng, rng.randint(30, 120))))
+    return billed_input(calls), sum(c.tokens for c in calls)
+
+
 def bill_rows(at: str, bill: dict[str, float], sent: str) -> list[BenchRow]:
     """The bill's rows for one simulated chat: ≤ 0.8× truncating each turn and ≤ 0.75×
     the whole history (issue 29's targets for refitting callers), tokens sent, and the
@@ -317,6 +340,8 @@ async def measure(quick: bool) -> list[BenchRow]:
                                                                checkpoints=True)
         calls_lt, over_lt, first_lt, _ = await simulate(sf, user.id, turns, checkpoints=False)
         bill = await simulate_bill(sf, user.id, turns)
+    windows = {(size, step): await window_bill(turns, size, step)
+               for size, step in ((WINDOW, 1), (WINDOW, 20), (WINDOW + 10, 20))}
     rows: list[BenchRow] = []
     for n in SIZES:
         cp, win, full = lat["checkpoint"][n], lat["windowed"][n], lat["full"][n]
@@ -349,6 +374,14 @@ async def measure(quick: bool) -> list[BenchRow]:
     rows += bill_rows(f"chat without a summariser, {turns} turns at 4K "
                       f"(history {bill['growth']:.1f}× it)", bill,
                       "a stable start keeps between target_fill and all of the budget")
+    slid, slid_sent = windows[(WINDOW, 1)]
+    for (size, step), (billed, sent) in windows.items():
+        if step == 1:
+            continue
+        at = f"{turns}-turn chat, WindowMemory({size}, step={step}) ÷ WindowMemory({WINDOW})"
+        rows += [BenchRow(f"{at}: billed input (writes 1.25×)", billed, "tokens", slid,
+                          billed / slid, "reported", None),
+                 BenchRow(f"{at}: tokens sent", sent / slid_sent, "ratio")]
     _last.update(quick=quick, where=where, lat=lat, turns=turns,
                  sim=((calls_cp, over_cp, first_cp), (calls_lt, over_lt, first_lt)))
     return rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -146,3 +147,125 @@ def test_window_properties(msgs: list[ChatMessage], n: int) -> None:
 
 async def _window(msgs: list[ChatMessage], n: int) -> list[ChatMessage]:
     return await (await filled(n, msgs)).get_messages()
+
+
+# ------------------------------------------------------------------ step (prompt caching)
+def prefix_moves(calls: list[list[ChatMessage]]) -> int:
+    """How many calls do not extend the previous call's messages (a cache rewrite)."""
+    return sum(1 for a, b in itertools.pairwise(calls) if b[: len(a)] != a)
+
+
+async def chat_calls(mem: WindowMemory, turns: int, tools_every: int = 0) -> list[list[ChatMessage]]:
+    """Each turn: the user's question is added and the window read (the model call), then
+    the reply (with a tool group every ``tools_every`` turns) is added."""
+    await mem.add_message(SYS)
+    calls = []
+    for i in range(turns):
+        await mem.add_message(ChatMessage.user(f"q{i}"))
+        calls.append(await mem.get_messages())
+        if tools_every and i % tools_every == 0:
+            for m in group(f"t{i}", n=2):
+                await mem.add_message(m)
+        await mem.add_message(ChatMessage.assistant(f"a{i}"))
+    return calls
+
+
+async def test_a_step_keeps_the_prefix_between_moves_and_the_window_within_its_bounds() -> None:
+    slid = await chat_calls(WindowMemory(20), 200)
+    stepped = await chat_calls(WindowMemory(20, step=10), 200)
+    # sliding by one: every call past the window's size rewrites the prefix
+    assert prefix_moves(slid) >= 185
+    # stepping by ten messages (five turns): one rewrite per five turns
+    assert prefix_moves(stepped) <= 200 // 5 + 1
+    for i, call in enumerate(stepped[20:], start=20):
+        held = [m for m in call if m.role != "system"]
+        assert 10 <= len(held) <= 20  # N − k + 1, less one where rounded to a user turn
+        assert held[0].role == "user"
+        assert held[-1].text == f"q{i}"
+    # the newest messages are the same ones a sliding window holds
+    assert all(a[-5:] == b[-5:] for a, b in zip(slid, stepped, strict=True))
+
+
+async def test_a_step_survives_pruning_and_tool_groups() -> None:
+    """The grid is counted from the first message ever added, so pruning the store (which
+    drops what can never re-enter) moves no window; tool groups stay whole."""
+    mem = WindowMemory(9, step=4)
+    calls = await chat_calls(mem, 300, tools_every=3)
+    everything: list[ChatMessage] = [SYS]
+    for i in range(300):
+        everything.append(ChatMessage.user(f"q{i}"))
+        window = set(window_indices(everything, 9, 4))
+        assert calls[i] == [m for j, m in enumerate(everything)
+                            if m.role == "system" or j in window]
+        assert_tool_pairing(calls[i])
+        assert_opens_with_user(calls[i][1:])
+        if i % 3 == 0:
+            everything += group(f"t{i}", n=2)
+        everything.append(ChatMessage.assistant(f"a{i}"))
+    assert len(mem._messages) <= 2 * 9 + 16 + 1
+    # the edge moves at most once per 4 messages added (900 here); sliding, at every call
+    added = sum(1 for m in everything if m.role != "system")
+    assert prefix_moves(calls) <= added // 4 + 1
+    assert prefix_moves(await chat_calls(WindowMemory(9), 300, 3)) >= 295
+
+
+async def test_a_long_tool_loop_keeps_its_user_message_with_a_step() -> None:
+    async def loop(mem: WindowMemory) -> list[list[ChatMessage]]:
+        await mem.add_message(ChatMessage.user("run the audit"))
+        calls = []
+        for i in range(30):  # 60 messages: a call and its result each
+            for m in group(f"g{i}"):
+                await mem.add_message(m)
+            calls.append(await mem.get_messages())
+        return calls
+
+    calls = await loop(WindowMemory(6, step=3))
+    for call in calls[3:]:
+        assert call[0].text == "run the audit"
+        assert 1 + 2 <= len(call) <= 6
+        assert_tool_pairing(call)
+    assert prefix_moves(calls) <= 60 // 3 + 1
+    assert prefix_moves(await loop(WindowMemory(6))) >= 27
+
+
+async def test_clear_restarts_the_grid() -> None:
+    mem = WindowMemory(4, step=4)
+    for i in range(3):
+        await mem.add_message(ChatMessage.user(f"old{i}"))
+    await mem.clear()
+    for i in range(6):
+        await mem.add_message(ChatMessage.user(f"m{i}") if i % 2 == 0
+                              else ChatMessage.assistant(f"m{i}"))
+    # six messages, grid from the cleared start: the edge moves from 2 to the next
+    # multiple of 4, so the window holds m4, m5 (not shifted by the cleared three)
+    assert [m.text for m in await mem.get_messages()] == ["m4", "m5"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "2", True, 7])
+def test_invalid_step_is_rejected_naming_it(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"step: must be an integer from 1 to max_messages \(6\)"):
+        WindowMemory(6, step=bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=conversation(), n=st.integers(1, 12), data=st.data())
+def test_stepped_window_properties(msgs: list[ChatMessage], n: int, data: st.DataObject) -> None:
+    step = data.draw(st.integers(1, n))
+    mem = WindowMemory(n, step=step)
+    out = asyncio.run(_fill_and_read(mem, msgs))
+    assert [m for m in out if m.role == "system"] == [m for m in msgs if m.role == "system"]
+    assert sum(1 for m in out if m.role != "system") <= n
+    it = iter(msgs)
+    assert all(any(m is o for o in it) for m in out), "order kept, nothing invented"
+    assert_tool_pairing(out)
+    assert_opens_with_user([m.replace(pinned=False) for m in out])
+    # never more than the sliding window's messages: a step only delays the edge's moves
+    slid = asyncio.run(_window(msgs, n))
+    assert {id(m) for m in out} <= {id(m) for m in slid} | {id(m) for m in msgs
+                                                            if m.role == "system"}
+
+
+async def _fill_and_read(mem: WindowMemory, msgs: list[ChatMessage]) -> list[ChatMessage]:
+    for m in msgs:
+        await mem.add_message(m)
+    return await mem.get_messages()
