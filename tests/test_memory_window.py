@@ -25,8 +25,8 @@ def group(call_id: str, n: int = 1) -> list[ChatMessage]:
     ]
 
 
-async def filled(n: int, msgs: list[ChatMessage]) -> WindowMemory:
-    mem = WindowMemory(n)
+async def filled(n: int, msgs: list[ChatMessage], step: int = 1) -> WindowMemory:
+    mem = WindowMemory(n, step=step)
     for m in msgs:
         await mem.add_message(m)
     return mem
@@ -133,20 +133,8 @@ async def test_openai_dicts_are_accepted_and_anything_else_is_named() -> None:
         await memory.add_message({"content": "no role"})
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(msgs=conversation(), n=st.integers(1, 12))
-def test_window_properties(msgs: list[ChatMessage], n: int) -> None:
-    out = asyncio.run(_window(msgs, n))
-    assert [m for m in out if m.role == "system"] == [m for m in msgs if m.role == "system"]
-    assert sum(1 for m in out if m.role != "system") <= n
-    it = iter(msgs)
-    assert all(any(m is o for o in it) for m in out), "order kept, nothing invented"
-    assert_tool_pairing(out)
-    assert_opens_with_user([m.replace(pinned=False) for m in out])
-
-
-async def _window(msgs: list[ChatMessage], n: int) -> list[ChatMessage]:
-    return await (await filled(n, msgs)).get_messages()
+async def _window(msgs: list[ChatMessage], n: int, step: int) -> list[ChatMessage]:
+    return await (await filled(n, msgs, step)).get_messages()
 
 
 # ------------------------------------------------------------------ step (prompt caching)
@@ -249,10 +237,9 @@ def test_invalid_step_is_rejected_naming_it(bad: object) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(msgs=conversation(), n=st.integers(1, 12), data=st.data())
-def test_stepped_window_properties(msgs: list[ChatMessage], n: int, data: st.DataObject) -> None:
+def test_window_properties(msgs: list[ChatMessage], n: int, data: st.DataObject) -> None:
     step = data.draw(st.integers(1, n))
-    mem = WindowMemory(n, step=step)
-    out = asyncio.run(_fill_and_read(mem, msgs))
+    out = asyncio.run(_window(msgs, n, step))
     assert [m for m in out if m.role == "system"] == [m for m in msgs if m.role == "system"]
     assert sum(1 for m in out if m.role != "system") <= n
     it = iter(msgs)
@@ -260,12 +247,7 @@ def test_stepped_window_properties(msgs: list[ChatMessage], n: int, data: st.Dat
     assert_tool_pairing(out)
     assert_opens_with_user([m.replace(pinned=False) for m in out])
     # never more than the sliding window's messages: a step only delays the edge's moves
-    slid = asyncio.run(_window(msgs, n))
+    slid = asyncio.run(_window(msgs, n, 1))
     assert {id(m) for m in out} <= {id(m) for m in slid} | {id(m) for m in msgs
                                                             if m.role == "system"}
 
-
-async def _fill_and_read(mem: WindowMemory, msgs: list[ChatMessage]) -> list[ChatMessage]:
-    for m in msgs:
-        await mem.add_message(m)
-    return await mem.get_messages()
