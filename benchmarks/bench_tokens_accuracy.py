@@ -82,6 +82,7 @@ from benchmarks.token_corpus import (
     KINDS,
     SCRIPT_GROUPS,
     gather,
+    gather_languages,
     gather_scripts,
     project_code_chunks,
 )
@@ -128,6 +129,10 @@ odd and the Debian-packaged ones the venv does not have (python3-apt, -gi, -dbus
 -oauthlib…), see :func:`benchmarks.token_corpus.project_code` — the same number of
 chunks of each project. The "code" row above mixes standard-library files, split per
 file, whose neighbours in the same package were fitted on."""
+
+
+LANGUAGE_MIN_TEXTS = 30
+"""A language's eval texts needed for its own fits row (fewer repeat too often)."""
 
 
 def conversations_count(quick: bool) -> int:
@@ -205,6 +210,8 @@ class AccuracyResult:
     second."""
     fits: FitsResult | None = None
     fits_scripts: FitsResult | None = None
+    fits_languages: dict[str, FitsResult] = field(default_factory=dict)
+    """Language → fits of single-language chats (budgets 2K–32K)."""
     """Fits by exact count on conversations whose chat turns are other-script texts."""
     scripts: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     """(exact encoding, language group) → the heuristic's errors on other-script texts."""
@@ -329,6 +336,15 @@ def measure(quick: bool) -> AccuracyResult:
             pools = {**corpus, "prose": other, "zh": other, "ja": other, "mixed": other}
             res.fits_scripts = fits_by_exact_count(pools, res.available[HEADLINE_ENCODING],
                                                    conversations_count(quick))
+            # one language per conversation: a language's bias is not averaged away by
+            # other languages' turns, and small budgets hold few texts
+            languages = gather_languages("eval", samples_per_kind(quick))
+            for lang, texts in languages.items():
+                if len(texts) >= LANGUAGE_MIN_TEXTS:
+                    one = {**corpus, "prose": texts, "zh": texts, "ja": texts, "mixed": texts}
+                    res.fits_languages[lang] = fits_by_exact_count(
+                        one, res.available[HEADLINE_ENCODING],
+                        max(2, conversations_count(quick) // 5), hi_budget=32_000)
     for enc, exact in res.available.items():
         smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")
         res.conversation_calibration[enc] = calibrate_on_conversations(
@@ -421,9 +437,9 @@ def random_conversation(pools: dict[str, list[str]], rng: random.Random,
 
 
 def fits_by_exact_count(pools: dict[str, list[str]], exact: TokenCounter,
-                        n: int) -> FitsResult:
-    """Conversations cut to random budgets (log-uniform 2K–128K) by the default counter,
-    then counted by tiktoken (see the module docstring)."""
+                        n: int, hi_budget: int = BUDGETS[1]) -> FitsResult:
+    """Conversations cut to random budgets (log-uniform 2K–``hi_budget``) by the default
+    counter, then counted by tiktoken (see the module docstring)."""
     from ctxstack.compaction import CompactUtils
     from ctxstack.tokens import DEFAULT_COUNTER
 
@@ -431,7 +447,7 @@ def fits_by_exact_count(pools: dict[str, list[str]], exact: TokenCounter,
     out = FitsResult()
     fills = []
     smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")
-    lo, hi = math.log(BUDGETS[0]), math.log(16_000 if smoke else BUDGETS[1])
+    lo, hi = math.log(BUDGETS[0]), math.log(min(16_000, hi_budget) if smoke else hi_budget)
     for _ in range(n):
         budget = int(math.exp(rng.uniform(lo, hi)))
         conv = random_conversation(pools, rng, int(budget * rng.uniform(1.2, 2.5)),
@@ -586,6 +602,13 @@ def run(quick: bool) -> list[BenchRow]:
         rows.append(BenchRow(
             name=f"smart_truncate results over budget by o200k count, other-script chat "
                  f"({f.conversations} conversations, budgets 2K–128K)",
+            value=f.over_budget, unit="results", baseline=f.seed_over_budget,
+            target="0", met=f.over_budget == 0,
+        ))
+    for group, f in res.fits_languages.items():
+        rows.append(BenchRow(
+            name=f"smart_truncate results over budget by o200k count, chat in one "
+                 f"language, {group} ({f.conversations} conversations, budgets 2K–32K)",
             value=f.over_budget, unit="results", baseline=f.seed_over_budget,
             target="0", met=f.over_budget == 0,
         ))
@@ -748,6 +771,17 @@ def report_markdown(quick: bool) -> str:
             f"| default heuristic (with its margin) | {f.over_budget} | "
             f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
             f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
+    if res.fits_languages:
+        lines = ["**Fits by exact count, one language per conversation** (o200k_base, budgets "
+                 "2K–32K, the chat turns of each conversation from one language's eval texts "
+                 f"— languages with at least {LANGUAGE_MIN_TEXTS} — tool results JSON/code; "
+                 "baseline: the seed formula, no margin):", "",
+                 "| language | conversations | over budget | worst fill | median fill | "
+                 "seed formula over budget |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {g} | {f.conversations} | {f.over_budget} | {100 * f.worst_fill:.1f}% | "
+                  f"{100 * f.median_fill:.1f}% | {f.seed_over_budget} |"
+                  for g, f in res.fits_languages.items()]
+        parts.append("\n".join(lines))
     for enc, why in res.missing.items():
         parts.append(f"**{enc} not measured:** {why}")
     return "\n\n".join(parts)

@@ -73,6 +73,7 @@ import random
 import re
 import sys
 import sysconfig
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -360,11 +361,43 @@ def _dedupe_licences(texts: Iterable[str]) -> list[str]:
     return list(seen.values())
 
 
-_ROFF_ESCAPES = re.compile(r"\\f[BIRPC]|\\f\(..|\\s[+-]?\d|\\\(..|\\\*.|\\[&|^%ce]")
+_ROFF_ESCAPES = re.compile(r"\\f[BIRPC]|\\f\(..|\\s[+-]?\d|\\\*.|\\[&|^%ce]")
+_ROFF_GLYPH = re.compile(r"\\\((..)|\\\[([^\]\s]{1,12})\]|\\\*\((..)|\\\*\[([^\]\s]{1,12})\]")
+_ROFF_ACCENTS = {":": "\u0308", "'": "\u0301", "`": "\u0300", "^": "\u0302", "~": "\u0303",
+                 ",": "\u0327", "o": "\u030a", "v": "\u030c"}
+_ROFF_NAMED = {
+    "ss": "ß", "ae": "æ", "AE": "Æ", "oe": "œ", "OE": "Œ", "/o": "ø", "/O": "Ø", "/l": "ł",
+    "/L": "Ł", "-D": "Đ", "Sd": "ð", "TP": "Þ", "Tp": "þ", "aq": "'", "dq": '"', "Aq": "'",
+    "bu": "•", "en": "–", "em": "—", "hy": "-", "lq": "“", "rq": "”", "oq": "‘", "cq": "’",
+    "Fo": "«", "Fc": "»", "fo": "‹", "fc": "›", "co": "©", "rg": "®", "tm": "™", "de": "°",
+    "at": "@", "rs": "\\", "ha": "^", "ti": "~", "sh": "#", "Do": "$", "ba": "|", "or": "|",
+    "mu": "×", "di": "÷", "+-": "±", "<=": "≤", ">=": "≥", "->": "→", "<-": "←", "==": "≡",
+    "!=": "≠", "is": "∫", "sc": "§", "ps": "¶", "dg": "†", "Eu": "€", "eu": "€", "Po": "£",
+    "Ye": "¥", "ct": "¢", "r!": "¡", "r?": "¿", "12": "½", "14": "¼", "34": "¾",
+}
+
+
+def _roff_glyph(match: re.Match[str]) -> str:
+    """The character a roff glyph escape names (``\\(:u`` ü, ``\\('e`` é, ``\\[u00E9]``,
+    ``\\(ss`` ß, ``\\(aq`` '…), or "" for one this table does not know."""
+    name = next(g for g in match.groups() if g is not None)
+    if name in _ROFF_NAMED:
+        return _ROFF_NAMED[name]
+    if len(name) == 2 and name[0] in _ROFF_ACCENTS and name[1].isalpha():
+        return unicodedata.normalize("NFC", name[1] + _ROFF_ACCENTS[name[0]])
+    if name[0] == "u" and len(name) >= 5:
+        try:
+            return "".join(chr(int(part, 16)) for part in name[1:].split("_"))
+        except ValueError:
+            return ""
+    return ""
 
 
 def strip_roff(source: str) -> str:
-    """Plain text of a roff manual page: comments and macro names gone, escapes removed."""
+    """Plain text of a roff manual page: comments and macro names gone, font and size
+    escapes removed, glyph escapes turned into their characters — German and French pages
+    write most of their accented letters as escapes (``gepr\\(:uft``, ``\\('etat``), and
+    deleting those left text no one writes ("geprft", "tat")."""
     lines = []
     for line in source.splitlines():
         if line.startswith(('.\\"', "'\\\"", '.de', '..')):
@@ -374,6 +407,7 @@ def strip_roff(source: str) -> str:
             if len(parts) < 2 or parts[0] in (".if", ".ie", ".el", ".nr", ".ds", ".so"):
                 continue
             line = parts[1].replace('"', "")
+        line = _ROFF_GLYPH.sub(_roff_glyph, line)
         line = _ROFF_ESCAPES.sub("", line).replace("\\-", "-").replace("\\e", "\\")
         lines.append(line.replace("\\ ", " ").strip())
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
@@ -450,6 +484,22 @@ def gather_scripts(split: Split, n: int, seed: int = 17) -> dict[str, list[str]]
         share = (n + len(per_lang) - 1) // max(1, len(per_lang))
         picked = [t for texts in per_lang for t in texts[:share]]
         out[group] = _sample(picked, rng, n)
+    return out
+
+
+def gather_languages(split: Split, n: int, seed: int = 19) -> dict[str, list[str]]:
+    """Up to ``n`` texts of 500–4,000 characters per language of :data:`SCRIPT_GROUPS`
+    (the same sources as :func:`gather_scripts`, one language per list; ``{}`` entries
+    left out): for measures that must not average one language's bias with another's."""
+    out: dict[str, list[str]] = {}
+    for catalog_langs, man_langs in SCRIPT_GROUPS.values():
+        for lang in dict.fromkeys(catalog_langs + man_langs):
+            rng = random.Random(f"{seed}:{lang}")
+            sources = (catalog_texts(lang, split) if lang in catalog_langs else []) + \
+                (localized_man_texts(lang, split) if lang in man_langs else [])
+            pieces = list(consecutive_chunks(sources, rng))
+            if pieces:
+                out[lang] = _sample(pieces, rng, n)
     return out
 
 

@@ -54,6 +54,7 @@ from ctxstack.tokens._model import (
     pair_codes,
     traditional_count,
 )
+from ctxstack.tokens._scripts import LETTER_CUES, VOUCH
 from tests.exact_tokens import exact
 
 
@@ -147,6 +148,11 @@ def reference_script_features(text: str) -> list[int]:
             for k, (_name, lead, seconds) in enumerate(SUB_BLOCKS + TWO_BYTE_BLOCKS):
                 out[2 * groups + k] += raw[0] == lead and raw[1] in seconds
         previous = group
+    # each cue character vouches for VOUCH of the text's ASCII letters, up to all of them
+    letters = sum(1 for ch in text if ch.isascii() and ch.isalpha())
+    for cue in LETTER_CUES:
+        cues = out[SCRIPT_FEATURES.index(f"{cue}_chars")]
+        out[SCRIPT_FEATURES.index(f"{cue}_letters")] = min(letters, VOUCH * cues)
     return out
 
 

@@ -17,6 +17,7 @@ from ctxstack.tokens._model import (
     script_features,
     script_units,
 )
+from ctxstack.tokens._scripts import VOUCH
 from tests.exact_tokens import exact, named_counts
 
 
@@ -38,15 +39,19 @@ def test_feature_names_and_weights_line_up() -> None:
 
 def test_groups_count_characters_and_runs() -> None:
     assert features("привет, мир") == {"cyrillic_chars": 9, "cyrillic_runs": 2}
-    assert features("für über") == {"latin1_chars": 2, "latin1_runs": 2, "german_chars": 2}
-    assert features("łąka") == {"latin_ext_chars": 2, "latin_ext_runs": 1}
+    # (the *_letters features: the ASCII letters the accented ones vouch for, below)
+    assert features("für über") == {"latin1_chars": 2, "latin1_runs": 2, "german_chars": 2,
+                                    "german_letters": 5, "latin1_letters": 5}
+    assert features("łąka") == {"latin_ext_chars": 2, "latin_ext_runs": 1,
+                                "latin_ext_letters": 2}
     assert features("αβγ δ") == {"greek_chars": 4, "greek_runs": 2}
     # capitals of the two-byte alphabets are counted again
     assert features("ΑΒΓ δ") == {"greek_chars": 4, "greek_runs": 2, "greek_capital_chars": 3}
     assert features("МИР мир") == {"cyrillic_chars": 6, "cyrillic_runs": 2,
                                    "cyrillic_capital_chars": 3}
     assert features("Ölçü É") == {"latin1_chars": 4, "latin1_runs": 3,
-                                  "latin1_capital_chars": 2, "german_chars": 1}
+                                  "latin1_capital_chars": 2, "german_chars": 1,
+                                  "german_letters": 1, "latin1_letters": 1}
     assert features("Їжак і ґава") == {"cyrillic_chars": 9, "cyrillic_runs": 3,
                                        "cyrillic_capital_chars": 1, "ukrainian_chars": 1,
                                        "ukrainian_ghe_chars": 1}
@@ -65,7 +70,26 @@ def test_groups_count_characters_and_runs() -> None:
     assert features("ქართ") == {"e1_chars": 4, "e1_runs": 1, "georgian_chars": 4}
     # Vietnamese: only the Latin Extended Additional letters are in E1; ê, ơ are Latin
     assert features("Tiếng Việt") == {"e1_chars": 2, "e1_runs": 2, "vietnamese_chars": 2}
-    assert features("ơn") == {"latin_ext_chars": 1, "latin_ext_runs": 1}
+    assert features("ơn") == {"latin_ext_chars": 1, "latin_ext_runs": 1,
+                              "latin_ext_letters": 1}
+
+
+def test_accented_letters_vouch_for_the_ascii_letters_around_them() -> None:
+    """German, French or Polish words are mostly ASCII letters that the vocabularies split
+    more finely than English ones: each accented letter vouches for up to VOUCH of the
+    text's ASCII letters, so a German text pays per letter, a stray accent in English
+    text for at most VOUCH letters, and text without accents (or in another script)
+    nothing."""
+    german = "Die Konfigurationsdatei wurde überprüft und während der Installation geändert. "
+    letters = sum(ch.isascii() and ch.isalpha() for ch in german)
+    got = features(german * 20)
+    assert got["german_letters"] == got["latin1_letters"] == 20 * letters
+    english = "The configuration file was checked during the installation. " * 60
+    got = features(english + "Café.")
+    assert got["latin1_letters"] == VOUCH
+    assert "german_letters" not in got
+    assert features(english) == {}
+    assert "latin1_letters" not in features("Привет — é")  # no ASCII letter to vouch for
 
 
 def test_emoji_sequences_are_four_byte_runs() -> None:
