@@ -19,7 +19,10 @@ history up to that call:
 * **guard, stateless caller** — the same guard as a session's or memory's view uses it
   (OpenAI Agents, LlamaIndex, ``DbMemory``): every call hands it the whole stored history
   as new objects (``carried=False``), and only a summary checkpoint is kept between calls
-  (:func:`run_stateless`). Reported beside the loop's figures with the same targets.
+  (:func:`run_stateless`); one guard serves every call, as the adapters keep theirs, so
+  it carries its last result while the stored history extends the one it fitted
+  (:mod:`ctxstack.guard._refits`). Reported beside the loop's figures with the same
+  targets.
 
 A run is a recorded conversation replayed as an agent loop: a model call at every
 assistant message, its input the history before it, and a last call after the final

@@ -61,6 +61,7 @@ from ctxstack.guard._events import (
     GuardTotals,
     first_changed,
 )
+from ctxstack.guard._refits import RefitMemo, mark
 from ctxstack.guard._rules import apply_pinned_cap, cut_message, is_oversized
 from ctxstack.messages import (
     ChatMessage,
@@ -79,9 +80,6 @@ log = logging.getLogger(__name__)
 _CUT_REFS_KEPT = 256
 """Cut originals whose archive reference the guard remembers (a caller that keeps
 passing an original gets the same reference, and the original is archived once)."""
-_REFITS_KEPT = 256
-"""Conversations whose last refitted result the guard remembers (``carried=False``): what
-the next compaction's cache-write estimate is measured against."""
 
 OnCompact = Callable[[CompactionEvent], Awaitable[None] | None]
 """A compaction listener: a plain function or a coroutine function of the event."""
@@ -174,10 +172,10 @@ class ContextGuard:
         self._memo = MessageListMemo()
         # Originals stage 1 cut and archived (by id, the original held) → their reference.
         self._cut_refs: dict[int, tuple[ChatMessage, str]] = {}
-        # Conversation (its opening, see _conversation_key) → the fingerprints of the
-        # last result refitted for it with carried=False (what that call sent, for the
-        # next estimate; a few ints a message, not the messages, are kept).
-        self._refits: dict[int, list[int]] = {}
+        # Per conversation, the last result refitted for a carried=False caller: carried
+        # on when its next input extends that one, and what the next estimate is
+        # measured against (ctxstack.guard._refits).
+        self._refits = RefitMemo()
         # Compaction totals; the two per-call counters are plain ints because the
         # under-budget path must not pay for building a pydantic object.
         self._totals = GuardTotals()
@@ -284,12 +282,16 @@ class ContextGuard:
         (an agent loop, a framework that keeps the fitted history: the default), so a
         truncation leaves the low watermark's headroom and the next calls append without
         truncating again. False for a caller that fits its whole stored history afresh at
-        every call (a memory or a per-request filter): there headroom only drops context,
-        so the clearing of old tool outputs and the truncation's start move instead in
-        steps fixed by the history (counted from its first message), and consecutive calls
-        send the same prefix until a step is due (*Stable windows* in
-        :mod:`ctxstack.compaction._truncate`). Hand such a caller's history from the same
-        first message each time (the conversation's, or a summary checkpoint's).
+        every call (a memory or a per-request filter): the guard then remembers its last
+        result for the conversation and, while the history extends the one it fitted,
+        starts from that result plus the new messages, as for an agent loop
+        (:mod:`ctxstack.guard._refits`); otherwise — a first call, an edited history,
+        another process — headroom would only drop context, so the clearing of old tool
+        outputs and the truncation's start move in steps fixed by the history (counted
+        from its first message), and consecutive calls send the same prefix until a step
+        is due (*Stable windows* in :mod:`ctxstack.compaction._truncate`). Hand such a
+        caller's history from the same first message each time (the conversation's, or
+        a summary checkpoint's).
         """
         checked = check_hint(hint)
         limit = self.default_budget if budget is None else input_tokens(budget, "budget")
@@ -302,11 +304,34 @@ class ContextGuard:
             self._cuts += cut
             result = GuardCheck(current, None)
         else:
-            result = await self._compact(current, total, limit, checked, cut, tools,
-                                         carried=carried)
+            result = await self._over_budget(current, total, limit, checked, cut, tools,
+                                             carried=carried)
         if self.on_check:
             await _notify(self.on_check, GuardCheckEvent(messages, result, limit, checked),
                           "on_check")
+        return result
+
+    async def _over_budget(
+        self, current: list[ChatMessage], total: int, limit: int, hint: Hint, cut: int,
+        tools: Sequence[ToolSpec] | None, *, carried: bool,
+    ) -> GuardCheck:
+        """Compact ``current``; for a refitting caller, from the last result it was given
+        plus what it added since when its history extends the input of that result
+        (:mod:`ctxstack.guard._refits`), as an agent loop carries its context."""
+        if carried:
+            return await self._compact(current, total, limit, hint, cut, tools)
+        base = self._refits.carried(current)
+        if base is None:
+            result = await self._compact(current, total, limit, hint, cut, tools,
+                                         carried=False)
+        else:
+            tokens = self.counter.count_messages(base)
+            if tokens <= effective_budget(limit, self.counter):
+                self._cuts += cut
+                result = GuardCheck(base, None)
+            else:
+                result = await self._compact(base, tokens, limit, hint, cut, tools)
+        self._refits.remember(current, result.messages)
         return result
 
     # ------------------------------------------------------------------ stages 1 and 2
@@ -425,17 +450,11 @@ class ContextGuard:
         most likely sent: the messages before the newest appended ones — or, for a caller
         that refits its stored history (``carried`` false), the result this guard
         refitted last for the same conversation, when it remembers one (that caller
-        sends results, not its history; ``result`` becomes the one remembered)."""
-        if carried:
-            return first_changed(messages, result)
-        key = _conversation_key(messages)
-        marks = [_fingerprint(m) for m in result]
-        previous = self._refits.pop(key, None)
-        self._refits[key] = marks
-        while len(self._refits) > _REFITS_KEPT:
-            del self._refits[next(iter(self._refits))]
+        sends results, not its history)."""
+        previous = None if carried else self._refits.result_marks(messages)
         if previous is None:
             return first_changed(messages, result)
+        marks = [mark(m) for m in result]
         return next((i for i, (a, b) in enumerate(zip(previous, marks, strict=False))
                      if a != b), min(len(previous), len(marks)))
 
@@ -576,24 +595,3 @@ def _cache(message: ChatMessage) -> dict[str, int]:
     """The message's per-message cache, read directly: pydantic's private-attribute
     ``__getattr__`` costs ~1 µs, more than everything else on the under-budget path."""
     return message.__pydantic_private__["_token_cache"]  # type: ignore[index,no-any-return]
-
-
-def _conversation_key(messages: Sequence[ChatMessage]) -> int:
-    """A conversation's identity for a caller that refits it: the fingerprints of its
-    leading system messages and first other message (a stored history always opens the
-    same way; after a summary checkpoint it opens with the summary: a new key)."""
-    opening = []
-    for message in messages:
-        opening.append(_fingerprint(message))
-        if message.role != "system":
-            break
-    return hash(tuple(opening))
-
-
-def _fingerprint(message: ChatMessage) -> int:
-    """A message as a provider sees it, as one int (its role, text, tool calls and
-    name): equal messages, equal ints; different ones almost surely not."""
-    calls = tuple((c.id, c.name, c.arguments_json) for c in message.tool_calls or ())
-    parts = len(message.content) if isinstance(message.content, list) else -1
-    return hash((message.role, message.text, message.tool_call_id, message.name, calls,
-                 parts))
