@@ -48,8 +48,10 @@ def conversation_key(messages: Sequence[ChatMessage]) -> int:
 
 
 def fingerprint(message: ChatMessage) -> int:
-    """A message as a provider sees it, as one int (its role, text, tool calls and
-    name): equal messages, equal ints; different ones almost surely not."""
+    """A message as one int: its role, text, tool calls, name and number of content
+    parts (not the bytes of an image or file part: a stored history is appended to, not
+    edited, and hashing every image at every call would cost more than it guards).
+    Equal messages, equal ints; different texts almost surely not."""
     calls = tuple((c.id, c.name, c.arguments_json) for c in message.tool_calls or ())
     parts = len(message.content) if isinstance(message.content, list) else -1
     return hash((message.role, message.text, message.tool_call_id, message.name, calls,
