@@ -26,10 +26,14 @@ from ctxstack.store.db import engine_of, reading
 from tests.service_support import in_process_service, turn_over, until
 
 # Timing-dependent statements left out of the count: the worker's inject poller looks
-# every 0.25 s and the lease's heartbeat beats every lease / 3 s while a turn runs.
+# every 0.25 s, the lease's heartbeat beats every lease / 3 s and the stream's watchdog
+# reads its stream's row every second (ctxstack.server.streams.WATCH_INTERVAL) while a
+# turn runs — a turn over a second long on a loaded host reads it once or more.
 _TIMED = (re.compile(r"^SELECT (DISTINCT )?pending_injects\.conversation_id, "
                      r"pending_injects\.turn_id(, pending_injects\.id)? FROM pending_injects"),
-          re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"))
+          re.compile(r"^UPDATE active_turns SET heartbeat_at=\? WHERE"),
+          re.compile(r"^SELECT turn_streams\.turn_id, .*\sFROM turn_streams\s+"
+                     r"WHERE turn_streams\.turn_id = \?\s*$", re.S))
 
 
 def _kind(sql: str) -> str:
