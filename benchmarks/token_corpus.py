@@ -466,6 +466,13 @@ def localized_man_texts(lang: str, split: Split) -> list[str]:
     return out
 
 
+def _language_sources(lang: str, catalog_langs: tuple[str, ...],
+                      man_langs: tuple[str, ...], split: Split) -> list[str]:
+    """``lang``'s catalogs and manual pages for ``split``, as its group lists them."""
+    return ((catalog_texts(lang, split) if lang in catalog_langs else [])
+            + (localized_man_texts(lang, split) if lang in man_langs else []))
+
+
 def gather_scripts(split: Split, n: int, seed: int = 17) -> dict[str, list[str]]:
     """Up to ``n`` texts of 500–4,000 characters per language group of
     :data:`SCRIPT_GROUPS` for ``split`` ([] for a group whose sources are not installed).
@@ -476,9 +483,8 @@ def gather_scripts(split: Split, n: int, seed: int = 17) -> dict[str, list[str]]
         # shift another's chunks
         per_lang: list[list[str]] = []
         for lang in dict.fromkeys(catalog_langs + man_langs):
-            sources = (catalog_texts(lang, split) if lang in catalog_langs else []) + \
-                (localized_man_texts(lang, split) if lang in man_langs else [])
-            pieces = list(consecutive_chunks(sources, rng))
+            pieces = list(consecutive_chunks(_language_sources(lang, catalog_langs,
+                                                               man_langs, split), rng))
             if pieces:
                 per_lang.append(_sample(pieces, rng, n))
         share = (n + len(per_lang) - 1) // max(1, len(per_lang))
@@ -495,9 +501,8 @@ def gather_languages(split: Split, n: int, seed: int = 19) -> dict[str, list[str
     for catalog_langs, man_langs in SCRIPT_GROUPS.values():
         for lang in dict.fromkeys(catalog_langs + man_langs):
             rng = random.Random(f"{seed}:{lang}")
-            sources = (catalog_texts(lang, split) if lang in catalog_langs else []) + \
-                (localized_man_texts(lang, split) if lang in man_langs else [])
-            pieces = list(consecutive_chunks(sources, rng))
+            pieces = list(consecutive_chunks(_language_sources(lang, catalog_langs,
+                                                               man_langs, split), rng))
             if pieces:
                 out[lang] = _sample(pieces, rng, n)
     return out

@@ -104,24 +104,29 @@ async def test_an_edited_stored_message_falls_back_to_the_plan_from_the_history(
     assert [m.to_openai() for m in got] == [m.to_openai() for m in alone]
 
 
+def marks(messages: list[ChatMessage]) -> tuple[int, ...]:
+    return tuple(mark(m) for m in messages)
+
+
 def test_the_memo_carries_only_an_extension_with_the_same_pins() -> None:
     memo = RefitMemo()
     rows = [SYS, ChatMessage.user("q"), *loop_step(0), *loop_step(1)]
     placeholder = rows[3].replace(content="[cleared]")
-    memo.remember(rows, [rows[0], rows[1], rows[2], placeholder, rows[4], rows[5]])
+    memo.remember(rows, marks(rows), [rows[0], rows[1], rows[2], placeholder, rows[4], rows[5]])
     later = [*fresh(rows), *loop_step(2)]
-    carried = memo.carried(later)
+    carried = memo.carried(later, marks(later))
     assert carried is not None
     assert carried[3] is placeholder
     assert [m is later[i] for i, m in enumerate(carried) if i != 3] == [True] * 7
     # a message pinned since keeps no replacement; an edit or a shorter history neither
     pinned = [*later[:3], later[3].replace(pinned=True), *later[4:]]
-    assert memo.carried(pinned) is None
-    assert memo.carried([*later[:4], later[4].replace(content="other"), *later[5:]]) is None
-    assert memo.carried(later[:4]) is None
+    assert memo.carried(pinned, marks(pinned)) is None
+    edited = [*later[:4], later[4].replace(content="other"), *later[5:]]
+    assert memo.carried(edited, marks(edited)) is None
+    assert memo.carried(later[:4], marks(later[:4])) is None
     # an unanswered call at the end of the remembered result is no valid start
-    memo.remember(rows, rows[:-1])
-    assert memo.carried(later) is None
+    memo.remember(rows, marks(rows), rows[:-1])
+    assert memo.carried(later, marks(later)) is None
     assert memo.result_marks(rows) == [mark(m) for m in rows[:-1]]
 
 
@@ -129,10 +134,11 @@ def test_the_memo_is_bounded_and_keyed_by_conversation() -> None:
     memo = RefitMemo(kept=3)
     chats = [[SYS, ChatMessage.user(f"conversation {k}"), *loop_step(k)] for k in range(5)]
     for chat in chats:
-        memo.remember(chat, chat[:2])
-    assert memo.carried(fresh(chats[0])) is None  # the oldest two are forgotten
-    assert memo.carried(fresh(chats[1])) is None
+        memo.remember(chat, marks(chat), chat[:2])
+    for old in chats[:2]:  # the oldest two are forgotten
+        assert memo.carried(fresh(old), marks(old)) is None
     for chat in chats[2:]:
-        carried = memo.carried([*fresh(chat), ChatMessage.user("more")])
+        grown = [*fresh(chat), ChatMessage.user("more")]
+        carried = memo.carried(grown, marks(grown))
         assert carried is not None
         assert [m.text for m in carried] == [chat[0].text, chat[1].text, "more"]

@@ -320,7 +320,8 @@ class ContextGuard:
         (:mod:`ctxstack.guard._refits`), as an agent loop carries its context."""
         if carried:
             return await self._compact(current, total, limit, hint, cut, tools)
-        base = self._refits.carried(current)
+        marks = tuple(mark(m) for m in current)  # once: compared, then remembered
+        base = self._refits.carried(current, marks)
         if base is None:
             result = await self._compact(current, total, limit, hint, cut, tools,
                                          carried=False)
@@ -331,7 +332,7 @@ class ContextGuard:
                 result = GuardCheck(base, None)
             else:
                 result = await self._compact(base, tokens, limit, hint, cut, tools)
-        self._refits.remember(current, result.messages)
+        self._refits.remember(current, marks, result.messages)
         return result
 
     # ------------------------------------------------------------------ stages 1 and 2

@@ -81,27 +81,28 @@ class RefitMemo:
         self._kept = kept
         self._refits: dict[int, _Refit] = {}
 
-    def carried(self, messages: list[ChatMessage]) -> list[ChatMessage] | None:
+    def carried(self, messages: list[ChatMessage], marks: tuple[int, ...]
+                ) -> list[ChatMessage] | None:
         """The last result for ``messages``' conversation followed by the messages added
-        since, if ``messages`` extends the input it was made from and the result is a
-        valid request; else None."""
+        since, if ``messages`` (whose :func:`mark` s are ``marks``) extends the input it was
+        made from and the result is a valid request; else None."""
         refit = self._refits.get(conversation_key(messages))
-        if refit is None or len(messages) < len(refit.marks):
-            return None
-        n = len(refit.marks)
-        if any(mark(m) != known for m, known in zip(messages, refit.marks, strict=False)):
+        n = 0 if refit is None else len(refit.marks)
+        if refit is None or marks[:n] != refit.marks:
             return None
         out = [messages[x] if isinstance(x, int) else x for x in refit.layout]
         out += messages[n:]
         return out if tool_turns_valid(out) else None
 
-    def remember(self, messages: Sequence[ChatMessage], result: Sequence[ChatMessage]) -> None:
-        """Remember ``result`` as what ``messages``' conversation was last given."""
+    def remember(self, messages: Sequence[ChatMessage], marks: tuple[int, ...],
+                 result: Sequence[ChatMessage]) -> None:
+        """Remember ``result`` as what ``messages``' conversation (marked ``marks``) was
+        last given."""
         at = {id(m): i for i, m in enumerate(messages)}
         layout = tuple(at.get(id(m), m) for m in result)
         key = conversation_key(messages)
         self._refits.pop(key, None)
-        self._refits[key] = _Refit(tuple(mark(m) for m in messages), layout)
+        self._refits[key] = _Refit(marks, layout)
         while len(self._refits) > self._kept:
             del self._refits[next(iter(self._refits))]
 
