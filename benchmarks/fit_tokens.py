@@ -43,6 +43,10 @@ script_features`, each language group and kind weighted equally; weights rounded
     python -m benchmarks.fit_tokens --scripts            # print fit-set errors per group
     python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
 
+The decomposed text's weights (the ``combining`` group, Hangul jamo: ``DECOMPOSED_BLOCKS``) come
+last, on the decomposed forms of the fit texts with every other weight fixed;
+``--scripts --decomposed --write`` refits only them, keeping today's other weights.
+
 Symbol blocks (``SYMBOL_WEIGHTS``: arrows and technical signs, box drawing, shapes,
 dingbats, Braille, emoji, other four-byte characters), fitted last with the pair and
 script weights fixed: ``--symbols``. Data: the ``"fit"`` split of
@@ -69,13 +73,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.token_corpus import gather, gather_scripts
+from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts
 from benchmarks.vocab import ensure_offline
 from ctxstack.tokens._model import (
     CLASSES,
     OFFSET,
     SCALE,
     SCRIPT_FEATURES,
+    SCRIPT_WEIGHTS,
     Family,
     _hex_classes,
     digit_pieces,
@@ -85,6 +90,7 @@ from ctxstack.tokens._model import (
     symbol_features,
     traditional_count,
 )
+from ctxstack.tokens._scripts import DECOMPOSED_BLOCKS
 
 ENCODING_OF: dict[Family, str] = {"o200k": "o200k_base", "cl100k": "cl100k_base"}
 DIGIT = CLASSES.index("digit")
@@ -269,26 +275,49 @@ def pair_only_estimate(text: str, family: Family) -> float:
     """The pair model's estimate without the script correction (what the correction is
     fitted on top of): the full estimate minus the correction currently in force, before
     rounding — recomputed from the features so rounding does not leak in."""
-    from ctxstack.tokens._model import SCRIPT_WEIGHTS
-
     raw = text.encode("utf-8", "surrogatepass")
     current = float(np.dot(SCRIPT_WEIGHTS[family], script_features(raw)))
     return estimator(family)(text) - current
 
 
-def fit_scripts(texts: dict[str, list[str]], family: Family) -> np.ndarray:
-    """Ridge least squares of the relative residual on the script features."""
+def _ridge(texts: dict[str, list[str]], family: Family, columns: np.ndarray,
+           fixed: np.ndarray) -> np.ndarray:
+    """Ridge least squares of the relative residual — exact minus the pair estimate minus
+    ``fixed`` · features — on the features ``columns`` selects; each group weighted
+    equally."""
     flat = [(k, t) for k, items in texts.items() for t in items]
     x = np.array([script_features(t.encode("utf-8", "surrogatepass")) for _k, t in flat],
                  float)
     y = exact_counts([t for _k, t in flat], family)
-    base = np.array([pair_only_estimate(t, family) for _k, t in flat])
+    base = np.array([pair_only_estimate(t, family) for _k, t in flat]) + x @ fixed
     w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
-    a = x * (w / y)[:, None]
+    a = x[:, columns] * (w / y)[:, None]
     b = (y - base) * w / y
-    n = len(SCRIPT_FEATURES)
+    n = int(columns.sum())
     coef, *_ = np.linalg.lstsq(np.vstack([a, np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
                                np.concatenate([b, np.zeros(n)]), rcond=None)
+    return np.asarray(coef)
+
+
+def fit_scripts(texts: dict[str, list[str]], family: Family,
+                keep: np.ndarray | None = None) -> np.ndarray:
+    """The script weights, in two stages: every weight but the decomposed blocks' on the
+    composed texts (or ``keep``, today's weights, with ``--decomposed``), then those of
+    :data:`DECOMPOSED_BLOCKS` and the ``combining`` group on :data:`DECOMPOSED` with the
+    rest fixed — decomposed
+    text, which shares the group features, cannot move the weights composed text is
+    counted with."""
+    names = {f"{name}_chars" for name, _lead, _seconds in DECOMPOSED_BLOCKS} | {
+        "combining_chars", "combining_runs", "combining_letters"}
+    decomposed = np.array([feature in names for feature in SCRIPT_FEATURES])
+    coef = np.zeros(len(SCRIPT_FEATURES))
+    if keep is None:
+        composed = {k: v for k, v in texts.items() if k != DECOMPOSED}
+        coef[~decomposed] = _ridge(composed, family, ~decomposed, coef)
+    else:
+        coef[~decomposed] = keep[~decomposed]
+    if texts.get(DECOMPOSED):
+        coef[decomposed] = _ridge({DECOMPOSED: texts[DECOMPOSED]}, family, decomposed, coef)
     return np.round(coef, 4)
 
 
@@ -316,7 +345,8 @@ def main_scripts(argv: Sequence[str]) -> int:
     print("fit samples:", {k: len(v) for k, v in texts.items()})
     params: dict[Family, np.ndarray] = {}
     for family in ENCODING_OF:
-        params[family] = coef = fit_scripts(texts, family)
+        keep = np.array(SCRIPT_WEIGHTS[family]) if "--decomposed" in argv else None
+        params[family] = coef = fit_scripts(texts, family, keep)
         print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(SCRIPT_FEATURES, coef,
                                                                   strict=True)))
     if "--write" in argv:

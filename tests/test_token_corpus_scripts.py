@@ -43,7 +43,7 @@ def test_missing_sources_give_empty_groups(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(token_corpus, "LOCALE_ROOT", tmp_path)
     monkeypatch.setattr(token_corpus, "MAN_ROOT", tmp_path)
     groups = gather_scripts("eval", 5)
-    assert set(groups) == set(token_corpus.SCRIPT_GROUPS)
+    assert set(groups) == {*token_corpus.SCRIPT_GROUPS, token_corpus.DECOMPOSED}
     assert all(texts == [] for texts in groups.values())
 
 
@@ -77,3 +77,17 @@ def test_manual_pages_keep_their_accented_letters() -> None:
         "L'état « actuel» est à vérifier été — ''",
         "Łódź: ç ñ Ü, unknown names go: [] ende",
     ]
+
+
+def test_the_decomposed_group_is_its_splits_texts_in_normal_form_d() -> None:
+    import unicodedata
+
+    installed_catalog_language()
+    for split in ("fit", "eval"):
+        groups = gather_scripts(split, 40)  # type: ignore[arg-type]
+        decomposed = groups[token_corpus.DECOMPOSED]
+        assert decomposed
+        composed = {t for g in token_corpus.DECOMPOSABLE for t in groups[g]}
+        for text in decomposed:
+            assert unicodedata.normalize("NFD", text) == text
+            assert unicodedata.normalize("NFC", text) in composed  # same split's texts
