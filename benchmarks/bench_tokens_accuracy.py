@@ -84,10 +84,12 @@ from benchmarks.token_corpus import (
     KIND_LABELS,
     KINDS,
     SCRIPT_GROUPS,
+    VIEW_FORMATS,
     gather,
     gather_languages,
     gather_scripts,
     project_code_chunks,
+    tool_views,
 )
 from benchmarks.vocab import ENCODINGS, ensure_offline
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
@@ -224,6 +226,10 @@ class AccuracyResult:
     symbols: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     """(exact encoding, symbol block) → the heuristic's errors on the held-out synthetic
     texts of :mod:`benchmarks.symbol_corpus`."""
+    views: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    """(exact encoding, tool layout) → the heuristic's errors on the eval split's texts as
+    coding agents' tools show them (:func:`benchmarks.token_corpus.tool_views`)."""
+    views_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     numbers: dict[str, tuple[ErrorStats, ErrorStats]] = field(default_factory=dict)
     """Exact encoding → (the heuristic, the seed's formula) on the eval split of
     :mod:`benchmarks.number_corpus` (synthetic number-heavy tool output)."""
@@ -325,6 +331,15 @@ def measure(quick: bool) -> AccuracyResult:
             if texts:
                 res.symbols[(enc, block)] = stats(rel_errors(texts, ours.count_text,
                                                              exact.count_text))
+    views = tool_views("eval", samples_per_kind(quick))
+    for enc, exact in res.available.items():
+        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
+        for layout, texts in views.items():
+            if texts:
+                res.views[(enc, layout)] = stats(rel_errors(texts, ours.count_text,
+                                                            exact.count_text))
+                res.views_seed[(enc, layout)] = stats(rel_errors(
+                    texts, SEED_HEURISTIC.count_text, exact.count_text))
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
@@ -647,11 +662,9 @@ def _table(title: str, data: dict[tuple[str, str], ErrorStats], enc: str) -> str
 
 
 def _scripts_table(title: str, data: dict[tuple[str, str], ErrorStats], enc: str,
-                   groups: Sequence[str] = (*SCRIPT_GROUPS, DECOMPOSED)) -> str:
-    what = ("symbol blocks, held-out synthetic texts of benchmarks/symbol_corpus.py; worst "
-            "under-estimate within the budget margin" if groups is SYMBOL_NAMES else
-            "other scripts, reported — no target of their own")
-    head = "symbol block" if groups is SYMBOL_NAMES else "language group"
+                   groups: Sequence[str] = (*SCRIPT_GROUPS, DECOMPOSED),
+                   what: str = "other scripts, reported — no target of their own",
+                   head: str = "language group") -> str:
     lines = [f"**{title}** ({enc}; {what})", "",
              f"| {head} | samples | median error | median abs error | p95 abs error "
              "| under-estimated | worst under-estimate |",
@@ -735,8 +748,21 @@ def report_markdown(quick: bool) -> str:
             parts.append(_scripts_table("baseline: the seed's formula", res.scripts_seed,
                                         enc))
         if any(k[0] == enc for k in res.symbols):
+            parts.append(_scripts_table(
+                f"ctxstack heuristic ({FAMILY_OF[enc]} weights)", res.symbols, enc,
+                SYMBOL_NAMES, "symbol blocks, held-out synthetic texts of "
+                "benchmarks/symbol_corpus.py; worst under-estimate within the budget margin",
+                "symbol block"))
+        if any(k[0] == enc for k in res.views):
+            what = ("the eval split's code (two thirds), prose and JSON as coding agents' "
+                    "tools show a file: line-numbered or inside a JSON string "
+                    "(`benchmarks.token_corpus.tool_views`); reported — no target of "
+                    "their own")
             parts.append(_scripts_table(f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
-                                        res.symbols, enc, SYMBOL_NAMES))
+                                        res.views, enc, tuple(VIEW_FORMATS), what,
+                                        "tool layout"))
+            parts.append(_scripts_table("baseline: the seed's formula", res.views_seed, enc,
+                                        tuple(VIEW_FORMATS), what, "tool layout"))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "

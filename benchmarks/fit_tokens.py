@@ -43,6 +43,13 @@ script_features`, each language group and kind weighted equally; weights rounded
     python -m benchmarks.fit_tokens --scripts            # print fit-set errors per group
     python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
 
+Tool layouts (``LISTING_WEIGHTS``: tabs and arrows after a line number, ``\\n`` escapes,
+backslashes — see ``ctxstack.tokens._listings``), fitted last with every other weight
+fixed: ``--listings``. Data: the fit texts and the same split laid out as agents' tools
+show files (:func:`benchmarks.token_corpus.tool_views`), each group weighted equally.
+
+    python -m benchmarks.fit_tokens --listings --write   # rewrite LISTING_WEIGHTS
+
 The decomposed text's weights (the ``combining`` group, Hangul jamo: ``DECOMPOSED_BLOCKS``) come
 last, on the decomposed forms of the fit texts with every other weight fixed;
 ``--scripts --decomposed --write`` refits only them, keeping today's other weights.
@@ -73,10 +80,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts
+from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts, tool_views
 from benchmarks.vocab import ensure_offline
 from ctxstack.tokens._model import (
     CLASSES,
+    LISTING_FEATURES,
+    LISTING_WEIGHTS,
     OFFSET,
     SCALE,
     SCRIPT_FEATURES,
@@ -85,6 +94,7 @@ from ctxstack.tokens._model import (
     _hex_classes,
     digit_pieces,
     estimator,
+    listing_features,
     pair_codes,
     script_features,
     symbol_features,
@@ -460,7 +470,47 @@ def main_symbols(argv: Sequence[str]) -> int:
     return 0
 
 
+LISTINGS_FILE = MODEL_FILE.with_name("_listings.py")  # LISTING_WEIGHTS
+LISTING_SAMPLES = 300
+
+
+def fit_listings(texts: dict[str, list[str]], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual — exact minus today's estimate
+    without its listing correction — on :data:`LISTING_FEATURES`, every other weight
+    fixed; each group of texts weighted equally."""
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    x = np.array([listing_features(t.encode("utf-8", "surrogatepass")) for _k, t in flat],
+                 float)
+    y = exact_counts([t for _k, t in flat], family)
+    current = np.array(LISTING_WEIGHTS[family])
+    base = np.array([estimator(family)(t) for _k, t in flat]) - x @ current
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    n = len(LISTING_FEATURES)
+    coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
+                               np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
+    return np.round(coef, 4)
+
+
+def main_listings(argv: Sequence[str]) -> int:
+    texts, _missing = gather("fit", LISTING_SAMPLES)
+    texts = {k: v for k, v in texts.items() if v}
+    texts.update(tool_views("fit", LISTING_SAMPLES))
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_listings(texts, family)
+        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(LISTING_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        LISTINGS_FILE.write_text(_with_weights(LISTINGS_FILE.read_text(), "LISTING_WEIGHTS",
+                                               params))
+        print(f"wrote {LISTINGS_FILE}")
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
+    if "--listings" in argv:
+        return main_listings(argv)
     if "--scripts" in argv:
         return main_scripts(argv)
     if "--symbols" in argv:

@@ -75,7 +75,7 @@ import sys
 import sysconfig
 import unicodedata
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -606,6 +606,44 @@ def gather(split: Split, n: int, seed: int = 13) -> tuple[dict[str, list[str]], 
     if split == "eval":
         out["mixed"] = mixed_chats(out, rng, n)
     return out, missing
+
+
+def _numbered(text: str, first: int, number: Callable[[int], str]) -> str:
+    return "\n".join(number(first + i) + line for i, line in enumerate(text.split("\n")))
+
+
+VIEW_FORMATS: dict[str, Callable[[str, int], str]] = {
+    "cat -n / nl listing (number right-aligned, tab)":
+        lambda text, first: _numbered(text, first, lambda n: f"{n:6d}\t"),
+    "Claude Code Read listing (number, tab)":
+        lambda text, first: _numbered(text, first, lambda n: f"{n}\t"),
+    "arrow listing (number right-aligned, →)":
+        lambda text, first: _numbered(text, first, lambda n: f"{n:6d}\u2192"),
+    "grep -n listing (number, colon)":
+        lambda text, first: _numbered(text, first, lambda n: f"{n}:"),
+    "JSON string (a tool result's or a Write call's content)":
+        lambda text, first: json.dumps({"file_path": f"src/module_{first}.py", "content": text},
+                                       ensure_ascii=False),
+}
+"""How coding agents' tools show a file (``ctxstack.tokens._listings``): ``cat -n`` and
+``nl`` right-align the line number and follow it with a tab, Claude Code's Read tool writes
+the number and a tab, other agents right-align it before an arrow, ``grep -n`` and
+SWE-agent's viewer write ``12:line``, and a tool result or a Write/Edit call carries the
+file inside a JSON string. Each takes a text and the number of its first line."""
+
+
+def tool_views(split: Split, n: int, seed: int = 23) -> dict[str, list[str]]:
+    """Up to ``n`` texts per :data:`VIEW_FORMATS` entry: ``split``'s own code (two thirds),
+    prose and JSON texts laid out as that tool shows them, the first line numbered at
+    random from 1 to 2,000. Derived from the split's texts only, so the fit split's views
+    fit the estimator and the eval split's evaluate it, apart."""
+    texts, _missing = gather(split, n)
+    pool = texts["code"] * 2 + texts["prose"] + texts["json"]
+    out: dict[str, list[str]] = {}
+    for label, layout in VIEW_FORMATS.items():
+        rng = random.Random(f"{seed}:{label}")
+        out[label] = [layout(text, rng.randint(1, 2000)) for text in _sample(pool, rng, n)]
+    return out
 
 
 def mixed_chats(pools: dict[str, list[str]], rng: random.Random, n: int) -> list[str]:

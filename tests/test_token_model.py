@@ -35,6 +35,7 @@ from ctxstack.tokens._model import (
     CLASSES,
     FAMILIES,
     FREQUENT_SYMBOLS,
+    LISTING_WEIGHTS,
     PAIR_WEIGHTS,
     SCALE,
     SCRIPT_FEATURES,
@@ -147,6 +148,8 @@ def reference_estimate(text: str, family: Family) -> int:
         SCRIPT_WEIGHTS[family], reference_script_features(text), strict=True))
     script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         SYMBOL_WEIGHTS[family], reference_symbol_features(text), strict=True))
+    script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
+        LISTING_WEIGHTS[family], reference_listing_features(text), strict=True))
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     digit = CLASSES.index("digit")
@@ -178,6 +181,12 @@ def reference_script_features(text: str) -> list[int]:
         cues = out[SCRIPT_FEATURES.index(f"{cue}_chars")]
         out[SCRIPT_FEATURES.index(f"{cue}_letters")] = min(letters, VOUCH * cues)
     return out
+
+
+def reference_listing_features(text: str) -> list[int]:
+    """ctxstack.tokens._listings.listing_features, one character at a time in Python."""
+    after_digit = [ch for previous, ch in itertools.pairwise(text) if "0" <= previous <= "9"]
+    return [after_digit.count("\t"), after_digit.count("\u2192"), text.count("\\")]
 
 
 def reference_symbol_features(text: str) -> list[int]:

@@ -42,6 +42,10 @@ jamo a block, fitted last on the decomposed forms of the fit texts (Korean was c
 ASCII control characters other than whitespace and ESC (binary read as text) are in the
 ``four_byte`` class: as punctuation they were counted 55–75% low.
 
+Files as coding agents' tools show them — line-numbered (a tab or an arrow after the
+number) or inside a JSON string — get a correction of their own
+(:mod:`ctxstack.tokens._listings`), paid only by text with a tab, a backslash or an arrow.
+
 Symbols: the pair model gave a run of symbols ~0.2 token a character, where a Braille
 spinner frame costs three byte tokens in both vocabularies and most arrows, shapes,
 dingbats, rare emoji and CJK extension B characters 1.5–4: spinner output was counted
@@ -95,6 +99,11 @@ from operator import and_ as _and
 from typing import Final, Literal
 from zlib import adler32 as _adler32
 
+from ctxstack.tokens._listings import _ARROW, _BACKSLASH, _TAB
+from ctxstack.tokens._listings import LISTING_FEATURES as LISTING_FEATURES
+from ctxstack.tokens._listings import LISTING_WEIGHTS as LISTING_WEIGHTS
+from ctxstack.tokens._listings import listing_features as listing_features
+from ctxstack.tokens._listings import listing_units as listing_units
 from ctxstack.tokens._scripts import _GROUP_LEADS, _group_units, _symbol_units
 from ctxstack.tokens._scripts import FAMILIES as FAMILIES
 from ctxstack.tokens._scripts import FREQUENT_SYMBOLS as FREQUENT_SYMBOLS
@@ -386,6 +395,7 @@ def estimator(family: Family) -> Callable[[str], int]:
     unhex, adler, hex_class, chunk = _unhex, _adler32, _HEX_CLASS, _CHUNK
     groups, symbols = partial(_group_units, family=family), partial(_symbol_units,
                                                                     family=family)
+    listings = partial(listing_units, family=family)
     ratio = SCRIPT_SCALE // SCALE
     two_byte, symbol, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
                                            for c in _SCRIPT_CLASSES)
@@ -395,7 +405,10 @@ def estimator(family: Family) -> Callable[[str], int]:
         if not text:
             return 0
         if text.isascii():
-            hexes, han, correction = text.encode("ascii").translate(hex_class), False, 0
+            raw = text.encode("ascii")
+            hexes, han = raw.translate(hex_class), False
+            # memchr: most text has neither
+            correction = listings(raw, arrows=False) if _TAB in raw or _BACKSLASH in raw else 0
         else:
             raw = text.encode("utf-8", "surrogatepass")
             hexes = raw.translate(hex_class, _CONTINUATION)
@@ -406,8 +419,11 @@ def estimator(family: Family) -> Callable[[str], int]:
             # non-ASCII characters are punctuation (— “ ”) its group part
             four = four_byte in hexes
             correction = groups(raw) if (two_byte in hexes or other3 in hexes or four) else 0
-            if four or symbol in hexes:
+            symbols_in = four or symbol in hexes
+            if symbols_in:
                 correction += symbols(raw)
+            if _TAB in raw or _BACKSLASH in raw or (symbols_in and _ARROW in raw):
+                correction += listings(raw)
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
