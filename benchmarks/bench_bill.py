@@ -78,6 +78,7 @@ from ctxstack.compaction._options import (
     DEFAULT_TARGET_FILL,
 )
 from ctxstack.guard import CompactionEvent
+from ctxstack.integrations._guarding import summary_boundary
 from ctxstack.messages import ChatMessage
 from ctxstack.tokens import HEURISTIC
 
@@ -229,6 +230,10 @@ async def run_guard(trace: Trace, setting: Setting) -> Outcome:
                     writes=(estimated, measured))
 
 
+ROW = "bench_row"
+"""The metadata key a stateless caller's rows carry their row number under."""
+
+
 async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
     """The guard as a stateless caller uses it — an OpenAI Agents session, a LlamaIndex
     memory, ``DbMemory`` — which hands it the whole stored history at every call
@@ -248,8 +253,10 @@ async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
     seen = summaries = measured = estimated = 0
     system = [m for m in trace.messages[:1] if m.role == "system"]
     for i in trace.call_points:
-        # rows come from storage: new objects each read, as a store hands them out
-        rows = [m.model_copy() for m in trace.messages[:i]]
+        # rows come from storage: new objects each read, as a store hands them out, each
+        # carrying its row number as the adapters' items carry their keys
+        rows = [m.model_copy(update={"metadata": {**m.metadata, ROW: n}})
+                for n, m in enumerate(trace.messages[:i])]
         view = rows if checkpoint is None else [*system, checkpoint[0], *rows[checkpoint[1]:]]
         fitted, event = await guard.check(view, trace.budget, "react_iteration",
                                           carried=False, tools=[])
@@ -258,12 +265,13 @@ async def run_stateless(trace: Trace, setting: Setting) -> Outcome:
             summaries += 1
         seen = len(summariser.calls)
         if event is not None and event.method == "llm":
-            position = {id(r): n for n, r in enumerate(rows)}
-            at = next((n for n, m in enumerate(fitted) if m.kind == "summary"), None)
-            first = None if at is None else next(
-                (position[id(m)] for m in fitted[at + 1:] if id(m) in position), None)
-            if at is not None and first is not None:
-                checkpoint = (fitted[at], first)
+            # where the adapters' next reads start (summary_boundary, as they use it): the
+            # summary reloaded as a system message, then the rows from the first message
+            # kept after it — a cleared tool output keeps its row number
+            found = summary_boundary(fitted, ROW)
+            if found is not None and isinstance(found[1], int):
+                checkpoint = (ChatMessage.system(found[0].text, metadata={"kind": "summary"}),
+                              found[1])
         conversation.append(pricer.call(fitted))
         calls.append(conversation[-1])
         if event is not None and len(conversation) > 1:
