@@ -274,6 +274,23 @@ def calibrated_errors(texts: Sequence[str], estimator: TokenCounter,
     return rel_errors(texts[CALIBRATION_CALLS:], counter.count_text, exact.count_text)
 
 
+def errors_by_group(exact_counters: dict[str, TokenCounter], pools: dict[str, list[str]],
+                    heuristic: dict[tuple[str, str], ErrorStats],
+                    seed: dict[tuple[str, str], ErrorStats] | None = None) -> None:
+    """Per exact encoding and group of ``pools`` (empty groups left out): the default
+    heuristic's errors into ``heuristic``, the seed formula's into ``seed`` if given."""
+    for enc, exact in exact_counters.items():
+        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
+        for group, texts in pools.items():
+            if not texts:
+                continue
+            heuristic[(enc, group)] = stats(rel_errors(texts, ours.count_text,
+                                                       exact.count_text))
+            if seed is not None:
+                seed[(enc, group)] = stats(rel_errors(texts, SEED_HEURISTIC.count_text,
+                                                      exact.count_text))
+
+
 def measure(quick: bool) -> AccuracyResult:
     res = AccuracyResult()
     res.available, res.missing = exact_counters()
@@ -316,30 +333,11 @@ def measure(quick: bool) -> AccuracyResult:
     gathered = gather_scripts("eval", samples_per_kind(quick))
     scripts = {g: v for g, v in gathered.items() if v}
     res.scripts_missing = [g for g, v in gathered.items() if not v]
-    for enc, exact in res.available.items():
-        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
-        for group, texts in scripts.items():
-            res.scripts[(enc, group)] = stats(rel_errors(texts, ours.count_text,
-                                                         exact.count_text))
-            res.scripts_seed[(enc, group)] = stats(rel_errors(
-                texts, SEED_HEURISTIC.count_text, exact.count_text))
-    symbol_pools = symbol_texts("eval", 12 if samples_per_kind(quick) < 80 else
-                                60 if quick else 200)
-    for enc, exact in res.available.items():
-        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
-        for block, texts in symbol_pools.items():
-            if texts:
-                res.symbols[(enc, block)] = stats(rel_errors(texts, ours.count_text,
-                                                             exact.count_text))
-    views = tool_views("eval", samples_per_kind(quick))
-    for enc, exact in res.available.items():
-        ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
-        for layout, texts in views.items():
-            if texts:
-                res.views[(enc, layout)] = stats(rel_errors(texts, ours.count_text,
-                                                            exact.count_text))
-                res.views_seed[(enc, layout)] = stats(rel_errors(
-                    texts, SEED_HEURISTIC.count_text, exact.count_text))
+    errors_by_group(res.available, scripts, res.scripts, res.scripts_seed)
+    errors_by_group(res.available, symbol_texts("eval", 12 if samples_per_kind(quick) < 80
+                                                 else 60 if quick else 200), res.symbols)
+    errors_by_group(res.available, tool_views("eval", samples_per_kind(quick)), res.views,
+                    res.views_seed)
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
