@@ -43,7 +43,10 @@ Data, kept apart:
   phrase facts; tool-heavy filler with row dumps), 60 turns, ~125 calls, ~35K tokens at a
   12K budget (~2.9×) and a 5K one (~7×). The chosen setting is only *evaluated* here,
   beside today's defaults: a default changes only if the chosen setting lowers this bill
-  without lowering facts kept.
+  without lowering facts kept (and the other benchmarks that measured the default —
+  ``bench_recall``'s watermark sweep — agree). The headline rows are today's defaults,
+  what a user gets; the chosen setting's own rows (facts kept, bill ÷ defaults) sit
+  beside them.
 
 Every run is checked to have ≥ 60 calls and a history ≥ 2.5× its budget, and every
 bounded call to fit the budget (invariants).
@@ -398,7 +401,7 @@ async def measure(quick: bool) -> dict[str, Any]:
     for r, traces in [*zip(fit, [fitting_traces(n_fit, b) for b in FIT_BUDGETS], strict=True),
                       *zip(held, [evaluation_traces(n_eval, b) for b in EVAL_BUDGETS],
                            strict=True)]:
-        r["stateless"] = await _stateless_totals(traces, chosen)
+        r["stateless"] = await _stateless_totals(traces, DEFAULTS)
     return {"quick": quick, "smoke": smoke, "chosen": chosen, "fit": fit, "eval": held,
             "settings": settings}
 
@@ -415,7 +418,9 @@ def rows_of(m: dict[str, Any]) -> list[BenchRow]:
     for label, words in (("eval", "held-out"), ("fit", "generator (fitting)")):
         for r in m[label]:
             at = f"{words} @ {r['budget'] // 1000}K"
-            g, d, w, t = r["guard"][chosen], r["guard"][DEFAULTS], r["whole"], r["truncate"]
+            # the headline rows are today's defaults (what a user gets); the chosen setting's
+            # rows say whether a default should change
+            g, c, w, t = r["guard"][DEFAULTS], r["guard"][chosen], r["whole"], r["truncate"]
             rows += [
                 BenchRow(f"{at}: guard billed input ÷ whole history (writes 1.25×)",
                          g.bill / w.bill, "×", baseline=1.0, target="≤ 0.75",
@@ -425,10 +430,10 @@ def rows_of(m: dict[str, Any]) -> list[BenchRow]:
                          met=g.bill / t.bill <= 0.8),
                 BenchRow(f"{at}: guard ÷ whole history, ÷ truncate (writes 2×)",
                          g.bill_hour / w.bill_hour, "×", baseline=g.bill_hour / t.bill_hour),
-                BenchRow(f"{at}: facts kept, chosen setting (baseline: defaults)", g.facts,
-                         "share", baseline=d.facts, target="≥ defaults",
-                         met=g.facts >= d.facts - 1e-12),
-                BenchRow(f"{at}: billed input, chosen setting ÷ defaults", g.bill / d.bill,
+                BenchRow(f"{at}: facts kept, chosen setting (baseline: defaults)", c.facts,
+                         "share", baseline=g.facts, target="≥ defaults",
+                         met=c.facts >= g.facts - 1e-12),
+                BenchRow(f"{at}: billed input, chosen setting ÷ defaults", c.bill / g.bill,
                          "×", baseline=1.0),
             ]
             st = r["stateless"]
@@ -452,7 +457,7 @@ def rows_of(m: dict[str, Any]) -> list[BenchRow]:
                 rows.append(BenchRow(
                     f"{at}: CompactionEvent cache-write estimate ÷ measured writes",
                     g.estimated_writes / g.measured_writes, "×", baseline=1.0))
-            within = all(x.within for x in (g, d, t, st))
+            within = all(x.within for x in (g, c, t, st))
             rows.append(BenchRow(f"{at}: every bounded call within the budget", float(within),
                                  "bool", target="always", met=within, invariant=True))
     return rows
@@ -473,7 +478,7 @@ def _table(r: dict[str, Any], chosen: Setting) -> list[str]:
              ("guard, today's defaults", r["guard"][DEFAULTS])]
     if chosen != DEFAULTS:
         named.append(("guard, chosen setting", r["guard"][chosen]))
-    named.append(("guard as a stateless caller, chosen setting", r["stateless"]))
+    named.append(("guard as a stateless caller, today's defaults", r["stateless"]))
     for name, x in named:
         lines.append(f"| {name} | {x.bill:,.0f} | {x.bill_hour:,.0f} | {x.sent:,} | "
                      f"{x.bill / w.bill:.3f} | {x.bill_hour / w.bill_hour:.3f} | "
@@ -497,7 +502,7 @@ def report_markdown(quick: bool) -> str:
                       f"~{FIT_TOKENS // 1000}K tokens, 10 facts, four languages)"}
     for label in ("eval", "fit"):
         for r in m[label]:
-            g = r["guard"][chosen]
+            g = r["guard"][DEFAULTS]
             out += [f"**{sources[label]} at a {r['budget']:,}-token budget**: {r['traces']} "
                     f"runs, {r['calls']} calls, history ≥ {r['growth']:.1f}× the budget.", "",
                     *_table(r, chosen), "",
