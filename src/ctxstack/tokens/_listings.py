@@ -12,7 +12,7 @@ indentation instead of its word, and an escaped newline ``\\n`` is a backslash t
 a space and a backslash as any punctuation, so on the eval split it counted tab listings
 5.5–6.6% low at the median and files inside JSON strings 6.5–7.7% low (p95 |error| 14–15%):
 half the default margin gone before any other error. With this correction: within 1% at
-the median, p95 5–8%.
+the median, p95 5–9%.
 
 Three counts, each paid only by text that has the character it looks for (a ``bytes``
 membership test first: a C ``memchr``): tabs that follow a digit, arrows (U+2192) that
@@ -22,8 +22,8 @@ prose and JSON texts laid out as those tools lay them out
 (``benchmarks.token_corpus.tool_views``) beside the fit texts themselves
 (``python -m benchmarks.fit_tokens --listings --write``); the accuracy benchmark evaluates
 them on the eval split's texts laid out the same way. ``12:line`` listings (``grep -n``)
-get no feature (5% low at the median, within the margin): spotting them would need a scan
-of every text.
+get no feature (4–5% low at the median, within the margin): spotting them would need a
+scan of every text.
 """
 
 from __future__ import annotations
