@@ -63,3 +63,17 @@ def test_agent_layouts_of_real_files_are_counted_close(family: Family, encoding:
                 assert abs(error) <= TOLERANCE, (label, name, error)
             else:  # `12:line` has no feature of its own: within the margin still
                 assert error >= -HEURISTIC_MARGIN[family], (label, name, error)
+
+
+def test_hostile_layouts_are_counted_exactly_by_the_model() -> None:
+    """Long runs of what the correction looks for — 100,000 tabs, backslashes, arrows,
+    digit-tab pairs, mixed with NULs and lone surrogates — are counted as the per-character
+    reference says (one translate and C counts: no step per character in Python)."""
+    from tests.test_token_model import matches_reference
+
+    for text in ("\t" * 100_000, "\\" * 100_000, "\u2192" * 50_000, "1\t" * 50_000,
+                 "9\u2192" * 30_000, "\x00\t\\\u21927\ud800" * 10_000,
+                 '{"content": "' + "line\\n\\t" * 20_000 + '"}'):
+        matches_reference(text)
+    assert features("1\t" * 50_000) == {"digit_tabs": 50_000}
+    assert features("\t" * 100_000) == {}
