@@ -336,7 +336,7 @@ def measure(quick: bool) -> AccuracyResult:
     errors_by_group(res.available, scripts, res.scripts, res.scripts_seed)
     errors_by_group(res.available, symbol_texts("eval", 12 if samples_per_kind(quick) < 80
                                                  else 60 if quick else 200), res.symbols)
-    errors_by_group(res.available, tool_views("eval", samples_per_kind(quick)), res.views,
+    errors_by_group(res.available, tool_views(corpus, samples_per_kind(quick)), res.views,
                     res.views_seed)
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():

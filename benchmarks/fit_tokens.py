@@ -494,7 +494,7 @@ def fit_listings(texts: dict[str, list[str]], family: Family) -> np.ndarray:
 def main_listings(argv: Sequence[str]) -> int:
     texts, _missing = gather("fit", LISTING_SAMPLES)
     texts = {k: v for k, v in texts.items() if v}
-    texts.update(tool_views("fit", LISTING_SAMPLES))
+    texts.update(tool_views(texts, LISTING_SAMPLES))
     print("fit samples:", {k: len(v) for k, v in texts.items()})
     params = {}
     for family in ENCODING_OF:

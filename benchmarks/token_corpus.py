@@ -632,12 +632,12 @@ SWE-agent's viewer write ``12:line``, and a tool result or a Write/Edit call car
 file inside a JSON string. Each takes a text and the number of its first line."""
 
 
-def tool_views(split: Split, n: int, seed: int = 23) -> dict[str, list[str]]:
-    """Up to ``n`` texts per :data:`VIEW_FORMATS` entry: ``split``'s own code (two thirds),
-    prose and JSON texts laid out as that tool shows them, the first line numbered at
-    random from 1 to 2,000. Derived from the split's texts only, so the fit split's views
-    fit the estimator and the eval split's evaluate it, apart."""
-    texts, _missing = gather(split, n)
+def tool_views(texts: dict[str, list[str]], n: int, seed: int = 23) -> dict[str, list[str]]:
+    """Up to ``n`` texts per :data:`VIEW_FORMATS` entry: the code (two thirds), prose and
+    JSON texts of one split (``texts``: what :func:`gather` returned for it, gathered once
+    by the caller) laid out as that tool shows them, the first line numbered at random
+    from 1 to 2,000. Derived from that split's texts only, so the fit split's views fit
+    the estimator and the eval split's evaluate it, apart."""
     pool = texts["code"] * 2 + texts["prose"] + texts["json"]
     out: dict[str, list[str]] = {}
     for label, layout in VIEW_FORMATS.items():

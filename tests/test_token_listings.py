@@ -11,8 +11,14 @@ import pytest
 
 from benchmarks.token_corpus import VIEW_FORMATS
 from ctxstack.tokens._counter import HEURISTIC_MARGIN
-from ctxstack.tokens._listings import LISTING_FEATURES, listing_features, listing_units
+from ctxstack.tokens._listings import (
+    LISTING_FEATURES,
+    LISTING_WEIGHTS,
+    listing_features,
+    listing_units,
+)
 from ctxstack.tokens._model import FAMILIES, Family, estimate
+from ctxstack.tokens._scripts import SCRIPT_SCALE
 from tests.exact_tokens import exact, named_counts
 
 
@@ -31,11 +37,11 @@ def test_tabs_and_arrows_count_after_a_digit_only() -> None:
 
 def test_text_without_the_characters_pays_nothing() -> None:
     for family in FAMILIES:
-        assert listing_units(b"plain ASCII text 12 34", family) == 0
-        assert listing_units("日本語のテキスト 12".encode(), family) == 0
-        # ASCII text cannot hold an arrow: the estimator skips that count for it
-        assert listing_units(b"1\t2\t", family, arrows=False) == listing_units(b"1\t2\t",
-                                                                             family)
+        assert listing_units(b"plain ASCII text 12 34", family, arrows=False) == 0
+        assert listing_units("日本語のテキスト 12".encode(), family, arrows=False) == 0
+        tab, arrow, _backslash = (round(w * SCRIPT_SCALE) for w in LISTING_WEIGHTS[family])
+        assert listing_units(b"1\t2\t", family, arrows=False) == 2 * tab
+        assert listing_units("1\u21922\u2192\t".encode(), family, arrows=True) == 2 * arrow
 
 
 def source_files() -> dict[str, str]:

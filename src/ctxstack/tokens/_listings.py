@@ -70,15 +70,15 @@ def listing_features(raw: bytes) -> list[int]:
     return [marks.count(b"dt"), marks.count(b"darw"), raw.count(b"\\")]
 
 
-def listing_units(raw: bytes, family: Family, arrows: bool = True) -> int:
+def listing_units(raw: bytes, family: Family, *, arrows: bool) -> int:
     """Σ :data:`LISTING_WEIGHTS` × :func:`listing_features`, in integer units of
     1/:data:`SCRIPT_SCALE` token (each weight rounded to one): what the estimator adds
-    to text with a tab, a backslash or an arrow (it calls this for those only, with
-    ``arrows=False`` for ASCII text, which has none)."""
+    to text with a tab, a backslash or an arrow (it calls this for those only).
+    ``arrows``: whether ``raw`` holds an arrow — the estimator has looked already (never
+    in ASCII text), so the search is not made twice."""
     tab, arrow, backslash = _LISTING_UNITS[family]
     units = backslash * raw.count(b"\\") if _BACKSLASH in raw else 0
-    has_arrow = arrows and _ARROW in raw
-    if has_arrow or _TAB in raw:
+    if arrows or _TAB in raw:
         marks = raw.translate(_MARKS)
-        units += tab * marks.count(b"dt") + (arrow * marks.count(b"darw") if has_arrow else 0)
+        units += tab * marks.count(b"dt") + (arrow * marks.count(b"darw") if arrows else 0)
     return units

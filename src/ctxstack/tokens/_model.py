@@ -422,8 +422,9 @@ def estimator(family: Family) -> Callable[[str], int]:
             symbols_in = four or symbol in hexes
             if symbols_in:
                 correction += symbols(raw)
-            if _TAB in raw or _BACKSLASH in raw or (symbols_in and _ARROW in raw):
-                correction += listings(raw)
+            arrows = symbols_in and _ARROW in raw  # an arrow is a symbol-class character
+            if arrows or _TAB in raw or _BACKSLASH in raw:
+                correction += listings(raw, arrows=arrows)
         n = len(hexes)
         if n & 1:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
