@@ -38,7 +38,11 @@ whose conversations' chat turns are those texts. **Symbol blocks** (Braille, sha
 dingbats, box drawing, arrows and technical signs, emoji, other four-byte characters; see
 :mod:`benchmarks.symbol_corpus`, synthetic by design): per block, the worst under-count,
 whose target is the default margin (a text of them alone then still fits its budget by
-the exact count), and the median.
+the exact count), and the median. **Binary as base64** (:mod:`benchmarks.encoded_corpus`:
+real files of this machine — gzipped pages, gettext catalogs, Python sources — in six
+layouts, eval split by file; what ``ctxstack.tokens._encoded`` corrects): per layout the
+same figures, reported, and per encoding the median and the share of texts under-counted
+by more than the budget margin (the seed's formula as the baseline).
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache
@@ -77,6 +81,8 @@ from dataclasses import dataclass, field
 
 from benchmarks.calibration_traffic import TRAFFIC_KINDS, TrafficErrors, replay
 from benchmarks.common import BenchRow, no_gc, print_table
+from benchmarks.encoded_corpus import LAYOUTS as ENCODED_LAYOUTS
+from benchmarks.encoded_corpus import encoded_texts
 from benchmarks.number_corpus import number_texts
 from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.token_corpus import (
@@ -215,6 +221,8 @@ class AccuracyResult:
     second."""
     fits: FitsResult | None = None
     fits_scripts: FitsResult | None = None
+    fits_encoded: FitsResult | None = None
+    """Fits by exact count on conversations whose JSON tool results are base64 texts."""
     fits_languages: dict[str, FitsResult] = field(default_factory=dict)
     """Language → fits of single-language chats (budgets 2K–32K)."""
     """Fits by exact count on conversations whose chat turns are other-script texts."""
@@ -230,6 +238,12 @@ class AccuracyResult:
     """(exact encoding, tool layout) → the heuristic's errors on the eval split's texts as
     coding agents' tools show them (:func:`benchmarks.token_corpus.tool_views`)."""
     views_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    encoded: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    """(exact encoding, layout) → the heuristic's errors on the eval split's files written
+    as base64 (:func:`benchmarks.encoded_corpus.encoded_texts`)."""
+    encoded_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    encoded_pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """Exact encoding → (the heuristic's, the seed formula's) errors on all base64 texts."""
     numbers: dict[str, tuple[ErrorStats, ErrorStats]] = field(default_factory=dict)
     """Exact encoding → (the heuristic, the seed's formula) on the eval split of
     :mod:`benchmarks.number_corpus` (synthetic number-heavy tool output)."""
@@ -338,6 +352,15 @@ def measure(quick: bool) -> AccuracyResult:
                                                  else 60 if quick else 200), res.symbols)
     errors_by_group(res.available, tool_views(corpus, samples_per_kind(quick)), res.views,
                     res.views_seed)
+    encoded = encoded_texts("eval", samples_per_kind(quick))
+    errors_by_group(res.available, encoded, res.encoded, res.encoded_seed)
+    pooled = [t for texts in encoded.values() for t in texts]
+    for enc, exact in res.available.items():
+        if pooled:
+            ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
+            res.encoded_pooled[enc] = (
+                rel_errors(pooled, ours.count_text, exact.count_text),
+                rel_errors(pooled, SEED_HEURISTIC.count_text, exact.count_text))
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
@@ -347,6 +370,10 @@ def measure(quick: bool) -> AccuracyResult:
     if HEADLINE_ENCODING in res.available:
         res.fits = fits_by_exact_count(corpus, res.available[HEADLINE_ENCODING],
                                        conversations_count(quick))
+        if pooled:  # tools that return files as base64 (JSON-wrapped and bare)
+            res.fits_encoded = fits_by_exact_count({**corpus, "json": pooled},
+                                                   res.available[HEADLINE_ENCODING],
+                                                   conversations_count(quick))
         if scripts:
             other = [t for texts in scripts.values() for t in texts]
             pools = {**corpus, "prose": other, "zh": other, "ja": other, "mixed": other}
@@ -563,6 +590,20 @@ def run(quick: bool) -> list[BenchRow]:
             name=f"median error vs {enc}, symbol block {block} ({h.samples} texts)",
             value=h.median_signed, unit="%", target="– (reported)", met=None,
         ))
+    for enc, (ours, seed) in res.encoded_pooled.items():
+        margin = HEURISTIC_MARGIN[FAMILY_OF[enc]]  # type: ignore[index]
+        what = f"base64 of real files, six layouts ({len(ours)} texts)"
+        rows += [
+            BenchRow(name=f"median error vs {enc}, {what}",
+                     value=100 * statistics.median(ours), unit="%",
+                     baseline=100 * statistics.median(seed), target="– (reported)",
+                     met=None),
+            BenchRow(name=f"under-counted by more than the {margin:.0%} margin vs {enc}, "
+                          f"{what}",
+                     value=100 * sum(e < -margin for e in ours) / len(ours), unit="% of texts",
+                     baseline=100 * sum(e < -margin for e in seed) / len(seed),
+                     target="– (reported)", met=None),
+        ]
     for kind, (fast, exact) in res.throughput.items():
         rows.append(BenchRow(
             name=f"estimator speed vs tiktoken (cold), {kind} (pure Python)",
@@ -618,6 +659,14 @@ def run(quick: bool) -> list[BenchRow]:
         rows.append(BenchRow(
             name=f"smart_truncate results over budget by o200k count, other-script chat "
                  f"({f.conversations} conversations, budgets 2K–128K)",
+            value=f.over_budget, unit="results", baseline=f.seed_over_budget,
+            target="0", met=f.over_budget == 0,
+        ))
+    if res.fits_encoded is not None:
+        f = res.fits_encoded
+        rows.append(BenchRow(
+            name=f"smart_truncate results over budget by o200k count, tool results of "
+                 f"files as base64 ({f.conversations} conversations, budgets 2K–128K)",
             value=f.over_budget, unit="results", baseline=f.seed_over_budget,
             target="0", met=f.over_budget == 0,
         ))
@@ -761,6 +810,14 @@ def report_markdown(quick: bool) -> str:
                                         "tool layout"))
             parts.append(_scripts_table("baseline: the seed's formula", res.views_seed, enc,
                                         tuple(VIEW_FORMATS), what, "tool layout"))
+        if any(k[0] == enc for k in res.encoded):
+            what = ("real files written as base64, `benchmarks.encoded_corpus`, eval split; "
+                    "reported — no target of their own")
+            parts.append(_scripts_table(f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
+                                        res.encoded, enc, tuple(ENCODED_LAYOUTS), what,
+                                        "layout"))
+            parts.append(_scripts_table("baseline: the seed's formula", res.encoded_seed,
+                                        enc, tuple(ENCODED_LAYOUTS), what, "layout"))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "
@@ -793,6 +850,17 @@ def report_markdown(quick: bool) -> str:
         parts.append(
             "**Fits by exact count, other scripts** (o200k_base): the same run with the chat "
             "turns drawn from the other-script eval texts (tool results stay JSON/code).\n\n"
+            "| counter | results over budget | worst fill | median fill |\n"
+            "|---|---:|---:|---:|\n"
+            f"| default heuristic (with its margin) | {f.over_budget} | "
+            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
+            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
+    if res.fits_encoded is not None:
+        f = res.fits_encoded
+        parts.append(
+            "**Fits by exact count, files as base64** (o200k_base): the same run with the "
+            "JSON tool results drawn from the base64 eval texts (`benchmarks.encoded_corpus`: "
+            "real files in six layouts).\n\n"
             "| counter | results over budget | worst fill | median fill |\n"
             "|---|---:|---:|---:|\n"
             f"| default heuristic (with its margin) | {f.over_budget} | "

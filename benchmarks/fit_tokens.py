@@ -50,6 +50,15 @@ show files (:func:`benchmarks.token_corpus.tool_views`), each group weighted equ
 
     python -m benchmarks.fit_tokens --listings --write   # rewrite LISTING_WEIGHTS
 
+Base64 (``ENCODED_WEIGHTS``: base64 blocks and (upper, upper) pairs of text past the
+gate — see ``ctxstack.tokens._encoded``), fitted last with every other weight fixed:
+``--encoded``. Data: the fit split of :mod:`benchmarks.encoded_corpus` (real files'
+bytes as base64 in six layouts) beside the ordinary fit texts, each group weighted
+equally; then both weights raised together (1% steps) until at most ``ENCODED_UNDER`` of
+the base64 texts are under-counted by more than ``ENCODED_UNDER_BY``.
+
+    python -m benchmarks.fit_tokens --encoded --write    # rewrite ENCODED_WEIGHTS
+
 The decomposed text's weights (the ``combining`` group, Hangul jamo: ``DECOMPOSED_BLOCKS``) come
 last, on the decomposed forms of the fit texts with every other weight fixed;
 ``--scripts --decomposed --write`` refits only them, keeping today's other weights.
@@ -80,10 +89,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.encoded_corpus import encoded_texts
 from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts, tool_views
 from benchmarks.vocab import ensure_offline
+from ctxstack.tokens._encoded import ENCODED_UNDER, ENCODED_UNDER_BY
 from ctxstack.tokens._model import (
     CLASSES,
+    ENCODED_FEATURES,
+    ENCODED_WEIGHTS,
     LISTING_FEATURES,
     LISTING_WEIGHTS,
     OFFSET,
@@ -93,6 +106,7 @@ from ctxstack.tokens._model import (
     Family,
     _hex_classes,
     digit_pieces,
+    encoded_features,
     estimator,
     listing_features,
     pair_codes,
@@ -470,6 +484,55 @@ def main_symbols(argv: Sequence[str]) -> int:
     return 0
 
 
+ENCODED_FILE = MODEL_FILE.with_name("_encoded.py")  # ENCODED_WEIGHTS
+ENCODED_SAMPLES = 300
+
+
+def fit_encoded(texts: dict[str, list[str]], encoded: set[str], family: Family) -> np.ndarray:
+    """Ridge least squares of the relative residual — exact minus today's estimate without
+    its base64 correction — on :data:`ENCODED_FEATURES`, every other weight fixed, each
+    group of texts weighted equally; then the weights raised together until at most
+    ENCODED_UNDER of the ``encoded`` groups' texts are under-counted by more than
+    ENCODED_UNDER_BY (see ``ctxstack.tokens._encoded``)."""
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
+    x = np.array([encoded_features(r, pair_codes(t)) for r, (_k, t) in zip(raws, flat,
+                                                                             strict=True)],
+                 float)
+    y = exact_counts([t for _k, t in flat], family)
+    current = x @ np.array(ENCODED_WEIGHTS[family])
+    base = np.array([estimator(family)(t) for _k, t in flat]) - current
+    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
+    n = len(ENCODED_FEATURES)
+    coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
+                               np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
+    coef = np.maximum(coef, 0.0)  # a negative weight would under-count what passes the gate
+    rows = np.array([k in encoded for k, _t in flat])
+    while np.mean((base[rows] + x[rows] @ coef - y[rows]) / y[rows] < -ENCODED_UNDER_BY) \
+            > ENCODED_UNDER:
+        coef *= 1.01
+    return np.round(coef, 4)
+
+
+def main_encoded(argv: Sequence[str]) -> int:
+    encoded = {k: v for k, v in encoded_texts("fit", ENCODED_SAMPLES).items() if v}
+    if not encoded:
+        raise SystemExit("no payload files on this machine (benchmarks/encoded_corpus.py)")
+    texts, _missing = gather("fit", ENCODED_SAMPLES)
+    texts = {k: v for k, v in texts.items() if v} | encoded
+    print("fit samples:", {k: len(v) for k, v in texts.items()})
+    params = {}
+    for family in ENCODING_OF:
+        params[family] = coef = fit_encoded(texts, set(encoded), family)
+        print(family, ", ".join(f"{n} {c:+.4f}" for n, c in zip(ENCODED_FEATURES, coef,
+                                                                  strict=True)))
+    if "--write" in argv:
+        ENCODED_FILE.write_text(_with_weights(ENCODED_FILE.read_text(), "ENCODED_WEIGHTS",
+                                              params))
+        print(f"wrote {ENCODED_FILE}")
+    return 0
+
+
 LISTINGS_FILE = MODEL_FILE.with_name("_listings.py")  # LISTING_WEIGHTS
 LISTING_SAMPLES = 300
 
@@ -509,6 +572,8 @@ def main_listings(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
+    if "--encoded" in argv:
+        return main_encoded(argv)
     if "--listings" in argv:
         return main_listings(argv)
     if "--scripts" in argv:

@@ -33,6 +33,7 @@ from ctxstack.tokens._model import (
     _TRADITIONAL_CHARS,
     CHARS_PER_TOKEN_CEILING,
     CLASSES,
+    ENCODED_WEIGHTS,
     FAMILIES,
     FREQUENT_SYMBOLS,
     LISTING_WEIGHTS,
@@ -150,6 +151,8 @@ def reference_estimate(text: str, family: Family) -> int:
         SYMBOL_WEIGHTS[family], reference_symbol_features(text), strict=True))
     script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         LISTING_WEIGHTS[family], reference_listing_features(text), strict=True))
+    script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
+        ENCODED_WEIGHTS[family], reference_encoded_features(text, classes), strict=True))
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     digit = CLASSES.index("digit")
@@ -181,6 +184,23 @@ def reference_script_features(text: str) -> list[int]:
         cues = out[SCRIPT_FEATURES.index(f"{cue}_chars")]
         out[SCRIPT_FEATURES.index(f"{cue}_letters")] = min(letters, VOUCH * cues)
     return out
+
+
+def reference_encoded_features(text: str, classes: list[int]) -> list[int]:
+    """ctxstack.tokens._encoded.encoded_features, one character at a time in Python: the
+    gate on every 7th (class, next class) pair in the estimator's order (even positions,
+    then odd), then Σ ⌊L / 24⌋ over runs of the base64 alphabet and the (upper, upper)
+    pairs."""
+    lower, upper = CLASSES.index("lower"), CLASSES.index("upper")
+    nexts = [*classes[1:], 0]
+    order = [*range(0, len(text), 2), *range(1, len(text), 2)]
+    sample = [(classes[i], nexts[i]) for i in order][::7]
+    if len(text) < 24 or sample.count((lower, upper)) * 25 < len(sample):
+        return [0, 0]
+    alphabet = [ch.isascii() and (ch.isalnum() or ch in "+/") for ch in text]
+    runs = [len(list(run)) for inside, run in itertools.groupby(alphabet) if inside]
+    uppers = sum(1 for a, b in zip(classes, nexts, strict=True) if a == b == upper)
+    return [sum(length // 24 for length in runs), uppers]
 
 
 def reference_listing_features(text: str) -> list[int]:
