@@ -40,7 +40,8 @@ dingbats, box drawing, arrows and technical signs, emoji, other four-byte charac
 whose target is the default margin (a text of them alone then still fits its budget by
 the exact count), and the median. **Binary as base64** (:mod:`benchmarks.encoded_corpus`:
 real files of this machine — gzipped pages, gettext catalogs, Python sources — in six
-layouts, eval split by file; what ``ctxstack.tokens._encoded`` corrects): per layout the
+layouts, eval split by file; what ``ctxstack.tokens._encoded`` corrects — and the CA
+certificates Debian ships, which no fit reads): per layout the
 same figures, reported, and per encoding the median and the share of texts under-counted
 by more than the budget margin (the seed's formula as the baseline).
 
@@ -81,8 +82,8 @@ from dataclasses import dataclass, field
 
 from benchmarks.calibration_traffic import TRAFFIC_KINDS, TrafficErrors, replay
 from benchmarks.common import BenchRow, no_gc, print_table
+from benchmarks.encoded_corpus import CERTIFICATES, certificate_texts, encoded_texts
 from benchmarks.encoded_corpus import LAYOUTS as ENCODED_LAYOUTS
-from benchmarks.encoded_corpus import encoded_texts
 from benchmarks.number_corpus import number_texts
 from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.token_corpus import (
@@ -353,6 +354,7 @@ def measure(quick: bool) -> AccuracyResult:
     errors_by_group(res.available, tool_views(corpus, samples_per_kind(quick)), res.views,
                     res.views_seed)
     encoded = encoded_texts("eval", samples_per_kind(quick))
+    encoded[CERTIFICATES] = certificate_texts()[:samples_per_kind(quick)]
     errors_by_group(res.available, encoded, res.encoded, res.encoded_seed)
     pooled = [t for texts in encoded.values() for t in texts]
     for enc, exact in res.available.items():
@@ -592,7 +594,7 @@ def run(quick: bool) -> list[BenchRow]:
         ))
     for enc, (ours, seed) in res.encoded_pooled.items():
         margin = HEURISTIC_MARGIN[FAMILY_OF[enc]]  # type: ignore[index]
-        what = f"base64 of real files, six layouts ({len(ours)} texts)"
+        what = f"base64 of real files, six layouts, and CA certificates ({len(ours)} texts)"
         rows += [
             BenchRow(name=f"median error vs {enc}, {what}",
                      value=100 * statistics.median(ours), unit="%",
@@ -814,10 +816,11 @@ def report_markdown(quick: bool) -> str:
             what = ("real files written as base64, `benchmarks.encoded_corpus`, eval split; "
                     "reported — no target of their own")
             parts.append(_scripts_table(f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
-                                        res.encoded, enc, tuple(ENCODED_LAYOUTS), what,
+                                        res.encoded, enc, (*ENCODED_LAYOUTS, CERTIFICATES), what,
                                         "layout"))
             parts.append(_scripts_table("baseline: the seed's formula", res.encoded_seed,
-                                        enc, tuple(ENCODED_LAYOUTS), what, "layout"))
+                                        enc, (*ENCODED_LAYOUTS, CERTIFICATES), what,
+                                        "layout"))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "

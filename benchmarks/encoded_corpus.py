@@ -77,6 +77,17 @@ LAYOUTS: dict[str, Callable[[bytes, str], str]] = {
 """How base64 appears in what agents read; each takes the bytes and the file's name."""
 
 
+CERTIFICATES = "CA certificates (PEM files of the ca-certificates package)"
+_CERT_DIR = Path("/usr/share/ca-certificates/mozilla")
+
+
+def certificate_texts() -> list[str]:
+    """The certificate authorities' PEM files Debian's ``ca-certificates`` ships (real
+    DER certificates as base64, 64 columns, between BEGIN/END lines): evaluation only —
+    no split of this module reads them, so the fit never saw one."""
+    return [p.read_text(errors="replace") for p in sorted(_CERT_DIR.glob("*.crt"))]
+
+
 def encoded_texts(split: Split, n: int) -> dict[str, list[str]]:
     """Up to ``n`` texts per layout of :data:`LAYOUTS`, from ``split``'s payload files
     (each text a chunk of one file, the payload kinds in turn); empty lists when this
