@@ -9,7 +9,7 @@ of one to three characters, where the pair model — fitted on words and identif
 which a change of case opens a token of several letters — expects longer ones: on real
 files (gzipped pages, gettext catalogs, Python sources; ``benchmarks.encoded_corpus``,
 eval split) it counted base64 11% low against ``o200k_base`` and 18% low against
-``cl100k_base`` at the median, and up to 44% low where the bytes hold runs of zeros
+``cl100k_base`` at the median, and up to 44–46% low where the bytes hold runs of zeros
 (``AAAA…``): past the default margin, so a budget that "fit" could overflow.
 
 **Gate.** Base64 is the only common text in which a lower-case letter is followed by an

@@ -48,7 +48,7 @@ number) or inside a JSON string — get a correction of their own
 
 Binary written as base64 (a notebook's PNG, a data URI, a lockfile's hashes, a JWT)
 gets a correction of its own (:mod:`ctxstack.tokens._encoded`): the pair model counted it
-11–18% low, and up to 44% low for zero-filled tables. Text is looked at for it only past a
+11–18% low, and up to 46% low for zero-filled tables. Text is looked at for it only past a
 gate — one (lower, upper) pair in 25 of every 7th pair, which base64 has and prose and
 code do not (~1% of the estimate's time).
 
