@@ -656,22 +656,15 @@ def run(quick: bool) -> list[BenchRow]:
             name="budget filled by o200k count, median (margin's cost)",
             value=100 * f.median_fill, unit="%", baseline=None, target="–", met=None,
         ))
-    if res.fits_scripts is not None:
-        f = res.fits_scripts
-        rows.append(BenchRow(
-            name=f"smart_truncate results over budget by o200k count, other-script chat "
-                 f"({f.conversations} conversations, budgets 2K–128K)",
-            value=f.over_budget, unit="results", baseline=f.seed_over_budget,
-            target="0", met=f.over_budget == 0,
-        ))
-    if res.fits_encoded is not None:
-        f = res.fits_encoded
-        rows.append(BenchRow(
-            name=f"smart_truncate results over budget by o200k count, tool results of "
-                 f"files as base64 ({f.conversations} conversations, budgets 2K–128K)",
-            value=f.over_budget, unit="results", baseline=f.seed_over_budget,
-            target="0", met=f.over_budget == 0,
-        ))
+    for what, f in (("other-script chat", res.fits_scripts),
+                    ("tool results of files as base64", res.fits_encoded)):
+        if f is not None:
+            rows.append(BenchRow(
+                name=f"smart_truncate results over budget by o200k count, {what} "
+                     f"({f.conversations} conversations, budgets 2K–128K)",
+                value=f.over_budget, unit="results", baseline=f.seed_over_budget,
+                target="0", met=f.over_budget == 0,
+            ))
     for group, f in res.fits_languages.items():
         rows.append(BenchRow(
             name=f"smart_truncate results over budget by o200k count, chat in one "

@@ -488,30 +488,49 @@ ENCODED_FILE = MODEL_FILE.with_name("_encoded.py")  # ENCODED_WEIGHTS
 ENCODED_SAMPLES = 300
 
 
-def fit_encoded(texts: dict[str, list[str]], encoded: set[str], family: Family) -> np.ndarray:
+def fit_correction(texts: dict[str, list[str]], family: Family, x: np.ndarray,
+                   current: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ridge least squares of the relative residual — exact minus today's estimate without
-    its base64 correction — on :data:`ENCODED_FEATURES`, every other weight fixed, each
-    group of texts weighted equally; then the weights raised together until at most
-    ENCODED_UNDER of the ``encoded`` groups' texts are under-counted by more than
-    ENCODED_UNDER_BY (see ``ctxstack.tokens._encoded``)."""
+    this correction (``x @ current``) — on the feature columns ``x`` (one row per text of
+    ``texts``, in order), every other weight fixed; each group of texts weighted equally.
+    Returns the weights (unrounded), the estimates without the correction, the exact
+    counts."""
     flat = [(k, t) for k, items in texts.items() for t in items]
-    raws = [t.encode("utf-8", "surrogatepass") for _k, t in flat]
-    x = np.array([encoded_features(r, pair_codes(t)) for r, (_k, t) in zip(raws, flat,
-                                                                             strict=True)],
-                 float)
     y = exact_counts([t for _k, t in flat], family)
-    current = x @ np.array(ENCODED_WEIGHTS[family])
-    base = np.array([estimator(family)(t) for _k, t in flat]) - current
+    base = np.array([estimator(family)(t) for _k, t in flat]) - x @ np.array(current)
     w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
-    n = len(ENCODED_FEATURES)
+    n = x.shape[1]
     coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
                                np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
+    return coef, base, y
+
+
+def fit_encoded(texts: dict[str, list[str]], encoded: set[str], family: Family) -> np.ndarray:
+    """:func:`fit_correction` on :data:`ENCODED_FEATURES`, then the weights raised together
+    until at most ENCODED_UNDER of the ``encoded`` groups' texts are under-counted by more
+    than ENCODED_UNDER_BY (see ``ctxstack.tokens._encoded``)."""
+    flat = [(k, t) for k, items in texts.items() for t in items]
+    x = np.array([encoded_features(t.encode("utf-8", "surrogatepass"), pair_codes(t))
+                  for _k, t in flat], float)
+    coef, base, y = fit_correction(texts, family, x, ENCODED_WEIGHTS[family])
     coef = np.maximum(coef, 0.0)  # a negative weight would under-count what passes the gate
     rows = np.array([k in encoded for k, _t in flat])
     while np.mean((base[rows] + x[rows] @ coef - y[rows]) / y[rows] < -ENCODED_UNDER_BY) \
             > ENCODED_UNDER:
         coef *= 1.01
     return np.round(coef, 4)
+
+
+def report_and_write(argv: Sequence[str], params: dict[Family, np.ndarray],
+                     names: Sequence[str], path: Path, table: str) -> int:
+    """Print each family's fitted weights by name; with ``--write``, replace ``table`` in
+    ``path`` by them."""
+    for family, coef in params.items():
+        print(family, ", ".join(f"{n} {c:+.4f}" for n, c in zip(names, coef, strict=True)))
+    if "--write" in argv:
+        path.write_text(_with_weights(path.read_text(), table, params))
+        print(f"wrote {path}")
+    return 0
 
 
 def main_encoded(argv: Sequence[str]) -> int:
@@ -521,16 +540,8 @@ def main_encoded(argv: Sequence[str]) -> int:
     texts, _missing = gather("fit", ENCODED_SAMPLES)
     texts = {k: v for k, v in texts.items() if v} | encoded
     print("fit samples:", {k: len(v) for k, v in texts.items()})
-    params = {}
-    for family in ENCODING_OF:
-        params[family] = coef = fit_encoded(texts, set(encoded), family)
-        print(family, ", ".join(f"{n} {c:+.4f}" for n, c in zip(ENCODED_FEATURES, coef,
-                                                                  strict=True)))
-    if "--write" in argv:
-        ENCODED_FILE.write_text(_with_weights(ENCODED_FILE.read_text(), "ENCODED_WEIGHTS",
-                                              params))
-        print(f"wrote {ENCODED_FILE}")
-    return 0
+    params = {family: fit_encoded(texts, set(encoded), family) for family in ENCODING_OF}
+    return report_and_write(argv, params, ENCODED_FEATURES, ENCODED_FILE, "ENCODED_WEIGHTS")
 
 
 LISTINGS_FILE = MODEL_FILE.with_name("_listings.py")  # LISTING_WEIGHTS
@@ -538,20 +549,10 @@ LISTING_SAMPLES = 300
 
 
 def fit_listings(texts: dict[str, list[str]], family: Family) -> np.ndarray:
-    """Ridge least squares of the relative residual — exact minus today's estimate
-    without its listing correction — on :data:`LISTING_FEATURES`, every other weight
-    fixed; each group of texts weighted equally."""
-    flat = [(k, t) for k, items in texts.items() for t in items]
-    x = np.array([listing_features(t.encode("utf-8", "surrogatepass")) for _k, t in flat],
-                 float)
-    y = exact_counts([t for _k, t in flat], family)
-    current = np.array(LISTING_WEIGHTS[family])
-    base = np.array([estimator(family)(t) for _k, t in flat]) - x @ current
-    w = np.array([1.0 / np.sqrt(len(texts[k])) for k, _t in flat])
-    n = len(LISTING_FEATURES)
-    coef, *_ = np.linalg.lstsq(np.vstack([x * (w / y)[:, None], np.sqrt(SCRIPT_RIDGE) * np.eye(n)]),
-                               np.concatenate([(y - base) * w / y, np.zeros(n)]), rcond=None)
-    return np.round(coef, 4)
+    """:func:`fit_correction` on :data:`LISTING_FEATURES`."""
+    x = np.array([listing_features(t.encode("utf-8", "surrogatepass"))
+                  for items in texts.values() for t in items], float)
+    return np.round(fit_correction(texts, family, x, LISTING_WEIGHTS[family])[0], 4)
 
 
 def main_listings(argv: Sequence[str]) -> int:
@@ -559,16 +560,8 @@ def main_listings(argv: Sequence[str]) -> int:
     texts = {k: v for k, v in texts.items() if v}
     texts.update(tool_views(texts, LISTING_SAMPLES))
     print("fit samples:", {k: len(v) for k, v in texts.items()})
-    params = {}
-    for family in ENCODING_OF:
-        params[family] = coef = fit_listings(texts, family)
-        print(family, ", ".join(f"{n} {c:+.3f}" for n, c in zip(LISTING_FEATURES, coef,
-                                                                  strict=True)))
-    if "--write" in argv:
-        LISTINGS_FILE.write_text(_with_weights(LISTINGS_FILE.read_text(), "LISTING_WEIGHTS",
-                                               params))
-        print(f"wrote {LISTINGS_FILE}")
-    return 0
+    params = {family: fit_listings(texts, family) for family in ENCODING_OF}
+    return report_and_write(argv, params, LISTING_FEATURES, LISTINGS_FILE, "LISTING_WEIGHTS")
 
 
 def main(argv: Sequence[str]) -> int:

@@ -16,7 +16,7 @@ eval split) it counted base64 11% low against ``o200k_base`` and 18% low against
 upper-case one at every sixth character or so (``aGVsbG8gd29y…``); English prose has
 one such pair in ~1,600, code one in ~370 (``camelCase``). The estimator has the text's
 (class, next class) pairs already; every :data:`GATE_STRIDE`-th of them is looked at
-(a strided slice and a ``count``: ~2% of the estimate's time on prose), and text whose
+(a strided slice and a ``count``: about 1% of the estimate's time), and text whose
 sample has at least one (lower, upper) pair in :data:`GATE_SHARE` goes on. A text in
 which base64 is a small part (a short token in a long message) is not corrected, and
 does not need to be: its share of the count is small. The stride is odd so that binary
