@@ -110,6 +110,7 @@ from ctxstack.tokens._model import (
     estimator,
     listing_features,
     pair_codes,
+    pair_units,
     script_features,
     symbol_features,
     traditional_count,
@@ -510,8 +511,9 @@ def fit_encoded(texts: dict[str, list[str]], encoded: set[str], family: Family) 
     until at most ENCODED_UNDER of the ``encoded`` groups' texts are under-counted by more
     than ENCODED_UNDER_BY (see ``ctxstack.tokens._encoded``)."""
     flat = [(k, t) for k, items in texts.items() for t in items]
-    x = np.array([encoded_features(t.encode("utf-8", "surrogatepass"), pair_codes(t))
-                  for _k, t in flat], float)
+    x = np.array([encoded_features(t.encode("utf-8", "surrogatepass"), pairs,
+                                   pair_units(pairs, family))
+                  for _k, t in flat for pairs in (pair_codes(t),)], float)
     coef, base, y = fit_correction(texts, family, x, ENCODED_WEIGHTS[family])
     coef = np.maximum(coef, 0.0)  # a negative weight would under-count what passes the gate
     rows = np.array([k in encoded for k, _t in flat])

@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import importlib
 import inspect
+import itertools
 import marshal
+import struct
 import zlib
 
 import pytest
@@ -16,18 +18,32 @@ from benchmarks.encoded_corpus import LAYOUTS
 from ctxstack.tokens._encoded import (
     ENCODED_FEATURES,
     ENCODED_WEIGHTS,
+    RATE_FLOOR,
     encoded_features,
     encoded_units,
     looks_encoded,
 )
-from ctxstack.tokens._model import FAMILIES, Family, estimate, pair_codes
+from ctxstack.tokens._model import FAMILIES, SCALE, Family, estimate, pair_codes, pair_units
 from ctxstack.tokens._scripts import SCRIPT_SCALE
 from tests.exact_tokens import exact
 
 
-def features(text: str) -> dict[str, int]:
-    counts = encoded_features(text.encode("utf-8", "surrogatepass"), pair_codes(text))
+def gate(text: str, family: Family = "o200k") -> bool:
+    pairs = pair_codes(text)
+    return looks_encoded(pairs, pair_units(pairs, family))
+
+
+def features(text: str, family: Family = "o200k") -> dict[str, int]:
+    pairs = pair_codes(text)
+    counts = encoded_features(text.encode("utf-8", "surrogatepass"), pairs,
+                              pair_units(pairs, family))
     return {name: n for name, n in zip(ENCODED_FEATURES, counts, strict=True) if n}
+
+
+def units_of(text: str, family: Family) -> int:
+    pairs = pair_codes(text)
+    return encoded_units(text.encode("utf-8", "surrogatepass"), pairs,
+                         pair_units(pairs, family), family)
 
 
 def modules() -> dict[str, str]:
@@ -48,33 +64,50 @@ def payloads() -> dict[str, bytes]:
 
 
 def test_the_gate_lets_base64_through_and_holds_ordinary_text() -> None:
-    for data in payloads().values():
-        text = base64.b64encode(data).decode()
-        assert looks_encoded(pair_codes(text)), text[:60]
-    for source in modules().values():
-        assert not looks_encoded(pair_codes(source[:6000]))
-    prose = inspect.getdoc(importlib.import_module("argparse")) or ""
-    assert not looks_encoded(pair_codes(prose))
-    assert not looks_encoded(pair_codes("aGVsbG8gd29ybGQ="))  # too short to matter
-    assert features("getUserName(userId) " * 40) == {}  # camelCase: one (lower, upper) in 7
+    for family in FAMILIES:
+        for data in payloads().values():
+            text = base64.b64encode(data).decode()
+            assert gate(text, family), text[:60]
+        for source in modules().values():
+            assert not gate(source[:6000], family)
+        prose = inspect.getdoc(importlib.import_module("argparse")) or ""
+        assert not gate(prose, family)
+        assert not gate("aGVsbG8gd29ybGQ=", family)  # too short to matter
+        assert gate("xY" * 40, family)
+        # dense camelCase may pass the gate, but fills no block of the alphabet
+        assert features("getUserName(userId) " * 40, family) == {}
+    assert RATE_FLOOR * 4 == SCALE  # a quarter token per character
+
+
+def test_the_pair_models_rate_is_the_first_step_of_the_gate() -> None:
+    """Text the pair model already counts below a quarter token per character stops before
+    the sample is taken, whatever its case changes (a camelCase word list is such text)."""
+    text = "aBcDeFgHiJkLmNoPqRsTuVwXyZ " * 20
+    pairs = pair_codes(text)
+    units = pair_units(pairs, "o200k")
+    assert units >= RATE_FLOOR * len(pairs)
+    assert looks_encoded(pairs, units)
+    assert not looks_encoded(pairs, RATE_FLOOR * len(pairs) - 1)
 
 
 def test_features_count_whole_blocks_of_the_alphabet_and_upper_pairs() -> None:
     assert features("aA" * 24) == {"base64_blocks": 2}
     assert features("aA" * 6 + "." + "aA" * 6) == {}  # a run of 25 split in two halves
     assert features("aB" * 30 + "-" + "aB" * 5) == {"base64_blocks": 2}
-    assert features("xAAAAQAAAAy" * 6) == {"base64_blocks": 2, "upper_pairs": 48}
+    # a zero-filled table (pairs of little-endian integers) as base64: one run of 640
+    table = base64.b64encode(b"".join(struct.pack("<II", i * 37, 7 * i)
+                                      for i in range(60))).decode()
+    uppers = sum(1 for a, b in itertools.pairwise(table) if a.isupper() and b.isupper())
+    assert features(table) == {"base64_blocks": 640 // 24, "upper_pairs": uppers}
     assert features("aB+/" * 12) == {"base64_blocks": 2}  # + and / are in the alphabet
 
 
 def test_text_that_fails_the_gate_pays_nothing() -> None:
     for family in FAMILIES:
-        assert encoded_units(b"plain text", pair_codes("plain text"), family) == 0
-        source = modules()["textwrap"]
-        assert encoded_units(source.encode(), pair_codes(source), family) == 0
+        assert units_of("plain text", family) == 0
+        assert units_of(modules()["textwrap"], family) == 0
         blocks, upper = (round(w * SCRIPT_SCALE) for w in ENCODED_WEIGHTS[family])
-        text = "aA" * 24
-        assert encoded_units(text.encode(), pair_codes(text), family) == 2 * blocks
+        assert units_of("aA" * 24, family) == 2 * blocks
         assert blocks > 0
         assert upper > 0
 

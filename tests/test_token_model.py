@@ -152,7 +152,8 @@ def reference_estimate(text: str, family: Family) -> int:
     script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
         LISTING_WEIGHTS[family], reference_listing_features(text), strict=True))
     script += sum(round(w * SCRIPT_SCALE) * c for w, c in zip(
-        ENCODED_WEIGHTS[family], reference_encoded_features(text, classes), strict=True))
+        ENCODED_WEIGHTS[family], reference_encoded_features(text, classes, units),
+        strict=True))
     tokens = (units * (SCRIPT_SCALE // SCALE) + script) / SCRIPT_SCALE
     tokens += TRADITIONAL_WEIGHT[family] * traditional_count(text)
     digit = CLASSES.index("digit")
@@ -186,16 +187,18 @@ def reference_script_features(text: str) -> list[int]:
     return out
 
 
-def reference_encoded_features(text: str, classes: list[int]) -> list[int]:
+def reference_encoded_features(text: str, classes: list[int], units: int) -> list[int]:
     """ctxstack.tokens._encoded.encoded_features, one character at a time in Python: the
-    gate on every 7th (class, next class) pair in the estimator's order (even positions,
-    then odd), then Σ ⌊L / 24⌋ over runs of the base64 alphabet and the (upper, upper)
+    gate — the pair model's ``units`` at least 16 (a quarter token) per character, then
+    every 7th (class, next class) pair in the estimator's order (even positions, then
+    odd) — then Σ ⌊L / 24⌋ over runs of the base64 alphabet and the (upper, upper)
     pairs."""
     lower, upper = CLASSES.index("lower"), CLASSES.index("upper")
     nexts = [*classes[1:], 0]
     order = [*range(0, len(text), 2), *range(1, len(text), 2)]
     sample = [(classes[i], nexts[i]) for i in order][::7]
-    if len(text) < 24 or sample.count((lower, upper)) * 25 < len(sample):
+    if len(text) < 24 or units < 16 * len(text) \
+            or sample.count((lower, upper)) * 25 < len(sample):
         return [0, 0]
     alphabet = [ch.isascii() and (ch.isalnum() or ch in "+/") for ch in text]
     runs = [len(list(run)) for inside, run in itertools.groupby(alphabet) if inside]

@@ -12,15 +12,20 @@ eval split) it counted base64 11% low against ``o200k_base`` and 18% low against
 ``cl100k_base`` at the median, and up to 44–46% low where the bytes hold runs of zeros
 (``AAAA…``): past the default margin, so a budget that "fit" could overflow.
 
-**Gate.** Base64 is the only common text in which a lower-case letter is followed by an
+**Gate**, in two steps. First, free: the pair model's own estimate of the text must be at
+least a quarter token per character (:data:`RATE_FLOOR`) — base64's case changes and digits
+cost it 0.25–0.8, English prose and code mostly less (median 0.22–0.23: four in five
+texts stop here), while JSON, CJK and base64 mixed into prose (from a share of ~8%) go on.
+Then: base64 is the only common text in which a lower-case letter is followed by an
 upper-case one at every sixth character or so (``aGVsbG8gd29y…``); English prose has
 one such pair in ~1,600, code one in ~370 (``camelCase``). The estimator has the text's
 (class, next class) pairs already; every :data:`GATE_STRIDE`-th of them is looked at
-(a strided slice and a ``count``: about 1% of the estimate's time), and text whose
-sample has at least one (lower, upper) pair in :data:`GATE_SHARE` goes on. A text in
-which base64 is a small part (a short token in a long message) is not corrected, and
-does not need to be: its share of the count is small. The stride is odd so that binary
-tables' periodic layouts (a period of 32 base64 characters is common) do not alias.
+(a strided slice and a ``count``), and text whose sample has at least one (lower, upper)
+pair in :data:`GATE_SHARE` goes on. A text in which base64 is a small part (a short token
+in a long message) is not corrected, and does not need to be: its share of the count is
+small. The stride is odd so that binary tables' periodic layouts (a period of 32 base64
+characters is common) do not alias. Cost (interleaved A/B against the estimator without
+the correction): see ``CHANGELOG.md``, measured per kind of text.
 
 **Features** (text past the gate only): runs of at least :data:`RUN` characters of the
 base64 alphabet, counted as whole blocks of that length (one ``translate`` and one
@@ -49,6 +54,9 @@ GATE_SHARE: Final = 25
 RUN: Final = 24
 """Base64 runs count in whole blocks of this many characters: long enough that words,
 paths and identifiers almost never fill one (``_``, ``-`` and ``.`` break a run)."""
+RATE_FLOOR: Final = 16
+"""The first step of the gate: pair-model units (1/64 token, the pair weights' scale) per
+character, a quarter token."""
 ENCODED_UNDER: Final = 0.05
 ENCODED_UNDER_BY: Final = 0.05
 
@@ -63,38 +71,42 @@ _BLOCK: Final = b"b" * RUN
 # fixed. Order: ENCODED_FEATURES.
 ENCODED_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
     "o200k": (
-        0.9356, 0.2546,
+        0.9386, 0.2543,
     ),
     "cl100k": (
-        2.4188, 0.1978,
+        2.4246, 0.1973,
     ),
 }
 _ENCODED_UNITS: Final[dict[Family, tuple[int, ...]]] = {
     f: tuple(round(w * SCRIPT_SCALE) for w in ENCODED_WEIGHTS[f]) for f in FAMILIES}
 
 
-def looks_encoded(pairs: bytes) -> bool:
-    """Whether text with these (class, next class) pair bytes passes the gate."""
-    if len(pairs) < RUN:
+def looks_encoded(pairs: bytes, units: int) -> bool:
+    """Whether text with these (class, next class) pair bytes, which the pair model
+    counts as ``units`` (1/64 token), passes the gate."""
+    n = len(pairs)
+    if n < RUN or units < RATE_FLOOR * n:
         return False
     sample = pairs[::GATE_STRIDE]
     return sample.count(_LOWER_UPPER) * GATE_SHARE >= len(sample)
 
 
-def encoded_features(raw: bytes, pairs: bytes) -> list[int]:
-    """The counts of :data:`ENCODED_FEATURES` in text with UTF-8 bytes ``raw`` and pair
-    bytes ``pairs``, zeros unless it passes the gate (:func:`looks_encoded`)."""
-    if not looks_encoded(pairs):
+def encoded_features(raw: bytes, pairs: bytes, units: int) -> list[int]:
+    """The counts of :data:`ENCODED_FEATURES` in text with UTF-8 bytes ``raw``, pair bytes
+    ``pairs`` and pair-model ``units``, zeros unless it passes the gate
+    (:func:`looks_encoded`)."""
+    if not looks_encoded(pairs, units):
         return [0, 0]
     return [raw.translate(_ALPHABET).count(_BLOCK), pairs.count(_UPPER_UPPER)]
 
 
-def encoded_units(raw: bytes, pairs: bytes, family: Family, *, gated: bool = False) -> int:
+def encoded_units(raw: bytes, pairs: bytes, units: int, family: Family, *,
+                  gated: bool = False) -> int:
     """Σ :data:`ENCODED_WEIGHTS` × :func:`encoded_features`, in integer units of
     1/:data:`SCRIPT_SCALE` token (each weight rounded to one): what the estimator adds.
     ``gated``: the caller has applied :func:`looks_encoded` already (the estimator does,
     inline, so that text which fails it pays no call)."""
-    if not gated and not looks_encoded(pairs):
+    if not gated and not looks_encoded(pairs, units):
         return 0
     blocks, upper = _ENCODED_UNITS[family]
     return (blocks * raw.translate(_ALPHABET).count(_BLOCK)

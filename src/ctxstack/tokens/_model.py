@@ -49,8 +49,9 @@ number) or inside a JSON string — get a correction of their own
 Binary written as base64 (a notebook's PNG, a data URI, a lockfile's hashes, a JWT)
 gets a correction of its own (:mod:`ctxstack.tokens._encoded`): the pair model counted it
 11–18% low, and up to 46% low for zero-filled tables. Text is looked at for it only past a
-gate — one (lower, upper) pair in 25 of every 7th pair, which base64 has and prose and
-code do not (~1% of the estimate's time).
+gate — the pair model's own rate (a quarter token per character: most prose and code
+stop there), then one (lower, upper) pair in 25 of every 7th pair, which base64 has and
+prose and code do not.
 
 Symbols: the pair model gave a run of symbols ~0.2 token a character, where a Braille
 spinner frame costs three byte tokens in both vocabularies and most arrows, shapes,
@@ -105,7 +106,7 @@ from operator import and_ as _and
 from typing import Final, Literal
 from zlib import adler32 as _adler32
 
-from ctxstack.tokens._encoded import _LOWER_UPPER, GATE_SHARE, GATE_STRIDE, RUN
+from ctxstack.tokens._encoded import _LOWER_UPPER, GATE_SHARE, GATE_STRIDE, RATE_FLOOR, RUN
 from ctxstack.tokens._encoded import ENCODED_FEATURES as ENCODED_FEATURES
 from ctxstack.tokens._encoded import ENCODED_WEIGHTS as ENCODED_WEIGHTS
 from ctxstack.tokens._encoded import encoded_features as encoded_features
@@ -253,6 +254,13 @@ def _pairs(hexes: bytes) -> bytes:
     if n & 1:
         return _unhex(hexes + b"0") + _unhex(hexes[1:n])
     return _unhex(hexes) + _unhex(hexes[1:] + b"0")
+
+
+def pair_units(pairs: bytes, family: Family) -> int:
+    """The pair model's sum over ``pairs`` (:func:`pair_codes`), in 1/:data:`SCALE` token —
+    the ``units`` the estimator computes with ``adler32``, here with a plain ``sum``."""
+    high, low = _TABLES[family]
+    return 16 * sum(pairs.translate(high)) + sum(pairs.translate(low)) - OFFSET * len(pairs)
 
 
 def pair_codes(text: str) -> bytes:
@@ -408,7 +416,8 @@ def estimator(family: Family) -> Callable[[str], int]:
                                                                     family=family)
     listings = partial(listing_units, family=family)
     encoded = partial(encoded_units, family=family, gated=True)
-    run, stride, share, lower_upper = RUN, GATE_STRIDE, GATE_SHARE, _LOWER_UPPER
+    run, rate_floor, stride, share = RUN, RATE_FLOOR, GATE_STRIDE, GATE_SHARE
+    lower_upper = _LOWER_UPPER
     ratio = SCRIPT_SCALE // SCALE
     two_byte, symbol, other3, four_byte = (b"0123456789abcdef"[c].to_bytes(1, "big")
                                            for c in _SCRIPT_CLASSES)
@@ -443,16 +452,16 @@ def estimator(family: Family) -> Callable[[str], int]:
             pairs = unhex(hexes + b"0") + unhex(hexes[1:n])
         else:
             pairs = unhex(hexes) + unhex(hexes[1:] + b"0")
-        if n >= run:  # base64 (see _encoded): a strided sample of the pairs first
-            sample = pairs[::stride]
-            if sample.count(lower_upper) * share >= len(sample):
-                correction += encoded(raw, pairs)
         if n <= chunk:
             units = 16 * (adler(pairs.translate(high)) & 0xFFFF) \
                 + (adler(pairs.translate(low)) & 0xFFFF) - bias - OFFSET * (n - 1)
         else:
             units = 16 * _chunked_sum(pairs.translate(high)) \
                 + _chunked_sum(pairs.translate(low)) - OFFSET * n
+        if n >= run and units >= rate_floor * n:  # base64 (see _encoded): the gate, inline
+            sample = pairs[::stride]
+            if sample.count(lower_upper) * share >= len(sample):
+                correction += encoded(raw, pairs, units)
         # the correction joins the pair units as one exact integer, divided once
         tokens = (units * ratio + correction) / SCRIPT_SCALE if correction else units / SCALE
         if han:
