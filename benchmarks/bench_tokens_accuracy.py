@@ -291,19 +291,25 @@ def calibrated_errors(texts: Sequence[str], estimator: TokenCounter,
 
 def errors_by_group(exact_counters: dict[str, TokenCounter], pools: dict[str, list[str]],
                     heuristic: dict[tuple[str, str], ErrorStats],
-                    seed: dict[tuple[str, str], ErrorStats] | None = None) -> None:
+                    seed: dict[tuple[str, str], ErrorStats] | None = None,
+                    pooled: dict[str, tuple[list[float], list[float]]] | None = None) -> None:
     """Per exact encoding and group of ``pools`` (empty groups left out): the default
-    heuristic's errors into ``heuristic``, the seed formula's into ``seed`` if given."""
+    heuristic's errors into ``heuristic``, the seed formula's into ``seed`` if given, and
+    with ``pooled`` (which needs ``seed``) both errors of every group's texts per encoding."""
     for enc, exact in exact_counters.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
         for group, texts in pools.items():
             if not texts:
                 continue
-            heuristic[(enc, group)] = stats(rel_errors(texts, ours.count_text,
-                                                       exact.count_text))
+            errors = rel_errors(texts, ours.count_text, exact.count_text)
+            heuristic[(enc, group)] = stats(errors)
             if seed is not None:
-                seed[(enc, group)] = stats(rel_errors(texts, SEED_HEURISTIC.count_text,
-                                                      exact.count_text))
+                seed_errors = rel_errors(texts, SEED_HEURISTIC.count_text, exact.count_text)
+                seed[(enc, group)] = stats(seed_errors)
+                if pooled is not None:
+                    mine, theirs = pooled.setdefault(enc, ([], []))
+                    mine += errors
+                    theirs += seed_errors
 
 
 def measure(quick: bool) -> AccuracyResult:
@@ -355,14 +361,9 @@ def measure(quick: bool) -> AccuracyResult:
                     res.views_seed)
     encoded = encoded_texts("eval", samples_per_kind(quick))
     encoded[CERTIFICATES] = certificate_texts()[:samples_per_kind(quick)]
-    errors_by_group(res.available, encoded, res.encoded, res.encoded_seed)
+    errors_by_group(res.available, encoded, res.encoded, res.encoded_seed,
+                    res.encoded_pooled)
     pooled = [t for texts in encoded.values() for t in texts]
-    for enc, exact in res.available.items():
-        if pooled:
-            ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
-            res.encoded_pooled[enc] = (
-                rel_errors(pooled, ours.count_text, exact.count_text),
-                rel_errors(pooled, SEED_HEURISTIC.count_text, exact.count_text))
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]

@@ -80,8 +80,8 @@ def test_the_gate_lets_base64_through_and_holds_ordinary_text() -> None:
 
 
 def test_the_pair_models_rate_is_the_first_step_of_the_gate() -> None:
-    """Text the pair model already counts below a quarter token per character stops before
-    the sample is taken, whatever its case changes (a camelCase word list is such text)."""
+    """The same pairs pass the gate when the pair model counts them at a quarter token per
+    character and stop one unit below it, whatever their case changes."""
     text = "aBcDeFgHiJkLmNoPqRsTuVwXyZ " * 20
     pairs = pair_codes(text)
     units = pair_units(pairs, "o200k")
