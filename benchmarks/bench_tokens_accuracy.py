@@ -43,7 +43,11 @@ real files of this machine — gzipped pages, gettext catalogs, Python sources �
 layouts, eval split by file; what ``ctxstack.tokens._encoded`` corrects — and the CA
 certificates Debian ships, which no fit reads): per layout the
 same figures, reported, and per encoding the median and the share of texts under-counted
-by more than the budget margin (the seed's formula as the baseline).
+by more than the budget margin (the seed's formula as the baseline). **Text with tabs**
+(:mod:`benchmarks.tabbed_corpus`: real tables written as tab-separated values,
+configuration files, C headers and code indented with tabs, eval split; what the tab
+counts of ``ctxstack.tokens._listings`` correct): the same figures, and a fits run whose
+tool results are those texts.
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache
@@ -86,6 +90,8 @@ from benchmarks.encoded_corpus import CERTIFICATES, certificate_texts, encoded_t
 from benchmarks.encoded_corpus import LAYOUTS as ENCODED_LAYOUTS
 from benchmarks.number_corpus import number_texts
 from benchmarks.symbol_corpus import symbol_texts
+from benchmarks.tabbed_corpus import GROUPS as TABBED_GROUPS
+from benchmarks.tabbed_corpus import tabbed_texts
 from benchmarks.token_corpus import (
     DECOMPOSED,
     KIND_LABELS,
@@ -224,6 +230,8 @@ class AccuracyResult:
     fits_scripts: FitsResult | None = None
     fits_encoded: FitsResult | None = None
     """Fits by exact count on conversations whose JSON tool results are base64 texts."""
+    fits_tabbed: FitsResult | None = None
+    """Fits by exact count on conversations whose tool results are texts with tabs."""
     fits_languages: dict[str, FitsResult] = field(default_factory=dict)
     """Language → fits of single-language chats (budgets 2K–32K)."""
     """Fits by exact count on conversations whose chat turns are other-script texts."""
@@ -245,6 +253,11 @@ class AccuracyResult:
     encoded_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     encoded_pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """Exact encoding → (the heuristic's, the seed formula's) errors on all base64 texts."""
+    tabbed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    """(exact encoding, group) → the heuristic's errors on the eval split's tables, files
+    and code with tabs (:func:`benchmarks.tabbed_corpus.tabbed_texts`)."""
+    tabbed_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    tabbed_pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     numbers: dict[str, tuple[ErrorStats, ErrorStats]] = field(default_factory=dict)
     """Exact encoding → (the heuristic, the seed's formula) on the eval split of
     :mod:`benchmarks.number_corpus` (synthetic number-heavy tool output)."""
@@ -364,6 +377,9 @@ def measure(quick: bool) -> AccuracyResult:
     errors_by_group(res.available, encoded, res.encoded, res.encoded_seed,
                     res.encoded_pooled)
     pooled = [t for texts in encoded.values() for t in texts]
+    tabbed = tabbed_texts("eval", samples_per_kind(quick))
+    errors_by_group(res.available, tabbed, res.tabbed, res.tabbed_seed, res.tabbed_pooled)
+    with_tabs = [t for texts in tabbed.values() for t in texts]
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
@@ -377,6 +393,10 @@ def measure(quick: bool) -> AccuracyResult:
             res.fits_encoded = fits_by_exact_count({**corpus, "json": pooled},
                                                    res.available[HEADLINE_ENCODING],
                                                    conversations_count(quick))
+        if with_tabs:  # tools that return tables, configuration and sources with tabs
+            res.fits_tabbed = fits_by_exact_count({**corpus, "json": with_tabs},
+                                                  res.available[HEADLINE_ENCODING],
+                                                  conversations_count(quick))
         if scripts:
             other = [t for texts in scripts.values() for t in texts]
             pools = {**corpus, "prose": other, "zh": other, "ja": other, "mixed": other}
@@ -593,9 +613,14 @@ def run(quick: bool) -> list[BenchRow]:
             name=f"median error vs {enc}, symbol block {block} ({h.samples} texts)",
             value=h.median_signed, unit="%", target="– (reported)", met=None,
         ))
-    for enc, (ours, seed) in res.encoded_pooled.items():
+    pooled_groups = [
+        (enc, f"base64 of real files, six layouts, and CA certificates ({len(ours)} texts)",
+         ours, seed) for enc, (ours, seed) in res.encoded_pooled.items()]
+    pooled_groups += [
+        (enc, f"tables, files and code with tabs ({len(ours)} texts)", ours, seed)
+        for enc, (ours, seed) in res.tabbed_pooled.items()]
+    for enc, what, ours, seed in pooled_groups:
         margin = HEURISTIC_MARGIN[FAMILY_OF[enc]]  # type: ignore[index]
-        what = f"base64 of real files, six layouts, and CA certificates ({len(ours)} texts)"
         rows += [
             BenchRow(name=f"median error vs {enc}, {what}",
                      value=100 * statistics.median(ours), unit="%",
@@ -658,7 +683,8 @@ def run(quick: bool) -> list[BenchRow]:
             value=100 * f.median_fill, unit="%", baseline=None, target="–", met=None,
         ))
     for what, f in (("other-script chat", res.fits_scripts),
-                    ("tool results of files as base64", res.fits_encoded)):
+                    ("tool results of files as base64", res.fits_encoded),
+                    ("tool results of tables, files and code with tabs", res.fits_tabbed)):
         if f is not None:
             rows.append(BenchRow(
                 name=f"smart_truncate results over budget by o200k count, {what} "
@@ -815,6 +841,14 @@ def report_markdown(quick: bool) -> str:
             parts.append(_scripts_table("baseline: the seed's formula", res.encoded_seed,
                                         enc, (*ENCODED_LAYOUTS, CERTIFICATES), what,
                                         "layout"))
+        if any(k[0] == enc for k in res.tabbed):
+            what = ("real tables as tab-separated values, files with tabs and code indented "
+                    "with tabs, `benchmarks.tabbed_corpus`, eval split; reported — no target "
+                    "of their own")
+            for label, table in ((f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
+                                  res.tabbed), ("baseline: the seed's formula",
+                                                res.tabbed_seed)):
+                parts.append(_scripts_table(label, table, enc, TABBED_GROUPS, what, "group"))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "
@@ -858,6 +892,17 @@ def report_markdown(quick: bool) -> str:
             "**Fits by exact count, files as base64** (o200k_base): the same run with the "
             "JSON tool results drawn from the base64 eval texts (`benchmarks.encoded_corpus`: "
             "real files in six layouts).\n\n"
+            "| counter | results over budget | worst fill | median fill |\n"
+            "|---|---:|---:|---:|\n"
+            f"| default heuristic (with its margin) | {f.over_budget} | "
+            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
+            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
+    if res.fits_tabbed is not None:
+        f = res.fits_tabbed
+        parts.append(
+            "**Fits by exact count, files with tabs** (o200k_base): the same run with the "
+            "JSON tool results drawn from the texts with tabs (`benchmarks.tabbed_corpus`: "
+            "real tables as TSV, configuration files, C headers, code indented with tabs).\n\n"
             "| counter | results over budget | worst fill | median fill |\n"
             "|---|---:|---:|---:|\n"
             f"| default heuristic (with its margin) | {f.over_budget} | "

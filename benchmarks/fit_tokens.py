@@ -45,8 +45,9 @@ script_features`, each language group and kind weighted equally; weights rounded
 
 Tool layouts (``LISTING_WEIGHTS``: tabs and arrows after a line number, ``\\n`` escapes,
 backslashes — see ``ctxstack.tokens._listings``), fitted last with every other weight
-fixed: ``--listings``. Data: the fit texts and the same split laid out as agents' tools
-show files (:func:`benchmarks.token_corpus.tool_views`), each group weighted equally.
+fixed: ``--listings``. Data: the fit texts, the same split laid out as agents' tools
+show files (:func:`benchmarks.token_corpus.tool_views`) and the fit split's tables, files
+and code with tabs (:mod:`benchmarks.tabbed_corpus`), each group weighted equally.
 
     python -m benchmarks.fit_tokens --listings --write   # rewrite LISTING_WEIGHTS
 
@@ -90,6 +91,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.encoded_corpus import encoded_texts
+from benchmarks.tabbed_corpus import tabbed_texts
 from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts, tool_views
 from benchmarks.vocab import ensure_offline
 from ctxstack.tokens._encoded import ENCODED_UNDER, ENCODED_UNDER_BY
@@ -561,6 +563,7 @@ def main_listings(argv: Sequence[str]) -> int:
     texts, _missing = gather("fit", LISTING_SAMPLES)
     texts = {k: v for k, v in texts.items() if v}
     texts.update(tool_views(texts, LISTING_SAMPLES))
+    texts.update((k, v) for k, v in tabbed_texts("fit", LISTING_SAMPLES).items() if v)
     print("fit samples:", {k: len(v) for k, v in texts.items()})
     params = {family: fit_listings(texts, family) for family in ENCODING_OF}
     return report_and_write(argv, params, LISTING_FEATURES, LISTINGS_FILE, "LISTING_WEIGHTS")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import re
 import sysconfig
 from pathlib import Path
 
@@ -209,7 +210,12 @@ def reference_encoded_features(text: str, classes: list[int], units: int) -> lis
 def reference_listing_features(text: str) -> list[int]:
     """ctxstack.tokens._listings.listing_features, one character at a time in Python."""
     after_digit = [ch for previous, ch in itertools.pairwise(text) if "0" <= previous <= "9"]
-    return [after_digit.count("\t"), after_digit.count("\u2192"), text.count("\\")]
+    field_ends = sum(1 for previous, ch in itertools.pairwise(text) if ch == "\t"
+                     and not "0" <= previous <= "9" and previous not in "\t \n\r"
+                     and previous.encode("utf-8", "surrogatepass")[-1] not in (0x86, 0x92))
+    tab_runs = sum(len(run) // 2 for run in re.findall("\t+", text))
+    return [after_digit.count("\t"), after_digit.count("\u2192"), text.count("\\"),
+            field_ends, tab_runs]
 
 
 def reference_symbol_features(text: str) -> list[int]:

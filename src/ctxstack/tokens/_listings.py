@@ -24,6 +24,18 @@ prose and JSON texts laid out as those tools lay them out
 them on the eval split's texts laid out the same way. ``12:line`` listings (``grep -n``)
 get no feature (4–5% low at the median, within the margin): spotting them would need a
 scan of every text.
+
+Tabs between fields: a space merges with the word after it, a tab does not (or seldom:
+``alpha<TAB>beta`` is ``alpha``, ``\\tb``, ``eta`` in both vocabularies), and a run of tabs
+is a token per tab or two. Tab-separated tables (a data file, ``sqlite3 -separator``,
+``cut``) were counted 25–27% low at the median, 91–94% of them by more than the default
+margin; configuration, XML and C headers aligned with tabs 2% low at the median, one in
+nine by more than the margin (real files and tables of the machine:
+``benchmarks.tabbed_corpus``). Two more counts, on the same pass: tabs after a character
+that is neither whitespace nor a digit (a field's end: ``word_tabs``; a digit's tab is
+``digit_tabs`` already) and pairs of tabs in a run (``tab_runs``). Indentation — a tab
+after a newline or another tab — pays only the second, and code indented with tabs
+(``\\tif``, ``\\treturn`` are tokens) stays within 2%.
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from typing import Final
 
 from ctxstack.tokens._scripts import FAMILIES, SCRIPT_SCALE, Family
 
-LISTING_FEATURES: Final[tuple[str, ...]] = ("digit_tabs", "digit_arrows", "backslashes")
+LISTING_FEATURES: Final[tuple[str, ...]] = ("digit_tabs", "digit_arrows", "backslashes",
+                                             "word_tabs", "tab_runs")
 """What :func:`listing_features` counts, in order (see the module doc)."""
 
 _TAB: Final = ord("\t")
@@ -41,22 +54,25 @@ _BACKSLASH: Final = ord("\\")
 a generic search set-up (~150 ns)."""
 _ARROW: Final = "\u2192".encode()
 _MARKS: Final = bytes(ord("d") if 0x30 <= b <= 0x39 else ord("t") if b == 0x09
+                      else ord("s") if b in b" \n\r"
                       else ord("a") if b == 0xE2 else ord("r") if b == 0x86
                       else ord("w") if b == 0x92 else ord(".") for b in range(256))
-"""Byte → ``d`` (a digit), ``t`` (a tab), ``a r w`` (the arrow's three bytes), else ``.``:
-one ``translate``, then a digit before a tab is ``dt`` and before an arrow ``darw`` (a
-C-speed ``count``: linear whatever the text; splitting at every tab cost 36 ms on 200,000
-tabs)."""
+"""Byte → ``d`` (a digit), ``t`` (a tab), ``s`` (a space or a newline), ``a r w`` (the
+arrow's three bytes), else ``.``: one ``translate``, then a digit before a tab is ``dt``,
+before an arrow ``darw``, a field's end ``.t`` and a pair of tabs ``tt`` (C-speed
+``count`` calls, non-overlapping: linear whatever the text; splitting at every tab cost
+36 ms on 200,000 tabs). A tab after a character whose last UTF-8 byte is the arrow's
+second or third (``r``, ``w``) is not counted as a field's end: rare, a token at most."""
 
 
 # Fitted by `python -m benchmarks.fit_tokens --listings --write` with PAIR_WEIGHTS,
 # SCRIPT_WEIGHTS and SYMBOL_WEIGHTS fixed. Order: LISTING_FEATURES.
 LISTING_WEIGHTS: Final[dict[Family, tuple[float, ...]]] = {
     "o200k": (
-        0.7127, 0.5259, 0.3548,
+        0.7224, 0.5177, 0.3483, 1.0959, 0.1178,
     ),
     "cl100k": (
-        0.7816, -0.2429, 0.4165,
+        0.7576, -0.2558, 0.4085, 1.1446, 0.0861,
     ),
 }
 _LISTING_UNITS: Final[dict[Family, tuple[int, ...]]] = {
@@ -67,7 +83,8 @@ def listing_features(raw: bytes) -> list[int]:
     """The counts of :data:`LISTING_FEATURES` in ``raw`` (UTF-8 bytes, as
     ``str.encode("utf-8", "surrogatepass")`` gives them)."""
     marks = raw.translate(_MARKS) if _TAB in raw or _ARROW in raw else b""
-    return [marks.count(b"dt"), marks.count(b"darw"), raw.count(b"\\")]
+    return [marks.count(b"dt"), marks.count(b"darw"), raw.count(b"\\"), marks.count(b".t"),
+            marks.count(b"tt")]
 
 
 def listing_units(raw: bytes, family: Family, *, arrows: bool) -> int:
@@ -76,9 +93,14 @@ def listing_units(raw: bytes, family: Family, *, arrows: bool) -> int:
     to text with a tab, a backslash or an arrow (it calls this for those only).
     ``arrows``: whether ``raw`` holds an arrow — the estimator has looked already (never
     in ASCII text), so the search is not made twice."""
-    tab, arrow, backslash = _LISTING_UNITS[family]
+    tab, arrow, backslash, word_tab, tab_run = _LISTING_UNITS[family]
     units = backslash * raw.count(b"\\") if _BACKSLASH in raw else 0
-    if arrows or _TAB in raw:
+    tabs = _TAB in raw
+    if arrows or tabs:
         marks = raw.translate(_MARKS)
-        units += tab * marks.count(b"dt") + (arrow * marks.count(b"darw") if arrows else 0)
+        if tabs:
+            units += tab * marks.count(b"dt") + word_tab * marks.count(b".t") \
+                + tab_run * marks.count(b"tt")
+        if arrows:
+            units += arrow * marks.count(b"darw")
     return units
