@@ -336,6 +336,18 @@ def test_the_estimate_is_the_model_on_text_in_other_scripts(words: list[str],
     matches_reference("".join(w + gaps[i % len(gaps)] for i, w in enumerate(words)))
 
 
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.text(alphabet=st.sampled_from(SCRIPT_SPECIAL + SCRIPT_BLOCK_CHARS
+                                                      + SYMBOL_SPECIAL),
+                              min_size=1, max_size=6), min_size=1, max_size=8),
+       filler=st.text(alphabet=st.characters(max_codepoint=0x7F), min_size=40, max_size=400))
+def test_the_estimate_is_the_model_on_ascii_text_with_a_few_other_characters(
+        words: list[str], filler: str) -> None:
+    # prose with a name, a quotation, a box-drawn rule or an emoji: the script and symbol
+    # passes read only its runs of non-ASCII bytes (ctxstack.tokens._scripts._compact)
+    matches_reference(filler + filler.join(words) + filler)
+
+
 @settings(max_examples=40, deadline=None)
 @given(pieces=runs, tail=st.text(alphabet=any_char, max_size=40))
 def test_the_estimate_is_the_model_on_long_runs(pieces: list[tuple[str, int]],
@@ -357,6 +369,9 @@ def test_the_estimate_is_the_model_on_long_runs(pieces: list[tuple[str, int]],
     # character at either end, and the blocks' edges
     "他说：“中文”——好。" * 50, "“quoted” — text…", "⠋他说：“中文”", "他说：“中文”✓", "\u2100", "\u2bff",
     "\u20ff\u2c00",
+    # a few characters of other scripts and symbol blocks in long ASCII text (the passes'
+    # compact reading), adjacent and apart
+    "x" * 3000 + "é ü" + "─┐" + "y" * 3000, "a" * 900 + "Жж\u0301 ⠋⠋ ß" + "\n" * 900,
 ])
 def test_the_estimate_is_the_model_on_edge_cases(text: str) -> None:
     matches_reference(text)
