@@ -45,9 +45,11 @@ certificates Debian ships, which no fit reads): per layout the
 same figures, reported, and per encoding the median and the share of texts under-counted
 by more than the budget margin (the seed's formula as the baseline). **Text with tabs**
 (:mod:`benchmarks.tabbed_corpus`: real tables written as tab-separated values,
-configuration files, C headers and code indented with tabs, eval split; what the tab
-counts of ``ctxstack.tokens._listings`` correct): the same figures, and a fits run whose
-tool results are those texts.
+configuration files, C headers and code indented with tabs, eval split) and **command
+output in columns** (:mod:`benchmarks.aligned_corpus`: ``ls -la``, ``dpkg -l``, ``pip
+list``, ``od``, tables padded like ``column -t``; what the tab and space-run counts of
+``ctxstack.tokens._listings`` correct): the same figures per corpus, and a fits run whose
+tool results are its texts.
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache
@@ -84,6 +86,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from benchmarks.aligned_corpus import GROUPS as ALIGNED_GROUPS
+from benchmarks.aligned_corpus import aligned_texts
 from benchmarks.calibration_traffic import TRAFFIC_KINDS, TrafficErrors, replay
 from benchmarks.common import BenchRow, no_gc, print_table
 from benchmarks.encoded_corpus import CERTIFICATES, certificate_texts, encoded_texts
@@ -98,6 +102,7 @@ from benchmarks.token_corpus import (
     KINDS,
     SCRIPT_GROUPS,
     VIEW_FORMATS,
+    Split,
     gather,
     gather_languages,
     gather_scripts,
@@ -210,6 +215,19 @@ class FitsResult:
 
 
 @dataclass
+class LayoutResult:
+    """One corpus of :data:`LAYOUT_CORPORA` measured on its eval texts."""
+
+    errors: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    """(exact encoding, group) → the heuristic's errors."""
+    seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
+    pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    """Exact encoding → (the heuristic's, the seed formula's) errors on all its texts."""
+    fits: FitsResult | None = None
+    """Fits by exact count on conversations whose JSON tool results are its texts."""
+
+
+@dataclass
 class AccuracyResult:
     available: dict[str, TokenCounter] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
@@ -230,8 +248,6 @@ class AccuracyResult:
     fits_scripts: FitsResult | None = None
     fits_encoded: FitsResult | None = None
     """Fits by exact count on conversations whose JSON tool results are base64 texts."""
-    fits_tabbed: FitsResult | None = None
-    """Fits by exact count on conversations whose tool results are texts with tabs."""
     fits_languages: dict[str, FitsResult] = field(default_factory=dict)
     """Language → fits of single-language chats (budgets 2K–32K)."""
     """Fits by exact count on conversations whose chat turns are other-script texts."""
@@ -253,11 +269,8 @@ class AccuracyResult:
     encoded_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
     encoded_pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
     """Exact encoding → (the heuristic's, the seed formula's) errors on all base64 texts."""
-    tabbed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
-    """(exact encoding, group) → the heuristic's errors on the eval split's tables, files
-    and code with tabs (:func:`benchmarks.tabbed_corpus.tabbed_texts`)."""
-    tabbed_seed: dict[tuple[str, str], ErrorStats] = field(default_factory=dict)
-    tabbed_pooled: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    layouts: dict[str, LayoutResult] = field(default_factory=dict)
+    """:data:`LAYOUT_CORPORA` name → its eval texts' errors and fits run."""
     numbers: dict[str, tuple[ErrorStats, ErrorStats]] = field(default_factory=dict)
     """Exact encoding → (the heuristic, the seed's formula) on the eval split of
     :mod:`benchmarks.number_corpus` (synthetic number-heavy tool output)."""
@@ -270,6 +283,21 @@ class AccuracyResult:
 
 
 _LAST: dict[bool, AccuracyResult] = {}
+
+
+LAYOUT_CORPORA: dict[str, tuple[Callable[[Split, int], dict[str, list[str]]],
+                                tuple[str, ...], str]] = {
+    "tables, files and code with tabs": (
+        tabbed_texts, TABBED_GROUPS,
+        "real tables as tab-separated values, files with tabs and code indented with tabs, "
+        "`benchmarks.tabbed_corpus`"),
+    "command output in columns": (
+        aligned_texts, ALIGNED_GROUPS,
+        "real `ls -la`, `dpkg -l`, `pip list`, `od` output and tables padded like "
+        "`column -t`, `benchmarks.aligned_corpus`"),
+}
+"""Corpora of how tools lay text out (name → its texts per group, the groups, what it
+is), each reported per group, pooled, and in a fits run whose tool results it gives."""
 
 
 def exact_counters() -> tuple[dict[str, TokenCounter], dict[str, str]]:
@@ -377,9 +405,12 @@ def measure(quick: bool) -> AccuracyResult:
     errors_by_group(res.available, encoded, res.encoded, res.encoded_seed,
                     res.encoded_pooled)
     pooled = [t for texts in encoded.values() for t in texts]
-    tabbed = tabbed_texts("eval", samples_per_kind(quick))
-    errors_by_group(res.available, tabbed, res.tabbed, res.tabbed_seed, res.tabbed_pooled)
-    with_tabs = [t for texts in tabbed.values() for t in texts]
+    layout_texts: dict[str, list[str]] = {}
+    for name, (texts_of, _groups, _what) in LAYOUT_CORPORA.items():
+        layout = res.layouts[name] = LayoutResult()
+        texts = texts_of("eval", samples_per_kind(quick))
+        errors_by_group(res.available, texts, layout.errors, layout.seed, layout.pooled)
+        layout_texts[name] = [t for group in texts.values() for t in group]
     numbers = number_texts("eval", samples_per_kind(quick))
     for enc, exact in res.available.items():
         ours = HeuristicCounter(FAMILY_OF[enc])  # type: ignore[arg-type]
@@ -393,10 +424,11 @@ def measure(quick: bool) -> AccuracyResult:
             res.fits_encoded = fits_by_exact_count({**corpus, "json": pooled},
                                                    res.available[HEADLINE_ENCODING],
                                                    conversations_count(quick))
-        if with_tabs:  # tools that return tables, configuration and sources with tabs
-            res.fits_tabbed = fits_by_exact_count({**corpus, "json": with_tabs},
-                                                  res.available[HEADLINE_ENCODING],
-                                                  conversations_count(quick))
+        for name, texts in layout_texts.items():  # tools that return such text
+            if texts:
+                res.layouts[name].fits = fits_by_exact_count(
+                    {**corpus, "json": texts}, res.available[HEADLINE_ENCODING],
+                    conversations_count(quick))
         if scripts:
             other = [t for texts in scripts.values() for t in texts]
             pools = {**corpus, "prose": other, "zh": other, "ja": other, "mixed": other}
@@ -616,9 +648,9 @@ def run(quick: bool) -> list[BenchRow]:
     pooled_groups = [
         (enc, f"base64 of real files, six layouts, and CA certificates ({len(ours)} texts)",
          ours, seed) for enc, (ours, seed) in res.encoded_pooled.items()]
-    pooled_groups += [
-        (enc, f"tables, files and code with tabs ({len(ours)} texts)", ours, seed)
-        for enc, (ours, seed) in res.tabbed_pooled.items()]
+    pooled_groups += [(enc, f"{name} ({len(ours)} texts)", ours, seed)
+                      for name, layout in res.layouts.items()
+                      for enc, (ours, seed) in layout.pooled.items()]
     for enc, what, ours, seed in pooled_groups:
         margin = HEURISTIC_MARGIN[FAMILY_OF[enc]]  # type: ignore[index]
         rows += [
@@ -684,7 +716,8 @@ def run(quick: bool) -> list[BenchRow]:
         ))
     for what, f in (("other-script chat", res.fits_scripts),
                     ("tool results of files as base64", res.fits_encoded),
-                    ("tool results of tables, files and code with tabs", res.fits_tabbed)):
+                    *((f"tool results of {name}", layout.fits)
+                      for name, layout in res.layouts.items())):
         if f is not None:
             rows.append(BenchRow(
                 name=f"smart_truncate results over budget by o200k count, {what} "
@@ -841,14 +874,15 @@ def report_markdown(quick: bool) -> str:
             parts.append(_scripts_table("baseline: the seed's formula", res.encoded_seed,
                                         enc, (*ENCODED_LAYOUTS, CERTIFICATES), what,
                                         "layout"))
-        if any(k[0] == enc for k in res.tabbed):
-            what = ("real tables as tab-separated values, files with tabs and code indented "
-                    "with tabs, `benchmarks.tabbed_corpus`, eval split; reported — no target "
-                    "of their own")
+        for name, layout in res.layouts.items():
+            if not any(k[0] == enc for k in layout.errors):
+                continue
+            _texts_of, groups, what = LAYOUT_CORPORA[name]
+            what = f"{what}, eval split; reported — no target of their own"
             for label, table in ((f"ctxstack heuristic ({FAMILY_OF[enc]} weights)",
-                                  res.tabbed), ("baseline: the seed's formula",
-                                                res.tabbed_seed)):
-                parts.append(_scripts_table(label, table, enc, TABBED_GROUPS, what, "group"))
+                                  layout.errors), ("baseline: the seed's formula",
+                                                   layout.seed)):
+                parts.append(_scripts_table(label, table, enc, groups, what, "group"))
         parts.append(_table("baseline: len(text)/4", res.chars4, enc))
         if any(k[0] == enc for k in res.calibrated):
             parts.append(_table(f"calibrated after {CALIBRATION_CALLS} observed calls "
@@ -897,12 +931,13 @@ def report_markdown(quick: bool) -> str:
             f"| default heuristic (with its margin) | {f.over_budget} | "
             f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
             f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
-    if res.fits_tabbed is not None:
-        f = res.fits_tabbed
+    for name, layout in res.layouts.items():
+        if layout.fits is None:
+            continue
+        f = layout.fits
         parts.append(
-            "**Fits by exact count, files with tabs** (o200k_base): the same run with the "
-            "JSON tool results drawn from the texts with tabs (`benchmarks.tabbed_corpus`: "
-            "real tables as TSV, configuration files, C headers, code indented with tabs).\n\n"
+            f"**Fits by exact count, {name}** (o200k_base): the same run with the JSON tool "
+            f"results drawn from those eval texts ({LAYOUT_CORPORA[name][2]}).\n\n"
             "| counter | results over budget | worst fill | median fill |\n"
             "|---|---:|---:|---:|\n"
             f"| default heuristic (with its margin) | {f.over_budget} | "

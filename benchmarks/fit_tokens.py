@@ -44,10 +44,12 @@ script_features`, each language group and kind weighted equally; weights rounded
     python -m benchmarks.fit_tokens --scripts --write    # rewrite SCRIPT_WEIGHTS
 
 Tool layouts (``LISTING_WEIGHTS``: tabs and arrows after a line number, ``\\n`` escapes,
-backslashes — see ``ctxstack.tokens._listings``), fitted last with every other weight
+backslashes, tabs between fields, runs of spaces between columns — see
+``ctxstack.tokens._listings``), fitted last with every other weight
 fixed: ``--listings``. Data: the fit texts, the same split laid out as agents' tools
-show files (:func:`benchmarks.token_corpus.tool_views`) and the fit split's tables, files
-and code with tabs (:mod:`benchmarks.tabbed_corpus`), each group weighted equally.
+show files (:func:`benchmarks.token_corpus.tool_views`), the fit split's tables, files
+and code with tabs (:mod:`benchmarks.tabbed_corpus`) and its command output in
+space-aligned columns (:mod:`benchmarks.aligned_corpus`), each group weighted equally.
 
     python -m benchmarks.fit_tokens --listings --write   # rewrite LISTING_WEIGHTS
 
@@ -90,6 +92,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.aligned_corpus import aligned_texts
 from benchmarks.encoded_corpus import encoded_texts
 from benchmarks.tabbed_corpus import tabbed_texts
 from benchmarks.token_corpus import DECOMPOSED, gather, gather_scripts, tool_views
@@ -564,6 +567,7 @@ def main_listings(argv: Sequence[str]) -> int:
     texts = {k: v for k, v in texts.items() if v}
     texts.update(tool_views(texts, LISTING_SAMPLES))
     texts.update((k, v) for k, v in tabbed_texts("fit", LISTING_SAMPLES).items() if v)
+    texts.update((k, v) for k, v in aligned_texts("fit", LISTING_SAMPLES).items() if v)
     print("fit samples:", {k: len(v) for k, v in texts.items()})
     params = {family: fit_listings(texts, family) for family in ENCODING_OF}
     return report_and_write(argv, params, LISTING_FEATURES, LISTINGS_FILE, "LISTING_WEIGHTS")

@@ -11,7 +11,10 @@ import importlib
 import inspect
 import locale
 import mimetypes
+import os
 import re
+import subprocess
+import sysconfig
 
 import pytest
 
@@ -20,10 +23,11 @@ from ctxstack.tokens._counter import HEURISTIC_MARGIN
 from ctxstack.tokens._listings import (
     LISTING_FEATURES,
     LISTING_WEIGHTS,
+    aligned,
     listing_features,
     listing_units,
 )
-from ctxstack.tokens._model import FAMILIES, Family, estimate
+from ctxstack.tokens._model import FAMILIES, Family, estimate, pair_codes
 from ctxstack.tokens._scripts import SCRIPT_SCALE
 from tests.exact_tokens import exact, named_counts
 
@@ -36,7 +40,8 @@ def test_tabs_and_arrows_count_after_a_digit_only() -> None:
     assert features("     1\tdef f():\n     2\t    return 1\n") == {"digit_tabs": 2}
     assert features("12\tx\n\tindented\ncol\tcol") == {"digit_tabs": 1, "word_tabs": 1}
     assert features("   7\u2192x\n   8\u2192y\na \u2192 b") == {"digit_arrows": 2}
-    assert features('{"content": "a\\n    b\\\\c"}') == {"backslashes": 3}
+    # an escaped newline's indentation is a run of spaces in the line: a token of its own
+    assert features('{"content": "a\\n    b\\\\c"}') == {"backslashes": 3, "space_runs": 1}
     assert features("plain text, no layout 12 34") == {}
     assert features("\t\u21921") == {}  # a tab or an arrow that starts the text
 
@@ -49,12 +54,26 @@ def test_tabs_between_fields_and_in_runs_are_counted_apart_from_indentation() ->
     assert features("a \tb\n\tc") == {}  # after a space or a newline: indentation
 
 
+def test_runs_of_spaces_between_columns_are_counted_past_the_gate() -> None:
+    listing = "drwxr-xr-x  2 root root    4096 May 20  2026 audit\n" * 3
+    assert features(listing) == {"space_runs": 9}  # after a letter, a letter, a digit
+    assert aligned(pair_codes(listing))
+    # indentation is no run in a line, and indented code does not pass the gate
+    code = "def f(x):\n    if x:\n        return x  # done\n" * 5
+    assert not aligned(pair_codes(code))
+    assert features(code) == {}
+    # prose with a double space now and then: too few (space, space) pairs to pay
+    prose = ("A sentence ends.  Another one starts here and goes on for a while, then "
+             "stops. A third follows it with a clause or two, and the paragraph goes on. ") * 8
+    assert not aligned(pair_codes(prose))
+    assert features(prose) == {}
+
+
 def test_text_without_the_characters_pays_nothing() -> None:
     for family in FAMILIES:
         assert listing_units(b"plain ASCII text 12 34", family, arrows=False) == 0
         assert listing_units("日本語のテキスト 12".encode(), family, arrows=False) == 0
-        tab, arrow, _backslash, _word, _run = (round(w * SCRIPT_SCALE)
-                                                for w in LISTING_WEIGHTS[family])
+        tab, arrow, *_rest = (round(w * SCRIPT_SCALE) for w in LISTING_WEIGHTS[family])
         assert listing_units(b"1\t2\t", family, arrows=False) == 2 * tab
         assert listing_units("1\u21922\u2192\t".encode(), family, arrows=True) == 2 * arrow
 
@@ -65,10 +84,12 @@ def source_files() -> dict[str, str]:
             for name in ("json.encoder", "textwrap", "shlex", "argparse")}
 
 
-MODELLED = [label for label in VIEW_FORMATS if not label.startswith("grep -n")]
-TOLERANCE = 0.06
-"""Measured on these four modules: within 4.3% of both vocabularies for every modelled
-layout; without the correction the tab listings and JSON strings were 4–11% low."""
+UNDER, OVER = 0.05, 0.09
+"""Measured on these four modules, every layout, both vocabularies: from 3.4% low to 8.2%
+high (``shlex`` inside a JSON string against ``cl100k_base``; the plain module is 6.4%
+high there already). Without the correction the tab listings and JSON strings were 4–11%
+low and the ``grep -n`` listings ~5% low (``12:    code``: the run of spaces after the
+colon is a token of its own, ``space_runs``)."""
 
 
 @pytest.mark.parametrize(("family", "encoding"), [("o200k", "o200k_base"),
@@ -80,10 +101,7 @@ def test_agent_layouts_of_real_files_are_counted_close(family: Family, encoding:
             shown = layout(source, 1)
             truth = counter.count_text(shown)
             error = (estimate(shown, family) - truth) / truth
-            if label in MODELLED:
-                assert abs(error) <= TOLERANCE, (label, name, error)
-            else:  # `12:line` has no feature of its own: within the margin still
-                assert error >= -HEURISTIC_MARGIN[family], (label, name, error)
+            assert -UNDER <= error <= OVER, (label, name, error)
 
 
 def test_hostile_layouts_are_counted_exactly_by_the_model() -> None:
@@ -168,3 +186,32 @@ def test_the_tab_corpus_keeps_fitting_and_evaluation_texts_apart() -> None:
     evaluated = {t for texts in held_out.values() for t in texts}
     assert not fitted & evaluated
     assert all(len(t) >= 500 and "\t" in t for t in fitted | evaluated)
+
+
+def command_output() -> dict[str, str]:
+    """Real output of everyday commands on the Python installation (outside the aligned
+    corpus's directories and files): what an agent's shell tool returns."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    env = {**os.environ, "LC_ALL": "C"}
+
+    def run(*argv: str) -> str:
+        return subprocess.run(argv, capture_output=True, text=True, env=env,
+                              check=True).stdout[:5000]
+
+    return {"ls -la": run("ls", "-la", "--time-style=+%b %e %H:%M", stdlib),
+            "ls -la encodings": run("ls", "-la", os.path.join(stdlib, "encodings")),
+            "od -c": run("od", "-c", "-N", "2048", os.path.join(stdlib, "os.py"))}
+
+
+@pytest.mark.parametrize(("family", "encoding"), [("o200k", "o200k_base"),
+                                                  ("cl100k", "cl100k_base")])
+def test_command_output_in_columns_is_not_under_counted(family: Family, encoding: str) -> None:
+    """A run of spaces between columns is a token of its own: without ``space_runs``
+    these were 12–14% (``ls -la``) and 44–46% (``od -c``) low, past the margin, so a
+    context "fitted" around them could overflow; measured now: from 7.1% low to 0.6%
+    low."""
+    counter = exact(encoding)
+    for name, text in command_output().items():
+        truth = counter.count_text(text)
+        error = (estimate(text, family) - truth) / truth
+        assert -0.09 <= error <= 0.15, (name, error)

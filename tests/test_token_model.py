@@ -214,8 +214,21 @@ def reference_listing_features(text: str) -> list[int]:
                      and not "0" <= previous <= "9" and previous not in "\t \n\r"
                      and previous.encode("utf-8", "surrogatepass")[-1] not in (0x86, 0x92))
     tab_runs = sum(len(run) // 2 for run in re.findall("\t+", text))
+    # runs of spaces in a line, counted only past the gate on the (space, space) and
+    # (newline, space) pairs of the characters' classes
+    classes = [_CLASS[ch.encode("utf-8", "surrogatepass")[0]] for ch in text]
+    space, newline = CLASSES.index("space"), CLASSES.index("newline")
+    pairs = list(zip(classes, [*classes[1:], 0], strict=True))
+    sample = (pairs[0::2] + pairs[1::2])[:512]  # the estimator's order: even, then odd
+    spaces, indents = sample.count((space, space)), sample.count((newline, space))
+    space_runs = 0
+    if spaces * 64 >= len(sample) and indents * 16 < spaces:
+        space_runs = sum(1 for i in range(1, len(text) - 1)
+                         if text[i] == text[i + 1] == " " and text[i - 1] not in " \t\n\r"
+                         and text[i - 1].encode("utf-8", "surrogatepass")[-1]
+                         not in (0x86, 0x92))
     return [after_digit.count("\t"), after_digit.count("\u2192"), text.count("\\"),
-            field_ends, tab_runs]
+            field_ends, tab_runs, space_runs]
 
 
 def reference_symbol_features(text: str) -> list[int]:

@@ -112,7 +112,17 @@ from ctxstack.tokens._encoded import ENCODED_FEATURES as ENCODED_FEATURES
 from ctxstack.tokens._encoded import ENCODED_WEIGHTS as ENCODED_WEIGHTS
 from ctxstack.tokens._encoded import encoded_features as encoded_features
 from ctxstack.tokens._encoded import encoded_units as encoded_units
-from ctxstack.tokens._listings import _ARROW, _BACKSLASH, _TAB
+from ctxstack.tokens._listings import (
+    _ARROW,
+    _BACKSLASH,
+    _NEWLINE_SPACE,
+    _SPACE_PAIR,
+    _TAB,
+    COLUMN_SAMPLE,
+    COLUMN_SHARE,
+    INDENT_SHARE,
+    column_units,
+)
 from ctxstack.tokens._listings import LISTING_FEATURES as LISTING_FEATURES
 from ctxstack.tokens._listings import LISTING_WEIGHTS as LISTING_WEIGHTS
 from ctxstack.tokens._listings import listing_features as listing_features
@@ -416,6 +426,9 @@ def estimator(family: Family) -> Callable[[str], int]:
     groups, symbols = partial(_group_units, family=family), partial(_symbol_units,
                                                                     family=family)
     listings = partial(listing_units, family=family)
+    columns = partial(column_units, family=family)
+    space_pair, newline_space = _SPACE_PAIR, _NEWLINE_SPACE
+    column_share, indent_share, head = COLUMN_SHARE, INDENT_SHARE, COLUMN_SAMPLE
     encoded = partial(encoded_units, family=family, gated=True)
     run, rate_floor, stride, share = RUN, RATE_FLOOR, GATE_STRIDE, GATE_SHARE
     lower_upper = _LOWER_UPPER
@@ -459,6 +472,11 @@ def estimator(family: Family) -> Callable[[str], int]:
         else:
             units = 16 * _chunked_sum(pairs.translate(high)) \
                 + _chunked_sum(pairs.translate(low)) - OFFSET * n
+        spaces = pairs.count(space_pair, 0, head)  # columns aligned with spaces: _listings
+        if spaces * column_share >= (n if n < head else head) and (
+                pairs.find(newline_space, 0, head) < 0  # no indentation: a memchr
+                or pairs.count(newline_space, 0, head) * indent_share < spaces):
+            correction += columns(raw)
         if n >= run and units >= rate_floor * n:  # base64 (see _encoded): the gate, inline
             sample = pairs[::stride]
             if sample.count(lower_upper) * share >= len(sample):
