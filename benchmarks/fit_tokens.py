@@ -557,7 +557,7 @@ LISTING_SAMPLES = 300
 
 def fit_listings(texts: dict[str, list[str]], family: Family) -> np.ndarray:
     """:func:`fit_correction` on :data:`LISTING_FEATURES`."""
-    x = np.array([listing_features(t.encode("utf-8", "surrogatepass"))
+    x = np.array([listing_features(t.encode("utf-8", "surrogatepass"), pair_codes(t))
                   for items in texts.values() for t in items], float)
     return np.round(fit_correction(texts, family, x, LISTING_WEIGHTS[family])[0], 4)
 

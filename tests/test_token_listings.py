@@ -33,7 +33,8 @@ from tests.exact_tokens import exact, named_counts
 
 
 def features(text: str) -> dict[str, int]:
-    return named_counts(text, LISTING_FEATURES, listing_features)
+    return named_counts(text, LISTING_FEATURES,
+                        lambda raw: listing_features(raw, pair_codes(text)))
 
 
 def test_tabs_and_arrows_count_after_a_digit_only() -> None:
