@@ -91,7 +91,9 @@ _NEWLINE_SPACE: Final = b"\x43"  # (newline, space)
 def aligned(pairs: bytes) -> bool:
     """Whether text whose (class, next class) pair codes are ``pairs`` pays for its runs
     of spaces (the ``space_runs`` gate): at most two single-byte counts over the first
-    :data:`COLUMN_SAMPLE` codes."""
+    :data:`COLUMN_SAMPLE` codes. The estimator inlines the same test (a call per text
+    costs what the test does); ``tests/test_token_model.py`` holds both to its
+    per-character reference."""
     spaces = pairs.count(_SPACE_PAIR, 0, COLUMN_SAMPLE)
     return spaces * COLUMN_SHARE >= min(len(pairs), COLUMN_SAMPLE) \
         and pairs.count(_NEWLINE_SPACE, 0, COLUMN_SAMPLE) * INDENT_SHARE < spaces

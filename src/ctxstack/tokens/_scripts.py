@@ -130,8 +130,8 @@ _GROUP_CODE, _NOT_GROUP_LEAD = _group_tables()
 _ASCII_TO_SPACE: Final = b" " * 0x80 + bytes(range(0x80, 0x100))
 _NOT_ASCII: Final = bytes(range(0x80, 0x100))
 COMPACT_BELOW: Final = 8
-"""Text with fewer than one group (or symbol) character in this many bytes is read as
-:func:`_compact` gives it (see :func:`script_features`)."""
+"""Text with fewer than one group character (:func:`script_features`) or one non-ASCII
+byte (:func:`symbol_features`) in this many bytes is read as :func:`_compact` gives it."""
 
 
 def _compact(raw: bytes) -> bytes:
