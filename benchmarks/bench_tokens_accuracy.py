@@ -899,50 +899,29 @@ def report_markdown(quick: bool) -> str:
         parts.append("\n".join(lines))
     if res.traffic:
         parts.append(_traffic_table(res))
-    if res.fits is not None:
-        f = res.fits
-        parts.append(
-            "**Fits by exact count** (o200k_base): "
-            f"{f.conversations} random conversations (tool calls with JSON results, code, "
-            "Chinese/Japanese, images; real eval texts) cut by `smart_truncate` to budgets "
-            "drawn log-uniformly from 2K to 128K tokens.\n\n"
-            "| counter | results over budget | worst fill | median fill |\n|---|---:|---:|---:|\n"
-            f"| default heuristic (with its margin) | {f.over_budget} | "
-            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
-            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
-    if res.fits_scripts is not None:
-        f = res.fits_scripts
-        parts.append(
-            "**Fits by exact count, other scripts** (o200k_base): the same run with the chat "
-            "turns drawn from the other-script eval texts (tool results stay JSON/code).\n\n"
-            "| counter | results over budget | worst fill | median fill |\n"
-            "|---|---:|---:|---:|\n"
-            f"| default heuristic (with its margin) | {f.over_budget} | "
-            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
-            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
-    if res.fits_encoded is not None:
-        f = res.fits_encoded
-        parts.append(
-            "**Fits by exact count, files as base64** (o200k_base): the same run with the "
-            "JSON tool results drawn from the base64 eval texts (`benchmarks.encoded_corpus`: "
-            "real files in six layouts).\n\n"
-            "| counter | results over budget | worst fill | median fill |\n"
-            "|---|---:|---:|---:|\n"
-            f"| default heuristic (with its margin) | {f.over_budget} | "
-            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
-            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
-    for name, layout in res.layouts.items():
-        if layout.fits is None:
-            continue
-        f = layout.fits
-        parts.append(
-            f"**Fits by exact count, {name}** (o200k_base): the same run with the JSON tool "
-            f"results drawn from those eval texts ({LAYOUT_CORPORA[name][2]}).\n\n"
-            "| counter | results over budget | worst fill | median fill |\n"
-            "|---|---:|---:|---:|\n"
-            f"| default heuristic (with its margin) | {f.over_budget} | "
-            f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
-            f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
+    fits_runs = [
+        ("**Fits by exact count** (o200k_base): "
+         f"{res.fits.conversations if res.fits else 0} random conversations (tool calls with "
+         "JSON results, code, Chinese/Japanese, images; real eval texts) cut by "
+         "`smart_truncate` to budgets drawn log-uniformly from 2K to 128K tokens.", res.fits),
+        ("**Fits by exact count, other scripts** (o200k_base): the same run with the chat "
+         "turns drawn from the other-script eval texts (tool results stay JSON/code).",
+         res.fits_scripts),
+        ("**Fits by exact count, files as base64** (o200k_base): the same run with the JSON "
+         "tool results drawn from the base64 eval texts (`benchmarks.encoded_corpus`: real "
+         "files in six layouts).", res.fits_encoded),
+        *((f"**Fits by exact count, {name}** (o200k_base): the same run with the JSON tool "
+           f"results drawn from those eval texts ({LAYOUT_CORPORA[name][2]}).", layout.fits)
+          for name, layout in res.layouts.items()),
+    ]
+    for heading, f in fits_runs:
+        if f is not None:
+            parts.append(
+                f"{heading}\n\n| counter | results over budget | worst fill | median fill |\n"
+                "|---|---:|---:|---:|\n"
+                f"| default heuristic (with its margin) | {f.over_budget} | "
+                f"{100 * f.worst_fill:.1f}% | {100 * f.median_fill:.1f}% |\n"
+                f"| seed formula (no margin) | {f.seed_over_budget} | – | – |")
     if res.fits_languages:
         lines = ["**Fits by exact count, one language per conversation** (o200k_base, budgets "
                  "2K–32K, the chat turns of each conversation from one language's eval texts "

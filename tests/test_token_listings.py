@@ -107,12 +107,13 @@ def test_agent_layouts_of_real_files_are_counted_close(family: Family, encoding:
 
 def test_hostile_layouts_are_counted_exactly_by_the_model() -> None:
     """Long runs of what the correction looks for — 100,000 tabs, fields ended by tabs,
-    backslashes, arrows, digit-tab pairs, mixed with NULs and lone surrogates — are
+    runs of spaces, backslashes, arrows, digit-tab pairs, mixed with NULs and lone surrogates — are
     counted as the per-character reference says (one translate and C counts: no step per
     character in Python)."""
     from tests.test_token_model import matches_reference
 
     for text in ("\t" * 100_000, "x\t" * 50_000, "\u2190\t" * 30_000, "\\" * 100_000,
+                 " " * 100_000, "ab  " * 30_000, "12" + " " * 100_000 + "x",
                  "\u2192" * 50_000, "1\t" * 50_000, "9\u2192" * 30_000,
                  "\x00\t\\\u21927\ud800" * 10_000,
                  '{"content": "' + "line\\n\\t" * 20_000 + '"}'):
@@ -120,6 +121,7 @@ def test_hostile_layouts_are_counted_exactly_by_the_model() -> None:
     assert features("1\t" * 50_000) == {"digit_tabs": 50_000}
     assert features("\t" * 100_000) == {"tab_runs": 50_000}
     assert features("x\t" * 50_000) == {"word_tabs": 50_000}
+    assert features("ab  " * 30_000) == {"space_runs": 30_000}
 
 
 def standard_library_tables() -> dict[str, str]:

@@ -43,9 +43,11 @@ ASCII control characters other than whitespace and ESC (binary read as text) are
 ``four_byte`` class: as punctuation they were counted 55–75% low.
 
 Files as coding agents' tools show them — line-numbered (a tab or an arrow after the
-number) or inside a JSON string — and text with tabs between fields (tab-separated tables,
-tab-aligned configuration) get a correction of their own (:mod:`ctxstack.tokens._listings`),
-paid only by text with a tab, a backslash or an arrow.
+number) or inside a JSON string — text with tabs between fields (tab-separated tables,
+tab-aligned configuration) and command output in columns aligned with spaces (``ls -la``,
+``ps aux``, ``pip list``) get a correction of their own (:mod:`ctxstack.tokens._listings`):
+the tab, backslash and arrow counts paid only by text with one of those, the runs of
+spaces only by text past a gate on the first 512 (class, next class) pairs.
 
 Binary written as base64 (a notebook's PNG, a data URI, a lockfile's hashes, a JWT)
 gets a correction of its own (:mod:`ctxstack.tokens._encoded`): the pair model counted it
