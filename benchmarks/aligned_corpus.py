@@ -96,8 +96,13 @@ def _listings(split: Split, n: int, rng: random.Random) -> list[str]:
 
 
 def _split_lines(lines: list[str], split: Split) -> list[str]:
-    return [line for line in lines if _half(line.split()[1] if len(line.split()) > 1
-                                            else line) == split]
+    """The lines whose second field (``dpkg -l``: the package's name; else the whole
+    line) is in ``split``."""
+    def key(line: str) -> str:
+        fields = line.split()
+        return fields[1] if len(fields) > 1 else line
+
+    return [line for line in lines if _half(key(line)) == split]
 
 
 def _packages(split: Split, n: int, rng: random.Random) -> list[str]:

@@ -130,8 +130,9 @@ as in :data:`_MARKS`), else ``x``: a run of spaces in a line starts at ``xss``."
 
 
 def space_runs(raw: bytes) -> int:
-    """Runs of two or more spaces after a character that is neither whitespace nor a
-    tab: one ``translate``, one ``count``."""
+    """Runs of two or more spaces after a character that is neither a space, a tab, a
+    newline nor an arrow's last byte (:data:`_RUN_MARKS`): one ``translate``, one
+    ``count``."""
     return raw.translate(_RUN_MARKS).count(b"xss")
 
 
