@@ -48,8 +48,10 @@ by more than the budget margin (the seed's formula as the baseline). **Text with
 configuration files, C headers and code indented with tabs, eval split) and **command
 output in columns** (:mod:`benchmarks.aligned_corpus`: ``ls -la``, ``dpkg -l``, ``pip
 list``, ``od``, tables padded like ``column -t``; what the tab and space-run counts of
-``ctxstack.tokens._listings`` correct): the same figures per corpus, and a fits run whose
-tool results are its texts.
+``ctxstack.tokens._listings`` correct) and **text in capitals**
+(:mod:`benchmarks.capitals_corpus`: real SQL files, licence disclaimers, C macro
+definitions and real prose upper-cased; what ``ctxstack.tokens._capitals`` corrects): the
+same figures per corpus, and a fits run whose tool results are its texts.
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache
@@ -89,6 +91,8 @@ from dataclasses import dataclass, field
 from benchmarks.aligned_corpus import GROUPS as ALIGNED_GROUPS
 from benchmarks.aligned_corpus import aligned_texts
 from benchmarks.calibration_traffic import TRAFFIC_KINDS, TrafficErrors, replay
+from benchmarks.capitals_corpus import GROUPS as CAPITALS_GROUPS
+from benchmarks.capitals_corpus import capitals_texts
 from benchmarks.common import BenchRow, no_gc, print_table
 from benchmarks.encoded_corpus import CERTIFICATES, certificate_texts, encoded_texts
 from benchmarks.encoded_corpus import LAYOUTS as ENCODED_LAYOUTS
@@ -295,6 +299,10 @@ LAYOUT_CORPORA: dict[str, tuple[Callable[[Split, int], dict[str, list[str]]],
         aligned_texts, ALIGNED_GROUPS,
         "real `ls -la`, `dpkg -l`, `pip list`, `od` output and tables padded like "
         "`column -t`, `benchmarks.aligned_corpus`"),
+    "text in capitals": (
+        capitals_texts, CAPITALS_GROUPS,
+        "real SQL files, licence disclaimers and C macro definitions, and real prose "
+        "upper-cased, `benchmarks.capitals_corpus`"),
 }
 """Corpora of how tools lay text out (name → its texts per group, the groups, what it
 is), each reported per group, pooled, and in a fits run whose tool results it gives."""
