@@ -51,15 +51,17 @@ import random
 import re
 from pathlib import Path
 
+from benchmarks.tabbed_corpus import _chunk
 from benchmarks.token_corpus import Split, _half, _sample, chunks, package_texts, stdlib_texts
 
 MIN_CHARS = 500
-MAX_CHARS = 4000
+"""Shorter chunks (a file's end) and shorter joined disclaimers are dropped; chunks are
+500–4,000 characters from a line start (:func:`benchmarks.tabbed_corpus._chunk`)."""
 _SEEDS = {"fit": 83, "eval": 89}
 _SQL_ROOT = Path("/usr/share")
 _LICENCES = (Path("/usr/share/doc"), Path("/usr/share/common-licenses"))
 _HEADERS = Path("/usr/include")
-_MAX_FILES = 4000  # per walk: bounded
+_MAX_FILES = 4000  # files kept per walk, at most
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 _NOT_KEY = re.compile(r"[^A-Z0-9]")
 MIN_DEFINES = 30
@@ -85,14 +87,6 @@ def _read(path: Path) -> str:
         return path.read_bytes()[:400_000].decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return ""
-
-
-def _chunk(text: str, rng: random.Random) -> str:
-    """500–4,000 characters of ``text`` from a line start."""
-    size = rng.randint(MIN_CHARS, MAX_CHARS)
-    start = rng.randint(0, max(0, len(text) - size))
-    start = text.rfind("\n", 0, start) + 1
-    return text[start:start + size]
 
 
 def _chunks(sources: list[str], n: int, rng: random.Random) -> list[str]:
