@@ -168,6 +168,46 @@ def test_bad_requests_name_the_field(body: bytes, field: str) -> None:
     assert field in info.value.message
 
 
+_HEAD = b'{"model": "m", "max_tokens": 5, "messages": '
+_CALL = b'{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}'
+
+
+@pytest.mark.parametrize(("body", "param", "says"), [
+    (b"\xff\xfe{}", None, "not valid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, None, "nested too deeply"),
+    (b'["model"]', None, "JSON object"),
+    (b'{"model": "m", "max_tokens": true, "messages": [{"role": "user", "content": "x"}]}',
+     "max_tokens", "positive integer"),
+    (b'{"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}',
+     "max_tokens", "positive integer"),
+    (_HEAD + b'[{"role": "user", "content": "x"}], "tools": {"name": "f"}}', "tools",
+     "list of tool definitions"),
+    (_HEAD + b'["hi"]}', "messages.0", "expected an object, got str"),
+    (_HEAD + b'[{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
+     "messages.0.content.0.text", "expected a string"),
+    (_HEAD + b'[{"role": "user", "content": [{"type": "tool_use", "id": "t1", "name": "f"}]}]}',
+     "messages.0.content.0", "belong in assistant messages"),
+    (_HEAD + b'[{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]}',
+     "messages.0.content.0.id", "tool call's id"),
+    (_HEAD + b'[{"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]}]}',
+     "messages.0.content.0.name", "tool's name"),
+    (_HEAD + b'[' + _CALL + b', {"role": "assistant", "content": [{"type": "tool_result", '
+     b'"tool_use_id": "t1"}]}]}', "messages.1.content.0", "belong in user messages"),
+    (_HEAD + b'[' + _CALL + b', {"role": "user", "content": [{"type": "tool_result"}]}]}',
+     "messages.1.content.0.tool_use_id", "id of the tool_use"),
+])
+def test_every_refusal_is_a_400_naming_the_field_by_its_path(body: bytes, param: str | None,
+                                                             says: str) -> None:
+    """Each check of the body, the request's fields and the content blocks answers 400
+    with the field's path in ``param`` (what the SDKs read) and what was expected."""
+    with pytest.raises(ProxyError) as info:
+        parse_messages_request(body)
+    assert info.value.status == 400
+    assert info.value.param == param
+    assert says in info.value.message
+    assert len(info.value.message) < 300
+
+
 def test_unknown_fields_and_blocks_are_accepted() -> None:
     body = {"model": "m", "max_tokens": 5, "context_management": {"edits": []},
             "messages": [{"role": "user", "content": [{"type": "brand_new", "x": 1}]}]}

@@ -311,6 +311,46 @@ def test_a_websocket_prewarm_is_answered_by_the_proxy_and_continued(
     assert "openai-beta" not in sent.headers  # the WebSocket flag is not sent over HTTP
 
 
+def test_upstream_answers_the_websocket_cannot_stream_are_framed_and_the_socket_stays_open(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """What a gateway or a non-conforming server sends instead of an event stream: an
+    error page that is not JSON (an error frame with its status and the page's start),
+    a 200 whose body is not JSON (a 502 frame saying so), and a whole response object as
+    JSON (relayed as ``response.completed``). The socket serves the next frame each time."""
+    url = proxy.base_url.replace("http://", "ws://") + "/responses"
+    page = "<html><body><h1>502 Bad Gateway</h1>" + "x" * 1000 + "</body></html>"
+    whole = {"id": "resp_whole", "object": "response", "status": "completed", "model": MODEL,
+             "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                         "status": "completed",
+                         "content": [{"type": "output_text", "text": "whole", "annotations": []}]}],
+             "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6}}
+    stub.push(StubReply.raw(page, status=502, content_type="text/html"),
+              StubReply.raw('{"id": "resp_cut", "output": [', status=200),
+              StubReply.raw(json.dumps(whole), status=200),
+              StubReply.text("fine"))
+    with ws_connect(url, additional_headers={"Authorization": "Bearer k"}) as ws:
+        frames = []
+        for ask in ("one", "two", "three"):
+            ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": ask}))
+            frames.append(json.loads(ws.recv(timeout=10)))
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "four"}))
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != "response.completed":
+            kinds.append(json.loads(ws.recv(timeout=10))["type"])
+    gateway, cut, relayed = frames
+    assert gateway["type"] == "error"
+    assert gateway["status"] == 502
+    assert gateway["error"]["message"].startswith("<html><body><h1>502 Bad Gateway")
+    assert len(gateway["error"]["message"]) <= 300
+    assert cut["type"] == "error"
+    assert cut["status"] == 502
+    assert cut["error"]["code"] == "upstream_bad_response"
+    assert relayed == {"type": "response.completed", "response": whole}
+    assert kinds[0] == "response.created"
+    for frame in (gateway, cut):
+        assert stub.url.split("//", 1)[1] not in json.dumps(frame)
+
+
 def test_a_hung_upstream_over_the_websocket_is_a_504_error_frame(
         proxy: ProxyProcess, stub: StubServer) -> None:
     url = proxy.base_url.replace("http://", "ws://") + "/responses"

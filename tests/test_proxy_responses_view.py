@@ -75,6 +75,54 @@ def test_pairing_is_checked_over_the_stored_chain_and_the_new_items() -> None:
     validate_pairs(None, [OUTPUT])  # unknown chain: the upstream judges
 
 
+@pytest.mark.parametrize(("raw", "param", "says"), [
+    (b'{"model": "m", "input": ', None, "not valid JSON"),
+    (b"\xff\xfe{}", None, "not valid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, None, "nested too deeply"),
+    (b'["model", "m"]', None, "JSON object"),
+    (b'{"input": "hi"}', "model", "'model' is required"),
+    (b'{"model": "  ", "input": "hi"}', "model", "'model' is required"),
+    (b'{"model": "m", "input": 5}', "input", "string or a list"),
+    (b'{"model": "m", "input": "hi", "previous_response_id": 7}', "previous_response_id",
+     "must be a string"),
+    (b'{"model": "m", "input": "hi", "instructions": {"a": 1}}', "instructions",
+     "must be a string"),
+    (b'{"model": "m", "input": ["hi"]}', "input[0]", "expected an object, got str"),
+    (b'{"model": "m", "input": [{"content": "hi"}]}', "input[0].type", "needs a 'type'"),
+    (b'{"model": "m", "input": [{"type": 3, "content": "hi"}]}', "input[0].type",
+     "expected a string"),
+    (b'{"model": "m", "input": [{"role": "robot", "content": "hi"}]}', "input[0].role",
+     "unknown role"),
+    (b'{"model": "m", "input": [{"role": "user", "content": 5}]}', "input[0].content",
+     "string or a list of parts"),
+    (b'{"model": "m", "input": [{"role": "user", "content": ["hi"]}]}', "input[0].content",
+     "every part must be an object"),
+    (b'{"model": "m", "input": [{"type": "function_call", "call_id": "", "name": "f",'
+     b' "arguments": "{}"}]}', "input[0].call_id", "non-empty string"),
+    (b'{"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": 1,'
+     b' "arguments": "{}"}]}', "input[0].name", "expected a string"),
+    (b'{"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f",'
+     b' "arguments": {}}]}', "input[0].arguments", "expected a string"),
+    (b'{"model": "m", "input": [{"type": "custom_tool_call", "call_id": "c", "name": "f",'
+     b' "input": 1}]}', "input[0].input", "expected a string"),
+    (b'{"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}',
+     "input[0].call_id", "non-empty string"),
+    (b'{"model": "m", "input": [{"type": "function_call_output", "call_id": "c",'
+     b' "output": 5}]}', "input[0].output", "string or a list"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_every_refusal_is_a_400_naming_the_field(raw: bytes, param: str | None,
+                                                 says: str) -> None:
+    """Bad input gets a clear error before any upstream call: the status, the field's
+    path (as the SDKs read ``param``) and what was expected — for the body itself, the
+    request's fields and each kind of input item."""
+    with pytest.raises(ProxyError) as refused:
+        parse_responses(raw)
+    assert refused.value.status == 400
+    assert refused.value.param == param
+    assert says in refused.value.message
+    assert len(refused.value.message) < 300
+
+
 def test_a_string_input_is_one_user_message() -> None:
     request = parse_responses(b'{"model": "m", "input": "hi", "store": false}')
     assert request.input == [{"role": "user", "content": "hi"}]

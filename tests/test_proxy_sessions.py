@@ -235,6 +235,86 @@ def test_after_three_recall_rounds_one_last_call_without_the_tool(
     assert RECALL_TOOL not in response.text
 
 
+def test_a_recall_call_beside_the_clients_own_call_is_removed_and_the_call_delivered(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """The model calls ``ctxstack_recall`` and the client's ``read_log`` at once (JSON):
+    the proxy makes no round — the client must run its tool first — removes the recall
+    call and delivers the answer with the client's call and ``finish_reason`` intact."""
+    history = _compacted_session(proxy, stub)
+    stub.rule = lambda r: StubReply.tool_calls_of(
+        (RECALL_TOOL, {"query": "vault"}), ("read_log", {"path": "d3"}), content="Both.")
+    seen = len(stub.requests)
+    history.append({"role": "user", "content": "What is the vault combination?"})
+    response = _post(proxy, history)
+    choice = response.json()["choices"][0]
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["read_log"]
+    assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {
+        "path": "d3"}
+    assert choice["message"]["content"] == "Both."
+    assert choice["finish_reason"] == "tool_calls"
+    assert RECALL_TOOL not in response.text
+    assert len(chat_requests(stub.requests[seen:])) == 1  # no round
+    assert response.headers[USAGE_HEADER] == "sum; upstream_calls=1"
+
+
+def test_a_recall_call_beside_the_clients_own_call_in_a_stream_is_removed(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """The same in a stream, through the openai SDK: the held tool-call deltas are
+    released without the recall call, and the client's call renumbered to index 0 (the
+    SDK assembles calls by index: a gap would make it a second, broken call)."""
+    history = _compacted_session(proxy, stub)
+    stub.rule = lambda r: StubReply.tool_calls_of(
+        (RECALL_TOOL, {"query": "vault"}), ("read_log", {"path": "d3"}))
+    seen = len(stub.requests)
+    history.append({"role": "user", "content": "Stream it: the vault combination?"})
+    client = openai.OpenAI(base_url=proxy.base_url, api_key="client-a", max_retries=0)
+    stream = client.chat.completions.create(
+        model="stub-model", messages=history, tools=TOOLS,  # type: ignore[arg-type]
+        stream=True)
+    parts, finish = [], None
+    for chunk in stream:
+        for choice in chunk.choices:
+            parts += choice.delta.tool_calls or []
+            finish = choice.finish_reason or finish
+    client.close()
+    assert {p.index for p in parts} == {0}
+    assert [p.function.name for p in parts if p.function and p.function.name] == ["read_log"]
+    arguments = "".join(p.function.arguments or "" for p in parts if p.function)
+    assert json.loads(arguments) == {"path": "d3"}
+    assert finish == "tool_calls"
+    assert len(chat_requests(stub.requests[seen:])) == 1
+
+
+def test_an_upstream_stream_that_breaks_in_a_recall_round_ends_in_an_error_event(
+        proxy: ProxyProcess, stub: StubServer) -> None:
+    """The first stream asks for a recall, the round's stream breaks half-way: the client
+    gets what the first stream released, then one error event naming no upstream address,
+    and the proxy stays up for the next request."""
+    history = _compacted_session(proxy, stub)
+    script = Upstream()
+
+    def rule(request: StubRequest) -> StubReply:
+        if request.messages[-1].role == "tool":  # the recall round: cut mid-stream
+            return StubReply.dropped("From the record: the vault combination is", after=2)
+        return script(request)
+
+    stub.rule = rule
+    history.append({"role": "user", "content": "Stream it: what is the vault combination?"})
+    body = {"model": "stub-model", "messages": history, "tools": TOOLS, "stream": True}
+    with httpx.stream("POST", f"{proxy.base_url}/chat/completions", json=body, timeout=60,
+                      headers={"authorization": "Bearer client-a"}) as response:
+        assert response.status_code == 200
+        events = [line[5:].strip() for line in response.iter_lines()
+                  if line.startswith("data:")]
+    errors = [json.loads(e)["error"] for e in events if e.startswith('{"error"')]
+    assert len(errors) == 1, events
+    assert errors[0]["message"]
+    assert stub.url.split("//", 1)[1] not in json.dumps(errors[0])
+    assert RECALL_TOOL not in "".join(events)
+    stub.rule = Upstream()
+    _post(proxy, [{"role": "user", "content": "Still there?"}])
+
+
 # --------------------------------------------------------------------------- stats
 def test_cache_tokens_are_summed_per_model_and_wire(proxy: ProxyProcess,
                                                     stub: StubServer) -> None:
