@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from ctxstack.integrations.langchain import (
     from_chat_messages,
     to_chat_messages,
 )
+from ctxstack.tokens._counter import budget_margin, effective_budget
 
 BUDGET = 4_000
 SYSTEM = "You are a careful research agent. Cite every figure you use. " * 4
@@ -212,6 +214,42 @@ async def test_resumed_long_thread_is_fitted_on_the_very_first_call() -> None:
     assert model.seen[0][-1].content == "latest question"
     assert middleware.system_tokens == guard.counter.count_messages(
         to_chat_messages([SystemMessage(SYSTEM)]))
+
+
+@pytest.mark.parametrize("run", ["async", "sync"])
+async def test_a_system_prompt_past_the_margin_is_fitted_per_request(run: str) -> None:
+    """On the first call before_model cannot know the system prompt: a history that
+    fits the budget alone passes it untouched, and with a system prompt bigger than the
+    counter's margin the request itself is too big — wrap_model_call fits it (this call
+    only): the prompt intact and first, the latest question last, within budget."""
+    system = "Follow the operations manual: rule " + "; rule ".join(
+        f"{i} applies to every order" for i in range(120))
+    guard = ContextGuard()
+    history: list[BaseMessage] = []
+    room = effective_budget(BUDGET, guard.counter) - 100
+    for i in itertools.count():
+        pair = [HumanMessage(f"question {i} " + "words " * 40),
+                AIMessage(f"answer {i} " + "words " * 40)]
+        if request_tokens(guard, [*history, *pair]) > room:
+            break
+        history += pair
+    model = ToolCallingFake(messages=iter([AIMessage("done")]))
+    middleware = ContextGuardMiddleware(guard, BUDGET)
+    system_tokens = guard.counter.count_messages(to_chat_messages([SystemMessage(system)]))
+    assert system_tokens > BUDGET * budget_margin(guard.counter)  # past the margin's room
+    agent = create_agent(model, [], system_prompt=system, middleware=[middleware])
+    state = {"messages": [*history, HumanMessage("latest question")]}
+    if run == "async":
+        await agent.ainvoke(state)
+    else:
+        await asyncio.to_thread(agent.invoke, state)
+    sent = model.seen[0]
+    assert request_tokens(guard, sent) <= BUDGET
+    assert isinstance(sent[0], SystemMessage)
+    assert sent[0].content == system
+    assert sum(1 for m in sent if isinstance(m, SystemMessage)) == 1
+    assert sent[-1].content == "latest question"
+    assert middleware.system_tokens == system_tokens
 
 
 async def test_under_budget_leaves_state_untouched() -> None:
