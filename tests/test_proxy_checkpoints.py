@@ -5,6 +5,7 @@ bounded in number, expiring, recognised by message prefix whatever the client ec
 from __future__ import annotations
 
 import asyncio
+import json
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -255,3 +256,55 @@ async def test_the_proxy_extends_a_checkpoint_it_reuses(tmp_path: Path) -> None:
     assert first.created_at is not None
     assert again.used_at > first.created_at
     await engine.dispose()
+
+
+async def test_the_stateless_fitter_reuses_its_checkpoint_as_the_conversation_grows(
+        tmp_path: Path) -> None:
+    """The fit the proxy falls back on when a session is busy past its wait or its view
+    cannot be recomputed: with no session view, the first overflow is summarised and its
+    checkpoint stored; the grown conversation's next fits reuse it — the client's system
+    prompt, the stored summary, the rest verbatim, no summariser call — until the rest
+    outgrows the budget, and a caller with another salt never sees it."""
+    from ctxstack.proxy.checkpoints import CheckpointStore
+    from ctxstack.proxy.fitting import Fitter
+    from ctxstack.proxy.request import parse_request
+    from ctxstack.testing import ScriptedLLM
+    from ctxstack.tokens import DEFAULT_COUNTER
+
+    engine = create_engine_from_url(f"sqlite+aiosqlite:///{tmp_path / 'f.db'}")
+    await upgrade(engine)
+    fitter = Fitter(DEFAULT_COUNTER, CheckpointStore(session_factory(engine), max_rows=10,
+                                                     ttl_seconds=3600), summary_timeout=5)
+    summarizer = ScriptedLLM(["Summary: orders A-1000 to A-1029 shipped."] * 5)
+
+    def body(turns: int) -> bytes:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+        for i in range(turns):
+            messages += [{"role": "user", "content": f"Turn {i}: status of #A-{1000 + i}? "
+                          + "detail " * 30},
+                         {"role": "assistant", "content": f"#A-{1000 + i} shipped. "
+                          + "note " * 30}]
+        messages.append({"role": "user", "content": "And now?"})
+        return json.dumps({"model": "m", "messages": messages}).encode()
+
+    try:
+        first = await fitter.fit(parse_request(body(30)), 2_000, salt="k1", summarizer=summarizer)
+        assert first.method == "llm"
+        assert first.checkpoint_saved
+        calls = len(summarizer.calls)
+        methods = []
+        for turns in (31, 32, 33):
+            request = parse_request(body(turns))
+            fit = await fitter.fit(request, 2_000, salt="k1", summarizer=summarizer)
+            methods.append(fit.method)
+            assert fit.messages is not None
+            assert fit.messages[0] == {"role": "system", "content": "You are terse."}
+            assert "Summary: orders A-1000" in fit.messages[1]["content"]
+            assert fit.messages[-1] == request.body["messages"][-1]
+            assert fit.tokens <= 2_000
+        assert methods == ["checkpoint"] * 3
+        assert len(summarizer.calls) == calls  # reused: no summariser call
+        other = await fitter.fit(parse_request(body(31)), 2_000, salt="k2", summarizer=summarizer)
+        assert other.method == "llm"  # another caller's salt: summarised afresh
+    finally:
+        await engine.dispose()
