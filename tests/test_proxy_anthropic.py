@@ -339,6 +339,32 @@ def test_upstream_errors_pass_through_exactly(client: anthropic.Anthropic, proxy
     assert info.value.status_code == fault.status
 
 
+def test_upstream_answers_that_are_not_json_get_anthropics_error_shape(
+        client: anthropic.Anthropic, upstream: StubServer) -> None:
+    """A gateway's HTML error page keeps its status and becomes Anthropic's error shape
+    carrying the page's text without markup; a 200 whose body is not JSON is a 502 that
+    says so. The SDK reads both as status errors; neither names the upstream's address."""
+    page = ("<html><head><title>503</title></head><body><h1>Service Unavailable</h1>"
+            "<p>The model pool is overloaded.</p></body></html>")
+    upstream.push(StubReply.raw(page, status=503, content_type="text/html"),
+                  StubReply.raw('{"id": "msg_cut", "content": [', status=200))
+    body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(anthropic.APIStatusError) as gateway:
+        client.messages.create(**body)  # type: ignore[call-overload]
+    assert gateway.value.status_code == 503
+    error = gateway.value.response.json()
+    assert error["type"] == "error"
+    assert "Service Unavailable" in error["error"]["message"]
+    assert "The model pool is overloaded." in error["error"]["message"]
+    assert "<" not in error["error"]["message"]
+    with pytest.raises(anthropic.APIStatusError) as cut:
+        client.messages.create(**body)  # type: ignore[call-overload]
+    assert cut.value.status_code == 502
+    assert "not valid JSON" in cut.value.response.json()["error"]["message"]
+    for info in (gateway, cut):
+        assert str(upstream.port) not in info.value.response.text
+
+
 def test_upstream_hang_is_a_504_in_anthropics_shape(proxy: ProxyProcess,
                                                     upstream: StubServer) -> None:
     upstream.delay = 30.0
