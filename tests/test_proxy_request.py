@@ -171,3 +171,35 @@ def test_an_assistant_audio_reference_is_counted(content: str | None) -> None:
     conv = parse_request(_request(spoken)).conversation
     assert conv.tokens(DEFAULT_COUNTER) == before + AUDIO_REFERENCE_TOKENS
     assert conv.wire_form(conv.view(1)) is conv.messages[1]
+
+
+async def test_a_cut_message_with_a_vendor_part_forwards_a_note_not_its_json() -> None:
+    """An old user message past the cut length holding a part of a type the guard does not
+    model (a vendor's ``document``) and an audio part: the guard counted the unknown part
+    as its JSON text; what goes upstream is a note naming the omitted part, the message's
+    own text cut head and tail, and the audio part as sent — never a slice of the JSON."""
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    document = {"type": "document", "source": {"type": "text", "data": "SECRET-JSON " * 50}}
+    big = "HEAD-OF-TEXT " + "line of a pasted log\n" * 4_000 + "TAIL-OF-TEXT"
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": big}, document, audio]},
+        {"role": "assistant", "content": "Read it."},
+        {"role": "user", "content": "What failed?"},
+    ]
+    request = parse_request(_request(messages))
+    fit = await Fitter(DEFAULT_COUNTER, None, summary_timeout=5).fit(
+        request, 60_000, salt="s", summarizer=None)
+    assert fit.messages is not None
+    cut = next(m for m in fit.messages if isinstance(m.get("content"), list))
+    text_parts = [p for p in cut["content"] if p.get("type") == "text"]
+    assert len(text_parts) == 1
+    text = text_parts[0]["text"]
+    assert text.startswith("[1 document part(s) omitted]\n")
+    assert "HEAD-OF-TEXT" in text
+    assert "TAIL-OF-TEXT" in text
+    assert len(text) < len(big)
+    assert "SECRET-JSON" not in json.dumps(cut)
+    assert audio in cut["content"]
+    assert fit.messages[-1] == messages[-1]
+    assert fit.messages[0] == messages[0]

@@ -654,3 +654,46 @@ async def test_single_flight_through_redis_when_configured(proxy_db_url: str,
     assert len([r for r in stub.requests if is_summary_request(r)]) == 1
     leases = redis.Redis.from_url(url).keys("ctxstack:proxy:lease:*")
     assert leases == []
+
+
+def test_an_over_long_message_within_budget_is_cut_on_every_wire(
+        stub_server: StubServer, stub: StubServer, tmp_path: Path) -> None:
+    """A request that fits the budget but holds one message past the cut length (a pasted
+    dump): every wire forwards it with that message cut head+tail — the tail, the rest and
+    the question as sent — and reports ``truncate``; the fit does not fail (it used to
+    trip an assertion and go out uncut, counted as a fit failure)."""
+    dump = "BEGIN " + "0123456789 abcdefghij " * 3_000 + " END"
+    stub.rule = lambda r: StubReply.text("ok")
+    env = {"LLM_API_KEY": "k", "LLM_CONTEXT_SIZE": "60000", "LLM_MAX_OUTPUT_TOKENS": "1000"}
+    with running_proxy(tmp_path, stub_server.base_url, env,
+                       args=("--anthropic-upstream", stub_server.url)) as proc:
+        headers = {"authorization": "Bearer k", "x-api-key": "k"}
+        asked = [
+            ("/chat/completions", {"model": "m", "messages": [
+                {"role": "user", "content": dump}, {"role": "assistant", "content": "Read."},
+                {"role": "user", "content": "What failed?"}]}, "messages"),
+            ("/responses", {"model": "m", "input": [
+                {"role": "user", "content": dump}, {"role": "assistant", "content": "Read."},
+                {"role": "user", "content": "What failed?"}]}, "input"),
+        ]
+        for path, body, field in asked:
+            seen = len(stub.requests)
+            response = httpx.post(proc.base_url + path, json=body, headers=headers, timeout=60)
+            assert response.status_code == 200, (path, response.text)
+            assert "method=truncate" in response.headers["x-ctxstack-compaction"], path
+            sent = stub.requests[seen:][-1].body[field]
+            first = json.dumps(sent[0])
+            assert "BEGIN" in first, path
+            assert "END" in first, path
+            assert len(first) < len(dump), path
+            assert sent[1:] == body[field][1:], path  # type: ignore[index]
+        seen = len(stub.requests)
+        response = httpx.post(proc.url + "/v1/messages", headers=headers, timeout=60, json={
+            "model": "m", "max_tokens": 64, "messages": [
+                {"role": "user", "content": dump}, {"role": "assistant", "content": "Read."},
+                {"role": "user", "content": "What failed?"}]})
+        assert response.status_code == 200, response.text
+        sent = stub.requests[seen:][-1].body["messages"]
+        assert len(json.dumps(sent[0])) < len(dump)
+        assert "END" in json.dumps(sent[0])
+        assert _stats(proc)["fit_failures"] == 0

@@ -149,7 +149,11 @@ class Fitter:
         tokens = counter.count_messages(result) + tools
         wire = [conv.wire_form(m) for m in result]
         if event is None or unchanged:
-            assert record is not None
+            if record is None:
+                # The guard's first stage only: over-long messages cut head+tail, the rest
+                # within budget — no compaction, so no event, but a changed body.
+                return Fit(wire, "truncate", n, len(result), 0, tokens, total + tools,
+                           reason="over-long messages cut", counter=key)
             return Fit(wire, "checkpoint", n, len(result), _summarized(conv, record.covered),
                        tokens, total + tools, counter=key)
         summarized = 0
