@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ctxstack.errors import InputError
 from ctxstack.store import SessionFactory, UserRecord
-from ctxstack.store.errors import FileRejectedError, NotFoundError
+from ctxstack.store.errors import FileRejectedError, NotFoundError, StorageError
 from ctxstack.store.files import ENV_FILES_DIR, FileStore, sniff_image_type, valid_file_id
 from tests.store.samples import GIF, JPEG, WEBP, png
 
@@ -140,3 +140,23 @@ def test_sniffing_needs_the_magic_bytes_not_just_a_prefix() -> None:
 def test_only_32_lowercase_hex_ids_are_valid(candidate: str) -> None:
     expected = len(candidate) == 32 and all(c in "0123456789abcdef" for c in candidate)
     assert valid_file_id(candidate) is expected
+
+
+async def test_a_failed_write_records_nothing_and_a_failed_record_leaves_no_file(
+        sf: SessionFactory, tmp_path: Path, alice: UserRecord) -> None:
+    """The disk refusing the bytes is a StorageError naming the directory and nothing is
+    recorded; the database refusing the row (here: an owner that does not exist) is an
+    error too, and the bytes already written are removed — no orphan file on disk."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the upload directory should be")
+    broken = FileStore(sf, blocked / "files", max_bytes=4096)
+    with pytest.raises(StorageError, match="not-a-directory"):
+        await broken.save(alice.id, png(seed=4))
+    assert await broken.list_files(alice.id) == []
+
+    store = FileStore(sf, tmp_path / "files", max_bytes=4096)
+    with pytest.raises(StorageError):
+        await store.save(10**9, png(seed=5))
+    assert [p for p in (tmp_path / "files").rglob("*") if p.is_file()] == []
+    kept = await store.save(alice.id, png(seed=6))  # the store still works
+    assert (await store.load(alice.id, kept.id)).data == png(seed=6)
