@@ -56,6 +56,7 @@ _MODEL_PROBLEMS: dict[str, str] = {
     LLMError.__name__: "the model call failed",
 }
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]{0,20}://[^\s'\"]+")
+_AFTER_URL = ".,;:!?)]}"
 
 
 class DependencyError(CtxstackError):
@@ -108,8 +109,15 @@ def model_problem(error_type: str) -> str:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every URL replaced by ``<url>`` (a last line of defence)."""
-    return _URL.sub("<url>", text)
+    """``text`` with every URL replaced by ``<url>`` (a last line of defence). Punctuation
+    that ends a URL's match — the ``)`` of ``(see https://…)``, a sentence's ``.`` — is
+    the sentence's, not the URL's: it stays after ``<url>``."""
+    return _URL.sub(_url_placeholder, text)
+
+
+def _url_placeholder(match: re.Match[str]) -> str:
+    url = match.group()
+    return "<url>" + url[len(url.rstrip(_AFTER_URL)):]
 
 
 def turn_failure_text(error_type: str, message: str) -> str:
