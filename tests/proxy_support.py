@@ -11,17 +11,19 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
+import pytest
 
 from ctxstack.compaction._prompts import LANGUAGE_INSTRUCTION
 from ctxstack.llm.stub import StubReply, StubRequest
 from ctxstack.proxy import ProxySettings, create_app
+from ctxstack.proxy.errors import ProxyError
 from ctxstack.store import create_engine_from_url, upgrade
 from tests.service_support import ChildProcess, clean_env, free_port
 from tests.store.dbkit import Backend, postgres_backend
@@ -257,3 +259,15 @@ def check_view_after_change(change: str, methods: list[str], forwarded: list[lis
     else:
         assert dropped in json.dumps(summaries[0].body)
         assert dropped not in json.dumps(summaries[1].body)
+
+
+def assert_refused(parse: Callable[[bytes], object], raw: bytes, param: str | None,
+                   says: str) -> None:
+    """``parse(raw)`` refuses the body as a client error: 400, the field's path in
+    ``param`` (what the SDKs read), a short message saying what was expected."""
+    with pytest.raises(ProxyError) as refused:
+        parse(raw)
+    assert refused.value.status == 400
+    assert refused.value.param == param
+    assert says in refused.value.message
+    assert len(refused.value.message) < 300

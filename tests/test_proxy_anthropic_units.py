@@ -16,6 +16,7 @@ from ctxstack.llm.stub.anthropic import count_markers, sequence_problems
 from ctxstack.proxy.anthropic import parse_messages_request, render, to_units
 from ctxstack.proxy.anthropic.units import UNIT_KEY
 from ctxstack.proxy.errors import ProxyError
+from tests.proxy_support import assert_refused
 
 THINK = {"type": "thinking", "thinking": "Let me check the order.", "signature": "sig-AAA"}
 REDACTED = {"type": "redacted_thinking", "data": "opaque-bytes"}
@@ -200,12 +201,7 @@ def test_every_refusal_is_a_400_naming_the_field_by_its_path(body: bytes, param:
                                                              says: str) -> None:
     """Each check of the body, the request's fields and the content blocks answers 400
     with the field's path in ``param`` (what the SDKs read) and what was expected."""
-    with pytest.raises(ProxyError) as info:
-        parse_messages_request(body)
-    assert info.value.status == 400
-    assert info.value.param == param
-    assert says in info.value.message
-    assert len(info.value.message) < 300
+    assert_refused(parse_messages_request, body, param, says)
 
 
 def test_unknown_fields_and_blocks_are_accepted() -> None:

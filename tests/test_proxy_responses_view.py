@@ -11,6 +11,7 @@ import pytest
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.responses_request import parse_responses, validate_pairs
 from ctxstack.proxy.responses_view import UNIT_KEY, ResponsesConversation
+from tests.proxy_support import assert_refused
 
 REASONING = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "gAAAA=="}
 CALL = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "lookup",
@@ -115,12 +116,7 @@ def test_every_refusal_is_a_400_naming_the_field(raw: bytes, param: str | None,
     """Bad input gets a clear error before any upstream call: the status, the field's
     path (as the SDKs read ``param``) and what was expected — for the body itself, the
     request's fields and each kind of input item."""
-    with pytest.raises(ProxyError) as refused:
-        parse_responses(raw)
-    assert refused.value.status == 400
-    assert refused.value.param == param
-    assert says in refused.value.message
-    assert len(refused.value.message) < 300
+    assert_refused(parse_responses, raw, param, says)
 
 
 def test_a_string_input_is_one_user_message() -> None:
