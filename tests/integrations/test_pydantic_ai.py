@@ -19,6 +19,8 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryFeedbackPart,
+    RetryInfo,
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
@@ -268,6 +270,37 @@ def test_cut_part_is_rebuilt_with_new_content() -> None:
     assert isinstance(back, ModelRequest)
     assert back.instructions == "be brief"
     assert back.parts[0].content == "cut"  # type: ignore[union-attr]
+
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")
+def test_retry_prompts_convert_by_whom_they_answer_and_come_back_as_they_were() -> None:
+    """A retry of a tool call (its arguments failed validation) answers that call: a tool
+    message with its id, what the model reads as its text. Output-validation feedback
+    answers no call: a user message. Both come back as the same part objects. The
+    tool-call retry is ``RetryPromptPart``, which histories stored by earlier pydantic-ai
+    versions hold (deprecated since, built here with its warning silenced)."""
+    call = ToolCallPart("lookup", {"order": "A-1"}, "c1")
+    tool_retry = RetryPromptPart("order must match A-\\d{4}", tool_name="lookup",
+                                 tool_call_id="c1", timestamp=_TS)
+    feedback = RetryFeedbackPart(content="answer in one line",
+                                 retry=RetryInfo(cause="output_validation"), timestamp=_TS)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("where is A-1?", timestamp=_TS)]),
+        ModelResponse(parts=[call], timestamp=_TS),
+        ModelRequest(parts=[tool_retry]),
+        ModelResponse(parts=[TextPart("It shipped.\nOn Monday.")], timestamp=_TS),
+        ModelRequest(parts=[feedback]),
+    ]
+    cms = to_chat_messages(history)
+    assert [m.role for m in cms] == ["user", "assistant", "tool", "assistant", "user"]
+    assert cms[2].tool_call_id == "c1"
+    assert cms[2].text == tool_retry.model_response()
+    assert "order must match" in cms[2].text
+    assert cms[4].text == feedback.model_response()
+    assert "answer in one line" in cms[4].text
+    back = from_chat_messages(cms)
+    assert back == history
+    assert all(a is b for a, b in zip(back, history, strict=True))
 
 
 def test_non_message_is_an_input_error() -> None:
