@@ -50,8 +50,9 @@ output in columns** (:mod:`benchmarks.aligned_corpus`: ``ls -la``, ``dpkg -l``, 
 list``, ``od``, tables padded like ``column -t``; what the tab and space-run counts of
 ``ctxstack.tokens._listings`` correct) and **text in capitals**
 (:mod:`benchmarks.capitals_corpus`: real SQL files, licence disclaimers, C macro
-definitions and real prose upper-cased; what ``ctxstack.tokens._capitals`` corrects): the
-same figures per corpus, and a fits run whose tool results are its texts.
+definitions and real prose upper-cased; counted low, with no correction yet — the corpus's
+docstring says why): the same figures per corpus, and a fits run whose tool results are
+its texts.
 
 Figures: per kind, p95 and median relative error ``(estimate − exact) / exact``; speed
 (UTF-8 MB/s, cold: ``count_text`` on strings never counted before — the per-message cache

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -106,7 +105,8 @@ async def test_the_sdk_style_options_reach_the_server_and_a_per_call_timeout_app
     stub: StubServer, stub_client: OpenAICompatibleLLM
 ) -> None:
     """``extra_body`` and ``extra_headers`` (the OpenAI SDK's names) merge into the request;
-    ``timeout`` bounds this call only (the client's is 10 s here)."""
+    ``timeout`` bounds this call only: the stub answers after 3 s, within the client's 10 s,
+    so a timeout error can only come from the call's own 0.3 s."""
     stub.push("a")
     await stub_client.chat(QUESTION, extra_body={"seed": 7, "metadata": {"run": "r1"}},
                            extra_headers={"X-Trace-Id": "t-42"})
@@ -116,10 +116,8 @@ async def test_the_sdk_style_options_reach_the_server_and_a_per_call_timeout_app
     assert request.headers["x-trace-id"] == "t-42"
     once = stub.client(timeout=10.0, retry_policy=RetryPolicy.none(), budget=ModelBudget())
     stub.push(StubReply.text("late", delay=3), "on time")
-    started = time.monotonic()
     with pytest.raises(LLMTimeoutError):
         await once.chat(QUESTION, timeout=0.3)
-    assert time.monotonic() - started < 2.5  # the call's bound, not the client's 10 s
     assert (await once.chat(QUESTION)).text == "on time"
     await once.aclose()
 

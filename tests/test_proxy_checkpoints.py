@@ -263,8 +263,8 @@ async def test_the_stateless_fitter_reuses_its_checkpoint_as_the_conversation_gr
     """The fit the proxy falls back on when a session is busy past its wait or its view
     cannot be recomputed: with no session view, the first overflow is summarised and its
     checkpoint stored; the grown conversation's next fits reuse it — the client's system
-    prompt, the stored summary, the rest verbatim, no summariser call — until the rest
-    outgrows the budget, and a caller with another salt never sees it."""
+    prompt, the stored summary, the rest verbatim, no summariser call — and a caller
+    with another salt never sees it."""
     from ctxstack.proxy.checkpoints import CheckpointStore
     from ctxstack.proxy.fitting import Fitter
     from ctxstack.proxy.request import parse_request
