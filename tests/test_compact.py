@@ -405,8 +405,10 @@ async def test_summariser_sees_prompt_and_transcript() -> None:
     assert "[tool result: orders] status: shipped" in request.text
     assert "[assistant] It shipped." in request.text
     assert "Previous summary" not in request.text
-    # a share of the usable budget (the counter's margin kept free)
-    assert call.opts["max_tokens"] == int(effective_budget(900, HEURISTIC) * 0.15)
+    # a share of the room for history: the usable budget (the counter's margin kept
+    # free) less the system prompt
+    room = effective_budget(900, HEURISTIC) - HEURISTIC.count_messages([SYS])
+    assert call.opts["max_tokens"] == int(room * 0.15)
 
 
 async def test_custom_prompt_replaces_the_hint_prompt() -> None:

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from ctxstack import ContextGuard
 from ctxstack.compaction import CompactionOptions, CompactUtils
+from ctxstack.compaction._groups import fixed_tokens
+from ctxstack.compaction._options import watermark
 from ctxstack.compaction._truncate import MIN_CUT_TOKENS
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, ToolCall
@@ -132,7 +134,7 @@ def test_a_partial_fill_stops_at_its_share(
     out = CompactUtils.smart_truncate(msgs, budget, fill=share)
     check(out, msgs, limit, HEURISTIC)
     plain = HEURISTIC.count_messages(CompactUtils.smart_truncate(msgs, budget, fill=0))
-    cap = int(limit * share)
+    cap = watermark(limit, fixed_tokens(msgs, HEURISTIC), share)  # a share of the history's room
     assert HEURISTIC.count_messages(out) <= max(plain, cap)
     floor = shortest_turn(msgs, HEURISTIC)
     assert HEURISTIC.count_messages(out) >= min(plain, cap - floor - SLACK)
@@ -242,7 +244,8 @@ async def test_the_guards_truncation_leaves_the_low_watermark_free() -> None:
     limit = effective_budget(budget, HEURISTIC)
     plain = HEURISTIC.count_messages(CompactUtils.smart_truncate(msgs, budget, fill=0))
     assert [e.method for e in events] == ["truncate"]
-    assert plain < HEURISTIC.count_messages(out) <= limit // 2
+    assert plain < HEURISTIC.count_messages(out) <= watermark(
+        limit, fixed_tokens(msgs, HEURISTIC), 0.5)
     assert out[-1] is msgs[-1]
 
 

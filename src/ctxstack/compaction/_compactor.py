@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY, Archive
-from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._options import CompactionOptions, watermark
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage
@@ -103,13 +103,14 @@ class CompactionContext:
     _fallback: Callable[[], Awaitable[CompactionResult]] | None = field(default=None,
                                                                        repr=False)
 
-    def stride(self, fill: float) -> int | None:
-        """The step of the stable boundaries for a stage that would otherwise leave
-        ``fill`` of the budget (None: the caller carries its result, or its messages do
-        not start at a fixed point — see :attr:`carried` and :attr:`stable_start`)."""
+    def stride(self, fill: float, fixed: int = 0) -> int | None:
+        """The step of the stable boundaries for a stage that would otherwise fill
+        ``fill`` of the room for history (``fixed``: the tokens of the system prompt and
+        pinned messages; None: the caller carries its result, or its messages do not
+        start at a fixed point — see :attr:`carried` and :attr:`stable_start`)."""
         if self.carried or not self.stable_start:
             return None
-        return max(1, int(self.fits * (1 - fill)))
+        return max(1, self.fits - watermark(self.fits, fixed, fill))
 
     def offer_fallback(self, make: Callable[[], Awaitable[CompactionResult]]) -> None:
         """Offer a fitting result, built only if it is used (see the module doc)."""

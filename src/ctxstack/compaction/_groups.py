@@ -77,6 +77,15 @@ def is_summary(message: ChatMessage) -> bool:
     return message.role == "system" and message.kind == "summary"
 
 
+def fixed_tokens(messages: Sequence[ChatMessage], counter: TokenCounter) -> int:
+    """Tokens of what compaction never shrinks: the leading system messages (the system
+    prompt) and the pinned messages."""
+    lead = next((i for i, m in enumerate(messages) if m.role != "system" or is_summary(m)),
+                len(messages))
+    rest = [m for m in messages[lead:] if m.pinned]
+    return counter.count_messages(messages[:lead]) + (counter.count_messages(rest) if rest else 0)
+
+
 def split_layout(messages: Sequence[ChatMessage], counter: TokenCounter) -> Layout:
     """Split ``messages`` into system prompt and units. Linear in ``len(messages)``."""
     n = len(messages)

@@ -7,7 +7,8 @@ The flow of :func:`compact_detailed` (docs/DESIGN.md §3, layer 2):
    *previous summary* and are replaced, never piled up.
 3. Choose the fold (:func:`ctxstack.compaction._groups.choose_fold`): the newest
    ``keep_recent`` messages at least, then as many more as fit ``target_fill`` of the
-   budget *with the summary's reserved size included*, tool groups whole, the kept part
+   room for history (:func:`~ctxstack.compaction._options.watermark`) *with the summary's
+   reserved size included*, tool groups whole, the kept part
    opening with a user turn.
 4. Summarise (:mod:`ctxstack.compaction._summarize`), re-attach dropped exact values, and
    assemble: system prompt → summary → remaining messages in original order. The
@@ -39,7 +40,7 @@ from typing import Literal
 
 from ctxstack.compaction._compactor import CompactionContext
 from ctxstack.compaction._groups import Fold, Layout, choose_fold, split_layout
-from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._options import CompactionOptions, watermark
 from ctxstack.compaction._prefix_request import CallPrefix
 from ctxstack.compaction._result import CompactionResult, Method
 from ctxstack.compaction._summaries import context_ref, record_summary, with_ref
@@ -61,14 +62,16 @@ from ctxstack.tokens._counter import effective_budget
 logger = logging.getLogger("ctxstack.compaction")
 
 SUMMARY_SHARE = 0.15
-"""The summariser's answer may use this share of the budget (``max_tokens`` option)."""
+"""The summariser's answer may use this share of the room for history (the budget less
+the system prompt and pinned messages; its ``max_tokens`` option)."""
 FACTS_SHARE = 0.05
-"""The "Facts kept verbatim" list may use this share of the budget."""
+"""The "Facts kept verbatim" list may use this share of the room for history."""
 MIN_ANSWER_TOKENS = 64
 MIN_FACTS_TOKENS = 16
 
 MAX_FACTS_SHARE = 0.25
-"""The facts list may grow into the room the budget leaves, up to this share of it."""
+"""The facts list may grow into the headroom below the low watermark, up to this share of
+the room for history."""
 
 
 
@@ -186,6 +189,10 @@ class _Prepared:
     head: list[ChatMessage] | None
     """The cache-aligned request's messages: the previous call's start to the fold's end
     (``None``: the prefix is not usable, the transcript request only)."""
+    room: int
+    """The room for history: the budget less the system prompt and pinned messages. The
+    summary is sized by it, as the watermarks are (a share of the whole budget could
+    outgrow the room a long system prompt leaves)."""
 
 
 def _prepare(
@@ -196,10 +203,11 @@ def _prepare(
     units = layout.units
     summaries = layout.summaries()
     previous = "\n\n".join(previous_text(msgs[units[i].start]) for i in summaries) or None
-    answer_tokens, facts_tokens = summary_sizes(max_tokens, llm)
+    prompt = layout.prompt_tokens + layout.pinned_tokens()
+    room = max(0, max_tokens - prompt)
+    answer_tokens, facts_tokens = summary_sizes(room, llm)
     fixed = (
-        layout.prompt_tokens
-        + layout.pinned_tokens()
+        prompt
         + summary_reserve(answer_tokens, facts_tokens, counter)
         + (counter.count_text(note) + 1 if note else 0)
     )
@@ -207,7 +215,7 @@ def _prepare(
         layout,
         keep_recent=opts.keep_recent,
         fixed_tokens=fixed,
-        target_tokens=int(max_tokens * opts.target_fill),
+        target_tokens=watermark(max_tokens, prompt, opts.target_fill),
         limit_tokens=max_tokens,
     )
     if not plan.fold and not summaries:
@@ -217,7 +225,7 @@ def _prepare(
     to_summarize = [m for i in plan.fold for m in msgs[units[i].start : units[i].stop]]
     end = max(units[i].stop for i in folded_units)
     head = [*prefix.before, *prefix.view(msgs)[:end]] if prefix.enabled else None
-    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, head)
+    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, head, room)
 
 
 def _finish(
@@ -229,13 +237,15 @@ def _finish(
     ``max_tokens`` is what the result may fill (the counter's margin applied);
     ``smart_truncate`` gets the ``nominal`` budget and applies the margin itself.
     """
-    answer_tokens, facts_tokens = summary_sizes(max_tokens, llm)
+    answer_tokens, facts_tokens = summary_sizes(prep.room, llm)
     final = finalize_text(text, prep.previous, hint=opts.hint, answer_tokens=answer_tokens,
                           counter=counter)
     bare = assemble_summary(final, (), None, facts_tokens=0, counter=counter, note=note)
     without_facts = counter.count_messages(_assemble(msgs, prep.layout, prep.plan.keep, bare))
-    room = int(max_tokens * opts.target_fill) - without_facts
-    facts_tokens = max(facts_tokens, min(room, int(max_tokens * MAX_FACTS_SHARE)))
+    low = watermark(max_tokens, prep.layout.prompt_tokens + prep.layout.pinned_tokens(),
+                    opts.target_fill)
+    room = low - without_facts
+    facts_tokens = max(facts_tokens, min(room, int(prep.room * MAX_FACTS_SHARE)))
     summary = assemble_summary(final, prep.to_summarize, prep.previous,
                                facts_tokens=facts_tokens, counter=counter, note=note)
     out = _assemble(msgs, prep.layout, prep.plan.keep, summary)
@@ -307,7 +317,7 @@ async def compact_detailed(
         return done.fallback("nothing_to_summarize")
     outcome = await summarize(
         prep.to_summarize, prep.previous, llm, hint=opts.hint, prompt=opts.prompt,
-        timeout=opts.timeout, answer_tokens=summary_sizes(max_tokens, llm)[0],
+        timeout=opts.timeout, answer_tokens=summary_sizes(prep.room, llm)[0],
         counter=counter, head=prep.head, tools=call.tools,
     )
     if outcome.text is None:

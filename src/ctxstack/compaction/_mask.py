@@ -33,7 +33,8 @@ from typing import Literal
 
 from ctxstack.compaction._archive import ARCHIVE_REF_KEY, MASKED_KEY
 from ctxstack.compaction._compactor import THREAD_MIN_MESSAGES, CompactionContext
-from ctxstack.compaction._options import CompactionOptions
+from ctxstack.compaction._groups import fixed_tokens
+from ctxstack.compaction._options import CompactionOptions, watermark
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.messages._model import binary_note
@@ -142,7 +143,7 @@ def plan_mask(
     ``mask_keep_groups`` move on (the caller checks that the result still fits).
     """
     before = counter.count_messages(messages)
-    target = int(max_tokens * options.mask_fill)
+    target = watermark(max_tokens, fixed_tokens(messages, counter), options.mask_fill)
     if not options.mask or before <= target:
         return MaskPlan((), before, before)
     groups = _tool_groups(messages)
@@ -228,9 +229,11 @@ class MaskToolOutputs:
         opts = ctx.options
         if not opts.mask:
             return None
-        stride = ctx.stride(opts.mask_fill)  # a caller refitting its history: whole epochs
+        fixed = fixed_tokens(messages, ctx.counter)
+        stride = ctx.stride(opts.mask_fill, fixed)  # a caller refitting its history: epochs
         plan = await self._plan(messages, ctx, stride, hold=stride is not None)
-        accept = int(ctx.fits * opts.mask_accept) if ctx.llm is not None else ctx.fits
+        accept = (watermark(ctx.fits, fixed, opts.mask_accept) if ctx.llm is not None
+                  else ctx.fits)
         if stride is not None and plan.tokens_after > accept:
             plan = await self._plan(messages, ctx, stride, hold=False)  # it must fit
         if not plan:

@@ -7,6 +7,13 @@ keyword arguments), so a default is written once and validated once.
 Why these defaults:
 
 * ``keep_recent=4`` — the seed's floor of messages kept verbatim by a summary.
+
+Every watermark below is a share of the **room for history**: the budget less the system
+prompt and the pinned messages (:func:`watermark`). Those never shrink, so a share of the
+whole budget could fall below them alone — a real agent's system prompt and tool rules
+are a large part of a small budget (τ-bench's airline policy is ~1,200 tokens) — and then
+a compaction could leave no headroom at all: one compaction, and one rewritten cached
+prefix, per call.
 * ``target_fill`` — the low watermark: after a compaction the context fills this share of
   the budget, so the next iterations append without compacting again and consecutive
   calls share their prefix (what providers cache). Chosen by measurement in
@@ -46,6 +53,15 @@ DEFAULT_MASK_ACCEPT = 0.9
 """Measured in ``benchmarks/bench_recall.py`` (the ``mask_accept`` sweep)."""
 
 
+def watermark(limit: int, fixed: int, share: float) -> int:
+    """Tokens a context fills at ``share`` of the room for history: ``fixed`` (the system
+    prompt and pinned messages, which compaction never shrinks) plus ``share`` of what
+    they leave of ``limit``; ``limit`` itself when they leave nothing."""
+    if limit <= fixed:
+        return limit
+    return fixed + int((limit - fixed) * share)
+
+
 def check_timeout(timeout: object) -> None:
     """:class:`ConfigError` unless ``timeout`` is None or a positive finite number."""
     if timeout is not None and (
@@ -64,12 +80,13 @@ class CompactionOptions(BaseModel):
         keep_recent: compactable messages a summary keeps verbatim at least.
         hint: which summariser prompt to use (:data:`ctxstack.compaction.Hint`).
         prompt: a custom summariser prompt replacing the hint prompts.
-        target_fill: share of the budget a summary fills (its low watermark).
+        target_fill: share of the room for history (the budget less the system prompt and
+            pinned messages) a summary fills (its low watermark).
         timeout: seconds the summariser may take (None: no limit) before falling back.
         mask: clear old tool outputs before summarising (stage "mask").
-        mask_fill: share of the budget a mask step fills (its low watermark).
+        mask_fill: share of the room for history a mask step fills (its low watermark).
         mask_accept: with a summariser, a mask step leaving the context above this share
-            of the budget gives way to the summary.
+            of the room for history gives way to the summary.
         mask_keep_groups: newest tool groups whose outputs are never cleared.
         mask_min_tokens: tool outputs smaller than this are never cleared.
         preview_chars: characters of an output's head kept in its placeholder.

@@ -67,8 +67,10 @@ from ctxstack.compaction._fill import MIN_CUT_TOKENS, Kept, boundary_turns, fill
 from ctxstack.compaction._groups import (
     Layout,
     Unit,
+    fixed_tokens,
     split_layout,
 )
+from ctxstack.compaction._options import watermark
 from ctxstack.compaction._result import CompactionResult
 from ctxstack.errors import ConfigError
 from ctxstack.messages import ChatMessage, repair_tool_turns
@@ -107,8 +109,9 @@ def smart_truncate(
     returned — nothing else is — and the result is over budget: dropping them would be
     worse than overflowing, and the caller can detect it by estimating the result.
 
-    ``fill`` (0 to 1) is the share of that budget the boundary turn's fill (rule 3) may
-    bring the result up to: 1 fills the budget, 0 is the plain walk. Whole units are kept
+    ``fill`` (0 to 1) is the share of the room for history — that budget less the system
+    prompt and pinned messages — the boundary turn's fill (rule 3) may bring the result up
+    to: 1 fills the budget, 0 is the plain walk. Whole units are kept
     up to the full budget either way, so a lower ``fill`` never keeps less than ``0``.
 
     ``stride`` (tokens): for a caller that truncates its whole history afresh at every
@@ -129,17 +132,24 @@ def smart_truncate(
     if stride is not None:
         check_budget(stride, "stride")
     counter = counter or DEFAULT_COUNTER
-    limit = effective_budget(max_tokens, counter)
+    return fit_within(messages, effective_budget(max_tokens, counter), counter, fill=fill,
+                      stride=stride)
+
+
+def fit_within(messages: Sequence[ChatMessage], limit: int, counter: TokenCounter, *,
+               fill: float = 1.0, stride: int | None = None) -> list[ChatMessage]:
+    """:func:`smart_truncate` to ``limit`` tokens by ``counter``'s count, the margin
+    already applied (arguments unchecked)."""
     msgs = repair_tool_turns(messages)
     if counter.count_messages(msgs) <= limit:
         return msgs
     layout = split_layout(msgs, counter)
-    pinned_tokens = sum(u.tokens for u in layout.units if u.pinned)
-    budget = limit - layout.prompt_tokens - pinned_tokens
+    fixed = layout.prompt_tokens + sum(u.tokens for u in layout.units if u.pinned)
+    budget = limit - fixed
     kept = None if stride is None else stable_window(layout.units, budget, stride)
     if kept is None:
         kept = plan_truncation(msgs, layout, budget, counter,
-                               spare=None if fill == 0 else limit - int(limit * fill))
+                               spare=None if fill == 0 else limit - watermark(limit, fixed, fill))
     return assemble(msgs, layout, kept)
 
 
@@ -417,7 +427,7 @@ class Truncate:
         # start moves in steps of the headroom a carried truncation would leave.
         out = _below_watermark(messages, ctx) or smart_truncate(
             messages, ctx.budget, counter=ctx.counter, fill=ctx.options.target_fill,
-            stride=ctx.stride(ctx.options.target_fill))
+            stride=ctx.stride(ctx.options.target_fill, fixed_tokens(messages, ctx.counter)))
         archived = await ctx.archive_messages(dropped_messages(messages, out))
         return ctx.result(messages, out, "truncate",
                           reason=None if ctx.llm is not None else "no_llm", archived=archived)
@@ -428,10 +438,12 @@ def _below_watermark(messages: list[ChatMessage], ctx: CompactionContext
     """Whole units newest → oldest up to ``target_fill`` of the budget, or None unless
     that keeps the newest message and at least one other history message, every kept
     message unchanged (no cut: the newest unit fits the watermark whole)."""
-    low = int(ctx.budget * ctx.options.target_fill)
-    if not ctx.carried or low <= 0 or not messages:
+    if not ctx.carried or not messages:
         return None
-    out = smart_truncate(messages, low, counter=ctx.counter, fill=0)
+    low = watermark(ctx.fits, fixed_tokens(messages, ctx.counter), ctx.options.target_fill)
+    if low <= 0:
+        return None
+    out = fit_within(messages, low, ctx.counter, fill=0)
     given = {id(m) for m in messages}
     if out[-1] is not messages[-1] or any(id(m) not in given for m in out):
         return None
