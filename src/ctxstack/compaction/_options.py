@@ -4,27 +4,27 @@
 :class:`~ctxstack.store.memory.DbMemory` all take one of these (or build it from their
 keyword arguments), so a default is written once and validated once.
 
+Every watermark is a share of the **room for history**: the budget less the system prompt
+and the pinned messages (:func:`watermark`). Those never shrink, so a share of the whole
+budget could fall below them alone — a real agent's system prompt and tool rules are a
+large part of a small budget (τ-bench's airline policy is ~1,200 tokens) — and then a
+compaction could leave no headroom at all: one compaction, and one rewritten cached
+prefix, per call.
+
 Why these defaults:
 
 * ``keep_recent=4`` — the seed's floor of messages kept verbatim by a summary.
-
-Every watermark below is a share of the **room for history**: the budget less the system
-prompt and the pinned messages (:func:`watermark`). Those never shrink, so a share of the
-whole budget could fall below them alone — a real agent's system prompt and tool rules
-are a large part of a small budget (τ-bench's airline policy is ~1,200 tokens) — and then
-a compaction could leave no headroom at all: one compaction, and one rewritten cached
-prefix, per call.
 * ``target_fill`` — the low watermark: after a compaction the context fills this share of
-  the budget, so the next iterations append without compacting again and consecutive
+  the room for history, so the next iterations append without compacting again and consecutive
   calls share their prefix (what providers cache). Chosen by measurement in
   ``benchmarks/bench_recall.py`` (compactions per 100 iterations and stable-prefix share
   against facts kept over a tool-heavy agent run); see :data:`DEFAULT_TARGET_FILL`.
 * ``mask_fill`` — the mask stage's own low watermark: a mask step clears old outputs,
-  oldest first, until the context fills this share of the budget. A mask step changes the
+  oldest first, until the context fills this share of the room for history. A mask step changes the
   context from its first newly cleared output on, whatever it clears after that, so few big
   steps keep more of the prefix stable than many small ones; see :data:`DEFAULT_MASK_FILL`.
 * ``mask_accept`` — with a summariser set, a mask step that cannot bring the context
-  within this share of the budget is not taken: freeing so little, it would recur on the
+  within this share of the room for history is not taken: freeing so little, it would recur on the
   next calls (once outputs cleared earlier fill the context, every call would clear one
   more), while the summary it only postpones rewrites from near the start anyway. The
   summary runs at once instead; the mask stays its fallback if the summariser fails.
