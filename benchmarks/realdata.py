@@ -1,0 +1,244 @@
+"""Issue 29's bill and reachability on public data sets the user holds locally.
+
+Not part of ``benchmarks/run``: the data sets are other people's, and nothing here
+downloads anything. Point it at local copies and it prints the same kind of rows as the
+report (``python -m benchmarks.realdata --tau FILE --locomo PATH``):
+
+* ``--tau FILE`` — τ-bench's recorded trajectories (``historical_trajectories/*.json`` of
+  sierra-research/tau-bench: a list of runs, each ``{"task_id", "traj": [OpenAI chat
+  messages]}``), replayed as agent loops exactly as :mod:`benchmarks.bench_bill` replays
+  its traces (a model call before every assistant message, priced with prompt caching),
+  at a budget of the system prompt plus ``--share`` (0.4) of the rest — issue 29's
+  set-up. Rows: the guard's and truncate-each-call's bills ÷ whole history's, the guard ÷
+  truncation, compactions per 100 calls, and a **floor**: every call writes its new
+  messages at 1.25× and reads only the system prompt from the cache — what a strategy
+  that sent every message once and never rewrote anything would pay. On runs as short as
+  τ-bench's (~13 calls, history ~2.5× the budget) that floor sits near 0.75× the whole
+  history's bill.
+* ``--locomo PATH`` — LoCoMo (snap-research/locomo): ``locomo10.json`` (a list of
+  samples with ``conversation`` and ``qa``) or a directory of one JSON file per sample.
+  Each dialogue becomes one chat (``speaker_a`` the user; every turn ``"Name: text"``, an
+  image's caption in brackets, a session's first turn opened by its date); questions of
+  categories 1–4 with evidence. Rows at 2K and 8K: the share of questions whose evidence
+  turn is in the guard's context (lossy summariser, a :class:`HistoryArchive`) or in
+  ``archive.search(question, k=5)``, against truncation plus word BM25 over the dropped
+  turns (:mod:`benchmarks.word_bm25`), and the evidence held by each context alone.
+
+Nothing in ctxstack was fitted on either set; they are evaluation data only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_bill import DEFAULTS, Trace, run_guard, run_truncate, run_whole
+from benchmarks.common import BenchRow, print_table
+from benchmarks.fidelity.strategies import lossy_summarizer
+from benchmarks.pricing import CACHE_READ, CACHE_WRITE
+from benchmarks.word_bm25 import top_k
+from ctxstack import ContextGuard, HistoryArchive
+from ctxstack.compaction import smart_truncate
+from ctxstack.compaction._facts import message_fact_text
+from ctxstack.compaction._truncate import dropped_messages
+from ctxstack.messages import ChatMessage, from_openai_messages
+from ctxstack.tokens import HEURISTIC
+
+BUDGETS = (2_000, 8_000)
+
+
+class DataError(Exception):
+    """A data file is missing or not in the expected shape (the message says which)."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    except ValueError as exc:
+        raise DataError(f"{path}: not JSON ({exc})") from exc
+
+
+# ------------------------------------------------------------------------------ τ-bench
+def tau_traces(path: Path, share: float) -> list[Trace]:
+    """Each run's trajectory as a :class:`Trace` at ``system prompt + share × rest``."""
+    runs = _read_json(path)
+    if not isinstance(runs, list):
+        raise DataError(f"{path}: expected a list of runs with a 'traj'")
+    traces = []
+    for n, run in enumerate(runs):
+        traj = run.get("traj") if isinstance(run, dict) else None
+        if not isinstance(traj, list) or not traj:
+            raise DataError(f"{path}: run {n} has no 'traj' list of messages")
+        messages = from_openai_messages(traj)
+        system = HEURISTIC.count_messages(messages[:1]) if messages[0].role == "system" else 0
+        rest = HEURISTIC.count_messages(messages) - system
+        traces.append(Trace(f"tau-{run.get('task_id', n)}", messages, [],
+                            int(system + share * rest)))
+    return traces
+
+
+def floor_bill(trace: Trace) -> float:
+    """What ``trace`` costs if each call writes only what it adds and reads only the
+    system prompt from the cache (the first call writes everything it sends)."""
+    system = trace.messages[:1] if trace.messages[0].role == "system" else []
+    read = HEURISTIC.count_messages(system) if system else 0
+    bill, previous = 0.0, 0
+    for i in trace.call_points:
+        new = HEURISTIC.count_messages(trace.messages[previous:i]) if i > previous else 0
+        bill += CACHE_WRITE * new + (CACHE_READ * read if previous else 0.0)
+        previous = i
+    return bill
+
+
+async def tau_rows(traces: Sequence[Trace]) -> list[BenchRow]:
+    whole = truncate = guard = bound = 0.0
+    calls = compactions = 0
+    for trace in traces:
+        whole += run_whole(trace).bill
+        truncate += run_truncate(trace).bill
+        outcome = await run_guard(trace, DEFAULTS)
+        guard += outcome.bill
+        calls += outcome.calls
+        compactions += outcome.compactions
+        bound += floor_bill(trace)
+    label = f"τ-bench ({len(traces)} runs, {calls} calls)"
+    return [
+        BenchRow(f"{label}: guard billed input ÷ whole history (writes 1.25×)",
+                 guard / whole, "×", baseline=1.0, target="≤ 0.75 (issue 29)",
+                 met=guard / whole <= 0.75),
+        BenchRow(f"{label}: guard billed input ÷ truncate each call", guard / truncate, "×",
+                 baseline=1.0, target="≤ 0.8 (issue 29)", met=guard / truncate <= 0.8),
+        BenchRow(f"{label}: truncate each call ÷ whole history", truncate / whole, "×"),
+        BenchRow(f"{label}: floor (each message written once, only the system prompt read "
+                 "from the cache) ÷ whole history", bound / whole, "×"),
+        BenchRow(f"{label}: guard compactions per 100 calls", 100 * compactions / calls,
+                 "per 100"),
+    ]
+
+
+# ------------------------------------------------------------------------------- LoCoMo
+Dialogue = tuple[list[ChatMessage], dict[str, str], list[tuple[str, list[str]]]]
+"""Messages, each turn's text by its ``dia_id``, and (question, evidence ids) pairs."""
+
+
+def _samples(path: Path) -> list[Any]:
+    if path.is_dir():
+        return [_read_json(p) for p in sorted(path.glob("*.json"))]
+    data = _read_json(path)
+    return data if isinstance(data, list) else [data]
+
+
+def locomo_dialogues(path: Path) -> list[Dialogue]:
+    """Each LoCoMo sample as a chat, with its questions of categories 1–4."""
+    out = []
+    for n, sample in enumerate(_samples(path)):
+        if not isinstance(sample, dict) or not isinstance(sample.get("qa"), list):
+            raise DataError(f"{path}: sample {n} has no 'qa' list")
+        conv = sample.get("conversation", sample)
+        if not isinstance(conv, dict) or "speaker_a" not in conv:
+            raise DataError(f"{path}: sample {n} has no conversation with 'speaker_a'")
+        messages: list[ChatMessage] = []
+        turns: dict[str, str] = {}
+        session = 1
+        while isinstance(conv.get(f"session_{session}"), list):
+            date = conv.get(f"session_{session}_date_time", "")
+            for j, turn in enumerate(conv[f"session_{session}"]):
+                body = f"{turn['speaker']}: {turn['text']}"
+                if turn.get("blip_caption"):
+                    body += f" [shares {turn['blip_caption']}]"
+                if j == 0 and date:
+                    body = f"[{date}] {body}"
+                role = "user" if turn["speaker"] == conv["speaker_a"] else "assistant"
+                messages.append(ChatMessage(role=role, content=body))
+                turns[turn["dia_id"]] = body
+            session += 1
+        questions = [(q["question"], [e for e in q["evidence"] if e in turns])
+                     for q in sample["qa"]
+                     if q.get("category") != 5 and q.get("evidence") and "question" in q]
+        out.append((messages, turns, [(q, ev) for q, ev in questions if ev]))
+    return out
+
+
+def _text(messages: Sequence[ChatMessage]) -> str:
+    return "\n".join(message_fact_text(m) for m in messages)
+
+
+async def reach(dialogues: Sequence[Dialogue], budget: int) -> dict[str, float]:
+    """Shares of questions reached at ``budget`` (see the module doc)."""
+    counts = dict.fromkeys(("guard", "baseline", "guard context", "baseline context"), 0)
+    total = 0
+    for messages, turns, questions in dialogues:
+        archive = HistoryArchive()
+        out = await ContextGuard(lossy_summarizer(), default_budget=budget,
+                                 archive=archive).check_and_compact(messages)
+        truncated = smart_truncate(messages, budget)
+        dropped = [message_fact_text(m) for m in dropped_messages(messages, truncated)]
+        context, kept = _text(out), _text(truncated)
+        for question, evidence in questions:
+            total += 1
+            texts = [turns[e] for e in evidence]
+
+            def holds(text: str, texts: list[str] = texts) -> bool:
+                return any(t in text for t in texts)
+
+            in_context, in_kept = holds(context), holds(kept)
+            hits = await archive.search(question, k=5)
+            counts["guard context"] += in_context
+            counts["guard"] += in_context or any(holds(h.message.text) for h in hits)
+            counts["baseline context"] += in_kept
+            counts["baseline"] += in_kept or any(
+                holds(dropped[i]) for i in top_k(question, dropped, 5))
+    return {key: value / max(1, total) for key, value in counts.items()} | {"n": total}
+
+
+async def locomo_rows(dialogues: Sequence[Dialogue]) -> list[BenchRow]:
+    rows = []
+    for budget in BUDGETS:
+        r = await reach(dialogues, budget)
+        label = f"LoCoMo at {budget // 1000}K ({int(r['n'])} questions)"
+        rows += [
+            BenchRow(f"{label}: guard + hybrid archive (context or search k=5)", r["guard"],
+                     "share", baseline=r["baseline"],
+                     ratio=r["guard"] / r["baseline"] if r["baseline"] else None,
+                     target=">= baseline (truncation + word BM25 over dropped turns)",
+                     met=r["guard"] >= r["baseline"]),
+            BenchRow(f"{label}: evidence in the guard's context / in truncation's",
+                     r["guard context"], "share", baseline=r["baseline context"]),
+        ]
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.realdata",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tau", type=Path, help="τ-bench historical trajectories (JSON)")
+    parser.add_argument("--share", type=float, default=0.4,
+                        help="budget = system prompt + this share of the rest (0.4)")
+    parser.add_argument("--locomo", type=Path, help="locomo10.json or a directory of samples")
+    args = parser.parse_args(argv)
+    if args.tau is None and args.locomo is None:
+        parser.error("give --tau FILE and/or --locomo PATH (local copies; nothing is fetched)")
+    if not 0 < args.share <= 1:
+        parser.error(f"--share: expected a number in (0, 1], got {args.share}")
+    rows: list[BenchRow] = []
+    try:
+        if args.tau is not None:
+            rows += asyncio.run(tau_rows(tau_traces(args.tau, args.share)))
+        if args.locomo is not None:
+            rows += asyncio.run(locomo_rows(locomo_dialogues(args.locomo)))
+    except DataError as exc:
+        print(f"realdata: {exc}", file=sys.stderr)
+        return 2
+    print_table(rows, "Issue 29 on local copies of public data sets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
