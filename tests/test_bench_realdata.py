@@ -130,8 +130,8 @@ async def test_reach_counts_context_and_search(tmp_path: Path) -> None:
     assert got["n"] == 2
     # the newest turn is in both contexts (the first one only in the lossy summary's first
     # sentence, not whole); the old one is found by both searches
-    assert got["guard context"] == got["baseline context"] == 0.5
-    assert got["guard"] == got["baseline"] == 1.0
+    assert got["context"] == got["baseline context"] == 0.5
+    assert got["hybrid"] == got["baseline"] == 1.0
     rows = await locomo_rows(dialogues)
     assert [r.name.split(" (")[0] for r in rows] == ["LoCoMo at 2K"] * 2 + ["LoCoMo at 8K"] * 2
 
