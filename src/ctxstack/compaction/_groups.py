@@ -71,19 +71,16 @@ class Layout:
         """Tokens of the pinned, non-summary units (kept by compaction unconditionally)."""
         return sum(u.tokens for u in self.units if u.pinned and not u.summary)
 
+    @property
+    def fixed_tokens(self) -> int:
+        """Tokens compaction never shrinks: the system prompt and the pinned units. The
+        watermarks are shares of what they leave (``compaction._options.watermark``)."""
+        return self.prompt_tokens + self.pinned_tokens()
+
 
 def is_summary(message: ChatMessage) -> bool:
     """A rolling-summary message: ``system`` role with metadata kind ``"summary"``."""
     return message.role == "system" and message.kind == "summary"
-
-
-def fixed_tokens(messages: Sequence[ChatMessage], counter: TokenCounter) -> int:
-    """Tokens of what compaction never shrinks: the leading system messages (the system
-    prompt) and the pinned messages."""
-    lead = next((i for i, m in enumerate(messages) if m.role != "system" or is_summary(m)),
-                len(messages))
-    rest = [m for m in messages[lead:] if m.pinned]
-    return counter.count_messages(messages[:lead]) + (counter.count_messages(rest) if rest else 0)
 
 
 def split_layout(messages: Sequence[ChatMessage], counter: TokenCounter) -> Layout:
@@ -216,3 +213,8 @@ def choose_fold(
     if anchor is not None:
         keep.add(anchor)
     return Fold(fold=fold, keep=frozenset(keep), anchor=anchor)
+
+
+def fixed_tokens(messages: Sequence[ChatMessage], counter: TokenCounter) -> int:
+    """:attr:`Layout.fixed_tokens` of ``messages``."""
+    return split_layout(messages, counter).fixed_tokens

@@ -189,10 +189,13 @@ class _Prepared:
     head: list[ChatMessage] | None
     """The cache-aligned request's messages: the previous call's start to the fold's end
     (``None``: the prefix is not usable, the transcript request only)."""
-    room: int
-    """The room for history: the budget less the system prompt and pinned messages. The
-    summary is sized by it, as the watermarks are (a share of the whole budget could
+
+
+def history_room(layout: Layout, max_tokens: int) -> int:
+    """The room for history: ``max_tokens`` less the system prompt and pinned messages.
+    The summary is sized by it, as the watermarks are (a share of the whole budget could
     outgrow the room a long system prompt leaves)."""
+    return max(0, max_tokens - layout.fixed_tokens)
 
 
 def _prepare(
@@ -203,11 +206,9 @@ def _prepare(
     units = layout.units
     summaries = layout.summaries()
     previous = "\n\n".join(previous_text(msgs[units[i].start]) for i in summaries) or None
-    prompt = layout.prompt_tokens + layout.pinned_tokens()
-    room = max(0, max_tokens - prompt)
-    answer_tokens, facts_tokens = summary_sizes(room, llm)
+    answer_tokens, facts_tokens = summary_sizes(history_room(layout, max_tokens), llm)
     fixed = (
-        prompt
+        layout.fixed_tokens
         + summary_reserve(answer_tokens, facts_tokens, counter)
         + (counter.count_text(note) + 1 if note else 0)
     )
@@ -215,7 +216,7 @@ def _prepare(
         layout,
         keep_recent=opts.keep_recent,
         fixed_tokens=fixed,
-        target_tokens=watermark(max_tokens, prompt, opts.target_fill),
+        target_tokens=watermark(max_tokens, layout.fixed_tokens, opts.target_fill),
         limit_tokens=max_tokens,
     )
     if not plan.fold and not summaries:
@@ -225,7 +226,7 @@ def _prepare(
     to_summarize = [m for i in plan.fold for m in msgs[units[i].start : units[i].stop]]
     end = max(units[i].stop for i in folded_units)
     head = [*prefix.before, *prefix.view(msgs)[:end]] if prefix.enabled else None
-    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, head, room)
+    return _Prepared(layout, plan, summaries, previous, to_summarize, folded, head)
 
 
 def _finish(
@@ -237,15 +238,14 @@ def _finish(
     ``max_tokens`` is what the result may fill (the counter's margin applied);
     ``smart_truncate`` gets the ``nominal`` budget and applies the margin itself.
     """
-    answer_tokens, facts_tokens = summary_sizes(prep.room, llm)
+    room = history_room(prep.layout, max_tokens)
+    answer_tokens, facts_tokens = summary_sizes(room, llm)
     final = finalize_text(text, prep.previous, hint=opts.hint, answer_tokens=answer_tokens,
                           counter=counter)
     bare = assemble_summary(final, (), None, facts_tokens=0, counter=counter, note=note)
     without_facts = counter.count_messages(_assemble(msgs, prep.layout, prep.plan.keep, bare))
-    low = watermark(max_tokens, prep.layout.prompt_tokens + prep.layout.pinned_tokens(),
-                    opts.target_fill)
-    room = low - without_facts
-    facts_tokens = max(facts_tokens, min(room, int(prep.room * MAX_FACTS_SHARE)))
+    headroom = watermark(max_tokens, prep.layout.fixed_tokens, opts.target_fill) - without_facts
+    facts_tokens = max(facts_tokens, min(headroom, int(room * MAX_FACTS_SHARE)))
     summary = assemble_summary(final, prep.to_summarize, prep.previous,
                                facts_tokens=facts_tokens, counter=counter, note=note)
     out = _assemble(msgs, prep.layout, prep.plan.keep, summary)
@@ -317,7 +317,8 @@ async def compact_detailed(
         return done.fallback("nothing_to_summarize")
     outcome = await summarize(
         prep.to_summarize, prep.previous, llm, hint=opts.hint, prompt=opts.prompt,
-        timeout=opts.timeout, answer_tokens=summary_sizes(prep.room, llm)[0],
+        timeout=opts.timeout,
+        answer_tokens=summary_sizes(history_room(prep.layout, max_tokens), llm)[0],
         counter=counter, head=prep.head, tools=call.tools,
     )
     if outcome.text is None:
