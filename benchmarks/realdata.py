@@ -41,6 +41,7 @@ from benchmarks.bench_bill import DEFAULTS, Trace, run_guard, run_truncate, run_
 from benchmarks.bench_recall import _question_reach
 from benchmarks.common import BenchRow, print_table
 from benchmarks.pricing import CACHE_READ, CACHE_WRITE
+from ctxstack.errors import MessageError
 from ctxstack.messages import ChatMessage, from_openai_messages
 from ctxstack.tokens import HEURISTIC
 
@@ -71,7 +72,10 @@ def tau_traces(path: Path, share: float) -> list[Trace]:
         traj = run.get("traj") if isinstance(run, dict) else None
         if not isinstance(traj, list) or not traj:
             raise DataError(f"{path}: run {n} has no 'traj' list of messages")
-        messages = from_openai_messages(traj)
+        try:
+            messages = from_openai_messages(traj)
+        except MessageError as exc:
+            raise DataError(f"{path}: run {n}: {exc}") from exc
         system = HEURISTIC.count_messages(messages[:1]) if messages[0].role == "system" else 0
         rest = HEURISTIC.count_messages(messages) - system
         traces.append(Trace(f"tau-{run.get('task_id', n)}", messages, [],
@@ -145,6 +149,10 @@ def locomo_dialogues(path: Path) -> list[Dialogue]:
         while isinstance(conv.get(f"session_{session}"), list):
             date = conv.get(f"session_{session}_date_time", "")
             for j, turn in enumerate(conv[f"session_{session}"]):
+                if not isinstance(turn, dict) or not all(
+                        isinstance(turn.get(key), str) for key in ("speaker", "text", "dia_id")):
+                    raise DataError(f"{path}: sample {n}, session_{session}[{j}] needs "
+                                    "'speaker', 'text' and 'dia_id' strings")
                 body = f"{turn['speaker']}: {turn['text']}"
                 if turn.get("blip_caption"):
                     body += f" [shares {turn['blip_caption']}]"
@@ -156,7 +164,8 @@ def locomo_dialogues(path: Path) -> list[Dialogue]:
             session += 1
         questions = [(q["question"], [e for e in q["evidence"] if e in turns])
                      for q in sample["qa"]
-                     if q.get("category") != 5 and q.get("evidence") and "question" in q]
+                     if isinstance(q, dict) and q.get("category") != 5
+                     and isinstance(q.get("evidence"), list) and isinstance(q.get("question"), str)]
         out.append((messages, turns, [(q, ev) for q, ev in questions if ev]))
     return out
 

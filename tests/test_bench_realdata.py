@@ -148,6 +148,14 @@ def test_missing_or_malformed_files_say_what_is_wrong(
     bad.write_text(json.dumps([{"task_id": 3}]))
     with pytest.raises(DataError, match="run 0 has no 'traj'"):
         tau_traces(bad, 0.4)
+    bad.write_text(json.dumps([{"task_id": 3, "traj": [{"role": "robot", "content": "hi"}]}]))
+    with pytest.raises(DataError, match="run 0: "):
+        tau_traces(bad, 0.4)
+    sample = locomo_sample()
+    del sample["conversation"]["session_2"][0]["dia_id"]
+    bad.write_text(json.dumps([sample]))
+    with pytest.raises(DataError, match=r"session_2\[0\] needs 'speaker', 'text' and 'dia_id'"):
+        locomo_dialogues(bad)
     bad.write_text(json.dumps([{"conversation": {}, "qa": []}]))
     with pytest.raises(DataError, match="no conversation with 'speaker_a'"):
         locomo_dialogues(bad)
