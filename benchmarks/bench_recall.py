@@ -38,6 +38,20 @@ Figures (issue 14):
     fitting split and 1–2 on the confirming split reach the best). Chosen: RRF with
     constant 2 (:data:`ctxstack.compaction._archive.RRF_K`). The rows report the fitting
     split (all of it in full mode); chosen there, they hold by selection, not as evidence.
+    **Replies** (2026-12-07): on real dialogues (LoCoMo, :mod:`benchmarks.realdata`) the
+    search often found the turn that *asked* what the question asks ("What made you
+    decide to run again?") and not the reply that holds the answer, which shares no word
+    with it; (vii) and (viii) state their facts unprompted, so they could not show it.
+    LoCoMo's dialogues were split before anything was tried — development 26, 30, 41,
+    42, 43; evaluation 44, 47, 48, 49, 50 — and a question turn lends a share of its fused
+    score to its reply (:data:`ctxstack.compaction._archive.REPLY_CREDIT`). Shares 0.5,
+    0.75 and 1 (guard + hybrid archive, 2K / 8K): fitting split dialogues 0.989 / 0.989
+    without, 0.989 / 0.989, 0.983 / 0.978, 0.978 / 0.978; chats 0.87 / 0.89 without, 0.87
+    / 0.885 with each; LoCoMo development 0.626 / 0.688 without, 0.702 / 0.748, 0.711 /
+    0.762, 0.714 / 0.763 (baseline 0.560 / 0.701). Chosen: 0.5, the largest that kept the
+    fitting split's dialogues (a full share let a distractor question's reply outrank the
+    evidence). Then, once, the evaluation half: 0.628 / 0.675 without, **0.683 / 0.723**
+    with it, against the baseline's 0.536 / 0.690.
 (viii) **paraphrased natural questions** (issue 29) — two-person multi-session chats
     (:mod:`benchmarks.fidelity.conversational_qa`, ~21K tokens, 10 questions each, written
     after the hybrid ranking was fixed) where question and evidence share the topic but

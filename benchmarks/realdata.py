@@ -24,7 +24,12 @@ report (``python -m benchmarks.realdata --tau FILE --locomo PATH``):
   ``archive.search(question, k=5)``, against truncation plus word BM25 over the dropped
   turns (:mod:`benchmarks.word_bm25`), and the evidence held by each context alone.
 
-Nothing in ctxstack was fitted on either set; they are evaluation data only.
+Nothing in ctxstack was fitted on τ-bench. LoCoMo's dialogues were split in two before
+the reply rule of the archive (:data:`ctxstack.compaction._archive.REPLY_CREDIT`) was
+tried: its share was chosen on the development half (samples 26, 30, 41, 42, 43) with
+the fitting set of :mod:`benchmarks.bench_recall`, and the evaluation half (44, 47, 48,
+49, 50) was run once afterwards (figures in ``bench_recall``'s (vii-f)). Point
+``--locomo`` at a directory holding one half to see it alone.
 """
 
 from __future__ import annotations

@@ -170,3 +170,50 @@ async def test_a_hit_only_the_ngram_half_finds_is_returned_on_every_backend(
     expected = [h.message.text for h in await memory.search(ONE_SIDED.question, k=5)]
     assert texts.index(next(t for t in texts if ONE_SIDED.evidence in t)) == next(
         i for i, t in enumerate(expected) if ONE_SIDED.evidence in t)
+
+
+REPLY_TEXTS = [
+    "The bakery on the corner has new opening hours since March.",
+    "My sister visited last month and we went to the museum together.",
+    "The train was late again this morning, twenty minutes this time.",
+    "I finally finished the book about the history of tea.",
+    "What made you decide to run for office again?",
+    "Seeing the difference I made locally last time convinced me.",
+    "The garden needs watering twice a day in this heat.",
+    "We booked the cabin by the lake for the first week of August.",
+]
+
+
+async def test_a_stored_questions_reply_is_found_with_it_on_every_backend(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    """The reply (the next stored message, the other role) shares no word with the
+    question asked of the archive; the stored question does, and brings it — as the
+    in-memory archive ranks the same turns."""
+    conv = await conversation(sf, alice, REPLY_TEXTS)  # seq 1, 2, …: user, assistant, …
+    hits = await ConversationArchive(sf, conv).search(
+        "Why did you decide to run for office again?", k=2)
+    assert [h.ref for h in hits] == ["m5", "m6"]
+    assert hits[1].message.text == REPLY_TEXTS[5]
+    memory = HistoryArchive()
+    await memory.add([ChatMessage(role="user" if i % 2 == 0 else "assistant", content=t)
+                      for i, t in enumerate(REPLY_TEXTS)])
+    expected = await memory.search("Why did you decide to run for office again?", k=2)
+    assert [h.message.text for h in expected] == [h.message.text for h in hits]
+
+
+async def test_a_reply_outside_the_archive_or_from_the_same_side_is_not_linked(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    conv = await conversation(sf, alice, REPLY_TEXTS)
+    # before_seq=6: the reply is the current question, not history yet.
+    hits = await ConversationArchive(sf, conv, before_seq=6).search(
+        "Why did you decide to run for office again?", k=3)
+    assert "m6" not in [h.ref for h in hits]
+    same_side = await create_conversation(sf, alice.id, "same side")
+    await append_messages(sf, same_side.id, [NewMessage(role="user", content=t)
+                                             for t in REPLY_TEXTS])
+    hits = await ConversationArchive(sf, same_side.id).search(
+        "Why did you decide to run for office again?", k=2)
+    assert hits[0].ref == "m5"
+    assert "m6" not in [h.ref for h in hits]

@@ -25,7 +25,9 @@ picks with its own full-text machinery, each half by its own rank:
 
 The candidates of both are then ranked in Python by the same fused ranking as the
 in-memory :class:`~ctxstack.compaction.HistoryArchive`, so both backends and the library
-order results alike.
+order results alike — replies included: a stored candidate that asks a question brings
+its reply (the next stored message, by ``seq``, of the other role) into the ranking,
+linked to it, so the reply is credited with the question's score as in memory.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxstack.compaction import ArchiveHit, HistoryArchive, SummaryNode
 from ctxstack.compaction._archive import (
     ARCHIVE_REF_KEY,
+    FUSION_DEPTH,
     MAX_QUERY_CHARS,
     STOP_WORDS,
+    asks_question,
     fts_match,
     normalize_text,
     query_words,
@@ -220,17 +224,33 @@ class ConversationArchive:
         query = query[:MAX_QUERY_CHARS]
         terms = query_terms(query)
         words = query_words(query)
+        ranker = HistoryArchive(in_order=False)
+        refs: dict[str, str] = {}
+        local_of: dict[str, str] = {}
+
+        async def rank(candidates: dict[str, ChatMessage]) -> None:
+            for ref, message in candidates.items():
+                if ref not in local_of:
+                    (local,) = await ranker.add([message.replace(metadata={
+                        k2: v for k2, v in message.metadata.items() if k2 != ARCHIVE_REF_KEY})])
+                    refs[local] = ref
+                    local_of[ref] = local
+
         async with reading(self.factory, "searching the conversation archive") as session:
             found: dict[str, ChatMessage] = {}
             for model in (Message, ArchivedMessage):
                 found.update(await self._word_candidates(session, model, words))
                 found.update(await self._candidates(session, model, terms))
-        ranker = HistoryArchive()
-        refs: dict[str, str] = {}
-        for ref, message in found.items():
-            (local,) = await ranker.add([message.replace(metadata={
-                k2: v for k2, v in message.metadata.items() if k2 != ARCHIVE_REF_KEY})])
-            refs[local] = ref
+            await rank(found)
+            # Only a question the fused ranking lists lends anything: fetch their replies.
+            depth = max(k, FUSION_DEPTH)
+            listed = {refs[r] for r in (*ranker.word_ranking(query, depth),
+                                        *ranker.ngram_ranking(query, depth))}
+            replies = await self._replies(session, {r: found[r] for r in listed})
+        await rank({ref: message for ref, message in replies.values()})
+        for question, (reply, _) in replies.items():
+            if local_of[question] != local_of[reply]:
+                ranker.link_reply(local_of[question], local_of[reply])
         hits = await ranker.search(query, k=k)
         ranker.close()
         return [
@@ -243,6 +263,25 @@ class ConversationArchive:
         ]
 
     # ------------------------------------------------------------------ internals
+    async def _replies(self, session: AsyncSession, listed: dict[str, ChatMessage]
+                       ) -> dict[str, tuple[str, ChatMessage]]:
+        """The reply of each listed stored message that asks a question: the next stored
+        history message by ``seq``, when its role is the other one. Rows are numbered
+        without gaps, so the next ``seq`` is looked up by index; a question whose next row
+        is not history (another role, or past ``before_seq``) has no reply here."""
+        asking = {message.metadata["seq"]: ref for ref, message in listed.items()
+                  if ref.startswith("m") and asks_question(message)}
+        if not asking:
+            return {}
+        rows = (await session.scalars(select(Message).where(
+            *self._stored(), Message.seq.in_([seq + 1 for seq in asking])))).all()
+        out = {}
+        for row in rows:
+            question = asking[row.seq - 1]
+            if row.role != listed[question].role:
+                out[question] = (f"m{row.seq}", _stored_message(row))
+        return out
+
     def _stored(self) -> list[Any]:
         conditions = [Message.conversation_id == self.conversation_id,
                       Message.role.in_(HISTORY_ROLES)]
