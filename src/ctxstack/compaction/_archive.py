@@ -270,11 +270,14 @@ class HistoryArchive:
     its whole stored history afresh at every call hands the guard the same messages as
     new objects each time: they keep their references, so the placeholders naming them
     stay byte-identical from call to call (a cached prefix) and the archive does not grow
-    with every call. Safe to share between the guards of one run (single event loop).
+    with every call. Safe to share between the guards of one conversation (single event
+    loop).
 
     A turn archived after one that asks a question, of the other role, is its reply (see
     the module doc): the archive takes its order for the conversation's, as compaction
-    archives. Tool calls and outputs between them do not break the link.
+    archives. Tool calls and outputs between them do not break the link. So one archive
+    per conversation: shared by two, a question one archives last could lend its score
+    to the first turn the other archives next (the library's guards each have their own).
 
     Args:
         in_order: whether messages are added in the conversation's order (the default).
