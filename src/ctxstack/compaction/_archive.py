@@ -42,13 +42,14 @@ so its order is the n-gram order; an English question is ranked by both.
 **Replies.** In a conversation the answer to a question is the next turn, and it seldom
 repeats the question's words: asked "Why did John run for office again?", both rankings
 find Maria's "What made you decide to run again?", not John's reply. So a turn that asks
-a question (:func:`asks_question`) lends its fused score to its reply — the next user or
-assistant turn of the other role, tool calls and outputs between them skipped — on top
-of the reply's own score, so a reply ranks beside the question that finds it. Measured
-after real dialogues (LoCoMo) showed the failure, the rule chosen on half of them and on
-the fitting set (see ``benchmarks/bench_recall.py``); it has no constant to fit. The
-in-memory archive links a turn to the next one it archives (compaction archives in
-conversation order); a store links its rows by their order (:meth:`HistoryArchive.link_reply`).
+a question (:func:`asks_question`) lends half its fused score (:data:`REPLY_CREDIT`) to
+its reply — the next user or assistant turn of the other role, tool calls and outputs
+between them skipped — on top of the reply's own score, so a reply ranks near the
+question that finds it. Built after real dialogues (LoCoMo) showed the failure; the share
+was chosen on half of them and on the fitting set, the other half evaluated once (see
+``benchmarks/bench_recall.py`` (vii-f)). The in-memory archive links a turn to the next
+one it archives (compaction archives in conversation order); a store links its rows by
+their order (:meth:`HistoryArchive.link_reply`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ _QUESTION = re.compile(r"[？؟]|\?(?![\w=&])")
 character, ``=`` or ``&`` ("Really?" asks; a URL's ``?key=value`` does not). One
 character and one lookahead: linear time on any input."""
 TURN_ROLES = frozenset({"user", "assistant"})
+"""The roles of the turns that ask and reply (tool traffic does neither)."""
 _WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
