@@ -15,7 +15,9 @@ from benchmarks.bench_bill import run_whole
 from benchmarks.realdata import (
     DataError,
     floor_bill,
+    half_of,
     locomo_dialogues,
+    locomo_halves,
     locomo_rows,
     main,
     reach,
@@ -134,6 +136,40 @@ async def test_reach_counts_context_and_search(tmp_path: Path) -> None:
     assert got["hybrid"] == got["baseline"] == 1.0
     rows = await locomo_rows(dialogues)
     assert [r.name.split(" (")[0] for r in rows] == ["LoCoMo at 2K"] * 2 + ["LoCoMo at 8K"] * 2
+
+
+@pytest.mark.parametrize("layout", ["list", "directory"])
+async def test_only_the_evaluation_half_carries_the_target(tmp_path: Path, layout: str) -> None:
+    """The reply share was chosen on LoCoMo's development half: given both halves, the
+    rows say which is which, and the whole and the development half carry no target."""
+    if layout == "list":
+        path = tmp_path / "locomo10.json"
+        path.write_text(json.dumps([{**locomo_sample(), "sample_id": f"conv-{n}"}
+                                    for n in (26, 44)]))
+    else:
+        path = tmp_path / "samples"
+        path.mkdir()
+        for n in (26, 44):
+            (path / f"{n}.json").write_text(json.dumps(locomo_sample()))
+    halves = locomo_halves(path)
+    assert halves == ["development", "evaluation"]
+    rows = await locomo_rows(locomo_dialogues(path), halves)
+    targeted = [r.name.split(" (")[0] for r in rows if r.target]
+    assert targeted == ["LoCoMo evaluation half at 2K", "LoCoMo evaluation half at 8K"]
+    assert all(r.met is None for r in rows if not r.target)
+    assert any(r.name.startswith("LoCoMo development half (chosen on; not evidence) at 8K")
+               for r in rows)
+    # one half only (or unknown names): no split, the whole carries the target as before
+    only = await locomo_rows(locomo_dialogues(path)[:1], halves[:1])
+    assert [r.name.split(" (")[0] for r in only if r.target] == ["LoCoMo at 2K", "LoCoMo at 8K"]
+
+
+def test_halves_are_named_by_the_sample_number() -> None:
+    assert half_of("26") == half_of("conv-43") == "development"
+    assert half_of("44") == half_of("conv-50") == "evaluation"
+    assert half_of("") is None
+    assert half_of("notes") is None
+    assert half_of("conv-99") is None  # not one of LoCoMo's ten: no half
 
 
 def test_missing_or_malformed_files_say_what_is_wrong(
