@@ -175,3 +175,30 @@ async def test_a_proxy_recall_too_long_for_its_room_shows_the_part_the_query_nam
     assert "7391-ALPHA" in answer
     assert HEURISTIC.count_text(answer) <= 80
     assert answer.startswith("[a1] ")
+
+
+async def test_recall_after_a_compaction_returns_the_reply_to_the_matching_question() -> None:
+    """A chat the guard truncated: the model recalls "why did John run again?" and gets
+    the answer — which shares no word with the query, while other turns share several —
+    beside the question that asked it, from the agent's tool and the proxy's alike."""
+    from ctxstack.agent._recall import recall_tool
+    from ctxstack.proxy.recall import recall_text
+
+    filler = [f"Day {i}: John ran to the office again, late for the {i}th time."
+              if i % 12 == 0 else
+              f"Day {i}: we talked about the weather, the garden and the new fence."
+              for i in range(120)]
+    turns = [*filler[:61], "What made you decide to run for office again?",
+             "Seeing the difference I made locally last time convinced me.",
+             *filler[61:]]
+    messages = [ChatMessage.user(t) if i % 2 == 0 else ChatMessage.assistant(t)
+                for i, t in enumerate(turns)]
+    archive = HistoryArchive()
+    guard = ContextGuard(default_budget=1_000, archive=archive)
+    kept = await guard.check_and_compact(messages)
+    assert not any("Seeing the difference" in m.text for m in kept)  # left the context
+    answer = str(await recall_tool(archive).call({"query": "Why did John run for office again?"}))
+    assert "What made you decide" in answer
+    assert "Seeing the difference I made locally" in answer
+    proxied = await recall_text(archive, "Why did John run for office again?", 2_000, HEURISTIC)
+    assert "Seeing the difference I made locally" in proxied
