@@ -23,6 +23,9 @@ report (``python -m benchmarks.realdata --tau FILE --locomo PATH``):
   turn is in the guard's context (lossy summariser, a :class:`HistoryArchive`) or in
   ``archive.search(question, k=5)``, against truncation plus word BM25 over the dropped
   turns (:mod:`benchmarks.word_bm25`), and the evidence held by each context alone.
+  Those rows compact each dialogue once, whole: the context right after a compaction.
+  Two more rows replay it as a running chat (:func:`running_chat_reach`: the guard
+  checks every user turn), where the question meets the context anywhere in its cycle.
 
 Nothing in ctxstack was fitted on τ-bench. LoCoMo's dialogues were split in two before
 the reply rule of the archive (:data:`ctxstack.compaction._archive.REPLY_CREDIT`) was
@@ -45,9 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_bill import DEFAULTS, Trace, run_guard, run_truncate, run_whole
-from benchmarks.bench_recall import _question_reach
+from benchmarks.bench_recall import _question_reach, _text
 from benchmarks.common import BenchRow, print_table
+from benchmarks.fidelity.strategies import lossy_summarizer
 from benchmarks.pricing import CACHE_READ, CACHE_WRITE
+from ctxstack import ContextGuard, HistoryArchive
+from ctxstack.compaction._facts import message_fact_text
 from ctxstack.errors import MessageError
 from ctxstack.messages import ChatMessage, from_openai_messages
 from ctxstack.tokens import HEURISTIC
@@ -219,6 +225,32 @@ async def reach(dialogues: Sequence[Dialogue], budget: int) -> dict[str, float]:
     return shares | {"n": sum(len(q) for _, _, q in dialogues)}
 
 
+async def running_chat_reach(dialogues: Sequence[Dialogue], budget: int) -> dict[str, float]:
+    """Reach when the guard runs as a chat runs it: each user turn is a model call whose
+    input the guard checks (the compacted context carried on, as an agent or the service
+    carries it), the questions asked after the last turn. ``context``: evidence in that
+    context; ``hybrid``: in it or in ``archive.search(question, k=5)``. The one-shot rows
+    measure the context right after a compaction, the low point of this cycle."""
+    total = in_context = reached = 0
+    for messages, turns, questions in dialogues:
+        archive = HistoryArchive()
+        guard = ContextGuard(lossy_summarizer(), default_budget=budget, archive=archive)
+        context: list[ChatMessage] = []
+        for message in messages:
+            context.append(message)
+            if message.role == "user":
+                context = await guard.check_and_compact(context)
+        text = _text(context)
+        for question, evidence in questions:
+            value = _SEP.join(turns[e] for e in evidence)
+            total += 1
+            held = _holds(value, text)
+            in_context += held
+            reached += held or any(_holds(value, message_fact_text(hit.message))
+                                   for hit in await archive.search(question, k=5))
+    return {"context": in_context / max(1, total), "hybrid": reached / max(1, total)}
+
+
 async def locomo_rows(dialogues: Sequence[Dialogue],
                       halves: Sequence[str | None] | None = None) -> list[BenchRow]:
     """Rows at each budget over all ``dialogues``, and per half when ``halves`` names
@@ -247,6 +279,14 @@ async def locomo_rows(dialogues: Sequence[Dialogue],
                 BenchRow(f"{label}: evidence in the guard's context / in truncation's",
                          r["context"], "share", baseline=r["baseline context"]),
             ]
+        chat = await running_chat_reach(dialogues, budget)
+        rows += [
+            BenchRow(f"LoCoMo at {budget // 1000}K as a running chat (the guard checks every "
+                     "user turn; informational): guard + hybrid archive (context or search "
+                     "k=5)", chat["hybrid"], "share"),
+            BenchRow(f"LoCoMo at {budget // 1000}K as a running chat: evidence in the "
+                     "guard's context", chat["context"], "share"),
+        ]
     return rows
 
 

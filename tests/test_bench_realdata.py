@@ -21,6 +21,7 @@ from benchmarks.realdata import (
     locomo_rows,
     main,
     reach,
+    running_chat_reach,
     tau_rows,
     tau_traces,
 )
@@ -135,7 +136,24 @@ async def test_reach_counts_context_and_search(tmp_path: Path) -> None:
     assert got["context"] == got["baseline context"] == 0.5
     assert got["hybrid"] == got["baseline"] == 1.0
     rows = await locomo_rows(dialogues)
-    assert [r.name.split(" (")[0] for r in rows] == ["LoCoMo at 2K"] * 2 + ["LoCoMo at 8K"] * 2
+    assert [r.name.split(" (")[0].split(":")[0] for r in rows] == [
+        "LoCoMo at 2K", "LoCoMo at 2K", "LoCoMo at 2K as a running chat",
+        "LoCoMo at 2K as a running chat", "LoCoMo at 8K", "LoCoMo at 8K",
+        "LoCoMo at 8K as a running chat", "LoCoMo at 8K as a running chat"]
+    assert not any(r.target for r in rows if "running chat" in r.name)  # informational
+
+
+async def test_a_running_chat_checks_every_user_turn_and_keeps_its_context(
+        tmp_path: Path) -> None:
+    """The guard runs as a chat runs it: the context it compacted is carried on, so the
+    newest turn is in it, and the old evidence is found by the archive's search."""
+    path = tmp_path / "locomo10.json"
+    path.write_text(json.dumps([locomo_sample()]))
+    dialogues = locomo_dialogues(path)
+    got = await running_chat_reach(dialogues, 2_000)
+    assert got == {"context": 0.5, "hybrid": 1.0}
+    # with room for the whole dialogue nothing is compacted: both are in the context
+    assert await running_chat_reach(dialogues, 200_000) == {"context": 1.0, "hybrid": 1.0}
 
 
 @pytest.mark.parametrize("layout", ["list", "directory"])
