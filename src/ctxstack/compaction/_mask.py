@@ -123,6 +123,7 @@ def plan_mask(
     *,
     stride: int | None = None,
     hold: bool = False,
+    fixed: int | None = None,
 ) -> MaskPlan:
     """Tool outputs to clear so that ``messages`` fit ``mask_fill`` of ``max_tokens``.
 
@@ -141,9 +142,14 @@ def plan_mask(
     unmasked back to an epoch start: the unmasked tail grows with the history and is
     cleared an epoch at a time, instead of one group per call as the newest
     ``mask_keep_groups`` move on (the caller checks that the result still fits).
+
+    ``fixed``: :func:`~ctxstack.compaction._groups.fixed_tokens` of ``messages``, when the
+    caller has it already (it is linear in the list).
     """
     before = counter.count_messages(messages)
-    target = watermark(max_tokens, fixed_tokens(messages, counter), options.mask_fill)
+    if fixed is None:
+        fixed = fixed_tokens(messages, counter)
+    target = watermark(max_tokens, fixed, options.mask_fill)
     if not options.mask or before <= target:
         return MaskPlan((), before, before)
     groups = _tool_groups(messages)
@@ -231,11 +237,11 @@ class MaskToolOutputs:
             return None
         fixed = fixed_tokens(messages, ctx.counter)
         stride = ctx.stride(opts.mask_fill, fixed)  # a caller refitting its history: epochs
-        plan = await self._plan(messages, ctx, stride, hold=stride is not None)
+        plan = await self._plan(messages, ctx, stride, fixed, hold=stride is not None)
         accept = (watermark(ctx.fits, fixed, opts.mask_accept) if ctx.llm is not None
                   else ctx.fits)
         if stride is not None and plan.tokens_after > accept:
-            plan = await self._plan(messages, ctx, stride, hold=False)  # it must fit
+            plan = await self._plan(messages, ctx, stride, fixed, hold=False)  # it must fit
         if not plan:
             return None
 
@@ -254,9 +260,10 @@ class MaskToolOutputs:
 
     @staticmethod
     async def _plan(messages: list[ChatMessage], ctx: CompactionContext, stride: int | None,
-                    *, hold: bool) -> MaskPlan:
+                    fixed: int, *, hold: bool) -> MaskPlan:
         """:func:`plan_mask` for ``ctx`` (long lists planned off the event loop)."""
         args = (messages, ctx.fits, ctx.options, ctx.counter)
         if len(messages) > THREAD_MIN_MESSAGES:
-            return await asyncio.to_thread(plan_mask, *args, stride=stride, hold=hold)
-        return plan_mask(*args, stride=stride, hold=hold)
+            return await asyncio.to_thread(plan_mask, *args, stride=stride, hold=hold,
+                                           fixed=fixed)
+        return plan_mask(*args, stride=stride, hold=hold, fixed=fixed)

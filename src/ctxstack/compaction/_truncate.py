@@ -425,22 +425,23 @@ class Truncate:
         """The truncation (never ``None``: the pipeline's last resort calls it directly)."""
         # A caller that refits its stored history every call gets a stable window: its
         # start moves in steps of the headroom a carried truncation would leave.
-        out = _below_watermark(messages, ctx) or smart_truncate(
+        fixed = fixed_tokens(messages, ctx.counter)
+        out = _below_watermark(messages, ctx, fixed) or smart_truncate(
             messages, ctx.budget, counter=ctx.counter, fill=ctx.options.target_fill,
-            stride=ctx.stride(ctx.options.target_fill, fixed_tokens(messages, ctx.counter)))
+            stride=ctx.stride(ctx.options.target_fill, fixed))
         archived = await ctx.archive_messages(dropped_messages(messages, out))
         return ctx.result(messages, out, "truncate",
                           reason=None if ctx.llm is not None else "no_llm", archived=archived)
 
 
-def _below_watermark(messages: list[ChatMessage], ctx: CompactionContext
+def _below_watermark(messages: list[ChatMessage], ctx: CompactionContext, fixed: int
                      ) -> list[ChatMessage] | None:
     """Whole units newest → oldest up to ``target_fill`` of the budget, or None unless
     that keeps the newest message and at least one other history message, every kept
     message unchanged (no cut: the newest unit fits the watermark whole)."""
     if not ctx.carried or not messages:
         return None
-    low = watermark(ctx.fits, fixed_tokens(messages, ctx.counter), ctx.options.target_fill)
+    low = watermark(ctx.fits, fixed, ctx.options.target_fill)
     if low <= 0:
         return None
     out = fit_within(messages, low, ctx.counter, fill=0)
