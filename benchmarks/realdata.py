@@ -166,13 +166,19 @@ def half_of(name: str) -> str | None:
 
 def locomo_halves(path: Path) -> list[str | None]:
     """Each sample's half (:func:`half_of`), in :func:`locomo_dialogues`' order."""
-    return [half_of(name) for name, _ in _samples(path)]
+    return load_locomo(path)[1]
 
 
 def locomo_dialogues(path: Path) -> list[Dialogue]:
     """Each LoCoMo sample as a chat, with its questions of categories 1–4."""
+    return load_locomo(path)[0]
+
+
+def load_locomo(path: Path) -> tuple[list[Dialogue], list[str | None]]:
+    """The samples read once: :func:`locomo_dialogues` and :func:`locomo_halves`."""
     out = []
-    for n, (_, sample) in enumerate(_samples(path)):
+    samples = _samples(path)
+    for n, (_, sample) in enumerate(samples):
         if not isinstance(sample, dict) or not isinstance(sample.get("qa"), list):
             raise DataError(f"{path}: sample {n} has no 'qa' list")
         conv = sample.get("conversation", sample)
@@ -202,7 +208,7 @@ def locomo_dialogues(path: Path) -> list[Dialogue]:
                      if isinstance(q, dict) and q.get("category") != 5
                      and isinstance(q.get("evidence"), list) and isinstance(q.get("question"), str)]
         out.append((messages, turns, [(q, ev) for q, ev in questions if ev]))
-    return out
+    return out, [half_of(name) for name, _ in samples]
 
 
 _SEP = "\x00"  # joins a question's evidence turns into one value (no turn holds it)
@@ -213,12 +219,17 @@ def _holds(value: str, text: str) -> bool:
     return any(turn in text for turn in value.split(_SEP))
 
 
+def _evidence(turns: dict[str, str], ids: Sequence[str]) -> str:
+    """A question's evidence turns as one value for :func:`_holds`."""
+    return _SEP.join(turns[e] for e in ids)
+
+
 async def reach(dialogues: Sequence[Dialogue], budget: int) -> dict[str, float]:
     """Shares of questions reached at ``budget`` (see the module doc): the guard with the
     hybrid archive (``hybrid``), its context alone (``context``), truncation + word BM25
     (``baseline``) and truncation's context alone (``baseline context``), as
     :mod:`benchmarks.bench_recall` measures its own dialogues; ``n`` questions."""
-    convs = [(messages, [(_SEP.join(turns[e] for e in evidence), question)
+    convs = [(messages, [(_evidence(turns, evidence), question)
                          for question, evidence in questions])
              for messages, turns, questions in dialogues]
     shares = await _question_reach(convs, budget, _holds)
@@ -242,7 +253,7 @@ async def running_chat_reach(dialogues: Sequence[Dialogue], budget: int) -> dict
                 context = await guard.check_and_compact(context)
         text = _text(context)
         for question, evidence in questions:
-            value = _SEP.join(turns[e] for e in evidence)
+            value = _evidence(turns, evidence)
             total += 1
             held = _holds(value, text)
             in_context += held
@@ -307,8 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.tau is not None:
             rows += asyncio.run(tau_rows(tau_traces(args.tau, args.share)))
         if args.locomo is not None:
-            rows += asyncio.run(locomo_rows(locomo_dialogues(args.locomo),
-                                            locomo_halves(args.locomo)))
+            rows += asyncio.run(locomo_rows(*load_locomo(args.locomo)))
     except DataError as exc:
         print(f"realdata: {exc}", file=sys.stderr)
         return 2

@@ -333,34 +333,37 @@ class HistoryArchive:
             if not isinstance(message, ChatMessage):
                 raise InputError(f"add: expected ChatMessage objects, got {type(message).__name__}")
             known = message.metadata.get(ARCHIVE_REF_KEY)
-            key = None
             if not (isinstance(known, str) and known in self._messages):
                 key = _wire_key(message)
                 known = self._by_wire.get(key)
-            if known is not None:
-                refs.append(known)
-                if is_turn(message):
-                    self._last_turn = known
-                continue
-            ref = f"a{len(self._messages) + 1}"
-            self._by_wire[key or _wire_key(message)] = ref
-            stored = message.replace(metadata={**message.metadata, ARCHIVE_REF_KEY: ref})
-            self._messages[ref] = stored
-            grams = ngrams(searchable_text(message)[:MAX_INDEXED_CHARS])
-            for gram, count in grams.items():
-                self._postings[gram][ref] = count
-            length = sum(grams.values())
-            self._lengths[ref] = length
-            self._total_length += length
-            self._word_index().execute(
-                "INSERT INTO words(rowid, body) VALUES (?, ?)",
-                (len(self._messages), _utf8(searchable_text(message)[:MAX_INDEXED_CHARS])))
+                if known is None:
+                    refs.append(self._archive_new(message, key))
+                    continue
+            refs.append(known)
             if self.in_order and is_turn(message):
-                if self._last_turn is not None:
-                    self._link(self._last_turn, ref)
-                self._last_turn = ref
-            refs.append(ref)
+                self._last_turn = known  # archived before: what follows replies to it
         return refs
+
+    def _archive_new(self, message: ChatMessage, key: bytes) -> str:
+        """Store and index a message not archived yet (``key``: its wire digest); link it
+        to the turn before when it replies to it. Its new reference."""
+        ref = f"a{len(self._messages) + 1}"
+        self._by_wire[key] = ref
+        self._messages[ref] = message.replace(metadata={**message.metadata, ARCHIVE_REF_KEY: ref})
+        text = searchable_text(message)[:MAX_INDEXED_CHARS]
+        grams = ngrams(text)
+        for gram, count in grams.items():
+            self._postings[gram][ref] = count
+        length = sum(grams.values())
+        self._lengths[ref] = length
+        self._total_length += length
+        self._word_index().execute("INSERT INTO words(rowid, body) VALUES (?, ?)",
+                                   (len(self._messages), _utf8(text)))
+        if self.in_order and is_turn(message):
+            if self._last_turn is not None:
+                self._link(self._last_turn, ref)
+            self._last_turn = ref
+        return ref
 
     def link_reply(self, question: str, reply: str) -> None:
         """Record that archived message ``reply`` answers ``question`` (which must ask

@@ -249,8 +249,7 @@ class ConversationArchive:
             replies = await self._replies(session, {r: found[r] for r in listed})
         await rank({ref: message for ref, message in replies.values()})
         for question, (reply, _) in replies.items():
-            if local_of[question] != local_of[reply]:
-                ranker.link_reply(local_of[question], local_of[reply])
+            ranker.link_reply(local_of[question], local_of[reply])
         hits = await ranker.search(query, k=k)
         ranker.close()
         return [
