@@ -64,7 +64,7 @@ from ctxstack.guard import ContextGuard
 from ctxstack.messages import ChatMessage, ToolCall
 from ctxstack.tokens import HEURISTIC, HeuristicCounter
 
-BUDGET = 96_000  # 110 tool rounds stay under it with the default counter's 12% margin
+BUDGET = 96_000  # 110 tool rounds stay under it with the default counter's 10% margin
 MAX_CHARS = 50_000
 TARGET_MS = 0.1
 SWEEP_BUDGET = 200_000

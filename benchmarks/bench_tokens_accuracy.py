@@ -97,6 +97,9 @@ from benchmarks.capitals_corpus import capitals_texts
 from benchmarks.common import BenchRow, no_gc, print_table
 from benchmarks.encoded_corpus import CERTIFICATES, certificate_texts, encoded_texts
 from benchmarks.encoded_corpus import LAYOUTS as ENCODED_LAYOUTS
+from benchmarks.margin_sweep import APART, SweepResult
+from benchmarks.margin_sweep import sweep as margin_sweep
+from benchmarks.margin_sweep import table as sweep_table
 from benchmarks.number_corpus import number_texts
 from benchmarks.symbol_corpus import symbol_texts
 from benchmarks.tabbed_corpus import GROUPS as TABBED_GROUPS
@@ -161,6 +164,12 @@ file, whose neighbours in the same package were fitted on."""
 
 LANGUAGE_MIN_TEXTS = 30
 """A language's eval texts needed for its own fits row (fewer repeat too often)."""
+
+
+def sweep_count(quick: bool) -> int:
+    """One-kind conversations per pool in the margin sweep (:mod:`benchmarks.margin_sweep`)."""
+    smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")
+    return 3 if smoke else 30 if quick else 200
 
 
 def conversations_count(quick: bool) -> int:
@@ -253,6 +262,8 @@ class AccuracyResult:
     fits_scripts: FitsResult | None = None
     fits_encoded: FitsResult | None = None
     """Fits by exact count on conversations whose JSON tool results are base64 texts."""
+    margin_sweeps: dict[str, SweepResult] = field(default_factory=dict)
+    """Exact encoding → the margin one-kind conversations needed (``benchmarks.margin_sweep``)."""
     fits_languages: dict[str, FitsResult] = field(default_factory=dict)
     """Language → fits of single-language chats (budgets 2K–32K)."""
     """Fits by exact count on conversations whose chat turns are other-script texts."""
@@ -405,8 +416,9 @@ def measure(quick: bool) -> AccuracyResult:
     scripts = {g: v for g, v in gathered.items() if v}
     res.scripts_missing = [g for g, v in gathered.items() if not v]
     errors_by_group(res.available, scripts, res.scripts, res.scripts_seed)
-    errors_by_group(res.available, symbol_texts("eval", 12 if samples_per_kind(quick) < 80
-                                                 else 60 if quick else 200), res.symbols)
+    symbols = symbol_texts("eval", 12 if samples_per_kind(quick) < 80
+                           else 60 if quick else 200)
+    errors_by_group(res.available, symbols, res.symbols)
     errors_by_group(res.available, tool_views(corpus, samples_per_kind(quick)), res.views,
                     res.views_seed)
     encoded = encoded_texts("eval", samples_per_kind(quick))
@@ -452,6 +464,15 @@ def measure(quick: bool) -> AccuracyResult:
                     res.fits_languages[lang] = fits_by_exact_count(
                         one, res.available[HEADLINE_ENCODING],
                         max(2, conversations_count(quick) // 5), hi_budget=32_000)
+    one_kind_pools: dict[str, list[str]] = {
+        **samples, HELDOUT_CODE: heldout, NUMBERS: numbers, "files as base64": pooled,
+        "symbols": [t for group in symbols.values() for t in group], **layout_texts,
+        **{f"chat in {lang}": texts
+           for lang, texts in gather_languages("eval", samples_per_kind(quick)).items()
+           if len(texts) >= LANGUAGE_MIN_TEXTS}}
+    for enc, exact in res.available.items():
+        res.margin_sweeps[enc] = margin_sweep(one_kind_pools, exact, FAMILY_OF[enc],
+                                              sweep_count(quick))
     for enc, exact in res.available.items():
         smoke = os.environ.get("CTXSTACK_BENCH_SMOKE", "") not in ("", "0")
         res.conversation_calibration[enc] = calibrate_on_conversations(
@@ -734,6 +755,25 @@ def run(quick: bool) -> list[BenchRow]:
                 value=f.over_budget, unit="results", baseline=f.seed_over_budget,
                 target="0", met=f.over_budget == 0,
             ))
+    for enc, sw in res.margin_sweeps.items():
+        if not sw.pools:
+            continue
+        rows.append(BenchRow(
+            name=f"margin needed vs {enc}, one kind of text per conversation "
+                 f"({len(sw.pools) - (APART in sw.pools)} pools, {APART} apart; "
+                 f"{sw.conversations} conversations, budgets 2K–32K)",
+            value=100 * sw.needed, unit="%", baseline=100 * sw.default_margin,
+            target="≤ default margin (sized on this sweep: a regression guard)",
+            met=sw.needed <= sw.default_margin + 1e-9,
+        ))
+        if APART in sw.pools:
+            apart = sw.pools[APART]
+            rows.append(BenchRow(
+                name=f"conversations wholly in capitals over budget by {enc} count at the "
+                     f"default margin ({len(apart.needed)} conversations)",
+                value=apart.over_at(sw.default_margin), unit="results", target="– (reported)",
+                met=None,
+            ))
     for group, f in res.fits_languages.items():
         rows.append(BenchRow(
             name=f"smart_truncate results over budget by o200k count, chat in one "
@@ -942,6 +982,9 @@ def report_markdown(quick: bool) -> str:
                   f"{100 * f.median_fill:.1f}% | {f.seed_over_budget} |"
                   for g, f in res.fits_languages.items()]
         parts.append("\n".join(lines))
+    for enc, sw in res.margin_sweeps.items():
+        if sw.pools:
+            parts.append(sweep_table(sw, enc))
     for enc, why in res.missing.items():
         parts.append(f"**{enc} not measured:** {why}")
     return "\n\n".join(parts)

@@ -101,7 +101,7 @@ def test_chat_counts_with_the_configured_models_exact_tokenizer() -> None:
     unknown = runner.invoke(main, ["chat", "--stub", "--budget", "4000"], input="/quit\n",
                             env={"LLM_MODEL": "my-local-model"})
     assert unknown.exit_code == 0, unknown.output
-    assert "counting tokens with bpe-heuristic (estimate; 12% of the budget kept free)" \
+    assert "counting tokens with bpe-heuristic (estimate; 10% of the budget kept free)" \
         in unknown.output
 
 

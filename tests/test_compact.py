@@ -24,7 +24,7 @@ from ctxstack.compaction._prompts import compaction_prompt
 from ctxstack.errors import ConfigError, InputError, LLMError, RateLimitError
 from ctxstack.llm import LLMResult, ScriptedLLM, Usage
 from ctxstack.messages import ChatMessage, ImagePart, ImageURL, TextPart, ToolCall
-from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, HeuristicCounter
+from ctxstack.tokens import HEURISTIC, SEED_HEURISTIC, BaseCounter, HeuristicCounter
 from ctxstack.tokens._counter import effective_budget
 from tests.conversations import budget_for
 
@@ -315,22 +315,25 @@ def test_fixed_part_over_budget_returns_just_the_fixed_part() -> None:
 
 
 def test_custom_counter_is_honoured() -> None:
-    class Words(HeuristicCounter):
+    class Characters(BaseCounter):
+        """A character a token: four times what the default counter says of English."""
+
         margin = 0.0  # a custom counter states its own margin
 
         @property
         def cache_key(self) -> str:
-            return "words"
+            return "characters"
 
         def count_text(self, text: str) -> int:
-            return len(text.split())
+            return len(text)
 
-    counter = Words()
+    counter = Characters()
     msgs = chat(30, words=10)
-    out = CompactUtils.smart_truncate(msgs, 200, counter=counter)
-    assert counter.count_messages(out) <= 200
-    default = CompactUtils.smart_truncate(msgs, 200)
-    assert [m.text for m in out] != [m.text for m in default], "the custom counter was used"
+    out = CompactUtils.smart_truncate(msgs, 600, counter=counter)
+    assert counter.count_messages(out) <= 600  # the whole budget: its margin is 0
+    default = CompactUtils.smart_truncate(msgs, 600)
+    assert len(out) < len(default), "the custom counter was used"
+    assert counter.count_messages(default) > 600
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, "100", True])
