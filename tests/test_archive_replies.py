@@ -53,6 +53,33 @@ async def test_the_reply_to_a_matching_question_is_found_with_it() -> None:
     assert REPLY in found
 
 
+JA_FILLER = [
+    "今朝は電車が二十分も遅れました。",
+    "駅前のパン屋の営業時間が三月から変わりました。",
+    "先月、妹が遊びに来て一緒に美術館へ行きました。",
+    "お茶の歴史についての本をやっと読み終えました。",
+    "隣の家が二匹目の猫を飼い始めました。",
+    "今年の夏は庭の水やりが一日二回必要です。",
+]
+JA_QUESTION = "週末はどこでキャンプをしましたか。"
+JA_REPLY = "富士山の近くの湖のほとりです。"
+"""Shares no character bigram with the query: only the link finds it."""
+JA_QUERY = "キャンプの場所"
+
+
+async def test_a_japanese_question_without_a_question_mark_lends_to_its_reply() -> None:
+    archive = HistoryArchive()
+    await archive.add(turns([*JA_FILLER, JA_QUESTION, JA_REPLY, *JA_FILLER[:2]]))
+    found = await refs_found(archive, JA_QUERY, k=2)
+    assert found[0] == JA_QUESTION
+    assert JA_REPLY in found
+    # Control: the same turn as a statement lends nothing.
+    statement = HistoryArchive()
+    await statement.add(turns([*JA_FILLER, "週末は湖でキャンプをしました。", JA_REPLY,
+                               *JA_FILLER[:2]]))
+    assert JA_REPLY not in await refs_found(statement, JA_QUERY, k=2)
+
+
 async def test_a_statement_lends_nothing_to_the_turn_after_it() -> None:
     """Control: the same turns, the first a statement, not a question."""
     archive = HistoryArchive()
@@ -127,6 +154,13 @@ def test_what_counts_as_a_question() -> None:
     assert asks_question(ChatMessage.user("هل أنت بخير؟"))
     assert not asks_question(ChatMessage.user("see https://example.org/a?b=1&c=2"))
     assert not asks_question(ChatMessage.user("no question here"))
+    # Japanese and Chinese often end a question with its particle and a full stop.
+    assert asks_question(ChatMessage.user("明日は何時に出発しますか。"))
+    assert asks_question(ChatMessage.assistant("どこへ行ったのですか"))
+    assert asks_question(ChatMessage.user("你去过北京吗。\n我去过。"))
+    assert asks_question(ChatMessage.user("你吃飯了嗎"))
+    assert not asks_question(ChatMessage.user("わかりました。ありがとう。"))  # か inside a word
+    assert not asks_question(ChatMessage.user("我很好。谢谢。"))
     # Tool traffic neither asks nor replies.
     assert not asks_question(ChatMessage.tool("c1", "Why?", name="t"))
     call = ToolCall(id="c1", name="t", arguments={})
@@ -139,6 +173,8 @@ def test_hostile_text_is_judged_in_linear_time() -> None:
     assert not asks_question(ChatMessage.user("a?b=1\x00" * 20_000))
     assert asks_question(ChatMessage.user("?" * 100_000))
     assert not asks_question(ChatMessage.user("x" * 100_000))
+    assert not asks_question(ChatMessage.user("かわ" * 50_000))
+    assert asks_question(ChatMessage.user("か" * 100_000))
 
 
 def test_credit_is_lent_once_and_does_not_chain() -> None:

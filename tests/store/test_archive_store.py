@@ -217,3 +217,24 @@ async def test_a_reply_outside_the_archive_or_from_the_same_side_is_not_linked(
         "Why did you decide to run for office again?", k=2)
     assert hits[0].ref == "m5"
     assert "m6" not in [h.ref for h in hits]
+
+
+JA_REPLY_TEXTS = [
+    "今朝は電車が二十分も遅れました。",
+    "駅前のパン屋の営業時間が三月から変わりました。",
+    "先月、妹が遊びに来て一緒に美術館へ行きました。",
+    "お茶の歴史についての本をやっと読み終えました。",
+    "週末はどこでキャンプをしましたか。",  # a question without a question mark
+    "富士山の近くの湖のほとりです。",
+    "隣の家が二匹目の猫を飼い始めました。",
+    "今年の夏は庭の水やりが一日二回必要です。",
+]
+
+
+async def test_a_japanese_question_ending_in_ka_brings_its_reply_on_every_backend(
+    sf: SessionFactory, alice: UserRecord
+) -> None:
+    conv = await conversation(sf, alice, JA_REPLY_TEXTS)
+    hits = await ConversationArchive(sf, conv).search("キャンプの場所", k=2)
+    assert [h.ref for h in hits] == ["m5", "m6"]
+    assert hits[1].message.text == JA_REPLY_TEXTS[5]

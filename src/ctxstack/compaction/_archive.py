@@ -103,10 +103,14 @@ STOP_WORDS = frozenset(_STOP_TEXT.split())
 line is what a word tokenizer leaves of clitics — "Aisha's" gives ``aisha`` and ``s``,
 "don't" ``don`` and ``t`` — which would otherwise match every possessive or contraction."""
 _WORD = re.compile(r"\w+")  # one character class, repeated: linear time
-_QUESTION = re.compile(r"[？؟]|\?(?![\w=&])")
+_QUESTION = re.compile(r"[？؟]|\?(?![\w=&])|[か吗嗎](?:[。\n]|$)")
 """A question mark: full-width or Arabic anywhere, an ASCII one not followed by a word
-character, ``=`` or ``&`` ("Really?" asks; a URL's ``?key=value`` does not). One
-character and one lookahead: linear time on any input."""
+character, ``=`` or ``&`` ("Really?" asks; a URL's ``?key=value`` does not); or a
+question particle that ends a sentence without one, as Japanese and Chinese often write
+it: ``か`` (``ですか。``, ``でしょうか``) or ``吗``/``嗎`` before ``。``, a line break or
+the end. One character and one lookahead each: linear time on any input."""
+_QUESTION_CHARS = ("?", "？", "؟", "か", "吗", "嗎")
+"""What a question holds at least one of: a substring test before the pattern runs."""
 TURN_ROLES = frozenset({"user", "assistant"})
 """The roles of the turns that ask and reply (tool traffic does neither)."""
 _WORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -199,12 +203,13 @@ def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
 
 def asks_question(message: ChatMessage) -> bool:
     """Whether ``message`` is a turn that asks something: a user or assistant message
-    without tool calls whose text holds a question mark (:data:`_QUESTION`)."""
+    without tool calls whose text holds a question mark or ends a sentence with a
+    question particle (:data:`_QUESTION`)."""
     if not is_turn(message):
         return False
     text = message.text
     # The substring tests skip the regex (~1 ms per 100K characters) for most texts.
-    return ("?" in text or "？" in text or "؟" in text) and _QUESTION.search(text) is not None
+    return any(c in text for c in _QUESTION_CHARS) and _QUESTION.search(text) is not None
 
 
 def is_turn(message: ChatMessage) -> bool:
