@@ -279,7 +279,11 @@ def test_recall_is_answered_by_the_proxy_and_hidden_from_the_client(
         assert json.dumps(call.body["system"]) == json.dumps(SYSTEM)
     # Usage: the sum over both upstream calls, and the header says so.
     assert raw.headers[USAGE_HEADER] == "sum; upstream_calls=2"
-    assert answer.usage.input_tokens == sum(input_tokens(c.body, c.messages) for c in calls)
+    # Anthropic reports the prompt in three parts: uncached, cache reads, cache writes.
+    usage = answer.usage
+    assert (usage.input_tokens + usage.cache_read_input_tokens
+            + usage.cache_creation_input_tokens) == sum(
+        input_tokens(c.body, c.messages) for c in calls)
     assert answer.usage.cache_read_input_tokens == 60
     assert answer.usage.cache_creation_input_tokens == 5
     assert _model_stats(proxy)["recall_rounds"] - rounds_before == 1
@@ -307,7 +311,10 @@ def test_recall_in_a_stream_is_hidden_and_usage_summed(
     assert RECALL_TOOL not in final.model_dump_json()
     calls = forwarded(stub, seen)
     assert len(calls) == 2
-    assert final.usage.input_tokens == sum(input_tokens(c.body, c.messages) for c in calls)
+    usage = final.usage
+    assert (usage.input_tokens + (usage.cache_read_input_tokens or 0)
+            + (usage.cache_creation_input_tokens or 0)) == sum(
+        input_tokens(c.body, c.messages) for c in calls)
     assert final.usage.cache_read_input_tokens == 60
     # The stream's round carries the model's turn rebuilt from its deltas, signed.
     turn = calls[1].body["messages"][-2]
@@ -362,10 +369,12 @@ def test_stats_count_anthropic_usage_cache_tokens_once_and_requests(
     before = _model_stats(proxy)
     stub.rule = lambda r: StubReply.text("ok", cached_tokens=70, cache_write_tokens=30)
     client = connect("stats")
+    # A prompt larger than the cache figures the stub reports for it (they are part of it).
+    prompt = "Please summarise the incident report of last night. " * 20
     client.messages.create(model=MODEL, max_tokens=64,
-                           messages=[{"role": "user", "content": "hi"}])
+                           messages=[{"role": "user", "content": prompt}])
     with client.messages.stream(model=MODEL, max_tokens=64,
-                                messages=[{"role": "user", "content": "hi"}]) as stream:
+                                messages=[{"role": "user", "content": prompt}]) as stream:
         stream.get_final_message()
     after = _model_stats(proxy)
     for field, delta in (("requests", 2), ("forwarded", 2), ("responses", 2),

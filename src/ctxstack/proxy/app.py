@@ -62,6 +62,7 @@ from ctxstack.proxy.responses_chains import ChainStore
 from ctxstack.proxy.responses_route import responses_http
 from ctxstack.proxy.responses_socket import responses_socket
 from ctxstack.proxy.responses_view import ResponsesConversation
+from ctxstack.proxy.scales import TokenScales
 from ctxstack.proxy.session_fit import SessionFitter
 from ctxstack.proxy.sessions import (
     RedisLease,
@@ -107,6 +108,8 @@ class ProxyState:
                      if settings.tokenizer_model and settings.tokenizer_path else None)
         self.fitter = Fitter(ModelCounters(fixed=counter, tokenizer=tokenizer), store,
                              summary_timeout=settings.summary_timeout)
+        self.scales = TokenScales(self.fitter.counters, enabled=settings.learn_scale)
+        """Per model counted by estimate: the upstream's count ÷ the estimate, learnt."""
         self.sessions = SessionStore(factory, ttl_seconds=settings.checkpoint_ttl)
         flight_seconds = settings.summary_timeout * 2 + 10
         self.flight = SingleFlight(
@@ -260,7 +263,7 @@ async def _chat(state: ProxyState, request: Request) -> Response:
         log.update(model=chat.model, stream=chat.stream, messages=len(chat.conversation))
         state.stats.wire(WIRE, chat.model, requests=1)
         model_budget = await state.budgets.get(chat.model)
-        budget = model_budget.usable_input_tokens
+        budget = state.scales.budget(chat.model, model_budget.usable_input_tokens)
         summarizer, own = state.summarizers.get(chat.model, model_budget,
                                                 request.headers.get("authorization"))
         try:
@@ -351,7 +354,7 @@ async def _forward(state: ProxyState, request: Request, chat: CompletionRequest,
                     "text/event-stream")
                 extra[USAGE_HEADER] = "sum" if is_sse else "sum; upstream_calls=1"
                 answer = await relay_answer(upstream, extra,
-                                            on_answer=_usage_tap(state, chat.model))
+                                            on_answer=_usage_tap(state, chat.model, fit))
             log_event("chat_completion", status=upstream.status_code, **log)
             return answer
         raw, data = await read_error(upstream, limit=ERROR_BODY_LIMIT)
@@ -388,10 +391,12 @@ async def _refit(state: ProxyState, chat: CompletionRequest, fit: Fit, target: i
     return await state.fitter.refit(chat, target, salt=salt, summarizer=summarizer)
 
 
-def _usage_tap(state: ProxyState, model: str) -> Callable[[object], None]:
+def _usage_tap(state: ProxyState, model: str, fit: Fit) -> Callable[[object], None]:
     def tap(data: object) -> None:
         if isinstance(data, dict):
-            state.stats.usage(WIRE, model, chat_usage(data))
+            usage = chat_usage(data)
+            state.stats.usage(WIRE, model, usage)
+            state.scales.observe(WIRE, model, fit, usage)
     return tap
 
 
@@ -418,6 +423,7 @@ async def _recall_answer(state: ProxyState, upstream: httpx.Response, chat: Comp
 
     def done(usage: UpstreamUsage, rounds: int) -> None:
         state.stats.usage(WIRE, model, usage, rounds)
+        state.scales.observe(WIRE, model, fit, usage, rounds)
         log.update(recall_rounds=rounds)
 
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):

@@ -82,6 +82,7 @@ from ctxstack.proxy.responses_view import (
     remembered,
     schema_tokens,
 )
+from ctxstack.proxy.scales import TokenScales
 from ctxstack.proxy.session_fit import SessionFitter
 from ctxstack.proxy.sessions import SessionStore, owner_salt, session_key
 from ctxstack.proxy.settings import ProxySettings
@@ -112,6 +113,7 @@ class ProxyParts(Protocol):
     sessions: SessionStore
     session_fitter: SessionFitter
     responses_units: UnitMemo[ResponsesConversation]
+    scales: TokenScales
 
 
 class _FitRequest(CompletionRequest):
@@ -215,7 +217,7 @@ async def prepare(state: ProxyParts, request: ResponsesRequest, headers: Mapping
     validate_items(request.input, max(0, hit[1] - len(chain or ())))
     validate_pairs(chain, request.input)
     model_budget = await state.budgets.get(request.model)
-    budget = model_budget.usable_input_tokens
+    budget = state.scales.budget(request.model, model_budget.usable_input_tokens)
     ex = Exchange(request, owner, wire_salt, budget, None, full, remembered=hit)
     if not fit:
         return ex
@@ -387,6 +389,7 @@ async def record(state: ProxyParts, ex: Exchange, response: Mapping[str, Any], *
         usage = responses_usage(response)
     if usage is not None:
         state.stats.usage(WIRE, model, usage, rounds)
+        state.scales.observe(WIRE, model, ex.fit, usage, rounds)
     rid = response.get("id")
     output = response.get("output")
     if (not isinstance(rid, str) or not rid or not isinstance(output, list)

@@ -112,6 +112,10 @@ class ProxySettings(EnvSettings):
                                         validation_alias="CTXSTACK_PROXY_STATS_FLUSH")
     """Seconds between two writes of a worker's counts to the database, where
     ``/ctxstack/stats`` sums every worker's."""
+    learn_scale: bool = Field(default=True, validation_alias="CTXSTACK_PROXY_LEARN_SCALE")
+    """Learn, per model counted by estimate, how many tokens the upstream reports for what
+    the proxy estimated, and divide that model's budget by it
+    (:mod:`ctxstack.proxy.scales`)."""
     overflow_retry_fill: float = Field(default=0.5, gt=0, lt=1)
     """On an upstream overflow error, compact to this share of what was sent, retry once."""
     tokenizer_model: str | None = Field(None, validation_alias="LLM_MODEL")

@@ -215,8 +215,11 @@ def _stop_reason(reply: StubReply) -> str:
 
 
 def _usage(request: StubRequest, reply: StubReply) -> dict[str, Any]:
+    """As Anthropic reports it: ``input_tokens`` is the prompt less the cache reads and
+    writes, which are reported apart (the three add up to the whole prompt)."""
     _, completion = stub_usage(request.messages, reply.content, reply.tool_calls)
-    return {"input_tokens": input_tokens(request.body, request.messages),
+    whole = input_tokens(request.body, request.messages)
+    return {"input_tokens": max(0, whole - reply.cached_tokens - reply.cache_write_tokens),
             "cache_creation_input_tokens": reply.cache_write_tokens,
             "cache_read_input_tokens": reply.cached_tokens,
             "output_tokens": completion}

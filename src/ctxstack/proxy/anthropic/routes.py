@@ -189,7 +189,7 @@ async def handle(state: Any, request: Request, *, count_only: bool) -> Response:
         if not count_only:
             state.stats.wire(WIRE, req.model, requests=1)
         model_budget = await state.budgets.get(req.model)
-        budget = model_budget.usable_input_tokens
+        budget = state.scales.budget(req.model, model_budget.usable_input_tokens)
         summarizer, own = _summarizer(state, wire, req, model_budget, request)
         try:
             plan = _Plan(req, request.headers, salt, summarizer, wire.counts, remembered=hit)
@@ -328,7 +328,9 @@ async def _forward(state: Any, wire: AnthropicWire, request: Request, plan: _Pla
     retried = False
 
     def on_usage(usage: Mapping[str, object]) -> None:
-        state.stats.usage(WIRE, model, anthropic_usage(usage))
+        counted = anthropic_usage(usage)
+        state.stats.usage(WIRE, model, counted)
+        state.scales.observe(WIRE, model, fit, counted)
 
     while True:
         state.stats.bump("forwarded")
@@ -399,6 +401,7 @@ async def _recall_answer(state: Any, wire: AnthropicWire, upstream: httpx.Respon
 
     def done(usage: UpstreamUsage, rounds: int) -> None:
         state.stats.usage(WIRE, model, usage, rounds)
+        state.scales.observe(WIRE, model, fit, usage, rounds)
         log_fields.update(recall_rounds=rounds)
 
     if upstream.headers.get("content-type", "").startswith("text/event-stream"):

@@ -1,0 +1,206 @@
+"""The proxy learns how many tokens the upstream counts for what it estimated, per model.
+
+A model counted by the heuristic (no tokenizer offline: Claude, Gemini…) may need more
+tokens for the same text than the ``o200k_base`` the heuristic models; fitted by the
+estimate alone, its requests can overflow the real window. The upstream reports what it
+counted, and budgets are divided by the learnt ratio (:mod:`ctxstack.proxy.scales`).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from ctxstack.llm.stub import StubReply, StubRequest, StubServer
+from ctxstack.llm.stub.anthropic import input_tokens
+from ctxstack.proxy import ProxySettings, parse_compaction_header
+from ctxstack.proxy.anthropic import count_request
+from ctxstack.proxy.counting import ModelCounters
+from ctxstack.proxy.fitting import Fit
+from ctxstack.proxy.recall import UpstreamUsage
+from ctxstack.proxy.scales import (
+    DEAD_BAND,
+    MAX_MODELS,
+    MAX_SCALE,
+    MIN_TOKENS,
+    SMOOTHING,
+    TokenScales,
+    prompt_tokens,
+)
+from ctxstack.tokens import DEFAULT_COUNTER, BaseCounter
+from tests.proxy_support import app_client, is_summary_request
+
+
+class Exact(BaseCounter):
+    """A counter that claims to be exact (margin 0), as a model's own tokenizer is."""
+
+    margin = 0.0
+
+    @property
+    def cache_key(self) -> str:
+        return "exact-words"
+
+    def count_text(self, text: str) -> int:
+        return len(text.split())
+
+
+def fit(tokens: int) -> Fit:
+    return Fit(None, "none", 3, 3, 0, tokens, tokens, counter="bpe-heuristic")
+
+
+def usage(prompt: int, **kw: int) -> UpstreamUsage:
+    return UpstreamUsage(input_tokens=prompt, output_tokens=10, calls=1, **kw)
+
+
+def estimating() -> TokenScales:
+    return TokenScales(ModelCounters(fixed=DEFAULT_COUNTER))
+
+
+def test_the_first_answer_sets_the_scale_and_later_ones_move_it_smoothly() -> None:
+    scales = estimating()
+    assert scales.scale("claude-x") == 1.0
+    assert scales.budget("claude-x", 100_000) == 100_000
+    assert scales.observe("anthropic", "claude-x", fit(10_000), usage(13_000))
+    assert scales.scale("claude-x") == pytest.approx(1.3)
+    assert scales.budget("claude-x", 100_000) == int(100_000 / 1.3)
+    assert scales.observe("anthropic", "claude-x", fit(10_000), usage(12_000))
+    assert scales.scale("claude-x") == pytest.approx(1.3 + SMOOTHING * (1.2 - 1.3))
+    assert scales.samples("claude-x") == 2
+    assert scales.scale("other-model") == 1.0  # per model name
+
+
+def test_the_scale_only_ever_shrinks_budgets() -> None:
+    """Upward only: a model that needs fewer tokens keeps the whole budget (the margin
+    is for the estimate's own scatter), and a ratio within the dead band changes nothing."""
+    scales = estimating()
+    assert scales.observe("chat", "fewer", fit(10_000), usage(8_000))
+    assert scales.scale("fewer") == 1.0
+    assert scales.budget("fewer", 50_000) == 50_000
+    assert scales.observe("chat", "close", fit(10_000), usage(int(10_000 * (1 + DEAD_BAND)) - 1))
+    assert scales.scale("close") == 1.0
+    assert scales.budget("tiny", 1) == 1
+
+
+@pytest.mark.parametrize(("why", "sample"), [
+    ("recall rounds: usage of several calls", dict(rounds=1)),
+    ("several calls summed", dict(answer=UpstreamUsage(input_tokens=26_000, calls=2))),
+    ("a small request", dict(estimated=MIN_TOKENS - 1, answer=usage(MIN_TOKENS * 2))),
+    ("no usage reported", dict(answer=usage(0))),
+    ("an absurd ratio", dict(answer=usage(int(10_000 * MAX_SCALE) + 10))),
+    ("a fit that failed (nothing estimated)", dict(estimated=0)),
+    ("no fit", dict(no_fit=True)),
+])
+def test_what_is_not_a_sample(why: str, sample: dict[str, Any]) -> None:
+    scales = estimating()
+    taken = scales.observe(
+        "chat", "m", None if sample.get("no_fit") else fit(sample.get("estimated", 10_000)),
+        sample.get("answer", usage(13_000)), sample.get("rounds", 0))
+    assert not taken, why
+    assert scales.scale("m") == 1.0
+    assert scales.samples("m") == 0
+
+
+def test_a_model_counted_by_its_own_tokenizer_is_never_scaled() -> None:
+    scales = TokenScales(ModelCounters(fixed=Exact()))
+    assert not scales.observe("chat", "gpt-x", fit(10_000), usage(13_000))
+    assert scales.budget("gpt-x", 100_000) == 100_000
+
+
+def test_disabled_learns_nothing() -> None:
+    scales = TokenScales(ModelCounters(fixed=DEFAULT_COUNTER), enabled=False)
+    assert not scales.observe("chat", "m", fit(10_000), usage(13_000))
+    assert scales.budget("m", 100_000) == 100_000
+
+
+def test_anthropic_reports_the_cached_part_of_the_prompt_apart() -> None:
+    answer = usage(1_000, cache_read_tokens=11_000, cache_write_tokens=1_000)
+    assert prompt_tokens("anthropic", answer) == 13_000
+    assert prompt_tokens("chat", usage(13_000, cache_read_tokens=11_000)) == 13_000
+    scales = estimating()
+    scales.observe("anthropic", "claude-x", fit(10_000), answer)
+    assert scales.scale("claude-x") == pytest.approx(1.3)
+
+
+def test_model_names_are_bounded() -> None:
+    scales = estimating()
+    for i in range(MAX_MODELS + 5):
+        scales.observe("chat", f"client-chosen-{i}", fit(10_000), usage(13_000))
+    # Past the bound the map was cleared: the first names are forgotten, the last kept.
+    assert scales.scale("client-chosen-0") == 1.0
+    assert scales.scale(f"client-chosen-{MAX_MODELS + 4}") == pytest.approx(1.3)
+
+
+# ------------------------------------------------------------------ a proxy in process
+BUDGET = 20_000
+MODEL = "claude-scaled"
+WIDER = 1.3
+"""How many more tokens the stub's "model" counts than the heuristic: another vocabulary."""
+
+
+def wider_tokenizer(request: StubRequest) -> StubReply:
+    """The stub as a model whose tokenizer needs 30% more tokens than the estimate."""
+    if is_summary_request(request):
+        return StubReply.text("Summary: the logs so far were routine.")
+    whole = int(input_tokens(request.body, request.messages) * WIDER)
+    body = {"id": "msg_scaled", "type": "message", "role": "assistant", "model": MODEL,
+            "content": [{"type": "text", "text": "Noted."}], "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": whole - 400, "cache_read_input_tokens": 300,
+                      "cache_creation_input_tokens": 100, "output_tokens": 3}}
+    return StubReply(raw_body=json.dumps(body))
+
+
+def request_of(tokens: int, tag: str) -> dict[str, Any]:
+    """A Messages body the proxy estimates at about ``tokens``."""
+    messages: list[dict[str, Any]] = []
+    body = {"model": MODEL, "max_tokens": 64, "system": "You watch the shipping logs.",
+            "messages": messages}
+    day = 0
+    while count_request(body, DEFAULT_COUNTER) < tokens:
+        line = f"{tag} day {day}: " + " ".join(
+            f"crate {day}-{i} left bay {i % 7} at {8 + i % 9}:{i % 60:02d}" for i in range(25))
+        messages += [{"role": "user", "content": line},
+                     {"role": "assistant", "content": f"Day {day} logged."}]
+        day += 1
+    messages.append({"role": "user", "content": "Anything unusual?"})
+    return body
+
+
+def settings(db: str, stub: StubServer, *, learn: bool) -> ProxySettings:
+    return ProxySettings(upstream=stub.base_url, anthropic_upstream=stub.url,
+                         database_url=db, learn_scale=learn,
+                         budget_env={"LLM_CONTEXT_SIZE": str(BUDGET + 1000),
+                                     "LLM_MAX_OUTPUT_TOKENS": "1000"})
+
+
+@pytest.mark.parametrize("learn", [True, False], ids=["learning", "off"])
+async def test_after_one_answer_requests_fit_the_upstreams_count(
+        proxy_db_url: str, stub: StubServer, learn: bool) -> None:
+    """One answer of a model that counts 30% more teaches the proxy; the next request,
+    within the budget by the estimate less its margin but over it by the model's count,
+    is compacted to fit the model's count. With learning off it goes out as sent."""
+    stub.rule = wider_tokenizer
+    headers = {"x-api-key": "sk-ant-scaled", "anthropic-version": "2023-06-01"}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, settings(proxy_db_url, stub, learn=learn))
+        first = await client.post("/v1/messages", json=request_of(3_000, "warm-up"),
+                                  headers={**headers, "x-ctxstack-session": "a"})
+        assert first.status_code == 200, first.text
+        big = request_of(int(BUDGET * 0.85), "main")
+        assert count_request(big, DEFAULT_COUNTER) * WIDER > BUDGET  # over, as counted
+        seen = len(stub.requests)
+        r = await client.post("/v1/messages", json=big,
+                              headers={**headers, "x-ctxstack-session": "b"})
+        assert r.status_code == 200, r.text
+    method = parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"]
+    sent = [q for q in stub.requests[seen:] if not is_summary_request(q)][-1]
+    counted = input_tokens(sent.body, sent.messages) * WIDER
+    if learn:
+        assert method != "none"
+        assert counted <= BUDGET
+    else:
+        assert method == "none"
+        assert counted > BUDGET
