@@ -79,11 +79,11 @@ def test_placeholders_are_deterministic_for_the_same_message_and_ref() -> None:
 
 async def test_mask_fill_is_the_mask_stages_own_watermark() -> None:
     msgs = [SYS, QUERY, *[m for i in range(20) for m in group(i)]]
-    fits = effective_budget(14_000, HEURISTIC)
+    fits = effective_budget(13_000, HEURISTIC)
     results = {}
     for fill in (0.5, 0.8):
         for target in (0.4, 0.9):  # the summary's watermark does not move the mask step
-            res = await compact_staged(msgs, None, 14_000,
+            res = await compact_staged(msgs, None, 13_000,
                                        CompactionOptions(mask_fill=fill, target_fill=target),
                                        counter=HEURISTIC)
             assert res.method == "mask"

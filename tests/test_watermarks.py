@@ -106,8 +106,8 @@ async def test_the_mask_stage_clears_only_down_to_its_watermark_over_the_room() 
         f"Rule {i}: check the booking reference and the passenger's name before acting."
         for i in range(240)))
     msgs = [policy]
-    for i in range(11):
-        msgs += _tool_turn(i, 20)
+    for i in range(12):
+        msgs += _tool_turn(i, 21)
     limit = effective_budget(BUDGET, HEURISTIC)
     assert HEURISTIC.count_messages(msgs) > limit
     events: list[CompactionEvent] = []

@@ -683,7 +683,7 @@ async def test_the_load_leaves_room_for_what_every_call_adds(sf: SessionFactory,
         return order_id
 
     await seed(sf, conv, 41)
-    system = "You are a careful assistant. " * 40
+    system = "You are a careful assistant. " * 80
     specs = [lookup.spec()]
     plain = memory(sf, conv, budget=1_200)
     reserved = memory(sf, conv, budget=1_200, system_prompt=system, tools=specs)

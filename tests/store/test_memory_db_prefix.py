@@ -114,7 +114,7 @@ async def test_a_load_from_a_checkpoint_carries_the_archive_tools_the_turns_offe
     await append_messages(sf, conv, [NewMessage(role="user", content="And the totals?")])
     # no checkpoint yet: the turns before offered no recall
     llm = ScriptedLLM(["Summary."])
-    mem = DbMemory(conv, session_factory=sf, budget=1_500, compact_llm=llm,
+    mem = DbMemory(conv, session_factory=sf, budget=1_400, compact_llm=llm,
                    system_prompt=PROMPT, tools=TOOLS, archive_tools=[recall_spec()])
     await mem.get_messages()
     assert llm.calls[0].tools == tuple(TOOLS)
@@ -123,7 +123,7 @@ async def test_a_load_from_a_checkpoint_carries_the_archive_tools_the_turns_offe
         summary="[Conversation summary]\nEarlier orders were priced.", last_seq=4,
         token_count=12))
     llm = ScriptedLLM(["Summary."])
-    mem = DbMemory(conv, session_factory=sf, budget=1_500, compact_llm=llm,
+    mem = DbMemory(conv, session_factory=sf, budget=1_400, compact_llm=llm,
                    system_prompt=PROMPT, tools=TOOLS, archive_tools=[recall_spec()])
     await mem.get_messages()
     [call] = llm.calls
