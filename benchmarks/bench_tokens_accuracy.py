@@ -61,7 +61,10 @@ estimator — pure Python, the only implementation — against tiktoken's ``o200
 encode, target ≥ 8× on every kind (issue 27; the earlier ≥ 20×, met only by a C
 extension, is retired); calibration, two ways (below); and **fits by exact count**: random conversations
 (tool-heavy JSON, CJK, code, images) cut by ``smart_truncate`` with the default counter
-at budgets from 2K to 128K tokens, then counted by tiktoken: how many exceed the budget.
+at budgets from 2K to 128K tokens, then counted by tiktoken: how many exceed the budget;
+and **the margin needed** (:mod:`benchmarks.margin_sweep`): conversations whose every
+message is one kind of text, cut at margins from 4% to 20%, the smallest at which each fits
+by tiktoken — where the default margin was sized, re-checked on every report.
 
 Calibration is measured two ways, both kept:
 
