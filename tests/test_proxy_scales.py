@@ -16,6 +16,7 @@ import pytest
 
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
 from ctxstack.llm.stub.anthropic import input_tokens
+from ctxstack.messages import ChatMessage
 from ctxstack.proxy import ProxySettings, parse_compaction_header
 from ctxstack.proxy.anthropic import count_request
 from ctxstack.proxy.counting import ModelCounters
@@ -30,7 +31,7 @@ from ctxstack.proxy.scales import (
     TokenScales,
     prompt_tokens,
 )
-from ctxstack.tokens import DEFAULT_COUNTER, BaseCounter
+from ctxstack.tokens import DEFAULT_COUNTER, HEURISTIC, BaseCounter
 from tests.proxy_support import app_client, is_summary_request
 
 
@@ -198,6 +199,84 @@ async def test_after_one_answer_requests_fit_the_upstreams_count(
     method = parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"]
     sent = [q for q in stub.requests[seen:] if not is_summary_request(q)][-1]
     counted = input_tokens(sent.body, sent.messages) * WIDER
+    if learn:
+        assert method != "none"
+        assert counted <= BUDGET
+    else:
+        assert method == "none"
+        assert counted > BUDGET
+
+
+def wider_on(wire: str) -> Any:
+    """:func:`wider_tokenizer` for the Chat or the Responses wire."""
+    def rule(request: StubRequest) -> StubReply:
+        if is_summary_request(request):
+            return StubReply.text("Summary: the logs so far were routine.")
+        prompt = int(HEURISTIC.count_messages(request.messages) * WIDER)
+        if wire == "chat":
+            body: dict[str, Any] = {
+                "id": "chatcmpl-scaled", "object": "chat.completion", "created": 0,
+                "model": MODEL, "choices": [{"index": 0, "finish_reason": "stop",
+                                             "message": {"role": "assistant",
+                                                         "content": "Noted."}}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": 2,
+                          "total_tokens": prompt + 2}}
+        else:
+            body = {
+                "id": f"resp_scaled_{len(request.messages)}", "object": "response",
+                "created_at": 0, "status": "completed", "model": MODEL,
+                "output": [{"type": "message", "id": "msg_scaled", "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": "Noted.",
+                                         "annotations": []}]}],
+                "usage": {"input_tokens": prompt, "output_tokens": 2,
+                          "total_tokens": prompt + 2,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
+        return StubReply(raw_body=json.dumps(body))
+    return rule
+
+
+def turns_of(tokens: int, tag: str) -> list[dict[str, str]]:
+    """User and assistant turns the heuristic counts at about ``tokens``."""
+    turns: list[dict[str, str]] = [{"role": "system", "content": "You watch the logs."}]
+    day = 0
+    while HEURISTIC.count_messages([ChatMessage(role=t["role"], content=t["content"])
+                                    for t in turns]) < tokens:
+        line = f"{tag} day {day}: " + " ".join(
+            f"crate {day}-{i} left bay {i % 7} at {8 + i % 9}:{i % 60:02d}" for i in range(25))
+        turns += [{"role": "user", "content": line},
+                  {"role": "assistant", "content": f"Day {day} logged."}]
+        day += 1
+    turns.append({"role": "user", "content": "Anything unusual?"})
+    return turns
+
+
+def body_on(wire: str, turns: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
+    if wire == "chat":
+        return "/v1/chat/completions", {"model": MODEL, "messages": turns}
+    return "/v1/responses", {"model": MODEL, "instructions": turns[0]["content"],
+                             "input": turns[1:]}
+
+
+@pytest.mark.parametrize("learn", [True, False], ids=["learning", "off"])
+@pytest.mark.parametrize("wire", ["chat", "responses"])
+async def test_the_chat_and_responses_wires_learn_the_scale_too(
+        proxy_db_url: str, stub: StubServer, wire: str, learn: bool) -> None:
+    stub.rule = wider_on(wire)
+    headers = {"authorization": "Bearer sk-scaled"}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, settings(proxy_db_url, stub, learn=learn))
+        path, warm = body_on(wire, turns_of(3_000, "warm-up"))
+        first = await client.post(path, json=warm, headers=headers)
+        assert first.status_code == 200, first.text
+        path, big = body_on(wire, turns_of(int(BUDGET * 0.85), "main"))
+        seen = len(stub.requests)
+        r = await client.post(path, json=big, headers=headers)
+        assert r.status_code == 200, r.text
+    method = parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"]
+    sent = [q for q in stub.requests[seen:] if not is_summary_request(q)][-1]
+    counted = HEURISTIC.count_messages(sent.messages) * WIDER
     if learn:
         assert method != "none"
         assert counted <= BUDGET
