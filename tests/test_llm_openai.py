@@ -153,6 +153,39 @@ async def test_missing_usage_is_estimated_and_flagged(
     assert result.usage.calls == 1
 
 
+@pytest.mark.parametrize("prompt", [10**30, -7, True, "12", 3.5],
+                         ids=["huge", "negative", "bool", "text", "float"])
+async def test_absurd_usage_is_estimated_not_trusted(
+    stub: StubServer, stub_client: OpenAICompatibleLLM, prompt: object
+) -> None:
+    """A figure that is not a count is not usage: the call is estimated instead (a 10**30
+    would overflow every counter it is summed into, the service's 64-bit totals first)."""
+    body = {"id": "chatcmpl-odd", "object": "chat.completion", "created": 0,
+            "model": "stub", "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 1,
+                      "prompt_tokens_details": {"cached_tokens": 10**30}}}
+    stub.push(StubReply(raw_body=json.dumps(body)))
+    result = await stub_client.chat(QUESTION)
+    assert result.text == "ok"
+    assert result.usage.estimated
+    assert result.usage.input_tokens == HEURISTIC.count_messages(QUESTION)
+    assert result.usage.cached_tokens == 0
+
+
+async def test_an_absurd_cached_figure_alone_is_dropped(
+    stub: StubServer, stub_client: OpenAICompatibleLLM
+) -> None:
+    body = {"id": "chatcmpl-odd", "object": "chat.completion", "created": 0,
+            "model": "stub", "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": "ok"}}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 1,
+                      "prompt_tokens_details": {"cached_tokens": -3}}}
+    stub.push(StubReply(raw_body=json.dumps(body)))
+    result = await stub_client.chat(QUESTION)
+    assert result.usage == Usage(input_tokens=40, output_tokens=1, calls=1)
+
+
 # --------------------------------------------------------------------------- tools
 async def test_tool_call_round_trip(stub: StubServer, stub_client: OpenAICompatibleLLM) -> None:
     stub.push(StubReply.tool_call("get_weather", {"city": "Paris"}, call_id="call_w1"),

@@ -283,3 +283,33 @@ async def test_the_chat_and_responses_wires_learn_the_scale_too(
     else:
         assert method == "none"
         assert counted > BUDGET
+
+
+@pytest.mark.parametrize("reported", [10**30, -5, "many", None, 2.5e9, True],
+                         ids=["huge", "negative", "text", "null", "float", "bool"])
+async def test_an_upstreams_absurd_usage_teaches_nothing_and_breaks_nothing(
+        proxy_db_url: str, stub: StubServer, reported: object) -> None:
+    """Whatever the upstream writes in ``usage``, the answer reaches the client and the
+    model's budget stays as it was: the next request, within it by the estimate, goes out
+    as sent."""
+    def rule(request: StubRequest) -> StubReply:
+        body = {"id": "msg_odd", "type": "message", "role": "assistant", "model": MODEL,
+                "content": [{"type": "text", "text": "Noted."}], "stop_reason": "end_turn",
+                "stop_sequence": None, "usage": {"input_tokens": reported, "output_tokens": 3}}
+        return StubReply(raw_body=json.dumps(body))
+
+    stub.rule = rule
+    headers = {"x-api-key": "sk-ant-odd", "anthropic-version": "2023-06-01"}
+    async with AsyncExitStack() as stack:
+        client = await app_client(stack, settings(proxy_db_url, stub, learn=True))
+        first = await client.post("/v1/messages", json=request_of(3_000, "warm-up"),
+                                  headers=headers)
+        assert first.status_code == 200, first.text
+        assert first.json()["content"][0]["text"] == "Noted."
+        r = await client.post("/v1/messages", json=request_of(int(BUDGET * 0.85), "main"),
+                              headers=headers)
+        assert r.status_code == 200, r.text
+        # The stats were written to the database (a 10**30 once made every write fail).
+        stats = (await client.get("/ctxstack/stats")).json()
+        assert stats["scope"] == "all"
+    assert parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"] == "none"

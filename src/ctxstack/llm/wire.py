@@ -85,24 +85,40 @@ def parse_tool_call(raw: object, where: str) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=parsed)
 
 
+MAX_REPORTED_TOKENS = 10**12
+"""The largest usage figure taken from a provider's answer (no call bills more)."""
+
+
+def reported_count(value: object) -> int | None:
+    """A usage figure as the provider wrote it, if it is one: an integer (not a bool)
+    from 0 to :data:`MAX_REPORTED_TOKENS`; else ``None``. Bounded because usage is summed
+    into 64-bit database counters (the service's conversation totals, the proxy's stats):
+    an endpoint reporting 10**30 tokens would make those writes fail."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value
+    return None
+
+
 def parse_usage(raw: object) -> Usage | None:
-    """Provider usage, or ``None`` when absent or incomplete.
+    """Provider usage, or ``None`` when absent, incomplete or absurd (a figure that is not
+    a count, :func:`reported_count`: the caller then estimates it).
 
     Cached prompt tokens come from ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM)
     or ``prompt_cache_hit_tokens`` (DeepSeek).
     """
     if not isinstance(raw, Mapping):
         return None
-    prompt = raw.get("prompt_tokens")
-    completion = raw.get("completion_tokens")
-    if not isinstance(prompt, int) or not isinstance(completion, int):
+    prompt = reported_count(raw.get("prompt_tokens"))
+    completion = reported_count(raw.get("completion_tokens"))
+    if prompt is None or completion is None:
         return None
     details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    if not isinstance(cached, int):
-        cached = raw.get("prompt_cache_hit_tokens")
-    return Usage(input_tokens=prompt, output_tokens=completion,
-                 cached_tokens=cached if isinstance(cached, int) else 0, calls=1)
+    cached = reported_count(details.get("cached_tokens") if isinstance(details, Mapping)
+                            else None)
+    if cached is None:
+        cached = reported_count(raw.get("prompt_cache_hit_tokens"))
+    return Usage(input_tokens=prompt, output_tokens=completion, cached_tokens=cached or 0,
+                 calls=1)
 
 
 def estimate_usage(messages: Sequence[ChatMessage], output_tokens: int) -> Usage:

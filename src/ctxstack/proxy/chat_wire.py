@@ -43,6 +43,7 @@ from ctxstack.proxy.recall import (
     UpstreamUsage,
     parse_query,
     recall_text,
+    usage_count,
     with_tool,
 )
 from ctxstack.proxy.request import guard_view, schema_tokens
@@ -73,9 +74,7 @@ def chat_usage(answer: Mapping[str, Any]) -> UpstreamUsage:
     details = usage.get("prompt_tokens_details")
     details = details if isinstance(details, Mapping) else {}
 
-    def num(value: object) -> int:
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
+    num = usage_count
     write = num(details.get("cache_write_tokens")) or num(
         usage.get("cache_creation_input_tokens"))
     return UpstreamUsage(num(usage.get("prompt_tokens")), num(usage.get("completion_tokens")),

@@ -35,6 +35,7 @@ from ctxstack.compaction._archive import (
     snippet,
 )
 from ctxstack.compaction._summaries import parse_page_ref, render_expansion
+from ctxstack.llm.wire import reported_count
 
 RECALL_TOOL = "ctxstack_recall"
 MAX_ROUNDS = 3
@@ -64,6 +65,13 @@ class RecallCall:
 
     id: str
     query: str
+
+
+def usage_count(value: object) -> int:
+    """One figure of an upstream ``usage`` object: the count, or 0 when it is absent or
+    not a count (:func:`ctxstack.llm.wire.reported_count`: negative, a bool, over 10**12 —
+    the stats sum these into 64-bit counters)."""
+    return reported_count(value) or 0
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from ctxstack.proxy.recall import (
     RecallCall,
     UpstreamUsage,
     parse_query,
+    usage_count,
 )
 from ctxstack.proxy.responses_request import CALL_OUTPUTS
 from ctxstack.proxy.responses_view import ResponsesConversation, schema_tokens
@@ -52,10 +53,6 @@ def _is_recall_tool(tool: object) -> bool:
         and tool.get("type") == "function"
 
 
-def _num(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def responses_usage(response: Mapping[str, Any]) -> UpstreamUsage:
     """The usage one response object reports (zeros where it reports none; ``calls`` 1)."""
     usage = response.get("usage")
@@ -63,8 +60,9 @@ def responses_usage(response: Mapping[str, Any]) -> UpstreamUsage:
         return UpstreamUsage(calls=1)
     details = usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    return UpstreamUsage(_num(usage.get("input_tokens")), _num(usage.get("output_tokens")),
-                         _num(cached), 0, 1)
+    num = usage_count
+    return UpstreamUsage(num(usage.get("input_tokens")), num(usage.get("output_tokens")),
+                         num(cached), 0, 1)
 
 
 def hide_tool(response: Mapping[str, Any]) -> dict[str, Any]:

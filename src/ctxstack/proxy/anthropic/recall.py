@@ -41,7 +41,7 @@ from ctxstack.proxy.anthropic.units import to_units
 from ctxstack.proxy.chat_wire import RecallRun, dumps_body
 from ctxstack.proxy.errors import ProxyError
 from ctxstack.proxy.forwarding import read_error, response_headers
-from ctxstack.proxy.recall import RECALL_TOOL, RecallCall, UpstreamUsage
+from ctxstack.proxy.recall import RECALL_TOOL, RecallCall, UpstreamUsage, usage_count
 from ctxstack.proxy.request import guard_view
 
 log = logging.getLogger("ctxstack.proxy")
@@ -52,17 +52,14 @@ RECALL_TOOL_SPEC: dict[str, Any] = {
 }
 
 
-def _num(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def anthropic_usage(usage: object, calls: int = 1) -> UpstreamUsage:
     """An Anthropic ``usage`` object in wire-neutral terms (zeros where absent)."""
     if not isinstance(usage, Mapping):
         return UpstreamUsage(calls=calls)
-    return UpstreamUsage(_num(usage.get("input_tokens")), _num(usage.get("output_tokens")),
-                         _num(usage.get("cache_read_input_tokens")),
-                         _num(usage.get("cache_creation_input_tokens")), calls)
+    num = usage_count
+    return UpstreamUsage(num(usage.get("input_tokens")), num(usage.get("output_tokens")),
+                         num(usage.get("cache_read_input_tokens")),
+                         num(usage.get("cache_creation_input_tokens")), calls)
 
 
 def usage_object(usage: UpstreamUsage, base: object = None) -> dict[str, Any]:
