@@ -154,20 +154,27 @@ def wider_tokenizer(request: StubRequest) -> StubReply:
     return StubReply(raw_body=json.dumps(body))
 
 
-def request_of(tokens: int, tag: str) -> dict[str, Any]:
-    """A Messages body the proxy estimates at about ``tokens``."""
-    messages: list[dict[str, Any]] = []
-    body = {"model": MODEL, "max_tokens": 64, "system": "You watch the shipping logs.",
-            "messages": messages}
+def turns_of(tokens: int, tag: str) -> list[dict[str, str]]:
+    """A system prompt and user and assistant turns the heuristic counts at about
+    ``tokens``, ending with a question."""
+    turns: list[dict[str, str]] = [{"role": "system", "content": "You watch the logs."}]
     day = 0
-    while count_request(body, DEFAULT_COUNTER) < tokens:
+    while HEURISTIC.count_messages([ChatMessage(role=t["role"], content=t["content"])
+                                    for t in turns]) < tokens:
         line = f"{tag} day {day}: " + " ".join(
             f"crate {day}-{i} left bay {i % 7} at {8 + i % 9}:{i % 60:02d}" for i in range(25))
-        messages += [{"role": "user", "content": line},
-                     {"role": "assistant", "content": f"Day {day} logged."}]
+        turns += [{"role": "user", "content": line},
+                  {"role": "assistant", "content": f"Day {day} logged."}]
         day += 1
-    messages.append({"role": "user", "content": "Anything unusual?"})
-    return body
+    turns.append({"role": "user", "content": "Anything unusual?"})
+    return turns
+
+
+def request_of(tokens: int, tag: str) -> dict[str, Any]:
+    """A Messages body of about ``tokens``."""
+    turns = turns_of(tokens, tag)
+    return {"model": MODEL, "max_tokens": 64, "system": turns[0]["content"],
+            "messages": turns[1:]}
 
 
 def settings(db: str, stub: StubServer, *, learn: bool) -> ProxySettings:
@@ -235,21 +242,6 @@ def wider_on(wire: str) -> Any:
                           "output_tokens_details": {"reasoning_tokens": 0}}}
         return StubReply(raw_body=json.dumps(body))
     return rule
-
-
-def turns_of(tokens: int, tag: str) -> list[dict[str, str]]:
-    """User and assistant turns the heuristic counts at about ``tokens``."""
-    turns: list[dict[str, str]] = [{"role": "system", "content": "You watch the logs."}]
-    day = 0
-    while HEURISTIC.count_messages([ChatMessage(role=t["role"], content=t["content"])
-                                    for t in turns]) < tokens:
-        line = f"{tag} day {day}: " + " ".join(
-            f"crate {day}-{i} left bay {i % 7} at {8 + i % 9}:{i % 60:02d}" for i in range(25))
-        turns += [{"role": "user", "content": line},
-                  {"role": "assistant", "content": f"Day {day} logged."}]
-        day += 1
-    turns.append({"role": "user", "content": "Anything unusual?"})
-    return turns
 
 
 def body_on(wire: str, turns: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
