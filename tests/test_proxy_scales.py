@@ -9,9 +9,11 @@ counted, and budgets are divided by the learnt ratio (:mod:`ctxstack.proxy.scale
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
+import httpx
 import pytest
 
 from ctxstack.llm.stub import StubReply, StubRequest, StubServer
@@ -177,6 +179,21 @@ def request_of(tokens: int, tag: str) -> dict[str, Any]:
             "messages": turns[1:]}
 
 
+def check_outcome(response: httpx.Response, forwarded: list[StubRequest],
+                  count: Callable[[StubRequest], int], learn: bool) -> None:
+    """Learning: the request was compacted to fit the model's count (``count`` × WIDER);
+    off: it went out as sent, over the budget by that count."""
+    method = parse_compaction_header(response.headers["x-ctxstack-compaction"])["method"]
+    sent = [q for q in forwarded if not is_summary_request(q)][-1]
+    counted = count(sent) * WIDER
+    if learn:
+        assert method != "none"
+        assert counted <= BUDGET
+    else:
+        assert method == "none"
+        assert counted > BUDGET
+
+
 def settings(db: str, stub: StubServer, *, learn: bool) -> ProxySettings:
     return ProxySettings(upstream=stub.base_url, anthropic_upstream=stub.url,
                          database_url=db, learn_scale=learn,
@@ -203,15 +220,7 @@ async def test_after_one_answer_requests_fit_the_upstreams_count(
         r = await client.post("/v1/messages", json=big,
                               headers={**headers, "x-ctxstack-session": "b"})
         assert r.status_code == 200, r.text
-    method = parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"]
-    sent = [q for q in stub.requests[seen:] if not is_summary_request(q)][-1]
-    counted = input_tokens(sent.body, sent.messages) * WIDER
-    if learn:
-        assert method != "none"
-        assert counted <= BUDGET
-    else:
-        assert method == "none"
-        assert counted > BUDGET
+    check_outcome(r, stub.requests[seen:], lambda q: input_tokens(q.body, q.messages), learn)
 
 
 def wider_on(wire: str) -> Any:
@@ -266,15 +275,8 @@ async def test_the_chat_and_responses_wires_learn_the_scale_too(
         seen = len(stub.requests)
         r = await client.post(path, json=big, headers=headers)
         assert r.status_code == 200, r.text
-    method = parse_compaction_header(r.headers["x-ctxstack-compaction"])["method"]
-    sent = [q for q in stub.requests[seen:] if not is_summary_request(q)][-1]
-    counted = HEURISTIC.count_messages(sent.messages) * WIDER
-    if learn:
-        assert method != "none"
-        assert counted <= BUDGET
-    else:
-        assert method == "none"
-        assert counted > BUDGET
+    check_outcome(r, stub.requests[seen:], lambda q: HEURISTIC.count_messages(q.messages),
+                  learn)
 
 
 @pytest.mark.parametrize("reported", [10**30, -5, "many", None, 2.5e9, True],
