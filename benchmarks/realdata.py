@@ -164,18 +164,9 @@ def half_of(name: str) -> str | None:
     return "evaluation" if number in EVALUATION else None
 
 
-def locomo_halves(path: Path) -> list[str | None]:
-    """Each sample's half (:func:`half_of`), in :func:`locomo_dialogues`' order."""
-    return load_locomo(path)[1]
-
-
-def locomo_dialogues(path: Path) -> list[Dialogue]:
-    """Each LoCoMo sample as a chat, with its questions of categories 1–4."""
-    return load_locomo(path)[0]
-
-
 def load_locomo(path: Path) -> tuple[list[Dialogue], list[str | None]]:
-    """The samples read once: :func:`locomo_dialogues` and :func:`locomo_halves`."""
+    """Each LoCoMo sample as a chat with its questions of categories 1–4, and each
+    sample's half (:func:`half_of`), in the same order."""
     out = []
     samples = _samples(path)
     for n, (_, sample) in enumerate(samples):
@@ -265,7 +256,7 @@ async def running_chat_reach(dialogues: Sequence[Dialogue], budget: int) -> dict
 async def locomo_rows(dialogues: Sequence[Dialogue],
                       halves: Sequence[str | None] | None = None) -> list[BenchRow]:
     """Rows at each budget over all ``dialogues``, and per half when ``halves`` names
-    both (:func:`locomo_halves`): then only the evaluation half carries the target — the
+    both (:func:`load_locomo`): then only the evaluation half carries the target — the
     development half, and so the whole, hold partly by selection."""
     named = list(zip(halves, dialogues, strict=True)) if halves is not None else []
     groups: list[tuple[str, list[Dialogue], bool]] = []

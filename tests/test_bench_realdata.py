@@ -16,8 +16,7 @@ from benchmarks.realdata import (
     DataError,
     floor_bill,
     half_of,
-    locomo_dialogues,
-    locomo_halves,
+    load_locomo,
     locomo_rows,
     main,
     reach,
@@ -115,7 +114,7 @@ def test_locomo_samples_become_chats_with_their_questions(tmp_path: Path, layout
         path = tmp_path / "samples"
         path.mkdir()
         (path / "26.json").write_text(json.dumps(locomo_sample()))
-    ((messages, turns, questions),) = locomo_dialogues(path)
+    ((messages, turns, questions),), _ = load_locomo(path)
     assert messages[0].role == "user"
     assert messages[0].text == "[1:56 pm on 8 May, 2023] Ana: Big news today. I adopted a greyhound named Pixel!"
     assert turns["D1:2"] == "Ben: Congrats! [shares a photo of a dog]"
@@ -128,7 +127,7 @@ def test_locomo_samples_become_chats_with_their_questions(tmp_path: Path, layout
 async def test_reach_counts_context_and_search(tmp_path: Path) -> None:
     path = tmp_path / "locomo10.json"
     path.write_text(json.dumps([locomo_sample()]))
-    dialogues = locomo_dialogues(path)
+    dialogues, _ = load_locomo(path)
     got = await reach(dialogues, 2_000)
     assert got["n"] == 2
     # the newest turn is in both contexts (the first one only in the lossy summary's first
@@ -149,7 +148,7 @@ async def test_a_running_chat_checks_every_user_turn_and_keeps_its_context(
     newest turn is in it, and the old evidence is found by the archive's search."""
     path = tmp_path / "locomo10.json"
     path.write_text(json.dumps([locomo_sample()]))
-    dialogues = locomo_dialogues(path)
+    dialogues, _ = load_locomo(path)
     got = await running_chat_reach(dialogues, 2_000)
     assert got == {"context": 0.5, "hybrid": 1.0}
     # with room for the whole dialogue nothing is compacted: both are in the context
@@ -169,16 +168,16 @@ async def test_only_the_evaluation_half_carries_the_target(tmp_path: Path, layou
         path.mkdir()
         for n in (26, 44):
             (path / f"{n}.json").write_text(json.dumps(locomo_sample()))
-    halves = locomo_halves(path)
+    dialogues, halves = load_locomo(path)
     assert halves == ["development", "evaluation"]
-    rows = await locomo_rows(locomo_dialogues(path), halves)
+    rows = await locomo_rows(dialogues, halves)
     targeted = [r.name.split(" (")[0] for r in rows if r.target]
     assert targeted == ["LoCoMo evaluation half at 2K", "LoCoMo evaluation half at 8K"]
     assert all(r.met is None for r in rows if not r.target)
     assert any(r.name.startswith("LoCoMo development half (chosen on; not evidence) at 8K")
                for r in rows)
     # one half only (or unknown names): no split, the whole carries the target as before
-    only = await locomo_rows(locomo_dialogues(path)[:1], halves[:1])
+    only = await locomo_rows(dialogues[:1], halves[:1])
     assert [r.name.split(" (")[0] for r in only if r.target] == ["LoCoMo at 2K", "LoCoMo at 8K"]
 
 
@@ -209,10 +208,10 @@ def test_missing_or_malformed_files_say_what_is_wrong(
     del sample["conversation"]["session_2"][0]["dia_id"]
     bad.write_text(json.dumps([sample]))
     with pytest.raises(DataError, match=r"session_2\[0\] needs 'speaker', 'text' and 'dia_id'"):
-        locomo_dialogues(bad)
+        load_locomo(bad)
     bad.write_text(json.dumps([{"conversation": {}, "qa": []}]))
     with pytest.raises(DataError, match="no conversation with 'speaker_a'"):
-        locomo_dialogues(bad)
+        load_locomo(bad)
     with pytest.raises(SystemExit):
         main([])  # neither data set given: argparse's usage error
     with pytest.raises(SystemExit):
