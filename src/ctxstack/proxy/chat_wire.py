@@ -74,11 +74,11 @@ def chat_usage(answer: Mapping[str, Any]) -> UpstreamUsage:
     details = usage.get("prompt_tokens_details")
     details = details if isinstance(details, Mapping) else {}
 
-    num = usage_count
-    write = num(details.get("cache_write_tokens")) or num(
+    write = usage_count(details.get("cache_write_tokens")) or usage_count(
         usage.get("cache_creation_input_tokens"))
-    return UpstreamUsage(num(usage.get("prompt_tokens")), num(usage.get("completion_tokens")),
-                         num(details.get("cached_tokens")), write, 1)
+    return UpstreamUsage(usage_count(usage.get("prompt_tokens")),
+                         usage_count(usage.get("completion_tokens")),
+                         usage_count(details.get("cached_tokens")), write, 1)
 
 
 def _calls(answer: Mapping[str, Any]) -> list[Any]:

@@ -60,9 +60,8 @@ def responses_usage(response: Mapping[str, Any]) -> UpstreamUsage:
         return UpstreamUsage(calls=1)
     details = usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    num = usage_count
-    return UpstreamUsage(num(usage.get("input_tokens")), num(usage.get("output_tokens")),
-                         num(cached), 0, 1)
+    return UpstreamUsage(usage_count(usage.get("input_tokens")),
+                         usage_count(usage.get("output_tokens")), usage_count(cached), 0, 1)
 
 
 def hide_tool(response: Mapping[str, Any]) -> dict[str, Any]:

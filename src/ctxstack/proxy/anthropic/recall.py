@@ -56,10 +56,10 @@ def anthropic_usage(usage: object, calls: int = 1) -> UpstreamUsage:
     """An Anthropic ``usage`` object in wire-neutral terms (zeros where absent)."""
     if not isinstance(usage, Mapping):
         return UpstreamUsage(calls=calls)
-    num = usage_count
-    return UpstreamUsage(num(usage.get("input_tokens")), num(usage.get("output_tokens")),
-                         num(usage.get("cache_read_input_tokens")),
-                         num(usage.get("cache_creation_input_tokens")), calls)
+    return UpstreamUsage(usage_count(usage.get("input_tokens")),
+                         usage_count(usage.get("output_tokens")),
+                         usage_count(usage.get("cache_read_input_tokens")),
+                         usage_count(usage.get("cache_creation_input_tokens")), calls)
 
 
 def usage_object(usage: UpstreamUsage, base: object = None) -> dict[str, Any]:
